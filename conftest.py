@@ -1,0 +1,3 @@
+"""Repo-level test setup: pytester for plugin tests."""
+
+pytest_plugins = ["pytester"]

@@ -1,0 +1,173 @@
+"""The agent's data model: worker specs, workers, groups, states and run results."""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.errors import ConfigError, ProcessFailure
+
+__all__ = [
+    "DEFAULT_ROLE",
+    "WorkerSpec",
+    "WorkerState",
+    "Worker",
+    "WorkerGroup",
+    "RunResult",
+    "ElasticAgent",
+]
+
+DEFAULT_ROLE = "default"
+
+
+@dataclass
+class WorkerSpec:
+    """Blueprint of one role's workers; identical on every node.
+
+    ``entrypoint`` is a callable (run in a child process) or a program path/name
+    (a binary, run with ``args``). ``fn`` is the deprecated spelling of a callable.
+    """
+
+    role: str
+    local_world_size: int
+    rdzv_handler: Any
+    fn: Callable[..., Any] | None = None
+    entrypoint: Callable[..., Any] | str | None = None
+    args: tuple = ()
+    max_restarts: int = 3
+    monitor_interval: float = 0.1
+    master_port: int | None = None
+    master_addr: str | None = None
+    local_addr: str | None = None
+    event_log_handler: str = "null"
+    virtual_local_rank: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str) or not self.role:
+            raise ConfigError("role", self.role, "must be a non-empty string")
+        if not isinstance(self.local_world_size, int) or self.local_world_size < 1:
+            raise ConfigError("local_world_size", self.local_world_size, "must be an int >= 1")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise ConfigError("max_restarts", self.max_restarts, "must be an int >= 0")
+        if not (isinstance(self.monitor_interval, (int, float)) and self.monitor_interval > 0):
+            raise ConfigError("monitor_interval", self.monitor_interval, "must be a number > 0")
+        if self.master_port is not None and not 0 <= self.master_port < 65536:
+            raise ConfigError("master_port", self.master_port, "must be in 0..65535")
+        if self.fn is not None:
+            if self.entrypoint is not None:
+                raise ConfigError("fn", self.fn, "cannot be given together with entrypoint")
+            self.entrypoint = self.fn
+        if self.entrypoint is None:
+            raise ConfigError("entrypoint", None, "must be a callable or a program name")
+        if not (callable(self.entrypoint) or isinstance(self.entrypoint, str)):
+            raise ConfigError("entrypoint", self.entrypoint, "must be a callable or a str")
+        if not isinstance(self.args, tuple):
+            raise ConfigError("args", self.args, "must be a tuple")
+
+    def get_entrypoint_name(self) -> str:
+        """The program name for binaries, the function's ``__qualname__`` for callables."""
+        if isinstance(self.entrypoint, str):
+            return self.entrypoint
+        return getattr(self.entrypoint, "__qualname__", repr(self.entrypoint))
+
+
+class WorkerState(str, enum.Enum):
+    """State of a worker group; the group changes state as a unit.
+
+    INIT -> HEALTHY|UNHEALTHY -> SUCCEEDED|FAILED, with STOPPED when the agent interrupts
+    the group to restart it; UNKNOWN when the agent lost track (unrecoverable).
+    """
+
+    UNKNOWN = "UNKNOWN"
+    INIT = "INIT"
+    HEALTHY = "HEALTHY"
+    UNHEALTHY = "UNHEALTHY"
+    STOPPED = "STOPPED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @staticmethod
+    def is_running(state: "WorkerState") -> bool:
+        return state in (WorkerState.HEALTHY, WorkerState.UNHEALTHY)
+
+
+@dataclass
+class Worker:
+    """One worker instance; ``id`` is the pid for local agents."""
+
+    local_rank: int
+    global_rank: int = -1
+    role_rank: int = -1
+    world_size: int = -1
+    role_world_size: int = -1
+    id: Any = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Worker(local_rank={self.local_rank}, global_rank={self.global_rank}, "
+            f"role_rank={self.role_rank}, world_size={self.world_size}, "
+            f"role_world_size={self.role_world_size}, id={self.id})"
+        )
+
+
+class WorkerGroup:
+    """The workers of one spec on this node, with the facts of the current round."""
+
+    def __init__(self, spec: WorkerSpec):
+        self.spec = spec
+        self.workers = [Worker(local_rank=i) for i in range(spec.local_world_size)]
+        self.store: Any = None
+        self.group_rank: int | None = None
+        self.group_world_size: int | None = None
+        self.master_addr: str | None = None
+        self.master_port: int | None = None
+        self.state = WorkerState.INIT
+
+    def __repr__(self) -> str:
+        return (
+            f"WorkerGroup(role={self.spec.role!r}, state={self.state.value}, "
+            f"group_rank={self.group_rank}, group_world_size={self.group_world_size}, "
+            f"workers={len(self.workers)})"
+        )
+
+
+@dataclass
+class RunResult:
+    """Outcome of ``agent.run()``: values and failures keyed by *global* rank.
+
+    Workers the agent stopped on purpose (peers of a failed worker) are in neither map.
+    """
+
+    state: WorkerState
+    return_values: dict[int, Any] = field(default_factory=dict)
+    failures: dict[int, ProcessFailure] = field(default_factory=dict)
+
+    def is_failed(self) -> bool:
+        return self.state == WorkerState.FAILED
+
+    def to_json(self) -> dict:
+        return {
+            "state": self.state.value,
+            "return_values": {str(k): _jsonable(v) for k, v in self.return_values.items()},
+            "failures": {str(k): f.to_json() for k, f in self.failures.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+class ElasticAgent(abc.ABC):
+    """An agent runs and supervises the workers of one node."""
+
+    @abc.abstractmethod
+    def run(self, role: str = DEFAULT_ROLE) -> RunResult:
+        """Run the workers, restarting on failure up to ``max_restarts``."""
+
+    @abc.abstractmethod
+    def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:
+        """The (mutable) worker group of ``role``."""

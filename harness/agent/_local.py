@@ -1,0 +1,215 @@
+"""``LocalElasticAgent``: runs the workers of one node as local processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.agent._api import RunResult, WorkerGroup, WorkerSpec, WorkerState
+from harness.agent._simple import SimpleElasticAgent
+from harness.errors import ConfigError, ProcessFailure
+from harness.events import event_writer_from_env
+from harness.procs import START_METHODS, LogsSpecs, ProcessContext
+
+__all__ = ["LocalElasticAgent", "AgentEnv"]
+
+log = logging.getLogger(__name__)
+
+# environment variables the agent reads (once, at construction)
+WORKER_IDENTICAL_ENV = "TORCH_ELASTIC_WORKER_IDENTICAL"
+LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
+NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+@dataclass(frozen=True)
+class AgentEnv:
+    """What the agent takes from its environment, resolved once."""
+
+    base: Mapping[str, str]
+    identical_workers: bool
+    log_line_prefix_template: str | None
+    uninterruptible_state_timeout: float | None
+
+    @classmethod
+    def resolve(cls, env: Mapping[str, str] | None) -> "AgentEnv":
+        base = dict(os.environ if env is None else env)
+        timeout = base.get(UNINTERRUPTIBLE_TIMEOUT_ENV)
+        try:
+            d_timeout = float(timeout) if timeout else None
+        except ValueError:
+            raise ConfigError(UNINTERRUPTIBLE_TIMEOUT_ENV, timeout, "must be a number of seconds") from None
+        return cls(
+            base=base,
+            identical_workers=base.get(WORKER_IDENTICAL_ENV, "0") == "1",
+            log_line_prefix_template=base.get(LOG_LINE_PREFIX_ENV) or None,
+            uninterruptible_state_timeout=d_timeout if d_timeout and d_timeout > 0 else None,
+        )
+
+
+def _substitute_local_rank(args: tuple, local_rank: int) -> tuple:
+    """torch's ``macros.substitute``: ``${local_rank}`` in string args -> the local rank."""
+    return tuple(a.replace("${local_rank}", str(local_rank)) if isinstance(a, str) else a
+                 for a in args)
+
+
+class LocalElasticAgent(SimpleElasticAgent):
+    """Starts, watches (by waiting on exit descriptors) and stops local workers."""
+
+    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs | None = None,
+                 start_method: str = "spawn", exit_barrier_timeout: float = 300,
+                 log_line_prefix_template: str | None = None, shutdown_timeout: float = 30,
+                 health_check_server: Any = None,
+                 uninterruptible_state_timeout: float | None = None, *,
+                 env: Mapping[str, str] | None = None, events: Any = None, node_name: str | None = None,
+                 zygote: Any = None):
+        if start_method not in START_METHODS:
+            raise ConfigError("start_method", start_method, f"must be one of {', '.join(START_METHODS)}",
+                              "--start-method")
+        if shutdown_timeout < 0:
+            raise ConfigError("shutdown_timeout", shutdown_timeout, "must be >= 0", "--shutdown-timeout")
+        self._env = AgentEnv.resolve(env)
+        if events is None:
+            events = event_writer_from_env(self._env.base, spec.rdzv_handler.get_run_id(),
+                                           node_name or os.uname().nodename)
+        super().__init__(spec, exit_barrier_timeout, shutdown_timeout,
+                         identical_workers=self._env.identical_workers, events=events)
+        self._logs_specs = logs_specs or LogsSpecs()
+        self._start_method = start_method
+        self._log_line_prefix_template = log_line_prefix_template or self._env.log_line_prefix_template
+        self._d_timeout = uninterruptible_state_timeout or self._env.uninterruptible_state_timeout
+        self._health_check_server = health_check_server
+        self._zygote = zygote
+        self._pcontext: ProcessContext | None = None
+        self._reported_exits: set[int] = set()
+        self._d_since: dict[int, float] = {}
+        self._use_agent_store = False
+
+    # -- start -------------------------------------------------------------------------
+
+    def _worker_envs(self, group: WorkerGroup) -> dict[int, dict[str, str]]:
+        spec = group.spec
+        base = self._env.base
+        envs = {}
+        for worker in group.workers:
+            env = dict(base)
+            env.update({
+                "LOCAL_RANK": str(worker.local_rank),
+                "RANK": str(worker.global_rank),
+                "GROUP_RANK": str(group.group_rank),
+                "ROLE_RANK": str(worker.role_rank),
+                "ROLE_NAME": spec.role,
+                "LOCAL_WORLD_SIZE": str(spec.local_world_size),
+                "WORLD_SIZE": str(worker.world_size),
+                "GROUP_WORLD_SIZE": str(group.group_world_size),
+                "ROLE_WORLD_SIZE": str(worker.role_world_size),
+                "MASTER_ADDR": str(group.master_addr),
+                "MASTER_PORT": str(group.master_port),
+                "TORCHELASTIC_RESTART_COUNT": str(self.restart_count),
+                "TORCHELASTIC_MAX_RESTARTS": str(spec.max_restarts),
+                "TORCHELASTIC_RUN_ID": spec.rdzv_handler.get_run_id(),
+                "TORCHELASTIC_USE_AGENT_STORE": str(self._use_agent_store),
+                NCCL_ASYNC_ENV: base.get(NCCL_ASYNC_ENV, "1"),
+            })
+            if spec.virtual_local_rank:
+                env["LOCAL_RANK"] = "0"
+                visible = base.get("CUDA_VISIBLE_DEVICES")
+                devices = visible.split(",") if visible else None
+                env["CUDA_VISIBLE_DEVICES"] = (devices[worker.local_rank] if devices
+                                               else str(worker.local_rank))
+            envs[worker.local_rank] = env
+        return envs
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        spec = worker_group.spec
+        logs = self._logs_specs.reify(
+            spec.rdzv_handler.get_run_id(), self.restart_count, spec.role,
+            {w.local_rank: w.global_rank for w in worker_group.workers},
+            self._log_line_prefix_template,
+        )
+        args = {w.local_rank: _substitute_local_rank(spec.args, w.local_rank)
+                for w in worker_group.workers}
+        self._pcontext = ProcessContext(spec.role, spec.entrypoint, args,
+                                        self._worker_envs(worker_group), logs,
+                                        self._start_method, zygote=self._zygote)
+        self._reported_exits.clear()
+        self._d_since.clear()
+        self._pcontext.start()
+        pids = self._pcontext.pids()
+        for worker in worker_group.workers:
+            self._events.emit("worker_start", local_rank=worker.local_rank,
+                              rank=worker.global_rank, world_size=worker.world_size,
+                              pid=pids[worker.local_rank], worker_pid=pids[worker.local_rank],
+                              restart_count=self.restart_count, round=self._round)
+        return pids
+
+    # -- watch -------------------------------------------------------------------------
+
+    def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> None:
+        if self._pcontext is not None:
+            self._pcontext.wait(timeout)
+
+    def _global_rank(self, local_rank: int) -> int:
+        return self._worker_group.workers[local_rank].global_rank
+
+    def _report_exits(self) -> None:
+        assert self._pcontext is not None
+        for rank, proc in self._pcontext.procs.items():
+            if proc.exitcode is not None and rank not in self._reported_exits:
+                self._reported_exits.add(rank)
+                self._events.emit("worker_exit", local_rank=rank, rank=self._global_rank(rank),
+                                  worker_pid=proc.pid, exitcode=proc.exitcode,
+                                  restart_count=self.restart_count, round=self._round)
+
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        pc = self._pcontext
+        if pc is None:
+            return RunResult(WorkerState.UNKNOWN)
+        result = pc.poll()
+        self._report_exits()
+        if result is None:
+            if self._d_timeout is not None:
+                stuck = pc.uninterruptible(self._d_since, self._d_timeout)
+                if stuck:
+                    return RunResult(WorkerState.UNHEALTHY, failures=self._stuck_failures(stuck))
+            return RunResult(WorkerState.HEALTHY)
+        if result.is_failed():
+            return RunResult(WorkerState.FAILED, failures={
+                self._global_rank(r): f for r, f in result.failures.items()})
+        return RunResult(WorkerState.SUCCEEDED, return_values={
+            self._global_rank(r): v for r, v in result.return_values.items()})
+
+    def _stuck_failures(self, ranks: list[int]) -> dict[int, ProcessFailure]:
+        assert self._pcontext is not None
+        failures = {}
+        for rank in ranks:
+            proc = self._pcontext.procs[rank]
+            failure = ProcessFailure(rank, proc.pid, -int(signal.SIGKILL), "")
+            failure.message = (f"worker stuck in uninterruptible state (D) for more than "
+                               f"{self._d_timeout:g}s; killed")
+            failures[self._global_rank(rank)] = failure
+        return failures
+
+    # -- stop --------------------------------------------------------------------------
+
+    def _close_workers(self, death_sig: int) -> None:
+        if self._pcontext is None:
+            return
+        unkillable = self._pcontext.close(death_sig, self._shutdown_timeout)
+        self._report_exits()
+        if unkillable:
+            self._events.emit("worker_unkillable", pids=unkillable)
+        self._pcontext = None
+
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        self._close_workers(signal.SIGTERM)
+
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        try:
+            self._close_workers(death_sig)
+        finally:
+            self._logs_specs.cleanup()

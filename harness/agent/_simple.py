@@ -1,0 +1,203 @@
+"""``SimpleElasticAgent``: rendezvous -> start -> monitor -> restart, for one worker spec.
+
+The control loop blocks in ``_wait_for_change`` (worker exits, membership news) for at
+most ``monitor_interval`` and then decides; subclasses that only implement torch's
+abstract methods still work (the default wait just sleeps).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import signal
+import time
+from typing import Any
+
+from harness.agent._api import (
+    DEFAULT_ROLE,
+    ElasticAgent,
+    RunResult,
+    WorkerGroup,
+    WorkerSpec,
+    WorkerState,
+)
+from harness.agent._ranks import assign_worker_ranks
+from harness.errors import ElasticError, SignalException
+from harness.events import NullEventWriter
+from harness.rendezvous import RendezvousGracefulExitError
+
+__all__ = ["SimpleElasticAgent"]
+
+log = logging.getLogger(__name__)
+
+_BARRIER_PREFIX = "torchelastic/agent/terminal_state"
+
+
+class SimpleElasticAgent(ElasticAgent):
+    """Supervises the workers of one ``WorkerSpec``; subclasses start/stop/monitor them."""
+
+    def __init__(self, spec: WorkerSpec, exit_barrier_timeout: float = 300,
+                 shutdown_timeout: float = 30, *, identical_workers: bool = False,
+                 events: Any = None):
+        if exit_barrier_timeout < 0:
+            from harness.errors import ConfigError
+
+            raise ConfigError("exit_barrier_timeout", exit_barrier_timeout, "must be >= 0")
+        self._worker_group = WorkerGroup(spec)
+        self._remaining_restarts = spec.max_restarts
+        self._store: Any = None
+        self._exit_barrier_timeout = exit_barrier_timeout
+        self._shutdown_timeout = shutdown_timeout
+        self._identical_workers = identical_workers
+        self._events = events or NullEventWriter()
+        self._round = -1
+        self._total_execution_time = 0.0
+
+    # -- the contract subclasses fill --------------------------------------------------
+
+    def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:
+        return self._worker_group
+
+    @abc.abstractmethod
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        """Start ``local_world_size`` workers; return local_rank -> worker id."""
+
+    @abc.abstractmethod
+    def _stop_workers(self, worker_group: WorkerGroup) -> None:
+        """Stop every worker of the group, whatever its state (stuck ones included)."""
+
+    @abc.abstractmethod
+    def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
+        """Look at the workers now and return the group's state (non-blocking)."""
+
+    @abc.abstractmethod
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        """Final cleanup: stop workers with ``death_sig``, release everything."""
+
+    def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> None:
+        """Block up to ``timeout`` s or until something may have changed."""
+        time.sleep(timeout)
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def restart_count(self) -> int:
+        return self._worker_group.spec.max_restarts - self._remaining_restarts
+
+    def _set_state(self, state: WorkerState) -> None:
+        group = self._worker_group
+        if group.state != state:
+            group.state = state
+            self._events.emit("state", state=state.value, role=group.spec.role,
+                              restart_count=self.restart_count, round=self._round)
+
+    # -- rendezvous, start, restart ----------------------------------------------------
+
+    def _rendezvous(self, worker_group: WorkerGroup) -> None:
+        spec = worker_group.spec
+        started = time.monotonic()
+        info = spec.rdzv_handler.next_rendezvous()
+        self._round = info.round
+        self._store = info.store
+        workers = assign_worker_ranks(info.store, info.rank, info.world_size, spec,
+                                      identical=self._identical_workers)
+        worker_group.workers = workers
+        worker_group.store = info.store
+        worker_group.group_rank = info.rank
+        worker_group.group_world_size = info.world_size
+        boot = info.bootstrap_store_info
+        worker_group.master_addr = spec.master_addr or boot.master_addr
+        worker_group.master_port = spec.master_port or boot.master_port
+        self._use_agent_store = boot.use_agent_store
+        self._events.emit(
+            "rendezvous", round=info.round, group_rank=info.rank,
+            group_world_size=info.world_size, world_size=workers[0].world_size,
+            ranks=[w.global_rank for w in workers], master_addr=worker_group.master_addr,
+            master_port=worker_group.master_port, restart_count=self.restart_count,
+            duration=time.monotonic() - started,
+        )
+
+    def _initialize_workers(self, worker_group: WorkerGroup) -> None:
+        self._rendezvous(worker_group)
+        ids = self._start_workers(worker_group)
+        for worker in worker_group.workers:
+            worker.id = ids[worker.local_rank]
+        self._set_state(WorkerState.HEALTHY)
+
+    def _restart_workers(self, worker_group: WorkerGroup) -> None:
+        self._stop_workers(worker_group)
+        self._set_state(WorkerState.STOPPED)
+        self._initialize_workers(worker_group)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def run(self, role: str = DEFAULT_ROLE) -> RunResult:
+        started = time.monotonic()
+        shut_down = False
+        self._events.emit("state", state=WorkerState.INIT.value, role=role,
+                          restart_count=0, round=-1)
+        try:
+            result = self._invoke_run(role)
+        except RendezvousGracefulExitError as e:
+            log.info("rendezvous asked this node to leave: %s", e)
+            result = RunResult(WorkerState.SUCCEEDED)
+        except SignalException as e:
+            log.warning("received %s, stopping workers", e.sigval.name)
+            self._shutdown(e.sigval)
+            shut_down = True
+            raise
+        finally:
+            if not shut_down:
+                self._shutdown()
+            self._total_execution_time = time.monotonic() - started
+        self._events.emit("result", result=result.to_json(), restart_count=self.restart_count)
+        return result
+
+    def _invoke_run(self, role: str) -> RunResult:
+        group = self._worker_group
+        spec = group.spec
+        self._initialize_workers(group)
+        while True:
+            self._wait_for_change(group, spec.monitor_interval)
+            result = self._monitor_workers(group)
+            state = result.state
+            if state == WorkerState.SUCCEEDED:
+                self._set_state(state)
+                self._exit_barrier()
+                return result
+            if state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
+                self._set_state(state)
+                if self._remaining_restarts > 0:
+                    log.info("[%s] worker group %s; %d/%d restarts left", role, state.value,
+                             self._remaining_restarts, spec.max_restarts)
+                    self._remaining_restarts -= 1
+                    self._restart_workers(group)
+                    continue
+                self._stop_workers(group)
+                self._set_state(WorkerState.FAILED)
+                log.error("[%s] worker group failed; all %d restarts used", role, spec.max_restarts)
+                return RunResult(WorkerState.FAILED, failures=result.failures)
+            if state == WorkerState.HEALTHY:
+                if spec.rdzv_handler.num_nodes_waiting() > 0:
+                    log.info("[%s] nodes are waiting to join; restarting with the new world", role)
+                    self._events.emit("membership_change", restart_count=self.restart_count)
+                    self._restart_workers(group)
+                continue
+            self._set_state(state)
+            raise ElasticError(f"[{role}] worker group is in state {state.value}; giving up")
+
+    def _exit_barrier(self) -> None:
+        """Wait (bounded) until every node is done, so no node's store vanishes early."""
+        group = self._worker_group
+        store = self._store
+        size = group.group_world_size or 1
+        if store is None or size <= 1:
+            return
+        started = time.monotonic()
+        try:
+            from harness.rendezvous._barrier import store_barrier
+
+            store_barrier(store, size, _BARRIER_PREFIX, self._exit_barrier_timeout)
+        except Exception as e:  # a dead peer must not turn a success into a crash
+            log.warning("exit barrier did not complete after %.1fs: %s",
+                        time.monotonic() - started, e)

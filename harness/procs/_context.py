@@ -1,0 +1,240 @@
+"""A node's worker processes for one attempt: start, wait on exits, collect, stop."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Any, Callable
+
+from harness.errors import ProcessFailure
+from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
+from harness.procs._logs import AttemptLogs, RankLogs
+from harness.procs._std import Std
+from harness.procs._tee import TeePump, TeeSink
+
+__all__ = ["RunProcsResult", "ProcessContext", "START_METHODS"]
+
+log = logging.getLogger(__name__)
+
+START_METHODS = ("spawn", "fork", "forkserver", "zygote")
+_KILL_WAIT = 5.0  # after SIGKILL: how long to wait for the kernel before giving up
+
+
+@dataclass
+class RunProcsResult:
+    """Return values (all succeeded) or failures (someone failed), keyed by local rank."""
+
+    return_values: dict[int, Any] = field(default_factory=dict)
+    failures: dict[int, ProcessFailure] = field(default_factory=dict)
+
+    def is_failed(self) -> bool:
+        return bool(self.failures)
+
+
+class ProcessContext:
+    """Starts ``len(envs)`` workers of one entrypoint and supervises them as a unit.
+
+    ``envs`` are complete environments (binaries get exactly that; callables apply it on
+    top of what they inherit).
+    """
+
+    def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple],
+                 envs: dict[int, dict[str, str]], logs: AttemptLogs, start_method: str = "spawn",
+                 zygote: Any = None):
+        self.name = name
+        self.entrypoint = entrypoint
+        self.args = args
+        self.envs = envs
+        self.logs = logs
+        self.start_method = start_method
+        self._zygote = zygote
+        self.procs: dict[int, WorkerProcess] = {}
+        self._pump: TeePump | None = None
+        self._files: list[IO] = []
+        self._selector = selectors.DefaultSelector()
+
+    # -- start ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        try:
+            for local_rank in sorted(self.envs):
+                proc = self._start_one(local_rank)
+                self.procs[local_rank] = proc
+                self._selector.register(proc.fileno(), selectors.EVENT_READ, proc)
+        except BaseException:
+            self.close(signal.SIGKILL, grace=0)
+            raise
+
+    def _console(self, stream: int) -> IO:
+        return sys.stdout.buffer if stream == 1 else sys.stderr.buffer
+
+    def _stream(self, rank_logs: RankLogs, which: Std) -> tuple[Any, tuple[int, TeeSink] | None]:
+        """What a worker's stdout/stderr is given, and a pipe to pump if tee'd."""
+        path = rank_logs.stdout_file if which == Std.OUT else rank_logs.stderr_file
+        if path is None:
+            return (None if rank_logs.console else subprocess.DEVNULL), None
+        file = open(path, "wb")
+        if not rank_logs.tee & which:
+            return file, None
+        self._files.append(file)
+        read_fd, write_fd = os.pipe()
+        console = self._console(1 if which == Std.OUT else 2) if rank_logs.console else None
+        sink = TeeSink(file=file, console=console, prefix=rank_logs.prefix.encode())
+        return write_fd, (read_fd, sink)
+
+    def _start_one(self, local_rank: int) -> WorkerProcess:
+        rank_logs = self.logs.ranks[local_rank]
+        env = dict(self.envs[local_rank])
+        env["TORCHELASTIC_ERROR_FILE"] = rank_logs.error_file
+        stdout, out_pipe = self._stream(rank_logs, Std.OUT)
+        stderr, err_pipe = self._stream(rank_logs, Std.ERR)
+        try:
+            proc = self._launch(local_rank, env, stdout, stderr)
+        finally:
+            for handle in (stdout, stderr):
+                if isinstance(handle, int) and handle >= 0:
+                    os.close(handle)
+                elif hasattr(handle, "close") and handle not in self._files:
+                    handle.close()
+        for pipe in (out_pipe, err_pipe):
+            if pipe is not None:
+                if self._pump is None:
+                    self._pump = TeePump()
+                self._pump.add(*pipe)
+        return proc
+
+    def _launch(self, local_rank: int, env: dict[str, str], stdout: Any, stderr: Any) -> WorkerProcess:
+        args = self.args[local_rank]
+        if isinstance(self.entrypoint, str):
+            argv = [self.entrypoint, *map(str, args)]
+            if self.start_method == "zygote" and self._zygote is not None:
+                return self._zygote.start_worker(local_rank, argv, env, stdout, stderr)
+            return BinaryProcess(local_rank, argv, env, stdout, stderr)
+        method = "spawn" if self.start_method == "zygote" else self.start_method
+        ctx = multiprocessing.get_context(method)
+        return_path = os.path.join(self.logs.ranks[local_rank].directory, "return.pkl")
+        streams = [_child_stream(stdout), _child_stream(stderr)]
+        try:
+            return CallableProcess(local_rank, ctx, self.entrypoint, args, env,
+                                   streams[0], streams[1], return_path)
+        finally:
+            for stream in streams:
+                if hasattr(stream, "close"):
+                    stream.close()  # the child has its own copy now
+
+    # -- watch ---------------------------------------------------------------------------
+
+    def pids(self) -> dict[int, int]:
+        return {rank: proc.pid for rank, proc in self.procs.items()}
+
+    def wait(self, timeout: float) -> bool:
+        """Block until some worker exits or ``timeout`` passes; True if one exited."""
+        if not self._selector.get_map():
+            return True
+        return bool(self._selector.select(timeout=max(0.0, timeout)))
+
+    def poll(self) -> RunProcsResult | None:
+        """None while any worker runs and none failed; else the result."""
+        failures: dict[int, ProcessFailure] = {}
+        running = False
+        for rank, proc in self.procs.items():
+            code = proc.poll()
+            if code is None:
+                running = True
+                continue
+            self._unwatch(proc)
+            if code != 0:
+                failures[rank] = ProcessFailure(rank, proc.pid, code,
+                                                self.logs.ranks[rank].error_file)
+        if failures:
+            return RunProcsResult(failures=failures)
+        if running:
+            return None
+        return RunProcsResult(
+            return_values={rank: proc.return_value() for rank, proc in self.procs.items()})
+
+    def uninterruptible(self, since: dict[int, float], timeout: float) -> list[int]:
+        """Local ranks that have been in D state for longer than ``timeout`` seconds."""
+        now = time.monotonic()
+        stuck = []
+        for rank, proc in self.procs.items():
+            if proc.exitcode is None and process_state(proc.pid) == "D":
+                since.setdefault(rank, now)
+                if now - since[rank] >= timeout:
+                    stuck.append(rank)
+            else:
+                since.pop(rank, None)
+        return stuck
+
+    def _unwatch(self, proc: WorkerProcess) -> None:
+        try:
+            self._selector.unregister(proc.fileno())
+        except (KeyError, ValueError):
+            pass
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def close(self, death_sig: int = signal.SIGTERM, grace: float = 30.0) -> list[int]:
+        """terminate -> grace -> kill -> reap every worker; returns pids that would not die."""
+        live = [p for p in self.procs.values() if p.poll() is None]
+        for proc in live:
+            proc.signal_group(death_sig)
+        if live and grace > 0:
+            self._wait_all(live, time.monotonic() + grace)
+        stubborn = [p for p in live if p.poll() is None]
+        for proc in stubborn:
+            log.warning("worker %s ignored %s for %.1fs; sending SIGKILL", proc,
+                        signal.Signals(death_sig).name, grace)
+            proc.signal_group(signal.SIGKILL)
+        if stubborn:
+            self._wait_all(stubborn, time.monotonic() + _KILL_WAIT)
+        unkillable = [p.pid for p in stubborn if p.poll() is None]
+        for pid in unkillable:
+            log.error("worker pid %d did not die %.0fs after SIGKILL (uninterruptible I/O?); "
+                      "leaving it behind", pid, _KILL_WAIT)
+        for proc in self.procs.values():
+            if proc.exitcode is not None:
+                self._unwatch(proc)
+                proc.release()
+        if self._pump is not None:
+            self._pump.close()
+            self._pump = None
+        for file in self._files:
+            file.close()
+        self._files.clear()
+        self._selector.close()
+        self._selector = selectors.DefaultSelector()
+        return unkillable
+
+    def _wait_all(self, procs: list[WorkerProcess], deadline: float) -> None:
+        pending = [p for p in procs if p.poll() is None]
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            with selectors.DefaultSelector() as sel:
+                for proc in pending:
+                    sel.register(proc.fileno(), selectors.EVENT_READ)
+                sel.select(timeout=remaining)
+            pending = [p for p in pending if p.poll() is None]
+
+    def __repr__(self) -> str:
+        return f"ProcessContext(name={self.name!r}, start_method={self.start_method}, procs={list(self.procs.values())})"
+
+
+def _child_stream(handle: Any) -> Any:
+    """Turn what ``_stream`` made into something a multiprocessing child can receive."""
+    if handle is None or handle == subprocess.DEVNULL:
+        return os.devnull if handle == subprocess.DEVNULL else None
+    if isinstance(handle, int):
+        from multiprocessing.connection import Connection
+
+        return Connection(os.dup(handle), readable=False)
+    return handle.name  # a file opened for redirect: the child reopens it by path

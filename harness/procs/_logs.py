@@ -1,0 +1,100 @@
+"""Where worker output goes: log-dir layout, redirects, tee and console prefixes.
+
+Layout, as torchrun's: ``<log_dir>/<run_id>_<rand>/attempt_<n>/<local_rank>/``
+holding ``stdout.log``, ``stderr.log`` and ``error.json``. Without ``log_dir`` the tree
+lives in a private temp dir that is removed when the agent shuts down (torch leaks a
+``torchelastic_*`` dir per run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from string import Template
+
+from harness.procs._std import Std, std_for_rank
+
+__all__ = ["LogsSpecs", "RankLogs", "AttemptLogs", "DEFAULT_PREFIX_TEMPLATE", "render_prefix"]
+
+DEFAULT_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
+
+
+def render_prefix(template: str | None, role: str, rank: int, local_rank: int) -> str:
+    """``[default0]:`` by default; ``${role_name}``, ``${rank}``, ``${local_rank}`` substituted."""
+    return Template(template or DEFAULT_PREFIX_TEMPLATE).safe_substitute(
+        role_name=role, rank=rank, local_rank=local_rank
+    )
+
+
+@dataclass(frozen=True)
+class RankLogs:
+    """One rank's files and console choices for one attempt."""
+
+    directory: str
+    error_file: str
+    stdout_file: str | None  # set when stdout is redirected (or tee'd)
+    stderr_file: str | None
+    tee: Std
+    console: bool  # False: --local-ranks-filter hides this rank from the console
+    prefix: str
+
+
+@dataclass
+class AttemptLogs:
+    attempt_dir: str
+    ranks: dict[int, RankLogs] = field(default_factory=dict)
+
+
+@dataclass
+class LogsSpecs:
+    """Resolved once: where logs go for every attempt of one agent."""
+
+    log_dir: str | None = None
+    redirects: "Std | dict[int, Std]" = Std.NONE
+    tee: "Std | dict[int, Std]" = Std.NONE
+    local_ranks_filter: frozenset[int] | None = None
+    _root: str | None = field(default=None, init=False, repr=False)
+    _owned: bool = field(default=False, init=False, repr=False)
+
+    def root(self, run_id: str) -> str:
+        """Create (once) the run's log root; owned temp dirs are removed by ``cleanup``."""
+        if self._root is None:
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)[:64]
+            if self.log_dir:
+                os.makedirs(self.log_dir, exist_ok=True)
+                self._root = tempfile.mkdtemp(prefix=f"{safe}_", dir=self.log_dir)
+            else:
+                self._root = tempfile.mkdtemp(prefix=f"elastic_{safe}_")
+                self._owned = True
+        return self._root
+
+    def reify(self, run_id: str, attempt: int, role: str,
+              ranks: dict[int, int], prefix_template: str | None) -> AttemptLogs:
+        """Create this attempt's dirs; ``ranks`` maps local_rank -> global rank."""
+        attempt_dir = os.path.join(self.root(run_id), f"attempt_{attempt}")
+        shutil.rmtree(attempt_dir, ignore_errors=True)
+        logs = AttemptLogs(attempt_dir)
+        for local_rank, global_rank in ranks.items():
+            directory = os.path.join(attempt_dir, str(local_rank))
+            os.makedirs(directory)
+            redirect = std_for_rank(self.redirects, local_rank)
+            tee = std_for_rank(self.tee, local_rank)
+            to_file = redirect | tee
+            logs.ranks[local_rank] = RankLogs(
+                directory=directory,
+                error_file=os.path.join(directory, "error.json"),
+                stdout_file=os.path.join(directory, "stdout.log") if to_file & Std.OUT else None,
+                stderr_file=os.path.join(directory, "stderr.log") if to_file & Std.ERR else None,
+                tee=tee,
+                console=self.local_ranks_filter is None or local_rank in self.local_ranks_filter,
+                prefix=render_prefix(prefix_template, role, global_rank, local_rank),
+            )
+        return logs
+
+    def cleanup(self) -> None:
+        """Remove the tree if we created it in the temp dir; a user's log_dir stays."""
+        if self._owned and self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+        self._root, self._owned = None, False

@@ -1,0 +1,214 @@
+"""The rendezvous handler interface, its parameters, results, errors and backend registry."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.errors import ConfigError, ElasticError
+
+__all__ = [
+    "RendezvousError",
+    "RendezvousClosedError",
+    "RendezvousTimeoutError",
+    "RendezvousConnectionError",
+    "RendezvousStateError",
+    "RendezvousGracefulExitError",
+    "RendezvousStoreInfo",
+    "RendezvousInfo",
+    "RendezvousHandler",
+    "RendezvousParameters",
+    "RendezvousHandlerRegistry",
+    "rendezvous_handler_registry",
+    "get_rendezvous_handler",
+]
+
+
+class RendezvousError(ElasticError):
+    """Base of rendezvous failures."""
+
+
+class RendezvousClosedError(RendezvousError):
+    """The rendezvous is closed: the job is over (or being torn down)."""
+
+
+class RendezvousTimeoutError(RendezvousError):
+    """The rendezvous did not complete in time."""
+
+
+class RendezvousConnectionError(RendezvousError):
+    """The rendezvous backend (store, etcd) cannot be reached."""
+
+
+class RendezvousStateError(RendezvousError):
+    """The rendezvous state is corrupt or was written by something else."""
+
+
+class RendezvousGracefulExitError(RendezvousError):
+    """This node is not needed (surplus); it should exit cleanly."""
+
+
+@dataclass(frozen=True)
+class RendezvousStoreInfo:
+    """Where rank 0's workers host the torch.distributed store (MASTER_ADDR/MASTER_PORT)."""
+
+    master_addr: str
+    master_port: int
+    use_agent_store: bool = False
+
+
+@dataclass
+class RendezvousInfo:
+    """The outcome of one rendezvous round for this node."""
+
+    store: Any
+    rank: int
+    world_size: int
+    bootstrap_store_info: RendezvousStoreInfo
+    round: int = 0
+
+
+class RendezvousHandler(abc.ABC):
+    """What an agent needs from a rendezvous backend."""
+
+    @abc.abstractmethod
+    def get_backend(self) -> str: ...
+
+    @property
+    def use_agent_store(self) -> bool:
+        return False
+
+    @abc.abstractmethod
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Block until a round completes; return this node's rank and the world size."""
+
+    @abc.abstractmethod
+    def is_closed(self) -> bool: ...
+
+    @abc.abstractmethod
+    def set_closed(self) -> None: ...
+
+    @abc.abstractmethod
+    def num_nodes_waiting(self) -> int:
+        """Nodes that arrived after the current round closed (a reason to re-rendezvous)."""
+
+    @abc.abstractmethod
+    def get_run_id(self) -> str: ...
+
+    def shutdown(self) -> bool:
+        """Release resources; True if the handler shut down cleanly."""
+        return True
+
+
+class RendezvousParameters:
+    """Backend-independent rendezvous settings; ``config`` holds backend extras."""
+
+    def __init__(
+        self,
+        backend: str,
+        endpoint: str,
+        run_id: str,
+        min_nodes: int,
+        max_nodes: int,
+        local_addr: str | None = None,
+        **kwargs: Any,
+    ):
+        if not backend:
+            raise ConfigError("rdzv_backend", backend, "must be a non-empty string")
+        if not isinstance(min_nodes, int) or min_nodes < 1:
+            raise ConfigError("min_nodes", min_nodes, "must be an int >= 1", "--nnodes")
+        if not isinstance(max_nodes, int) or max_nodes < min_nodes:
+            raise ConfigError("max_nodes", max_nodes, f"must be >= min_nodes={min_nodes}", "--nnodes")
+        self.backend = backend
+        self.endpoint = endpoint
+        self.run_id = run_id
+        self.min_nodes = min_nodes
+        self.max_nodes = max_nodes
+        self.local_addr = local_addr
+        self.config = kwargs
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.config.get(key, default)
+
+    def get_as_bool(self, key: str, default: bool | None = None) -> bool | None:
+        value = self.get(key, default)
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, int):
+            return value != 0
+        text = str(value).strip().lower()
+        if text in ("1", "true", "t", "yes", "y"):
+            return True
+        if text in ("0", "false", "f", "no", "n"):
+            return False
+        raise ConfigError(key, value, "must be a boolean (true/false/1/0)", "--rdzv-conf")
+
+    def get_as_int(self, key: str, default: int | None = None) -> int | None:
+        value = self.get(key, default)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, value, "must be an integer", "--rdzv-conf") from None
+
+    def get_as_float(self, key: str, default: float | None = None) -> float | None:
+        value = self.get(key, default)
+        if value is None:
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(key, value, "must be a number", "--rdzv-conf") from None
+
+    def __repr__(self) -> str:
+        return (
+            f"RendezvousParameters(backend={self.backend!r}, endpoint={self.endpoint!r}, "
+            f"run_id={self.run_id!r}, min_nodes={self.min_nodes}, max_nodes={self.max_nodes})"
+        )
+
+
+HandlerCreator = Callable[[RendezvousParameters], RendezvousHandler]
+
+
+class RendezvousHandlerRegistry:
+    """Backend name -> handler factory."""
+
+    def __init__(self) -> None:
+        self._creators: dict[str, HandlerCreator] = {}
+
+    def register(self, backend: str, creator: HandlerCreator) -> None:
+        existing = self._creators.get(backend)
+        if existing is not None and existing is not creator:
+            raise ValueError(f"rendezvous backend {backend!r} is already registered")
+        self._creators[backend] = creator
+
+    def names(self) -> list[str]:
+        return sorted(self._creators)
+
+    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
+        creator = self._creators.get(params.backend)
+        if creator is None:
+            raise ConfigError(
+                "rdzv_backend", params.backend, f"is not one of {', '.join(self.names())}",
+                "--rdzv-backend",
+            )
+        handler = creator(params)
+        if handler.get_backend() != params.backend and params.backend not in _ALIASES:
+            raise RendezvousError(
+                f"backend {params.backend!r} created a handler for {handler.get_backend()!r}"
+            )
+        return handler
+
+
+_ALIASES = {"etcd-v2", "etcd"}
+
+rendezvous_handler_registry = RendezvousHandlerRegistry()
+
+
+def get_rendezvous_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """Create the handler for ``params.backend`` (registered built-ins: c10d, static, ...)."""
+    from harness.rendezvous import _registry  # noqa: F401  (registers built-ins lazily)
+
+    return rendezvous_handler_registry.create_handler(params)

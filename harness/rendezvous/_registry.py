@@ -1,0 +1,47 @@
+"""Built-in backends, registered on first use (importing this module registers them)."""
+
+from __future__ import annotations
+
+from harness._net import split_endpoint
+from harness.errors import ConfigError
+from harness.rendezvous._api import (
+    RendezvousHandler,
+    RendezvousParameters,
+    rendezvous_handler_registry,
+)
+from harness.rendezvous._solo import SoloRendezvousHandler
+
+C10D_DEFAULT_PORT = 29400
+STATIC_DEFAULT_PORT = 29500
+
+
+def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
+    raise ConfigError(
+        "nnodes", f"{params.min_nodes}:{params.max_nodes}",
+        f"needs a multi-node rendezvous, which backend {params.backend!r} does not offer yet",
+        "--nnodes",
+    )
+
+
+def _create_c10d(params: RendezvousParameters) -> RendezvousHandler:
+    if params.max_nodes == 1:
+        return SoloRendezvousHandler(params, "c10d")
+    return _multi_node_pending(params)
+
+
+def _create_static(params: RendezvousParameters) -> RendezvousHandler:
+    if params.max_nodes == 1:
+        addr, port = None, None
+        if params.endpoint:
+            try:
+                addr, port = split_endpoint(params.endpoint, STATIC_DEFAULT_PORT)
+            except ValueError as e:
+                raise ConfigError("rdzv_endpoint", params.endpoint, str(e), "--rdzv-endpoint") from None
+        return SoloRendezvousHandler(params, "static", master_addr=addr, master_port=port)
+    return _multi_node_pending(params)
+
+
+rendezvous_handler_registry.register("c10d", _create_c10d)
+rendezvous_handler_registry.register("static", _create_static)
+rendezvous_handler_registry.register("etcd", _multi_node_pending)
+rendezvous_handler_registry.register("etcd-v2", _multi_node_pending)

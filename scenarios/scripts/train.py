@@ -1,0 +1,69 @@
+"""A tiny elastic training job: gloo DDP on CPU that checkpoints every step and resumes.
+
+Used by the README's main job and the bundled scenarios. ``--crash-at-step N`` makes
+rank ``--crash-rank`` exit 1 at step N on the first attempt only, so a restart resumes
+from the checkpoint; the final line says how many steps ran and whether any was lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--ckpt-dir", default=os.environ.get("TRAIN_CKPT_DIR", ""))
+    p.add_argument("--crash-at-step", type=int, default=-1)
+    p.add_argument("--crash-rank", type=int, default=1)
+    return p.parse_args()
+
+
+def main() -> int:
+    args = parse()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    ckpt = os.path.join(args.ckpt_dir, "ckpt.pt") if args.ckpt_dir else ""
+    start, done = 0, []
+    if ckpt and os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start, done = state["step"], state["done"]
+    for step in range(start, args.steps):
+        if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
+            print(f"rank {rank}: crashing at step {step}", flush=True)
+            os._exit(1)
+        x = torch.randn(16, 8)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        done.append(step)
+        if ckpt and rank == 0:
+            tmp = ckpt + ".tmp"
+            torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                        "step": step + 1, "done": done}, tmp)
+            os.replace(tmp, ckpt)
+        dist.barrier()
+    if rank == 0:
+        lost = sorted(set(range(args.steps)) - set(done))
+        print(json.dumps({"steps": len(done), "unique": len(set(done)), "lost": lost,
+                          "world_size": world, "attempt": attempt}), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Shared fixtures: leak checks after every test, and a runner for ``elastic-run``."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+SCRIPTS = Path(__file__).parent / "scripts"
+_PRIVATE_TMP: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give this test process (one per xdist worker) a private TMPDIR, so the temp-dir
+    leak check sees only what this process's tests created."""
+    global _PRIVATE_TMP
+    _PRIVATE_TMP = tempfile.mkdtemp(prefix="pytest-elastic-tmp-")
+    os.environ["TMPDIR"] = _PRIVATE_TMP
+    tempfile.tempdir = _PRIVATE_TMP
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
+    if _PRIVATE_TMP:
+        shutil.rmtree(_PRIVATE_TMP, ignore_errors=True)
+
+
+def _temp_trees() -> set[str]:
+    tmp = tempfile.gettempdir()
+    return set(glob.glob(os.path.join(tmp, "elastic_*")))
+
+
+@pytest.fixture(autouse=True)
+def no_leaks():
+    """Fail the test if it left a child process or one of our temp dirs behind."""
+    me = psutil.Process()
+    before_children = {p.pid for p in me.children(recursive=True)}
+    before_dirs = _temp_trees()
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        leaked = [p for p in me.children(recursive=True)
+                  if p.pid not in before_children and _alive(p)]
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for proc in leaked:
+        proc.kill()
+    assert not leaked, f"test left processes behind: {[(p.pid, _cmd(p)) for p in leaked]}"
+    new_dirs = _temp_trees() - before_dirs
+    assert not new_dirs, f"test left temp dirs behind: {sorted(new_dirs)}"
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmd(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())[:120]
+    except psutil.Error:
+        return "?"
+
+
+def run_elastic(*args: str, env: dict | None = None, timeout: float = 60,
+                cwd: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m harness.run ARGS`` and return its completed process (text)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return subprocess.run([sys.executable, "-m", "harness.run", *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def scripts() -> Path:
+    return SCRIPTS

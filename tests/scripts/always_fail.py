@@ -1,0 +1,17 @@
+"""Always fails with a recorded exception on rank 0, exit 0 elsewhere after a moment."""
+import os
+import time
+
+from harness.errors import record
+
+
+@record
+def main() -> None:
+    print(f"ATTEMPT rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}",
+          flush=True)
+    if os.environ["RANK"] == "0":
+        raise RuntimeError("always broken")
+    time.sleep(30)
+
+
+main()

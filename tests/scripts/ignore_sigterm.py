@@ -1,0 +1,12 @@
+"""Ignores SIGTERM and sleeps: the agent must SIGKILL it after the grace."""
+import os
+import signal
+import sys
+import time
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print(f"READY pid={os.getpid()}", flush=True)
+if os.environ.get("RANK") == "0":
+    time.sleep(0.5)
+    sys.exit(5)
+time.sleep(60)
