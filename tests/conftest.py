@@ -28,9 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
+    from multiprocessing import util
 
     if _PRIVATE_TMP:
-        shutil.rmtree(_PRIVATE_TMP, ignore_errors=True)
+        # after multiprocessing removes its own pymp-* dir from it (exitpriority -100)
+        util.Finalize(None, shutil.rmtree, args=(_PRIVATE_TMP,), kwargs={"ignore_errors": True},
+                      exitpriority=-101)
 
 
 def _temp_trees() -> set[str]:
@@ -59,9 +62,15 @@ def no_leaks():
     assert not new_dirs, f"test left temp dirs behind: {sorted(new_dirs)}"
 
 
+# multiprocessing's per-parent helpers: started once, they exit when this process does
+_MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return not any(h in " ".join(proc.cmdline()) for h in _MP_HELPERS)
     except psutil.NoSuchProcess:
         return False
 

@@ -83,6 +83,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._log_line_prefix_template = log_line_prefix_template or self._env.log_line_prefix_template
         self._d_timeout = uninterruptible_state_timeout or self._env.uninterruptible_state_timeout
         self._health_check_server = health_check_server
+        self._owns_zygote = zygote is None and start_method == "zygote"
+        if self._owns_zygote:
+            from harness.procs._zygote_client import Zygote
+
+            zygote = Zygote.for_agent(self._env.base)  # starts now: overlaps the rendezvous
         self._zygote = zygote
         self._pcontext: ProcessContext | None = None
         self._reported_exits: set[int] = set()
@@ -151,7 +156,8 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> None:
         if self._pcontext is not None:
-            self._pcontext.wait(timeout)
+            news = worker_group.spec.rdzv_handler.event_fd()
+            self._pcontext.wait(timeout, extra_fds=() if news is None else (news,))
 
     def _global_rank(self, local_rank: int) -> int:
         return self._worker_group.workers[local_rank].global_rank
@@ -212,4 +218,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         try:
             self._close_workers(death_sig)
         finally:
+            if self._owns_zygote and self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
             self._logs_specs.cleanup()

@@ -167,6 +167,13 @@ class SimpleElasticAgent(ElasticAgent):
                 return result
             if state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
                 self._set_state(state)
+                if spec.rdzv_handler.membership_changed():
+                    log.info("[%s] workers failed after the membership changed; re-rendezvous "
+                             "without using a restart", role)
+                    self._events.emit("membership_change", restart_count=self.restart_count,
+                                      cause="failure")
+                    self._restart_workers(group)
+                    continue
                 if self._remaining_restarts > 0:
                     log.info("[%s] worker group %s; %d/%d restarts left", role, state.value,
                              self._remaining_restarts, spec.max_restarts)
@@ -178,9 +185,10 @@ class SimpleElasticAgent(ElasticAgent):
                 log.error("[%s] worker group failed; all %d restarts used", role, spec.max_restarts)
                 return RunResult(WorkerState.FAILED, failures=result.failures)
             if state == WorkerState.HEALTHY:
-                if spec.rdzv_handler.num_nodes_waiting() > 0:
-                    log.info("[%s] nodes are waiting to join; restarting with the new world", role)
-                    self._events.emit("membership_change", restart_count=self.restart_count)
+                if spec.rdzv_handler.membership_changed():
+                    log.info("[%s] the membership changed; restarting with the new world", role)
+                    self._events.emit("membership_change", restart_count=self.restart_count,
+                                      cause="membership")
                     self._restart_workers(group)
                 continue
             self._set_state(state)

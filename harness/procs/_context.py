@@ -134,11 +134,18 @@ class ProcessContext:
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self.procs.items()}
 
-    def wait(self, timeout: float) -> bool:
-        """Block until some worker exits or ``timeout`` passes; True if one exited."""
+    def wait(self, timeout: float, extra_fds: tuple[int, ...] = ()) -> bool:
+        """Block until some worker exits, an ``extra_fds`` turns readable, or ``timeout``
+        passes; True if something happened."""
         if not self._selector.get_map():
             return True
-        return bool(self._selector.select(timeout=max(0.0, timeout)))
+        for fd in extra_fds:
+            self._selector.register(fd, selectors.EVENT_READ, None)
+        try:
+            return bool(self._selector.select(timeout=max(0.0, timeout)))
+        finally:
+            for fd in extra_fds:
+                self._selector.unregister(fd)
 
     def poll(self) -> RunProcsResult | None:
         """None while any worker runs and none failed; else the result."""

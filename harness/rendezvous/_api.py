@@ -96,6 +96,18 @@ class RendezvousHandler(abc.ABC):
     @abc.abstractmethod
     def get_run_id(self) -> str: ...
 
+    def membership_changed(self) -> bool:
+        """True when the current round no longer matches the live membership (a node
+        joined, left or died). The agent asks right after it sees workers fail: a failure
+        caused by a lost peer restarts the group without using up ``max_restarts``.
+        May block briefly (bounded) to confirm a suspected loss."""
+        return self.num_nodes_waiting() > 0
+
+    def event_fd(self) -> int | None:
+        """A descriptor that turns readable when membership news arrives, so the agent
+        wakes at once instead of at its next ``monitor_interval`` tick. None: no such fd."""
+        return None
+
     def shutdown(self) -> bool:
         """Release resources; True if the handler shut down cleanly."""
         return True

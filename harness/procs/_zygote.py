@@ -1,0 +1,332 @@
+"""The zygote: a warm interpreter (torch imported, never CUDA) that forks workers.
+
+Importing torch costs ~1.1 s and ~210 MB per process; a worker forked from the zygote
+pays neither, and a restart reuses the same zygote. One zygote can serve many agents
+(the harness shares one per process tree), so:
+
+* agents talk to it over a ``SOCK_SEQPACKET`` unix socket: one message per request, the
+  worker's stdin/stdout/stderr passed along as file descriptors (``SCM_RIGHTS``);
+* the zygote is the workers' parent: it reaps them (sweeping each process group with
+  SIGKILL *before* the reap, while the group id cannot be reused) and reports every exit
+  code to the agent that asked for the worker;
+* workers die with their agent: when an agent's connection closes (the agent died), the
+  zygote SIGKILLs that agent's workers; they also die with the zygote (PDEATHSIG), and
+  the zygote with whoever started it.
+
+The forked child runs a script (``runpy.run_path``) or module (``runpy.run_module``) as
+``__main__``. Differences from a fresh interpreter are listed in README.md.
+
+Wire format: each message is a JSON object; requests ``spawn`` (+3 fds) and ``signal``;
+replies ``spawned``/``error``; events ``exit``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import traceback
+from typing import Any
+
+__all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
+
+ZYGOTE_ENV = "HARNESS_ZYGOTE"  # socket path of a shared zygote, set by the harness
+MAX_MESSAGE = 4 * 1024 * 1024
+
+
+def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    if len(data) > MAX_MESSAGE:
+        raise ValueError(f"zygote message of {len(data)} bytes exceeds {MAX_MESSAGE}")
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.send(data)
+
+
+def recv_message(sock: socket.socket) -> tuple[dict | None, list[int]]:
+    """One message and the fds that came with it; (None, []) when the peer closed."""
+    data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 8)
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        return None, []
+    return json.loads(data), fds
+
+
+def make_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+    return sock
+
+
+# ----------------------------------------------------------------------------------------
+# server
+
+
+class _Zygote:
+    def __init__(self, listener: socket.socket):
+        self.listener = listener
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
+        self.owner: dict[int, socket.socket] = {}  # worker pid -> agent connection
+        self.clients: set[socket.socket] = set()
+
+    def run(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        while True:
+            for key, _ in self.selector.select():
+                if key.data == "accept":
+                    conn, _ = self.listener.accept()
+                    if not _same_user(conn):  # it runs code on request: our uid only
+                        conn.close()
+                        continue
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+                    self.clients.add(conn)
+                    self.selector.register(conn, selectors.EVENT_READ, "client")
+                elif key.data == "sigchld":
+                    try:
+                        os.read(self.wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                else:
+                    self.handle(key.fileobj)  # type: ignore[arg-type]
+
+    def reap(self) -> None:
+        for pid in list(self.owner):
+            try:
+                info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                info = None
+            if info is None or info.si_pid != pid:
+                continue
+            _killpg(pid, signal.SIGKILL)  # sweep the group before the reap frees its id
+            _, status = os.waitpid(pid, 0)
+            code = os.waitstatus_to_exitcode(status)
+            conn = self.owner.pop(pid)
+            if conn in self.clients:
+                try:
+                    send_message(conn, {"op": "exit", "pid": pid, "exitcode": code})
+                except OSError:
+                    pass
+
+    def drop(self, conn: socket.socket) -> None:
+        """The agent is gone: its workers must follow."""
+        self.selector.unregister(conn)
+        self.clients.discard(conn)
+        conn.close()
+        for pid, owner in self.owner.items():
+            if owner is conn:
+                _killpg(pid, signal.SIGKILL)
+
+    def handle(self, conn: socket.socket) -> None:
+        try:
+            message, fds = recv_message(conn)
+        except (OSError, ValueError):
+            message, fds = None, []
+        if message is None:
+            self.drop(conn)
+            return
+        op = message.get("op")
+        if op == "spawn":
+            self.spawn(conn, message, fds)
+        elif op == "signal":
+            pid = int(message["pid"])
+            if self.owner.get(pid) is conn:  # only its own, never-reaped workers
+                _killpg(pid, int(message["sig"]))
+        else:
+            for fd in fds:
+                os.close(fd)
+            send_message(conn, {"op": "error", "id": message.get("id"), "message": f"unknown op {op!r}"})
+
+    def spawn(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in fds:
+                os.close(fd)
+            send_message(conn, {"op": "error", "id": request["id"], "message": f"fork failed: {e}"})
+            return
+        if pid == 0:
+            self.become_worker(request, fds)  # never returns
+        try:
+            os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        self.owner[pid] = conn
+        send_message(conn, {"op": "spawned", "id": request["id"], "pid": pid})
+
+    def become_worker(self, request: dict, fds: list[int]) -> None:
+        code = 1
+        try:
+            os.setpgid(0, 0)
+            from harness.procs._prctl import set_pdeathsig
+
+            set_pdeathsig(signal.SIGKILL)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd, target in zip(fds, (0, 1, 2)):
+                os.dup2(fd, target)
+            keep = set(range(3))
+            self.selector.close()
+            for sock in (self.listener, *self.clients):
+                sock.close()
+            for fd in (*fds, self.wake_r, self.wake_w):
+                if fd not in keep:
+                    _close(fd)
+            code = run_as_main(request)
+        except BaseException:  # the child must never return into the server loop
+            try:
+                traceback.print_exc()
+            finally:
+                code = 1
+        finally:
+            _exit_like_python(code)
+
+
+def _same_user(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+# ----------------------------------------------------------------------------------------
+# the worker side of a fork
+
+
+def _reset_stdio() -> None:
+    import io
+
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True, write_through=True)
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdin = sys.__stdin__ = stdin
+
+
+def _apply_threads(env: dict[str, str]) -> None:
+    threads = env.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit() and int(threads) > 0:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(int(threads))
+
+
+def run_as_main(request: dict) -> int:
+    """Run ``python -u [-m] target args`` semantics in this (forked) process."""
+    import runpy
+
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _reset_stdio()
+    _apply_threads(request["env"])
+    target, args, module = request["target"], request["args"], request["module"]
+    base_path = [p for p in request.get("sys_path", []) if p]
+    try:
+        if module:
+            sys.path[:] = [os.getcwd(), *base_path]
+            sys.argv = [target, *args]
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            sys.path[:] = [os.path.dirname(os.path.abspath(target)), *base_path]
+            sys.argv = [target, *args]
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as e:
+        return _system_exit_code(e)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        return 130
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _system_exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def _exit_like_python(code: int) -> None:
+    """What interpreter shutdown does that a worker can observe: join non-daemon threads,
+    run atexit handlers, flush stdio. Module teardown is skipped (torch's takes ~0.4 s)."""
+    try:
+        import threading
+
+        threading._shutdown()  # type: ignore[attr-defined]
+    except BaseException:
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+# ----------------------------------------------------------------------------------------
+# entry
+
+
+def serve(path: str, ready_fd: int | None = None) -> None:
+    """Import torch, listen on ``path``, then serve forever (dies with its parent)."""
+    from harness.procs._prctl import set_pdeathsig
+
+    set_pdeathsig(signal.SIGKILL)
+    import torch  # noqa: F401  the whole point: pay for it once
+    import torch.distributed  # noqa: F401
+
+    listener = make_socket()
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    _Zygote(listener).run()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -1,0 +1,269 @@
+"""The agent's side of the zygote: start or join one, ask it for workers, learn exits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from harness.errors import ElasticError
+from harness.procs._handles import WorkerProcess
+from harness.procs._prctl import die_with_parent
+from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message
+
+__all__ = ["Zygote", "ZygoteError", "ZygoteProcess", "python_target"]
+
+_START_TIMEOUT = 60.0
+_REPLY_TIMEOUT = 30.0
+
+
+class ZygoteError(ElasticError):
+    """The zygote could not be started, reached, or asked for a worker."""
+
+
+def python_target(argv: list[str]) -> tuple[str, list[str], bool] | None:
+    """``[python, -u, (-m) target, args...]`` -> (target, args, is_module); None when the
+    command is not a plain Python invocation the zygote can run (then exec it instead)."""
+    if len(argv) < 3 or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+        return None
+    rest = argv[1:]
+    if rest[0] != "-u":
+        return None
+    rest = rest[1:]
+    if rest and rest[0] == "-m":
+        return (rest[1], rest[2:], True) if len(rest) > 1 else None
+    if rest and not rest[0].startswith("-"):
+        return rest[0], rest[1:], False
+    return None
+
+
+_MAX_UNIX_PATH = 100  # sun_path holds 108 bytes
+
+
+def _socket_dir() -> str:
+    """A private 0700 dir whose socket path fits in sun_path (deep TMPDIRs do not)."""
+    for base in (tempfile.gettempdir(), "/tmp"):
+        directory = tempfile.mkdtemp(prefix="elastic_zygote_", dir=base)
+        if len(os.path.join(directory, "zygote.sock")) <= _MAX_UNIX_PATH:
+            os.chmod(directory, 0o700)
+            return directory
+        os.rmdir(directory)
+    raise ZygoteError("no temp dir short enough for a unix socket path; set TMPDIR=/tmp")
+
+
+class ZygoteServerProcess:
+    """A private zygote process, started by (and dying with) this process."""
+
+    def __init__(self) -> None:
+        self.directory = _socket_dir()
+        self.path = os.path.join(self.directory, "zygote.sock")
+        read_fd, write_fd = os.pipe()
+        parent = os.getpid()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys; from harness.procs._zygote import serve; serve(sys.argv[1], int(sys.argv[2]))",
+             self.path, str(write_fd)],
+            pass_fds=(write_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: die_with_parent(parent),
+        )
+        os.close(write_fd)
+        self._ready_fd = read_fd
+
+    def wait_ready(self, timeout: float = _START_TIMEOUT) -> None:
+        if self._ready_fd < 0:
+            return
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._ready_fd, selectors.EVENT_READ)
+            ready = sel.select(timeout)
+        data = os.read(self._ready_fd, 16) if ready else b""
+        os.close(self._ready_fd)
+        self._ready_fd = -1
+        if data != b"ready\n":
+            code = self.process.poll()
+            self.close()
+            if code is not None:
+                raise ZygoteError(f"the zygote exited with code {code} before it was ready "
+                                  "(its error is on stderr above)")
+            raise ZygoteError(f"the zygote was not ready within {timeout:g}s")
+
+    def close(self) -> None:
+        if self._ready_fd >= 0:
+            os.close(self._ready_fd)
+            self._ready_fd = -1
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+class Zygote:
+    """A connection to a zygote. ``Zygote.for_agent(env)`` joins the shared one named by
+    ``$HARNESS_ZYGOTE`` or starts a private one (started at once so its torch import
+    overlaps the agent's rendezvous)."""
+
+    def __init__(self, path: str, server: ZygoteServerProcess | None = None):
+        self.path = path
+        self._server = server
+        self._sock: socket.socket | None = None
+        self._exits: dict[int, int] = {}
+        self._next_id = 0
+
+    @classmethod
+    def for_agent(cls, env: dict[str, str] | Any) -> "Zygote":
+        shared = env.get(ZYGOTE_ENV)
+        if shared:
+            return cls(shared)
+        server = ZygoteServerProcess()
+        return cls(server.path, server)
+
+    def _connect(self) -> socket.socket:
+        if self._sock is None:
+            if self._server is not None:
+                self._server.wait_ready()
+            sock = make_socket()
+            try:
+                sock.connect(self.path)
+            except OSError as e:
+                sock.close()
+                raise ZygoteError(f"cannot reach the zygote at {self.path}: {e.strerror}") from None
+            self._sock = sock
+        return self._sock
+
+    def _read(self, timeout: float | None) -> dict | None:
+        sock = self._connect()
+        sock.settimeout(timeout)
+        try:
+            message, fds = recv_message(sock)
+        except socket.timeout:
+            return None
+        finally:
+            sock.settimeout(None)
+        for fd in fds:
+            os.close(fd)
+        if message is None:
+            raise ZygoteError(f"the zygote at {self.path} closed the connection")
+        if message.get("op") == "exit":
+            self._exits[int(message["pid"])] = int(message["exitcode"])
+        return message
+
+    def spawn(self, target: str, args: list[str], module: bool, env: dict[str, str],
+              stdio: tuple[int, int, int]) -> int:
+        self._next_id += 1
+        request = {"op": "spawn", "id": self._next_id, "target": target, "args": args,
+                   "module": module, "env": env, "cwd": os.getcwd(), "sys_path": sys.path[1:]}
+        send_message(self._connect(), request, list(stdio))
+        deadline = time.monotonic() + _REPLY_TIMEOUT
+        while True:
+            message = self._read(max(0.0, deadline - time.monotonic()))
+            if message is None:
+                raise ZygoteError(f"the zygote did not answer a spawn within {_REPLY_TIMEOUT:g}s")
+            if message.get("id") == self._next_id:
+                if message["op"] == "spawned":
+                    return int(message["pid"])
+                raise ZygoteError(f"the zygote could not start a worker: {message.get('message')}")
+
+    def exit_code(self, pid: int, timeout: float) -> int | None:
+        """The worker's exit code once the zygote reported it (waits up to ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while pid not in self._exits:
+            remaining = deadline - time.monotonic()
+            if remaining < 0 or self._read(remaining) is None:
+                break
+        return self._exits.pop(pid, None)
+
+    def signal(self, pid: int, sig: int) -> None:
+        send_message(self._connect(), {"op": "signal", "pid": pid, "sig": int(sig)})
+
+    def start_worker(self, local_rank: int, argv: list[str], env: dict[str, str],
+                     stdout: Any, stderr: Any) -> WorkerProcess:
+        """Start ``argv`` in the zygote when it is a plain Python run; else exec it."""
+        parsed = python_target(argv)
+        if parsed is None:
+            from harness.procs._handles import BinaryProcess
+
+            return BinaryProcess(local_rank, argv, env, stdout, stderr)
+        target, args, module = parsed
+        opened = []
+        try:
+            stdio = []
+            for handle, default in ((subprocess.DEVNULL, 0), (stdout, 1), (stderr, 2)):
+                if handle is None:
+                    stdio.append(default)
+                elif handle == subprocess.DEVNULL:
+                    fd = os.open(os.devnull, os.O_RDWR)
+                    opened.append(fd)
+                    stdio.append(fd)
+                elif isinstance(handle, int):
+                    stdio.append(handle)
+                else:
+                    stdio.append(handle.fileno())
+            pid = self.spawn(target, args, module, env, (stdio[0], stdio[1], stdio[2]))
+        finally:
+            for fd in opened:
+                os.close(fd)
+        return ZygoteProcess(local_rank, pid, self)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()  # the zygote kills whatever workers we still had
+            self._sock = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+class ZygoteProcess(WorkerProcess):
+    """A worker forked by the zygote; its exit code arrives over the zygote connection."""
+
+    _sweep_safe = False  # the zygote sweeps and reaps
+
+    def __init__(self, local_rank: int, pid: int, zygote: Zygote):
+        super().__init__(local_rank, pid)
+        self._zygote = zygote
+        try:
+            self._fd = os.pidfd_open(pid)
+            self._own_pipe = -1
+        except ProcessLookupError:  # already gone: hand out something already readable
+            self._fd, self._own_pipe = os.pipe()
+            os.write(self._own_pipe, b"x")
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def _exited_fd(self) -> bool:
+        import select
+
+        return bool(select.select([self._fd], [], [], 0)[0])
+
+    def poll(self) -> int | None:
+        if self.exitcode is None:
+            code = self._zygote.exit_code(self.pid, 0)
+            if code is None and self._exited_fd():
+                code = self._zygote.exit_code(self.pid, _REPLY_TIMEOUT)  # report is on its way
+            self.exitcode = code
+        return self.exitcode
+
+    def _reap(self) -> int:
+        raise NotImplementedError  # poll() is overridden
+
+    def signal_group(self, sig: int) -> None:
+        if self.exitcode is None:
+            self._zygote.signal(self.pid, sig)
+
+    def release(self) -> None:
+        for fd in (self._fd, self._own_pipe):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._own_pipe = -1

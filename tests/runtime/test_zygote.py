@@ -1,0 +1,120 @@
+"""--start-method=zygote: workers forked from a warm interpreter."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from harness.procs._zygote_client import Zygote, ZygoteServerProcess, python_target
+from tests.conftest import SCRIPTS, run_elastic
+
+
+def test_python_target_parsing():
+    py = sys.executable
+    assert python_target([py, "-u", "a.py", "x"]) == ("a.py", ["x"], False)
+    assert python_target([py, "-u", "-m", "pkg.mod", "y"]) == ("pkg.mod", ["y"], True)
+    assert python_target(["sh", "-c", "x"]) is None
+    assert python_target([py, "-X", "dev", "a.py"]) is None
+
+
+def test_env_argv_and_exit_codes_match_spawn():
+    for method in ("spawn", "zygote"):
+        out = run_elastic("--standalone", f"--start-method={method}", "--nproc-per-node=2",
+                          str(SCRIPTS / "env_dump.py"), "a", "--b")
+        assert out.returncode == 0, out.stderr
+        lines = sorted(l for l in out.stdout.splitlines() if l.startswith("ENV "))
+        assert len(lines) == 2 and all('"argv": ["a", "--b"]' in l for l in lines)
+
+
+def test_gloo_and_restart_reuse_the_zygote():
+    out = run_elastic("--standalone", "--start-method=zygote", "--nproc-per-node=2", "--max-restarts=2",
+                      str(SCRIPTS / "crash_once.py"))
+    assert out.returncode == 0, out.stderr
+    assert sorted(re.findall(r"SUM rank=(\d) attempt=1 value=2", out.stdout)) == ["0", "1"]
+
+
+def test_failure_report_and_module(tmp_path):
+    (tmp_path / "boom.py").write_text("import sys\nprint('argv0', sys.argv[0])\nraise SystemExit(4)\n")
+    out = run_elastic("--standalone", "--start-method=zygote", "-m", "boom", cwd=str(tmp_path))
+    assert out.returncode == 1
+    assert "exitcode  : 4" in out.stderr
+    assert f"argv0 {tmp_path / 'boom.py'}" in out.stdout
+
+
+def test_uncaught_exception_prints_traceback_and_exits_1(tmp_path):
+    script = tmp_path / "exc.py"
+    script.write_text("raise KeyError('zz')\n")
+    out = run_elastic("--standalone", "--start-method=zygote", str(script))
+    assert out.returncode == 1
+    assert "KeyError: 'zz'" in out.stderr and "exitcode  : 1" in out.stderr
+
+
+def test_omp_threads_applied_after_fork(tmp_path):
+    script = tmp_path / "threads.py"
+    script.write_text("import torch\nprint('THREADS', torch.get_num_threads())\n")
+    out = run_elastic("--standalone", "--start-method=zygote", "--nproc-per-node=2", str(script),
+                      env={"OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("THREADS 1") == 2
+
+
+def _read_pids(stream, count):
+    pids = []
+    while len(pids) < count:
+        line = stream.readline()
+        assert line, "agent ended early"
+        match = re.match(r"PID (\d+)", line)
+        if match:
+            pids.append(int(match.group(1)))
+    return pids
+
+
+def test_shared_zygote_kills_only_the_dead_agents_workers(tmp_path):
+    server = ZygoteServerProcess()
+    try:
+        server.wait_ready()
+        env = {**os.environ, "HARNESS_ZYGOTE": server.path, "TMPDIR": str(tmp_path)}
+        cmd = [sys.executable, "-m", "harness.run", "--standalone", "--start-method=zygote",
+               "--nproc-per-node=2", str(SCRIPTS / "sleeper.py")]
+        a = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+        b = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+        pids_a, pids_b = _read_pids(a.stdout, 2), _read_pids(b.stdout, 2)
+        for pid in pids_a + pids_b:  # forked by the zygote, not by the agents
+            assert psutil.Process(pid).ppid() == server.process.pid
+        a.kill()
+        a.wait()
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids_a if psutil.pid_exists(p)], timeout=5)
+        assert not alive
+        assert all(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids_b)
+        b.terminate()
+        assert b.wait(20) == 1
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids_b if psutil.pid_exists(p)], timeout=5)
+        assert not alive
+    finally:
+        for proc in (a, b):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        server.close()
+
+
+def test_zygote_dies_with_its_starter(tmp_path):
+    """A private zygote (and so its workers) go away when the agent is SIGKILLed."""
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "harness.run", "--standalone", "--start-method=zygote", "--nproc-per-node=2",
+         str(SCRIPTS / "sleeper.py")],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    pids = _read_pids(agent.stdout, 2)
+    zygote_pid = psutil.Process(pids[0]).ppid()
+    agent.kill()
+    agent.wait()
+    agent.stdout.close()
+    procs = [psutil.Process(p) for p in [*pids, zygote_pid] if psutil.pid_exists(p)]
+    _, alive = psutil.wait_procs(procs, timeout=5)
+    assert not alive
