@@ -1,0 +1,8 @@
+"""Writes half an error file and exits 1 (torch's agent crashes reading it)."""
+import os
+import sys
+
+print(f"ATTEMPT {os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
+    fp.write('{"message": {"message": "trunc')
+sys.exit(1)
