@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import pickle
 import selectors
 import signal
 import subprocess
@@ -117,9 +118,13 @@ class ProcessContext:
             if self.start_method == "zygote" and self._zygote is not None:
                 return self._zygote.start_worker(local_rank, argv, env, stdout, stderr)
             return BinaryProcess(local_rank, argv, env, stdout, stderr)
-        method = "spawn" if self.start_method == "zygote" else self.start_method
-        ctx = multiprocessing.get_context(method)
         return_path = os.path.join(self.logs.ranks[local_rank].directory, "return.pkl")
+        if self.start_method == "zygote" and self._zygote is not None:
+            payload = os.path.join(self.logs.ranks[local_rank].directory, "call.pkl")
+            with open(payload, "wb") as fp:
+                pickle.dump((self.entrypoint, args, return_path), fp)
+            return self._zygote.start_callable(local_rank, payload, env, stdout, stderr)
+        ctx = multiprocessing.get_context(self.start_method)
         streams = [_child_stream(stdout), _child_stream(stderr)]
         try:
             return CallableProcess(local_rank, ctx, self.entrypoint, args, env,

@@ -91,8 +91,16 @@ class WorkerProcess(abc.ABC):
             except PermissionError:
                 pass
 
+    return_path: str | None = None  # where a callable worker pickles its return value
+
     def return_value(self) -> Any:
-        return None
+        if self.return_path is None:
+            return None
+        try:
+            with open(self.return_path, "rb") as fp:
+                return pickle.load(fp)
+        except FileNotFoundError:
+            return None
 
     def release(self) -> None:
         """Close descriptors; call once the process is reaped."""
@@ -177,7 +185,7 @@ class CallableProcess(WorkerProcess):
 
     def __init__(self, local_rank: int, ctx: Any, fn: Callable[..., Any], args: tuple,
                  env: dict[str, str], stdout: Any, stderr: Any, return_path: str):
-        self._return_path = return_path
+        self.return_path = return_path
         self._direct_child = self._sweep_safe = ctx.get_start_method() != "forkserver"
         payload = {"agent_pid": os.getpid(), "direct_child": self._direct_child, "fn": fn, "args": args, "env": env,
                    "stdout": stdout, "stderr": stderr, "return_path": return_path}
@@ -197,13 +205,6 @@ class CallableProcess(WorkerProcess):
     def _reap(self) -> int:
         self._process.join()
         return self._process.exitcode
-
-    def return_value(self) -> Any:
-        try:
-            with open(self._return_path, "rb") as fp:
-                return pickle.load(fp)
-        except FileNotFoundError:
-            return None
 
     def release(self) -> None:
         self._process.close()

@@ -243,8 +243,24 @@ def _apply_threads(env: dict[str, str]) -> None:
             torch.set_num_threads(int(threads))
 
 
+def _run_callable(payload_path: str) -> None:
+    """Call a pickled ``(fn, args, return_path)`` under ``@record``; pickle its result."""
+    import pickle
+
+    from harness.errors import record
+
+    with open(payload_path, "rb") as fp:
+        fn, args, return_path = pickle.load(fp)
+    result = record(fn)(*args)
+    tmp = return_path + ".tmp"
+    with open(tmp, "wb") as fp:
+        pickle.dump(result, fp)
+    os.replace(tmp, return_path)
+
+
 def run_as_main(request: dict) -> int:
-    """Run ``python -u [-m] target args`` semantics in this (forked) process."""
+    """Run ``python -u [-m] target args`` semantics (or a pickled callable) in this
+    (forked) process."""
     import runpy
 
     os.chdir(request["cwd"])
@@ -253,9 +269,14 @@ def run_as_main(request: dict) -> int:
     _reset_stdio()
     _apply_threads(request["env"])
     target, args, module = request["target"], request["args"], request["module"]
-    base_path = [p for p in request.get("sys_path", []) if p]
+    agent_path = [p for p in request.get("sys_path", []) if p]
+    base_path = agent_path[1:]  # a script or module gets its own sys.path[0], as python does
     try:
-        if module:
+        if request.get("callable"):
+            sys.path[:] = agent_path  # unpickling finds the callable where the agent did
+            sys.argv = [sys.executable]
+            _run_callable(target)
+        elif module:
             sys.path[:] = [os.getcwd(), *base_path]
             sys.argv = [target, *args]
             runpy.run_module(target, run_name="__main__", alter_sys=True)

@@ -159,10 +159,11 @@ class Zygote:
         return message
 
     def spawn(self, target: str, args: list[str], module: bool, env: dict[str, str],
-              stdio: tuple[int, int, int]) -> int:
+              stdio: tuple[int, int, int], is_callable: bool = False) -> int:
         self._next_id += 1
         request = {"op": "spawn", "id": self._next_id, "target": target, "args": args,
-                   "module": module, "env": env, "cwd": os.getcwd(), "sys_path": sys.path[1:]}
+                   "module": module, "callable": is_callable, "env": env, "cwd": os.getcwd(),
+                   "sys_path": sys.path}
         send_message(self._connect(), request, list(stdio))
         deadline = time.monotonic() + _REPLY_TIMEOUT
         while True:
@@ -186,6 +187,13 @@ class Zygote:
     def signal(self, pid: int, sig: int) -> None:
         send_message(self._connect(), {"op": "signal", "pid": pid, "sig": int(sig)})
 
+    def start_callable(self, local_rank: int, payload_path: str, env: dict[str, str],
+                       stdout: Any, stderr: Any) -> WorkerProcess:
+        """Run the pickled ``(fn, args, return_path)`` at ``payload_path`` in a fork."""
+        proc = self._start(local_rank, (payload_path, [], False, True), env, stdout, stderr)
+        proc.return_path = os.path.join(os.path.dirname(payload_path), "return.pkl")
+        return proc
+
     def start_worker(self, local_rank: int, argv: list[str], env: dict[str, str],
                      stdout: Any, stderr: Any) -> WorkerProcess:
         """Start ``argv`` in the zygote when it is a plain Python run; else exec it."""
@@ -194,7 +202,11 @@ class Zygote:
             from harness.procs._handles import BinaryProcess
 
             return BinaryProcess(local_rank, argv, env, stdout, stderr)
-        target, args, module = parsed
+        return self._start(local_rank, (*parsed, False), env, stdout, stderr)
+
+    def _start(self, local_rank: int, what: tuple[str, list[str], bool, bool],
+               env: dict[str, str], stdout: Any, stderr: Any) -> WorkerProcess:
+        target, args, module, is_callable = what
         opened = []
         try:
             stdio = []
@@ -209,7 +221,7 @@ class Zygote:
                     stdio.append(handle)
                 else:
                     stdio.append(handle.fileno())
-            pid = self.spawn(target, args, module, env, (stdio[0], stdio[1], stdio[2]))
+            pid = self.spawn(target, args, module, env, (stdio[0], stdio[1], stdio[2]), is_callable)
         finally:
             for fd in opened:
                 os.close(fd)

@@ -82,3 +82,11 @@ def test_local_ranks_substitution():
     from harness.agent._local import _substitute_local_rank
 
     assert _substitute_local_rank(("--local-rank=${local_rank}", 3), 2) == ("--local-rank=2", 3)
+
+
+def test_callables_in_the_zygote():
+    values = elastic_launch(config(nproc_per_node=2, start_method="zygote", max_restarts=1),
+                            workers.crash_first_attempt)()
+    assert values == {0: "attempt 1", 1: "attempt 1"}
+    with pytest.raises(ChildFailedError, match="ValueError: rank one is broken"):
+        elastic_launch(config(start_method="zygote"), workers.fail_on_rank_one)()
