@@ -327,6 +327,24 @@ def _restore_handlers(previous: dict[signal.Signals, Any]) -> None:
 # -- main -------------------------------------------------------------------------------
 
 
+def run_with_signal_handlers(config: Any, cmd: Any, cmd_args: list[Any], prog: str) -> Any:
+    """Run the agent with termination signals turned into a clean stop; the RunResult, or
+    None after printing one line saying why there is none."""
+    from harness._launch import run_agent
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        previous = _install_handlers(_parse_signals(config.signals_to_handle))
+        return run_agent(config, cmd, cmd_args)
+    except SignalException as e:
+        print(f"{prog}: stopped by {e.sigval.name}; workers were stopped", file=sys.stderr)
+    except ElasticError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+    finally:
+        _restore_handlers(previous)
+    return None
+
+
 def _configure_logging() -> None:
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
     logging.basicConfig(level=getattr(logging, level, logging.WARNING),
@@ -352,25 +370,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``elastic-run``; returns (and exits with) torchrun's exit codes."""
     _configure_logging()
     args = parse_args(argv)
-    previous: dict[signal.Signals, Any] = {}
     try:
-        signals = _parse_signals(args.signals_to_handle)
         config, cmd, cmd_args = config_from_args(args)
-        from harness._launch import run_agent, _entrypoint_name
-
-        previous = _install_handlers(signals)
-        result = run_agent(config, cmd, cmd_args)
-    except ConfigError as e:
-        print(f"elastic-run: error: {e}", file=sys.stderr)
-        return 1
-    except SignalException as e:
-        print(f"elastic-run: stopped by {e.sigval.name}; workers were stopped", file=sys.stderr)
-        return 1
     except ElasticError as e:
         print(f"elastic-run: error: {e}", file=sys.stderr)
         return 1
-    finally:
-        _restore_handlers(previous)
+    from harness._launch import _entrypoint_name
+
+    result = run_with_signal_handlers(config, cmd, cmd_args, "elastic-run")
+    if result is None:
+        return 1
     if result.is_failed():
         error = ChildFailedError(_entrypoint_name(cmd, cmd_args), result.failures)
         _copy_root_cause(error)

@@ -38,7 +38,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _temp_trees() -> set[str]:
     tmp = tempfile.gettempdir()
-    return set(glob.glob(os.path.join(tmp, "elastic_*")))
+    zygote = getattr(sys.modules.get("harness.cluster"), "_zygote", None)
+    shared = {zygote.directory} if zygote is not None else set()
+    return set(glob.glob(os.path.join(tmp, "elastic_*"))) - shared
 
 
 @pytest.fixture(autouse=True)
@@ -66,9 +68,15 @@ def no_leaks():
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
+def _shared_zygote_pid() -> int | None:
+    cluster = sys.modules.get("harness.cluster")
+    zygote = getattr(cluster, "_zygote", None)
+    return zygote.process.pid if zygote is not None else None
+
+
 def _alive(proc: psutil.Process) -> bool:
     try:
-        if proc.status() == psutil.STATUS_ZOMBIE:
+        if proc.status() == psutil.STATUS_ZOMBIE or proc.pid == _shared_zygote_pid():
             return False
         return not any(h in " ".join(proc.cmdline()) for h in _MP_HELPERS)
     except psutil.NoSuchProcess:

@@ -145,11 +145,15 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._d_since.clear()
         self._pcontext.start()
         pids = self._pcontext.pids()
-        for worker in worker_group.workers:
-            self._events.emit("worker_start", local_rank=worker.local_rank,
-                              rank=worker.global_rank, world_size=worker.world_size,
-                              pid=pids[worker.local_rank], worker_pid=pids[worker.local_rank],
-                              restart_count=self.restart_count, round=self._round)
+        if self._events.enabled:
+            from harness.procs._handles import process_start_time
+
+            for worker in worker_group.workers:
+                pid = pids[worker.local_rank]
+                self._events.emit("worker_start", local_rank=worker.local_rank,
+                                  rank=worker.global_rank, world_size=worker.world_size,
+                                  worker_pid=pid, start_time=process_start_time(pid),
+                                  restart_count=self.restart_count, round=self._round)
         return pids
 
     # -- watch -------------------------------------------------------------------------

@@ -20,7 +20,8 @@ from typing import IO, Any, Callable
 
 from harness.procs._prctl import die_with_parent
 
-__all__ = ["WorkerProcess", "BinaryProcess", "CallableProcess", "process_state"]
+__all__ = ["WorkerProcess", "BinaryProcess", "CallableProcess", "process_state", "process_start_time",
+           "is_same_process"]
 
 
 def process_state(pid: int) -> str | None:
@@ -31,6 +32,23 @@ def process_state(pid: int) -> str | None:
     except OSError:
         return None
     return data[data.rfind(b")") + 2 : data.rfind(b")") + 3].decode()
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time (clock ticks since boot, /proc field 22): with the pid, a process identity
+    that survives pid reuse. None if the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fp:
+            data = fp.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def is_same_process(pid: int, start_time: int | None) -> bool:
+    """True if ``pid`` still names the process that had ``start_time``."""
+    return start_time is not None and process_start_time(pid) == start_time
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,50 @@
+"""One simulated node: an agent process started by ``Cluster`` (``python -m harness._node``).
+
+It runs the same agent as ``elastic-run`` (same signals, same exit codes) but takes its
+configuration as a pickle, so the entrypoint may be a picklable callable, and writes its
+``RunResult`` (return values included) to a file the harness reads.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["NodeSpec", "main"]
+
+
+@dataclass
+class NodeSpec:
+    """What a node process needs; pickled by the harness."""
+
+    config: Any  # harness._launch.LaunchConfig
+    entrypoint: Callable[..., Any] | str
+    args: list[Any] = field(default_factory=list)
+    result_path: str = ""
+
+
+def _write_result(path: str, result: Any) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as fp:
+        pickle.dump(result, fp)
+    os.replace(tmp, path)
+
+
+def main(spec_path: str) -> int:
+    from harness.run import _configure_logging, run_with_signal_handlers
+
+    _configure_logging()
+    with open(spec_path, "rb") as fp:
+        spec: NodeSpec = pickle.load(fp)
+    result = run_with_signal_handlers(spec.config, spec.entrypoint, spec.args, "node")
+    if result is None:
+        return 1
+    _write_result(spec.result_path, result)
+    return 1 if result.is_failed() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,85 @@
+"""Cluster/Job on single-node jobs: launch, faults, timeline, results, cleanup."""
+
+from __future__ import annotations
+
+import signal
+
+import psutil
+import pytest
+
+from harness import Cluster, WorkerState
+from tests.conftest import SCRIPTS
+from tests.runtime import workers
+
+
+def test_callable_job_return_values_and_timeline():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
+        job = cluster.launch(workers.crash_first_attempt)
+        result = job.wait(timeout=60)
+        assert result.state == WorkerState.SUCCEEDED
+        assert result.return_values == {0: "attempt 1", 1: "attempt 1"}
+        node = job.node_name(0)
+        assert job.timeline.states(node) == [
+            WorkerState.INIT, WorkerState.HEALTHY, WorkerState.FAILED, WorkerState.STOPPED,
+            WorkerState.HEALTHY, WorkerState.SUCCEEDED]
+        assert job.timeline.world_sizes() == [2, 2]
+        assert job.timeline.restart_counts() == {node: 1}
+
+
+def test_kill_worker_fault_recovers_and_is_recorded():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=30)
+        before = job.worker_pids(0)
+        job.kill_worker(node=0, local_rank=1)
+        job.wait_for_recovery(timeout=30)
+        job.wait_for_state(WorkerState.HEALTHY, timeout=30)
+        # a fresh set of workers; the old ones are gone
+        after = job.worker_pids(0)
+        assert set(after.values()).isdisjoint(before.values())
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "worker_kill" and fault.detection_latency is not None
+        assert fault.recovery_latency is not None and fault.recovery_latency >= fault.detection_latency
+        exits = job.timeline.events("worker_exit")
+        assert any(e["local_rank"] == 1 and e["exitcode"] == -signal.SIGKILL for e in exits)
+    for pid in list(before.values()) + list(after.values()):
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_restarts_exhausted_job_fails_with_root_cause():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(workers.fail_on_rank_one)
+        result = job.wait(timeout=60)
+        assert result.state == WorkerState.FAILED
+        assert list(result.failures) == [1]
+        assert "rank one is broken" in result.failures[1].summary()
+        assert result.exit_codes == {0: 1}
+
+
+def test_kill_agent_takes_its_workers():
+    with Cluster(nnodes=1, nproc_per_node=2) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=30)
+        pids = list(job.worker_pids(0).values())
+        job.kill_agent(0)
+        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids], timeout=10)
+        assert not alive
+        result = job.wait(timeout=10)
+        assert result.state == WorkerState.FAILED and result.run_results == {}
+
+
+def test_script_module_and_second_job_share_the_warm_zygote(tmp_path, monkeypatch):
+    (tmp_path / "tiny_mod.py").write_text("import os\nprint('MOD', os.environ['RANK'])\n")
+    monkeypatch.chdir(tmp_path)
+    with Cluster(nnodes=1, nproc_per_node=2) as cluster:
+        first = cluster.launch("tiny_mod", module=True).wait(timeout=60)
+        second = cluster.launch(str(SCRIPTS / "allreduce.py")).wait(timeout=60)
+        assert first.state == second.state == WorkerState.SUCCEEDED
+
+
+def test_bad_launch_arguments():
+    with Cluster(nnodes=1) as cluster:
+        with pytest.raises(ValueError, match="does not exist"):
+            cluster.launch("/no/such.py")
+        with pytest.raises(ValueError, match="nodes=3 must be in 1..1"):
+            cluster.launch(workers.rank_times, 1, nodes=3)
