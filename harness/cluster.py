@@ -25,7 +25,18 @@ from typing import Any, Callable
 from harness.agent import RunResult, WorkerState
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
+from harness.faults import (
+    ORDERS_ENV,
+    AtStep,
+    Fault,
+    Immediately,
+    ScheduledFault,
+    Trigger,
+    WorkerCrash,
+    write_exit_order,
+)
 from harness.procs._handles import is_same_process
+from harness.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.timeline import Timeline
 
 __all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
@@ -112,7 +123,8 @@ class Cluster:
                  rdzv_backend: str = "c10d", monitor_interval: float = 0.1,
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
-                 store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0):
+                 store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
+                 check_invariants: bool = True):
         from harness.run import parse_min_max_nnodes
 
         self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
@@ -131,6 +143,7 @@ class Cluster:
         self.store_host = store_host
         self.seed = seed
         self.exit_barrier_timeout = exit_barrier_timeout
+        self.check_invariants = check_invariants
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
         self.jobs: list[Job] = []
         self._names = _NameMaker(seed)
@@ -139,8 +152,9 @@ class Cluster:
     def __enter__(self) -> "Cluster":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        # an exception already on its way out stays the headline: then no invariant check
+        self.close(check_invariants=exc_type is None)
 
     def launch(self, entrypoint: Callable[..., Any] | str, *args: Any, nodes: int | None = None,
                module: bool = False) -> "Job":
@@ -163,17 +177,29 @@ class Cluster:
             raise
         return job
 
-    def close(self) -> None:
-        """End every job (SIGKILL what is left), then prove nothing survived."""
+    def close(self, check_invariants: bool = True) -> None:
+        """End every job (SIGKILL what is left), prove nothing survived (no process, no
+        FIFO), then check every job's invariants (raises ``InvariantViolation``)."""
         if self._closed:
             return
         self._closed = True
         leaks: list[str] = []
+        finished = {id(job): job.finished() for job in self.jobs}
         for job in self.jobs:
             leaks.extend(job.terminate())
+        leaks.extend(f"FIFO {path}" for path in _fifos(self.directory))
+        violations = []
+        if check_invariants and self.check_invariants:
+            for job in self.jobs:
+                problems = job.invariant_problems(finished[id(job)])
+                if problems:
+                    violations.append((job, problems))
         shutil.rmtree(self.directory, ignore_errors=True)
         if leaks:
             raise ClusterLeakError("still alive after close(): " + ", ".join(leaks))
+        if violations:
+            job, problems = violations[0]
+            raise InvariantViolation(problems, job.timeline)
 
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "
@@ -217,9 +243,12 @@ class Job:
         open(self.events_path, "ab").close()
         self.timeline = Timeline(self.events_path)
         self.nodes: dict[int, NodeProcess] = {}
+        self.orders_dir = os.path.join(self.directory, "orders")
+        os.makedirs(self.orders_dir)
         self._harness_events = EventWriter(self.events_path, "harness", self.run_id)
         self._rdzv: dict[str, Any] | None = None
         self._store: Any = None
+        self._scheduler: _Scheduler | None = None
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -268,7 +297,7 @@ class Job:
         with open(spec_path, "wb") as fp:
             pickle.dump(spec, fp)
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: name,
-               "TMPDIR": os.path.join(directory, "tmp")}
+               ORDERS_ENV: self.orders_dir, "TMPDIR": os.path.join(directory, "tmp")}
         env.pop("TORCHELASTIC_ERROR_FILE", None)
         if cluster.nproc_per_node > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
@@ -325,14 +354,20 @@ class Job:
         states = self.timeline.states(self._node(node).name)
         return states[-1] if states else None
 
+    def in_state(self, state: WorkerState, node: int | None = None) -> bool:
+        """Is ``node`` (default: every running node) in ``state`` now (with live workers
+        when the state is HEALTHY)?"""
+        targets = [node] if node is not None else [i for i, n in self.nodes.items() if n.alive()]
+        if not targets or not all(self._latest_state(i) == state for i in targets):
+            return False
+        return state != WorkerState.HEALTHY or all(self.worker_pids(i) for i in targets)
+
     def wait_for_state(self, state: WorkerState, timeout: float = 30, node: int | None = None) -> None:
         """Block until ``node`` (default: every running node) is in ``state``."""
         deadline = time.monotonic() + timeout
         while True:
-            targets = [node] if node is not None else [i for i, n in self.nodes.items() if n.alive()]
-            if targets and all(self._latest_state(i) == state for i in targets):
-                if state != WorkerState.HEALTHY or all(self.worker_pids(i) for i in targets):
-                    return
+            if self.in_state(state, node):
+                return
             if time.monotonic() > deadline:
                 current = {self.nodes[i].name: getattr(self._latest_state(i), "value", None) for i in self.nodes}
                 raise TimeoutError(f"nodes did not reach {state.value} within {timeout:g}s "
@@ -343,6 +378,11 @@ class Job:
         """Block until the job recovered from the last fault (every disturbed node
         HEALTHY again, or finished); returns the recovery latency in seconds."""
         deadline = time.monotonic() + timeout
+        while self.pending_faults():  # scheduled faults fire first
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"scheduled faults never fired within {timeout:g}s: "
+                                   f"{[e.describe() for e in self.pending_faults()]}")
+            time.sleep(0.01)
         while True:
             faults = self.timeline.faults()
             if not faults:
@@ -367,6 +407,45 @@ class Job:
         pid = pids[local_rank]
         os.kill(pid, sig)
         return pid
+
+    def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
+        """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""
+        self.schedule([ScheduledFault(fault, trigger or Immediately())])
+
+    def schedule(self, entries: list[ScheduledFault]) -> None:
+        """Arm a list of scheduled faults; a background thread fires each when due."""
+        for entry in entries:
+            crash = entry.fault
+            if isinstance(crash, WorkerCrash) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
+                # exact (rank, step) crashes are left as orders the worker obeys itself
+                self._fault("worker_exit_order", rank=entry.trigger.rank, step=entry.trigger.step,
+                            exit_code=crash.exit_code)
+                write_exit_order(self.orders_dir, entry.trigger.rank, crash.exit_code, entry.trigger.step)
+                continue
+            if self._scheduler is None:
+                self._scheduler = _Scheduler(self)
+            self._scheduler.add(entry)
+
+    def pending_faults(self) -> list[ScheduledFault]:
+        return self._scheduler.pending() if self._scheduler else []
+
+    def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
+        """The worker exits with ``exit_code`` at its next ``report_step``."""
+        starts = self._latest_starts(node)
+        if local_rank not in starts:
+            raise ConfigError("local_rank", local_rank, f"has no worker on node {node}")
+        rank = starts[local_rank]["rank"]
+        self._fault("worker_exit_order", target_node=self.node_name(node), local_rank=local_rank,
+                    rank=rank, exit_code=exit_code)
+        write_exit_order(self.orders_dir, rank, exit_code)
+
+    def kill_store_host(self) -> None:
+        """The process hosting the rendezvous store dies."""
+        if self._store is None:
+            raise ConfigError("store_host", self.cluster.store_host,
+                              "has no separate store process to lose in this job")
+        self._fault("store_host_loss")
+        self._store.kill()
 
     def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
         """The worker dies of ``sig``; its agent must notice and restart the group."""
@@ -426,6 +505,24 @@ class Job:
                                    f"{node.name} still running\n{self.timeline.format()}") from None
         return self.result()
 
+    def finished(self) -> bool:
+        """Every node agent ended on its own."""
+        return bool(self.nodes) and all(not n.alive() for n in self.nodes.values())
+
+    def invariant_problems(self, finished: bool | None = None) -> list[str]:
+        """The invariants this job broke so far (see harness.invariants)."""
+        done = self.finished() if finished is None else finished
+        facts = JobFacts(max_restarts=self.cluster.max_restarts,
+                         nproc_per_node=self.cluster.nproc_per_node, finished=done,
+                         succeeded=(self.result().state == WorkerState.SUCCEEDED) if done else None)
+        return check_timeline(self.timeline, facts)
+
+    def check_invariants(self) -> None:
+        """Raise ``InvariantViolation`` (with the timeline) if any invariant is broken."""
+        problems = self.invariant_problems()
+        if problems:
+            raise InvariantViolation(problems, self.timeline)
+
     def result(self) -> JobResult:
         run_results = {i: r for i, n in self.nodes.items() if (r := n.result()) is not None}
         exit_codes = {i: n.popen.poll() for i, n in self.nodes.items()}
@@ -443,6 +540,8 @@ class Job:
         """SIGKILL whatever is still running; returns descriptions of what would not die."""
         import psutil
 
+        if self._scheduler is not None:
+            self._scheduler.stop()
         victims: list[psutil.Process] = []
         for index, node in self.nodes.items():
             for start in self.timeline.events("worker_start", node.name):
@@ -463,6 +562,62 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(run_id={self.run_id}, nodes={[n.name for n in self.nodes.values()]})"
+
+
+class _Scheduler:
+    """Fires scheduled faults when their triggers are met (one thread per job)."""
+
+    def __init__(self, job: Job):
+        import threading
+
+        self._job = job
+        self._entries: list[tuple[ScheduledFault, float]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name=f"faults-{job.run_id}", daemon=True)
+        self._thread.start()
+
+    def add(self, entry: ScheduledFault) -> None:
+        with self._lock:
+            self._entries.append((entry, time.monotonic()))
+
+    def pending(self) -> list[ScheduledFault]:
+        with self._lock:
+            return [entry for entry, _ in self._entries]
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            with self._lock:
+                due = [(e, t) for e, t in self._entries if e.trigger.ready(self._job, t, now)]
+                self._entries = [(e, t) for e, t in self._entries if (e, t) not in due]
+            for entry, _ in due:
+                try:
+                    entry.fault.apply(self._job)
+                except Exception as e:  # a fault that cannot fire is reported, not fatal
+                    self.errors.append(f"{entry.describe()}: {e}")
+                    self._job._harness_events.emit("fault_error", description=entry.describe(),
+                                                   error=str(e))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _fifos(directory: str) -> list[str]:
+    import stat
+
+    found = []
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            try:
+                if stat.S_ISFIFO(os.lstat(path).st_mode):
+                    found.append(path)
+            except OSError:
+                continue
+    return found
 
 
 def _add_process(into: list, pid: int) -> None:

@@ -6,14 +6,38 @@ import os
 
 from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
 
+ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.faults.ORDERS_ENV (kept import-light)
+
 __all__ = ["report_step"]
 
 _writer: EventWriter | None = None
 _writer_pid: int | None = None
 
 
+def _obey_orders(rank: int, step: int) -> None:
+    """Exit now if the harness left an exit-code order for this rank at this step."""
+    orders = os.environ.get(ORDERS_ENV)
+    if not orders:
+        return
+    for name in (f"{rank}.{step}", f"{rank}.any"):
+        path = os.path.join(orders, name)
+        try:
+            with open(path) as fp:
+                code = int(fp.read().strip() or 1)
+            os.unlink(path)
+        except (FileNotFoundError, ValueError):
+            continue
+        import sys
+
+        print(f"[harness] rank {rank}: exiting with code {code} at step {step} (injected)",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+
+
 def report_step(step: int, **fields: object) -> None:
-    """Record that this worker reached training ``step`` (a no-op outside the harness)."""
+    """Record that this worker reached training ``step`` (a no-op outside the harness);
+    obey an injected exit-code crash for this (rank, step)."""
     global _writer, _writer_pid
     path = os.environ.get(EVENTS_ENV)
     if not path:
@@ -21,6 +45,7 @@ def report_step(step: int, **fields: object) -> None:
     if _writer is None or _writer_pid != os.getpid():  # re-open after a fork
         _writer = EventWriter(path, os.environ.get(NODE_ENV, "?"), os.environ.get("TORCHELASTIC_RUN_ID", ""))
         _writer_pid = os.getpid()
-    _writer.emit("step", step=int(step), rank=int(os.environ.get("RANK", -1)),
-                 local_rank=int(os.environ.get("LOCAL_RANK", -1)),
+    rank = int(os.environ.get("RANK", -1))
+    _writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                  restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
+    _obey_orders(rank, int(step))

@@ -1,0 +1,152 @@
+"""Invariants every elastic job must keep, checked on its timeline.
+
+A violation raises ``InvariantViolation`` whose message lists every broken invariant and
+then prints the timeline, so the failure explains itself.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from harness.agent import WorkerState
+from harness.errors import ElasticError
+from harness.timeline import Timeline
+
+__all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS", "listening_ports"]
+
+S = WorkerState
+#: the agent's state machine (seeds): what may follow what for one node's worker group
+LEGAL_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
+    S.INIT: frozenset({S.HEALTHY, S.FAILED, S.UNKNOWN}),
+    S.HEALTHY: frozenset({S.UNHEALTHY, S.FAILED, S.SUCCEEDED, S.STOPPED, S.UNKNOWN}),
+    S.UNHEALTHY: frozenset({S.HEALTHY, S.FAILED, S.SUCCEEDED, S.STOPPED, S.UNKNOWN}),
+    S.FAILED: frozenset({S.STOPPED, S.UNKNOWN}),
+    S.STOPPED: frozenset({S.HEALTHY, S.FAILED, S.UNKNOWN}),
+    S.SUCCEEDED: frozenset(),
+    S.UNKNOWN: frozenset(),
+}
+
+#: faults after which a node's agent is gone and cannot report its workers' exits
+_AGENT_LOSING_FAULTS = {"agent_kill", "node_kill"}
+#: faults that are plain worker failures: each costs exactly one restart
+_WORKER_FAILURES = {"worker_kill", "worker_exit_order"}
+
+
+class InvariantViolation(ElasticError):
+    """An elastic invariant was broken; the message carries the timeline."""
+
+    def __init__(self, violations: list[str], timeline: Timeline):
+        self.violations = violations
+        text = "\n".join(f"  - {v}" for v in violations)
+        super().__init__(f"{len(violations)} invariant(s) violated:\n{text}\n"
+                         f"timeline:\n{timeline.format()}")
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the checker needs to know about the job beyond its events."""
+
+    max_restarts: int
+    nproc_per_node: int
+    finished: bool = False
+    succeeded: bool | None = None
+
+
+def _check_transitions(timeline: Timeline, problems: list[str]) -> None:
+    for node in timeline.nodes():
+        states = timeline.states(node)
+        for before, after in zip(states, states[1:]):
+            if after not in LEGAL_TRANSITIONS[before]:
+                problems.append(f"{node}: illegal transition {before.value} -> {after.value}")
+        if states and states[0] != S.INIT:
+            problems.append(f"{node}: first state is {states[0].value}, not INIT")
+
+
+def _rounds(timeline: Timeline) -> dict[int, list[dict]]:
+    by_round: dict[int, list[dict]] = defaultdict(list)
+    for start in timeline.events("worker_start"):
+        by_round[start.get("round", 0)].append(start)
+    return by_round
+
+
+def _check_ranks(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:
+    for rnd, starts in sorted(_rounds(timeline).items()):
+        ranks = sorted(s["rank"] for s in starts)
+        sizes = {s["world_size"] for s in starts}
+        if len(sizes) != 1:
+            problems.append(f"round {rnd}: workers disagree on WORLD_SIZE {sorted(sizes)}")
+            continue
+        world = sizes.pop()
+        per_node: dict[str, int] = defaultdict(int)
+        for s in starts:
+            per_node[s["node"]] += 1
+        if ranks != list(range(world)):
+            problems.append(f"round {rnd}: ranks {ranks} are not unique and contiguous 0..{world - 1}")
+        if sum(per_node.values()) != world:
+            problems.append(f"round {rnd}: WORLD_SIZE={world} but local world sizes sum to "
+                            f"{sum(per_node.values())} ({dict(per_node)})")
+
+
+def _check_no_overlap(timeline: Timeline, problems: list[str]) -> None:
+    """No worker of an older round is alive once a newer round's workers start."""
+    agent_lost = {f.get("target_node") for f in timeline.events("fault")
+                  if f.get("fault") in _AGENT_LOSING_FAULTS}
+    exits = {(e["node"], e.get("worker_pid")): e["mono"] for e in timeline.events("worker_exit")}
+    rounds = _rounds(timeline)
+    for rnd in sorted(rounds):
+        first_start = min(s["mono"] for s in rounds[rnd])
+        for older in (r for r in rounds if r < rnd):
+            for start in rounds[older]:
+                if start["node"] in agent_lost:
+                    continue
+                ended = exits.get((start["node"], start["worker_pid"]))
+                if ended is None or ended > first_start:
+                    problems.append(
+                        f"round {rnd} started while {start['node']} rank {start['rank']} "
+                        f"(pid {start['worker_pid']}) of round {older} was still alive")
+
+
+def _check_restarts(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:
+    for node, count in timeline.restart_counts().items():
+        if count > facts.max_restarts:
+            problems.append(f"{node}: {count} restarts > max_restarts={facts.max_restarts}")
+
+
+def _check_outcome(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:
+    if not facts.finished or facts.succeeded is None:
+        return
+    faults = timeline.events("fault")
+    failures = [f for f in faults if f.get("fault") in _WORKER_FAILURES]
+    if len(failures) != len(faults):
+        return  # agent, node or hang faults: the outcome depends on more than restarts
+    if len(failures) < facts.max_restarts and not facts.succeeded:
+        problems.append(f"job failed with {len(failures)} injected worker failure(s) although "
+                        f"max_restarts={facts.max_restarts} allows more")
+
+
+def check_timeline(timeline: Timeline, facts: JobFacts) -> list[str]:
+    """Every broken invariant, as readable sentences (empty: all held)."""
+    problems: list[str] = []
+    _check_transitions(timeline, problems)
+    _check_ranks(timeline, facts, problems)
+    _check_no_overlap(timeline, problems)
+    _check_restarts(timeline, facts, problems)
+    _check_outcome(timeline, facts, problems)
+    return problems
+
+
+def listening_ports() -> set[int]:
+    """TCP ports in LISTEN state on this machine (from /proc: no privileges needed)."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fp:
+                next(fp)
+                for line in fp:
+                    fields = line.split()
+                    if fields[3] == "0A":  # TCP_LISTEN
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except FileNotFoundError:
+            continue
+    return ports

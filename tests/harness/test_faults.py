@@ -1,0 +1,72 @@
+"""Faults as data, each trigger kind; each test checks the fault fired and the recovery."""
+
+from __future__ import annotations
+
+import signal
+
+import psutil
+
+from harness import Cluster, WorkerState
+from harness.faults import After, AtStep, OnState, WorkerCrash, WorkerHang
+from tests.conftest import SCRIPTS
+
+STEPPER = str(SCRIPTS / "stepper.py")
+
+
+def test_exit_code_crash_at_exact_rank_and_step():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
+        job = cluster.launch(STEPPER, "8", "0.02")
+        job.inject(WorkerCrash(exit_code=3), AtStep(step=4, rank=1))
+        result = job.wait(timeout=60)
+        assert result.state == WorkerState.SUCCEEDED
+        exits = [e for e in job.timeline.events("worker_exit") if e["exitcode"] == 3]
+        assert [(e["rank"], e["restart_count"]) for e in exits] == [(1, 0)]
+        steps = [e["step"] for e in job.timeline.steps(rank=1) if e["restart_count"] == 0]
+        assert max(steps) == 4  # crashed at step 4, not before, not after
+        assert job.timeline.restart_counts()[job.node_name(0)] == 1
+
+
+def test_signal_crash_on_state_trigger():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+        job = cluster.launch(STEPPER, "40", "0.02")
+        job.inject(WorkerCrash(local_rank=0, sig=int(signal.SIGTERM)), OnState(WorkerState.HEALTHY))
+        job.wait_for_recovery(timeout=30)
+        result = job.wait(timeout=60)
+        assert result.state == WorkerState.SUCCEEDED
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "worker_kill" and fault["sig"] == signal.SIGTERM
+        assert any(e["exitcode"] == -signal.SIGTERM for e in job.timeline.events("worker_exit"))
+        assert not job.pending_faults()
+
+
+def test_hang_after_delay_stops_the_worker():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY)
+        pid = job.worker_pids(0)[1]
+        job.inject(WorkerHang(local_rank=1), After(0.2))
+        deadline = __import__("time").monotonic() + 10
+        while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+            assert __import__("time").monotonic() < deadline, "worker never stopped"
+            __import__("time").sleep(0.02)
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "worker_hang" and fault.recovery_latency is None
+        assert job.in_state(WorkerState.HEALTHY)  # stuck, not dead: the agent cannot tell
+
+
+def test_exit_order_at_next_step():
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
+        job = cluster.launch(STEPPER, "30", "0.02")
+        job.inject(WorkerCrash(exit_code=9), OnState(WorkerState.HEALTHY))
+        assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
+        assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 9
+
+
+def test_fault_that_cannot_fire_is_reported():
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "50", "0.02")
+        job.inject(WorkerCrash(local_rank=7), OnState(WorkerState.HEALTHY))
+        job.wait(timeout=60)
+        assert not job.pending_faults()
+        [error] = job.timeline.events("fault_error")
+        assert "local_rank=7" in error["error"]

@@ -1,0 +1,85 @@
+"""The invariant checker catches deliberately broken timelines."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.invariants import InvariantViolation, JobFacts, check_timeline
+from harness.timeline import Timeline
+
+FACTS = JobFacts(max_restarts=1, nproc_per_node=2)
+
+
+def write(tmp_path, events):
+    path = tmp_path / "events.jsonl"
+    lines = []
+    for i, e in enumerate(events):
+        lines.append(json.dumps({"ts": i, "mono": float(i), "pid": 1, "run_id": "r", **e}))
+    path.write_text("\n".join(lines) + "\n")
+    return Timeline(str(path))
+
+
+def state(node, s):
+    return {"node": node, "kind": "state", "state": s}
+
+
+def start(node, rank, rnd, pid, world=2, local=None):
+    return {"node": node, "kind": "worker_start", "rank": rank, "local_rank": rank if local is None else local,
+            "round": rnd, "worker_pid": pid, "world_size": world, "restart_count": rnd}
+
+
+def exit_(node, pid, code=0):
+    return {"node": node, "kind": "worker_exit", "worker_pid": pid, "exitcode": code}
+
+
+def good_events():
+    return [state("a", "INIT"), start("a", 0, 0, 10), start("a", 1, 0, 11), state("a", "HEALTHY"),
+            exit_("a", 11, 1), state("a", "FAILED"), exit_("a", 10, -15), state("a", "STOPPED"),
+            start("a", 0, 1, 20), start("a", 1, 1, 21), state("a", "HEALTHY"),
+            exit_("a", 20), exit_("a", 21), state("a", "SUCCEEDED")]
+
+
+def test_a_good_timeline_passes(tmp_path):
+    assert check_timeline(write(tmp_path, good_events()), FACTS) == []
+
+
+def test_illegal_transition(tmp_path):
+    events = good_events()
+    events.insert(4, state("a", "SUCCEEDED"))  # HEALTHY -> SUCCEEDED -> FAILED
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("illegal transition SUCCEEDED -> FAILED" in p for p in problems)
+
+
+def test_duplicate_and_gapped_ranks(tmp_path):
+    events = [state("a", "INIT"), start("a", 0, 0, 10), start("b", 0, 0, 11)]
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("not unique and contiguous" in p for p in problems)
+
+
+def test_old_round_worker_alive_when_new_round_starts(tmp_path):
+    events = good_events()
+    events = [e for e in events if not (e["kind"] == "worker_exit" and e["worker_pid"] == 10)]
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("pid 10" in p and "still alive" in p for p in problems)
+
+
+def test_too_many_restarts(tmp_path):
+    events = good_events() + [start("a", 0, 2, 30)]
+    events[-1]["restart_count"] = 2
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("2 restarts > max_restarts=1" in p for p in problems)
+
+
+def test_failed_job_with_restarts_left(tmp_path):
+    events = good_events()[:6] + [{"node": "harness", "kind": "fault", "fault": "worker_kill"}]
+    facts = JobFacts(max_restarts=3, nproc_per_node=2, finished=True, succeeded=False)
+    problems = check_timeline(write(tmp_path, events), facts)
+    assert any("job failed with 1 injected worker failure" in p for p in problems)
+
+
+def test_violation_message_prints_the_timeline(tmp_path):
+    timeline = write(tmp_path, good_events())
+    error = InvariantViolation(["something broke"], timeline)
+    assert "something broke" in str(error) and "worker_start" in str(error)
