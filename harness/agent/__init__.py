@@ -9,12 +9,14 @@ from harness.agent._api import (
     WorkerSpec,
     WorkerState,
 )
+from harness.agent._health import HealthCheckServer, create_healthcheck_server
 from harness.agent._local import LocalElasticAgent
 from harness.agent._simple import SimpleElasticAgent
 
 __all__ = [
     "DEFAULT_ROLE",
     "ElasticAgent",
+    "HealthCheckServer",
     "LocalElasticAgent",
     "RunResult",
     "SimpleElasticAgent",
@@ -22,4 +24,5 @@ __all__ = [
     "WorkerGroup",
     "WorkerSpec",
     "WorkerState",
+    "create_healthcheck_server",
 ]

@@ -24,6 +24,8 @@ WORKER_IDENTICAL_ENV = "TORCH_ELASTIC_WORKER_IDENTICAL"
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+HEALTH_CHECK_PORT_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
+HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class AgentEnv:
     identical_workers: bool
     log_line_prefix_template: str | None
     uninterruptible_state_timeout: float | None
+    health_check_port: int | None
 
     @classmethod
     def resolve(cls, env: Mapping[str, str] | None) -> "AgentEnv":
@@ -43,7 +46,11 @@ class AgentEnv:
             d_timeout = float(timeout) if timeout else None
         except ValueError:
             raise ConfigError(UNINTERRUPTIBLE_TIMEOUT_ENV, timeout, "must be a number of seconds") from None
+        port_text = base.get(HEALTH_CHECK_PORT_ENV)
+        if port_text and not port_text.isdigit():
+            raise ConfigError(HEALTH_CHECK_PORT_ENV, port_text, "must be a port number")
         return cls(
+            health_check_port=int(port_text) if port_text else None,
             base=base,
             identical_workers=base.get(WORKER_IDENTICAL_ENV, "0") == "1",
             log_line_prefix_template=base.get(LOG_LINE_PREFIX_ENV) or None,
@@ -82,6 +89,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._start_method = start_method
         self._log_line_prefix_template = log_line_prefix_template or self._env.log_line_prefix_template
         self._d_timeout = uninterruptible_state_timeout or self._env.uninterruptible_state_timeout
+        if health_check_server is None and self._env.health_check_port is not None:
+            from harness.agent._health import HealthCheckServer
+
+            health_check_server = HealthCheckServer(self.last_progress, self._env.health_check_port,
+                                                    HEALTH_CHECK_TIMEOUT)
         self._health_check_server = health_check_server
         self._owns_zygote = zygote is None and start_method == "zygote"
         if self._owns_zygote:
@@ -93,6 +105,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._reported_exits: set[int] = set()
         self._d_since: dict[int, float] = {}
         self._use_agent_store = False
+        self._health_started = False
 
     # -- start -------------------------------------------------------------------------
 
@@ -131,6 +144,9 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
         spec = worker_group.spec
+        if self._health_check_server is not None and not self._health_started:
+            self._health_check_server.start()
+            self._health_started = True
         logs = self._logs_specs.reify(
             spec.rdzv_handler.get_run_id(), self.restart_count, spec.role,
             {w.local_rank: w.global_rank for w in worker_group.workers},
@@ -222,6 +238,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         try:
             self._close_workers(death_sig)
         finally:
+            if self._health_started:
+                self._health_check_server.stop()
+                self._health_started = False
             if self._owns_zygote and self._zygote is not None:
                 self._zygote.close()
                 self._zygote = None

@@ -52,6 +52,7 @@ class SimpleElasticAgent(ElasticAgent):
         self._events = events or NullEventWriter()
         self._round = -1
         self._total_execution_time = 0.0
+        self._last_progress = time.monotonic()
 
     # -- the contract subclasses fill --------------------------------------------------
 
@@ -159,6 +160,7 @@ class SimpleElasticAgent(ElasticAgent):
         self._initialize_workers(group)
         while True:
             self._wait_for_change(group, spec.monitor_interval)
+            self._last_progress = time.monotonic()
             result = self._monitor_workers(group)
             state = result.state
             if state == WorkerState.SUCCEEDED:
@@ -194,6 +196,15 @@ class SimpleElasticAgent(ElasticAgent):
             self._set_state(state)
             raise ElasticError(f"[{role}] worker group is in state {state.value}; giving up")
 
+    def last_progress(self) -> float:
+        """Monotonic time the control loop last made progress (the health check reads it;
+        the exit barrier counts as progress)."""
+        if self._in_exit_barrier:
+            return time.monotonic()
+        return self._last_progress
+
+    _in_exit_barrier = False
+
     def _exit_barrier(self) -> None:
         """Wait (bounded) until every node is done, so no node's store vanishes early."""
         group = self._worker_group
@@ -202,6 +213,7 @@ class SimpleElasticAgent(ElasticAgent):
         if store is None or size <= 1:
             return
         started = time.monotonic()
+        self._in_exit_barrier = True
         try:
             from harness.rendezvous._barrier import store_barrier
 
@@ -209,3 +221,5 @@ class SimpleElasticAgent(ElasticAgent):
         except Exception as e:  # a dead peer must not turn a success into a crash
             log.warning("exit barrier did not complete after %.1fs: %s",
                         time.monotonic() - started, e)
+        finally:
+            self._in_exit_barrier = False

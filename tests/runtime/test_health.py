@@ -1,0 +1,73 @@
+"""HealthCheckServer: healthy while the agent loop progresses, 503 when it stalls."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from harness.agent import HealthCheckServer
+from harness.errors import ConfigError
+from tests.conftest import SCRIPTS
+
+
+def get(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_status_follows_progress_with_a_fake_clock():
+    now = [100.0]
+    progress = [100.0]
+    server = HealthCheckServer(lambda: progress[0], port=0, timeout=5, clock=lambda: now[0])
+    server.start()
+    try:
+        assert get(server.port)[0] == 200
+        now[0] = 104.9
+        assert get(server.port)[0] == 200
+        now[0] = 105.1
+        status, body = get(server.port)
+        assert status == 503 and body["healthy"] is False and body["seconds_since_progress"] == pytest.approx(5.1)
+        progress[0] = 105.0
+        assert get(server.port)[0] == 200
+    finally:
+        server.stop()
+
+
+def test_bad_port():
+    with pytest.raises(ConfigError, match="port=70000"):
+        HealthCheckServer(lambda: 0.0, port=70000, timeout=1)
+
+
+def test_agent_serves_health_when_asked(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agent = subprocess.Popen([sys.executable, "-m", "harness.run", "--standalone", str(SCRIPTS / "sleeper.py")],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TORCHELASTIC_HEALTH_CHECK_PORT": str(port)})
+    try:
+        assert agent.stdout.readline().startswith("PID")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                status, body = get(port)
+                break
+            except (ConnectionRefusedError, urllib.error.URLError):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert status == 200 and body["healthy"] is True
+    finally:
+        agent.terminate()
+        agent.wait(20)
+        agent.stdout.close()
