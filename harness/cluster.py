@@ -124,7 +124,7 @@ class Cluster:
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
-                 check_invariants: bool = True):
+                 check_invariants: bool = True, chaos: Any = None):
         from harness.run import parse_min_max_nnodes
 
         self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
@@ -144,6 +144,7 @@ class Cluster:
         self.seed = seed
         self.exit_barrier_timeout = exit_barrier_timeout
         self.check_invariants = check_invariants
+        self.chaos = chaos  # harness.chaos.ChaosConfig: a seeded fault schedule per job
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
         self.jobs: list[Job] = []
         self._names = _NameMaker(seed)
@@ -175,7 +176,24 @@ class Cluster:
         except BaseException:
             job.terminate()
             raise
+        if self.chaos is not None:
+            self._unleash_chaos(job, count)
         return job
+
+    def _unleash_chaos(self, job: "Job", count: int) -> None:
+        from harness.chaos import derive_seed, generate_schedule
+
+        chaos = self.chaos
+        seed = derive_seed(chaos.seed, f"job{len(self.jobs) - 1}")
+        schedule = generate_schedule(seed, chaos.kinds, self.min_nodes, self.max_nodes,
+                                     self.nproc_per_node, self.max_restarts, chaos.overload,
+                                     chaos.max_faults, chaos.horizon, initial_nodes=count)
+        job.chaos_schedule = schedule
+        job._harness_events.emit("chaos_schedule", seed=seed,
+                                 faults=[entry.describe() for entry in schedule])
+        job.schedule(schedule)
+        for observer in chaos.on_job:
+            observer(job)
 
     def close(self, check_invariants: bool = True) -> None:
         """End every job (SIGKILL what is left), prove nothing survived (no process, no
@@ -249,6 +267,7 @@ class Job:
         self._rdzv: dict[str, Any] | None = None
         self._store: Any = None
         self._scheduler: _Scheduler | None = None
+        self.chaos_schedule: list[ScheduledFault] = []
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -353,6 +372,13 @@ class Job:
     def _latest_state(self, node: int) -> WorkerState | None:
         states = self.timeline.states(self._node(node).name)
         return states[-1] if states else None
+
+    def first_healthy_time(self) -> float | None:
+        """Monotonic time the job first had a HEALTHY node (chaos times faults from it)."""
+        for event in self.timeline.events("state"):
+            if event["state"] == WorkerState.HEALTHY.value:
+                return event["mono"]
+        return None
 
     def in_state(self, state: WorkerState, node: int | None = None) -> bool:
         """Is ``node`` (default: every running node) in ``state`` now (with live workers
