@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.agent import LocalElasticAgent, RunResult, WorkerSpec
-from harness.errors import ChildFailedError, ConfigError
+from harness.errors import ChildFailedError, ConfigError, SignalException
 from harness.procs import LogsSpecs
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
 
@@ -122,6 +122,7 @@ def build_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str | Non
         exit_barrier_timeout=config.exit_barrier_timeout,
         log_line_prefix_template=config.log_line_prefix_template,
         shutdown_timeout=float(config.shutdown_timeout or 0), node_name=config.node_name,
+        signals_to_handle=config.signals_to_handle,
     )
 
 
@@ -141,5 +142,8 @@ def run_agent(config: LaunchConfig, entrypoint: Callable[..., Any] | str | None,
     handler = agent.get_worker_group().spec.rdzv_handler
     try:
         return agent.run()
+    except SignalException:
+        handler.leave()  # a stopped node leaves; the others carry on without it
+        raise
     finally:
         handler.shutdown()

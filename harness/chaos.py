@@ -59,13 +59,13 @@ class ChaosConfig:
     overload: bool = False
     max_faults: int | None = None
     #: latest delay (s) after the first HEALTHY state at which a fault may fire
-    horizon: float = 1.5
+    horizon: float = 1.0
     on_job: list = field(default_factory=list, compare=False)  # observers (the plugin's report)
 
 
 def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nodes: int,
                       nproc_per_node: int, max_restarts: int, overload: bool = False,
-                      max_faults: int | None = None, horizon: float = 1.5,
+                      max_faults: int | None = None, horizon: float = 1.0,
                       initial_nodes: int | None = None) -> list[ScheduledFault]:
     """A random but reproducible schedule for one job."""
     rng = random.Random(seed)

@@ -444,8 +444,8 @@ class Job:
             crash = entry.fault
             if isinstance(crash, WorkerCrash) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
                 # exact (rank, step) crashes are left as orders the worker obeys itself
-                self._fault("worker_exit_order", rank=entry.trigger.rank, step=entry.trigger.step,
-                            exit_code=crash.exit_code)
+                self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=entry.trigger.rank,
+                                          step=entry.trigger.step, exit_code=crash.exit_code)
                 write_exit_order(self.orders_dir, entry.trigger.rank, crash.exit_code, entry.trigger.step)
                 continue
             if self._scheduler is None:
@@ -461,8 +461,8 @@ class Job:
         if local_rank not in starts:
             raise ConfigError("local_rank", local_rank, f"has no worker on node {node}")
         rank = starts[local_rank]["rank"]
-        self._fault("worker_exit_order", target_node=self.node_name(node), local_rank=local_rank,
-                    rank=rank, exit_code=exit_code)
+        self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=self.node_name(node),
+                                  local_rank=local_rank, rank=rank, exit_code=exit_code)
         write_exit_order(self.orders_dir, rank, exit_code)
 
     def kill_store_host(self) -> None:

@@ -14,8 +14,9 @@ _writer: EventWriter | None = None
 _writer_pid: int | None = None
 
 
-def _obey_orders(rank: int, step: int) -> None:
-    """Exit now if the harness left an exit-code order for this rank at this step."""
+def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
+    """Exit now if the harness left an exit-code order for this rank at this step; the
+    fault is recorded here, at the moment it happens."""
     orders = os.environ.get(ORDERS_ENV)
     if not orders:
         return
@@ -29,6 +30,9 @@ def _obey_orders(rank: int, step: int) -> None:
             continue
         import sys
 
+        writer.emit("fault", fault="worker_exit_order", rank=rank, step=step, exit_code=code,
+                    local_rank=int(os.environ.get("LOCAL_RANK", -1)),
+                    target_node=os.environ.get(NODE_ENV, "?"))
         print(f"[harness] rank {rank}: exiting with code {code} at step {step} (injected)",
               file=sys.stderr, flush=True)
         sys.stdout.flush()
@@ -48,4 +52,4 @@ def report_step(step: int, **fields: object) -> None:
     rank = int(os.environ.get("RANK", -1))
     _writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                  restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
-    _obey_orders(rank, int(step))
+    _obey_orders(_writer, rank, int(step))

@@ -103,7 +103,8 @@ class Timeline:
         for i, fault in enumerate(e for e in events if e.get("kind") == "fault"):
             record = FaultRecord(fault)
             start = fault["mono"]
-            later = [e for e in events if e.get("mono", 0) > start and e.get("node") != "harness"]
+            later = [e for e in events if e.get("mono", 0) > start and e.get("node") != "harness"
+                     and e.get("kind") != "fault"]
             reactions = [e for e in later if e.get("kind") in ("state", "worker_exit", "membership_change")
                          and e.get("state") != WorkerState.HEALTHY.value]
             record["detection_latency"] = reactions[0]["mono"] - start if reactions else None

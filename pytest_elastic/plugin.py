@@ -1,3 +1,142 @@
-"""The pytest11 entry point. Imports neither torch nor the harness at import time."""
+"""The pytest11 entry point: options, marker, fixture, chaos reporting, scenario files.
+
+Imports neither torch nor the harness at import time (``pytest --help`` stays fast);
+the engine is loaded by the first test that needs it.
+"""
 
 from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_elastic._settings import (
+    MARKER_KEYWORDS,
+    SettingError,
+    Settings,
+    resolve_settings,
+    validate_marker,
+)
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+STATS_KEY = pytest.StashKey[list]()
+_SEED_INPUT = "elastic_seed"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("elastic", "elastic distributed training (pytest-elastic)")
+    group.addoption("--elastic-chaos", action="store_true", default=None,
+                    help="inject a seeded random fault schedule into every elastic job")
+    group.addoption("--elastic-seed", type=int, default=None, metavar="N",
+                    help="chaos seed (replay a run); default: random, shown in the header")
+    group.addoption("--elastic-faults", default=None, metavar="KINDS",
+                    help="chaos fault kinds: worker,hang,agent,node,leave,join,freeze (scale = leave,join)")
+    group.addoption("--elastic-chaos-overload", action="store_true", default=None,
+                    help="let chaos inject more worker failures than max_restarts allows")
+    group.addoption("--elastic-report", default=None, metavar="DIR",
+                    help="write an HTML timeline per elastic test into DIR")
+    group.addoption("--elastic-start-method", default=None, metavar="METHOD",
+                    help="default worker start method (zygote, spawn, fork, forkserver)")
+    group.addoption("--elastic-timeout", type=float, default=None, metavar="SECONDS",
+                    help="default per-job timeout for elastic tests")
+    for name, help_text in (("elastic_chaos", "enable chaos mode (true/false)"),
+                            ("elastic_faults", "chaos fault kinds"),
+                            ("elastic_report", "directory for HTML timelines"),
+                            ("elastic_start_method", "default worker start method"),
+                            ("elastic_timeout", "default per-job timeout (s)")):
+        parser.addini(name, help_text, default=None)
+
+
+def _marker_signature() -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in MARKER_KEYWORDS.items())
+    return (f"elastic({args}): run the test's jobs on a simulated elastic cluster; the "
+            "elastic_cluster fixture is built from these keywords")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", _marker_signature())
+    workerinput = getattr(config, "workerinput", None)
+    seed = workerinput.get(_SEED_INPUT) if workerinput else None
+    try:
+        settings = resolve_settings(config.option, config.getini, seed_from_controller=seed)
+    except SettingError as e:
+        raise pytest.UsageError(str(e)) from None
+    config.stash[SETTINGS_KEY] = settings
+    config.stash[STATS_KEY] = []
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistSeed(settings.seed), "elastic-xdist-seed")
+
+
+class _XdistSeed:
+    """Hands the controller's seed to every xdist worker: -n changes nothing."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput[_SEED_INPUT] = self.seed
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return config.stash[SETTINGS_KEY].header()
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    return config.stash[SETTINGS_KEY]
+
+
+# -- the fixture ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def elastic_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A ``harness.Cluster`` built from the test's ``@pytest.mark.elastic`` keywords;
+    closed after the test, which fails if anything the cluster started leaked."""
+    from pytest_elastic._session import open_cluster
+
+    with open_cluster(request) as cluster:
+        yield cluster
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    record = getattr(item, "_elastic_record", None)
+    if record is not None and report.when in ("call", "teardown"):
+        from pytest_elastic._session import add_report_sections
+
+        add_report_sections(item, report, record)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "teardown":
+        return
+    stats = dict(p for p in report.user_properties if isinstance(p, tuple) and str(p[0]).startswith("elastic_"))
+    if stats:
+        _STATS.append(stats)
+
+
+_STATS: list[dict] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not _STATS:
+        return
+    from pytest_elastic._report import session_summary
+
+    terminalreporter.write_sep("=", "elastic summary")
+    for line in session_summary(_STATS, config.stash[SETTINGS_KEY]):
+        terminalreporter.write_line(line)
+
+
+# -- scenario files ------------------------------------------------------------------------
+
+
+def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Any:
+    if file_path.suffix == ".toml" and "scenarios" in file_path.parts:
+        from pytest_elastic._scenarios import ScenarioFile
+
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
+

@@ -38,9 +38,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def _temp_trees() -> set[str]:
     tmp = tempfile.gettempdir()
-    zygote = getattr(sys.modules.get("harness.cluster"), "_zygote", None)
-    shared = {zygote.directory} if zygote is not None else set()
-    return set(glob.glob(os.path.join(tmp, "elastic_*"))) - shared
+    return set(glob.glob(os.path.join(tmp, "elastic_*")))
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,7 @@ LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 HEALTH_CHECK_PORT_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
+SIGNALS_TO_HANDLE_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
 
 
@@ -73,7 +74,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                  health_check_server: Any = None,
                  uninterruptible_state_timeout: float | None = None, *,
                  env: Mapping[str, str] | None = None, events: Any = None, node_name: str | None = None,
-                 zygote: Any = None):
+                 zygote: Any = None, signals_to_handle: str | None = None):
         if start_method not in START_METHODS:
             raise ConfigError("start_method", start_method, f"must be one of {', '.join(START_METHODS)}",
                               "--start-method")
@@ -95,6 +96,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             health_check_server = HealthCheckServer(self.last_progress, self._env.health_check_port,
                                                     HEALTH_CHECK_TIMEOUT)
         self._health_check_server = health_check_server
+        self._signals_to_handle = signals_to_handle
         self._owns_zygote = zygote is None and start_method == "zygote"
         if self._owns_zygote:
             from harness.procs._zygote_client import Zygote
@@ -133,6 +135,8 @@ class LocalElasticAgent(SimpleElasticAgent):
                 "TORCHELASTIC_USE_AGENT_STORE": str(self._use_agent_store),
                 NCCL_ASYNC_ENV: base.get(NCCL_ASYNC_ENV, "1"),
             })
+            if self._signals_to_handle:  # a launcher nested in a worker reads it (as torch's)
+                env[SIGNALS_TO_HANDLE_ENV] = self._signals_to_handle
             if spec.virtual_local_rank:
                 env["LOCAL_RANK"] = "0"
                 visible = base.get("CUDA_VISIBLE_DEVICES")

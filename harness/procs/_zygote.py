@@ -58,6 +58,12 @@ def recv_message(sock: socket.socket) -> tuple[dict | None, list[int]]:
     return json.loads(data), fds
 
 
+def socket_address(name: str) -> str | bytes:
+    """``@name`` is a Linux abstract socket (no file to leak when the zygote is SIGKILLed;
+    access is checked by peer uid instead of file mode); anything else is a path."""
+    return b"\0" + name[1:].encode() if name.startswith("@") else name
+
+
 def make_socket() -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
@@ -340,8 +346,9 @@ def serve(path: str, ready_fd: int | None = None) -> None:
     import torch.distributed  # noqa: F401
 
     listener = make_socket()
-    listener.bind(path)
-    os.chmod(path, 0o600)
+    listener.bind(socket_address(path))
+    if not path.startswith("@"):
+        os.chmod(path, 0o600)
     listener.listen(64)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")

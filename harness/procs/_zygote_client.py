@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import os
-import shutil
+import secrets
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any
 
 from harness.errors import ElasticError
 from harness.procs._handles import WorkerProcess
 from harness.procs._prctl import die_with_parent
-from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message
+from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message, socket_address
 
 __all__ = ["Zygote", "ZygoteError", "ZygoteProcess", "python_target"]
 
@@ -43,26 +42,12 @@ def python_target(argv: list[str]) -> tuple[str, list[str], bool] | None:
     return None
 
 
-_MAX_UNIX_PATH = 100  # sun_path holds 108 bytes
-
-
-def _socket_dir() -> str:
-    """A private 0700 dir whose socket path fits in sun_path (deep TMPDIRs do not)."""
-    for base in (tempfile.gettempdir(), "/tmp"):
-        directory = tempfile.mkdtemp(prefix="elastic_zygote_", dir=base)
-        if len(os.path.join(directory, "zygote.sock")) <= _MAX_UNIX_PATH:
-            os.chmod(directory, 0o700)
-            return directory
-        os.rmdir(directory)
-    raise ZygoteError("no temp dir short enough for a unix socket path; set TMPDIR=/tmp")
-
-
 class ZygoteServerProcess:
     """A private zygote process, started by (and dying with) this process."""
 
     def __init__(self) -> None:
-        self.directory = _socket_dir()
-        self.path = os.path.join(self.directory, "zygote.sock")
+        # abstract socket: nothing on disk, so nothing left behind even after SIGKILL
+        self.path = f"@elastic-zygote-{os.getpid()}-{secrets.token_hex(8)}"
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
         self.process = subprocess.Popen(
@@ -105,7 +90,6 @@ class ZygoteServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class Zygote:
@@ -134,7 +118,7 @@ class Zygote:
                 self._server.wait_ready()
             sock = make_socket()
             try:
-                sock.connect(self.path)
+                sock.connect(socket_address(self.path))
             except OSError as e:
                 sock.close()
                 raise ZygoteError(f"cannot reach the zygote at {self.path}: {e.strerror}") from None

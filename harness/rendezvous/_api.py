@@ -108,8 +108,14 @@ class RendezvousHandler(abc.ABC):
         wakes at once instead of at its next ``monitor_interval`` tick. None: no such fd."""
         return None
 
+    def leave(self) -> None:
+        """This node is going away but the job is not over (the agent was stopped by a
+        signal): drop it from the membership now so the others re-rendezvous at once,
+        without closing the rendezvous. ``shutdown()`` follows. Default: nothing."""
+
     def shutdown(self) -> bool:
-        """Release resources; True if the handler shut down cleanly."""
+        """Release resources; True if the handler shut down cleanly. Unless ``leave()``
+        was called first, multi-node backends also close the rendezvous (the job is over)."""
         return True
 
 

@@ -26,7 +26,13 @@ def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
 def _create_c10d(params: RendezvousParameters) -> RendezvousHandler:
     if params.max_nodes == 1:
         return SoloRendezvousHandler(params, "c10d")
-    return _multi_node_pending(params)
+    if not params.endpoint:
+        raise ConfigError("rdzv_endpoint", params.endpoint,
+                          "is required for a multi-node c10d rendezvous (host[:port])",
+                          "--rdzv-endpoint")
+    from harness.rendezvous._c10d import C10dRendezvousHandler
+
+    return C10dRendezvousHandler(params)
 
 
 def _create_static(params: RendezvousParameters) -> RendezvousHandler:
@@ -43,5 +49,15 @@ def _create_static(params: RendezvousParameters) -> RendezvousHandler:
 
 rendezvous_handler_registry.register("c10d", _create_c10d)
 rendezvous_handler_registry.register("static", _create_static)
-rendezvous_handler_registry.register("etcd", _multi_node_pending)
-rendezvous_handler_registry.register("etcd-v2", _multi_node_pending)
+def _create_etcd(params: RendezvousParameters) -> RendezvousHandler:
+    if not params.endpoint:
+        raise ConfigError("rdzv_endpoint", params.endpoint,
+                          "is required for the etcd rendezvous (etcd's host[:port])",
+                          "--rdzv-endpoint")
+    from harness.rendezvous._etcd import EtcdRendezvousHandler
+
+    return EtcdRendezvousHandler(params, backend_name=params.backend)
+
+
+rendezvous_handler_registry.register("etcd", _create_etcd)
+rendezvous_handler_registry.register("etcd-v2", _create_etcd)

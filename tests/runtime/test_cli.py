@@ -72,7 +72,7 @@ def test_module_and_no_python(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "job.py").write_text("import os, sys\nprint('MOD', os.environ['RANK'], sys.argv[1:])\n")
+    (pkg / "job.py").write_text("import os, sys\nos.write(1, f'MOD {os.environ[\"RANK\"]} {sys.argv[1:]}\\n'.encode())\n")
     out = run_elastic("--standalone", "--nproc-per-node=2", "-m", "mypkg.job", "a", cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert sorted(re.findall(r"MOD (\d) \['a'\]", out.stdout)) == ["0", "1"]
@@ -147,7 +147,7 @@ def test_sigterm_ignoring_worker_is_killed_after_grace():
 def test_agent_sigkill_takes_workers_with_it(tmp_path):
     """torch orphans workers when the agent dies; ours die with it (PDEATHSIG)."""
     script = tmp_path / "sleep.py"
-    script.write_text("import os, time\nprint('PID', os.getpid(), flush=True)\ntime.sleep(60)\n")
+    script.write_text("import os, time\nos.write(1, f'PID {os.getpid()}\\n'.encode())\ntime.sleep(60)\n")
     # a SIGKILLed agent cannot remove its temp dir: give it one the test owns
     agent = subprocess.Popen([sys.executable, "-m", "harness.run", "--standalone", "--nproc-per-node=2", str(script)],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
@@ -166,7 +166,7 @@ def test_agent_sigkill_takes_workers_with_it(tmp_path):
 
 def test_sigterm_to_agent_stops_workers(tmp_path):
     script = tmp_path / "sleep.py"
-    script.write_text("import os, time\nprint('PID', os.getpid(), flush=True)\ntime.sleep(60)\n")
+    script.write_text("import os, time\nos.write(1, f'PID {os.getpid()}\\n'.encode())\ntime.sleep(60)\n")
     agent = subprocess.Popen([sys.executable, "-m", "harness.run", "--standalone", "--nproc-per-node=2", str(script)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = 0

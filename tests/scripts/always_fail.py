@@ -7,8 +7,7 @@ from harness.errors import record
 
 @record
 def main() -> None:
-    print(f"ATTEMPT rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}",
-          flush=True)
+    os.write(1, f"ATTEMPT rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}\n".encode())
     if os.environ["RANK"] == "0":
         raise RuntimeError("always broken")
     time.sleep(30)

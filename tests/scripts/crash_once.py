@@ -6,10 +6,10 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
-print(f"START rank={rank} attempt={attempt}", flush=True)
+os.write(1, (f"START rank={rank} attempt={attempt}" + "\n").encode())  # one write: lines never interleave
 if rank == "1" and attempt == "0":
     raise SystemExit(3)
 t = torch.ones(1)
 dist.all_reduce(t)
-print(f"SUM rank={rank} attempt={attempt} value={t.item():g}", flush=True)
+os.write(1, (f"SUM rank={rank} attempt={attempt} value={t.item():g}" + "\n").encode())  # one write: lines never interleave
 dist.destroy_process_group()

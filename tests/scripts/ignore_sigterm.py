@@ -5,7 +5,7 @@ import sys
 import time
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print(f"READY pid={os.getpid()}", flush=True)
+os.write(1, (f"READY pid={os.getpid()}" + "\n").encode())  # one write: lines never interleave
 if os.environ.get("RANK") == "0":
     time.sleep(0.5)
     sys.exit(5)

@@ -2,5 +2,5 @@
 import os
 import time
 
-print(f"PID {os.getpid()} RANK {os.environ.get('RANK')}", flush=True)
+os.write(1, (f"PID {os.getpid()} RANK {os.environ.get('RANK')}" + "\n").encode())  # one write: lines never interleave
 time.sleep(120)

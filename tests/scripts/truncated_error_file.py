@@ -2,7 +2,7 @@
 import os
 import sys
 
-print(f"ATTEMPT {os.environ['TORCHELASTIC_RESTART_COUNT']}", flush=True)
+os.write(1, (f"ATTEMPT {os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())  # one write: lines never interleave
 with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
     fp.write('{"message": {"message": "trunc')
 sys.exit(1)

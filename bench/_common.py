@@ -1,0 +1,159 @@
+"""Shared bench helpers: run a process and time it, watch its peak RSS, medians, ratios, tables.
+
+Standard library only. Conventions for every bench in this folder:
+  * wall times are ``time.monotonic()`` around ``Popen`` ... reaped;
+  * cross-process instants (a worker's line vs the launcher's exit) are ``time.time()``:
+    workers print ``BENCH <tag> ... ts=<time.time()>`` and ``timestamps()`` reads them back;
+  * ours and torchrun run alternately in the same bench run and are compared by ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+__all__ = ["RunSample", "run_process", "timestamps", "median", "ratio", "fmt_s", "fmt_ratio",
+           "fmt_mb", "print_table"]
+
+RSS_POLL_S = 0.005
+
+
+@dataclass
+class RunSample:
+    """One finished (or killed) process."""
+
+    returncode: int
+    wall_s: float  # monotonic, from just before Popen to reaped
+    end_ts: float  # time.time() when it was reaped
+    peak_rss_mb: float | None  # its VmHWM, last value read before it exited (watch_rss only)
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+class _HwmWatcher(threading.Thread):
+    """Reads ``VmHWM`` (peak resident set) of one pid until it exits.
+
+    VmHWM only grows, so the last value read before the process turned into a zombie (a
+    zombie has no memory map and no VmHWM line) is its peak up to within ``RSS_POLL_S``.
+    Reading /proc does not stop the process and costs far less than the poll period.
+    """
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self._path = f"/proc/{pid}/status"
+        self._done = threading.Event()
+        self.peak_kb: int | None = None
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            try:
+                with open(self._path) as f:
+                    status = f.read()
+            except OSError:
+                return
+            match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+            if not match:  # zombie: exited, not reaped yet
+                return
+            self.peak_kb = int(match[1])
+            self._done.wait(RSS_POLL_S)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
+                timeout: float = 120.0, watch_rss: bool = False) -> RunSample:
+    """Run ``cmd`` to the end in its own session, capturing output; time it.
+
+    On timeout the whole session (the launcher and its workers) is SIGKILLed and the sample
+    is marked ``timed_out``.
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.monotonic()
+        proc = subprocess.Popen(list(cmd), stdout=out, stderr=err, env=env, cwd=cwd,
+                                start_new_session=True)
+        watcher = _HwmWatcher(proc.pid) if watch_rss else None
+        if watcher:
+            watcher.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        wall, end_ts = time.monotonic() - started, time.time()
+        if timed_out:
+            try:  # its workers, if they outlived it
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if watcher:
+            watcher.stop()
+        out.seek(0)
+        err.seek(0)
+        peak = watcher.peak_kb / 1024 if watcher and watcher.peak_kb else None
+        return RunSample(proc.returncode, wall, end_ts, peak, out.read(), err.read(), timed_out)
+
+
+def timestamps(text: str, tag: str, **fields: str) -> list[float]:
+    """``ts`` of every ``BENCH <tag> k=v ... ts=<float>`` line whose fields match ``fields``."""
+    result = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or parts[0] != "BENCH" or parts[1] != tag:
+            continue
+        values = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+        if all(values.get(k) == v for k, v in fields.items()) and "ts" in values:
+            result.append(float(values["ts"]))
+    return result
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def ratio(ours: float | None, theirs: float | None) -> float | None:
+    if ours is None or not theirs:
+        return None
+    return ours / theirs
+
+
+def fmt_s(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f} s"
+
+
+def fmt_mb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} MB"
+
+
+def fmt_ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A Markdown table, columns padded so it also reads well in a terminal."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    print(line(headers))
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        print(line(row))

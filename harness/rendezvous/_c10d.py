@@ -1,0 +1,801 @@
+"""The ``c10d`` dynamic rendezvous: elastic multi-node membership on a TCPStore.
+
+How a round forms (all state is one JSON document, ``_state.RendezvousState``, written by
+``compare_set`` against the exact bytes read, so concurrent writers never lose updates):
+
+* A node that finds the current round complete and is not in it puts itself on the
+  waiting list; the running nodes see it (``num_nodes_waiting``/``membership_changed``),
+  stop their workers and call ``next_rendezvous``. The first one to do so opens the next
+  round, listing the survivors and the waiting nodes as *expected*.
+* A forming round completes as soon as ``max_nodes`` joined, or ``min_nodes`` joined and
+  every live expected node has, or ``last_call_timeout`` passed since ``min_nodes`` were in
+  (measured by each participant on its own monotonic clock: no node ever compares its
+  clock with another's). So recovery from a loss or a join never waits for a last call;
+  only the very first formation of a ``MIN<MAX`` job does.
+* Waits are event-driven: every write sets ``seq/<n>``, and waiters block in a store
+  ``wait`` on the next one (bounded slices), never in a fixed sleep.
+
+Liveness, two layers:
+* each node bumps ``hb/<node>`` every ``keep_alive_interval`` (default 0.1 s); a peer whose
+  counter did not move for ``heartbeat_timeout`` (default 0.8 s) of *our* observation time
+  is dead (a hung, stopped or partitioned node). If our own observer thread was starved
+  (a long gap between its rounds) it restarts every peer's clock instead of blaming them.
+* each node also listens on a "liveness" socket and connects to each peer's: a process
+  that dies (SIGKILL included) has its sockets closed by the kernel, so survivors learn
+  of it within milliseconds, before their gloo collectives fail. ``membership_changed``
+  checks these sockets synchronously, so a worker failure caused by a dead peer is
+  recognised as a membership change (no restart used up).
+
+Graceful leave: ``leave()`` (the launcher calls it when the agent is stopped by a signal)
+drops the node from the state and opens the next round at once. ``shutdown()`` otherwise
+closes the rendezvous: the job is over (success or restarts exhausted) and every other
+agent gets ``RendezvousClosedError`` at its next rendezvous.
+
+The store: by default the agent whose address matches the endpoint host hosts it (``is_host``
+overrides), in-process, as our pure-Python TCPStore server (``_store.StoreServer``: no torch
+import, wire-compatible with torch). That agent is the job's single point of failure, as
+in torch: if it dies, the others fail fast with a ``RendezvousConnectionError`` naming the
+lost store. To survive the loss of any node, run the store outside the nodes
+(``python -m harness.rendezvous.store_server --port N``) and give the agents
+``--rdzv-conf is_host=false``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Iterable
+
+from harness._net import PortReservation, fqdn, split_endpoint
+from harness.errors import ConfigError
+from harness.rendezvous._api import (
+    RendezvousClosedError,
+    RendezvousConnectionError,
+    RendezvousError,
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStateError,
+    RendezvousStoreInfo,
+    RendezvousTimeoutError,
+)
+from harness.rendezvous._state import RendezvousState
+from harness.rendezvous._store import (
+    StoreClient,
+    StoreConnectionError,
+    StoreServer,
+    StoreTimeoutError,
+)
+
+__all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_host"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 29400
+_local_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class C10dSettings:
+    """``--rdzv-conf`` knobs of the c10d backend, resolved once."""
+
+    join_timeout: float = 600.0
+    last_call_timeout: float = 1.0
+    close_timeout: float = 30.0
+    keep_alive_interval: float = 0.1
+    heartbeat_timeout: float = 0.8
+    read_timeout: float = 60.0
+    is_host: bool | None = None
+
+    @classmethod
+    def from_params(cls, params: RendezvousParameters) -> "C10dSettings":
+        def positive(key: str, default: float) -> float:
+            value = params.get_as_float(key, default)
+            if value is None or not value > 0:
+                raise ConfigError(key, params.get(key), "must be a number > 0", "--rdzv-conf")
+            return value
+
+        interval = positive("keep_alive_interval", cls.keep_alive_interval)
+        default_hb = cls.heartbeat_timeout
+        attempts = params.get("keep_alive_max_attempt")
+        if attempts is not None and params.get("heartbeat_timeout") is None:
+            count = params.get_as_int("keep_alive_max_attempt")
+            if count is None or count < 1:
+                raise ConfigError("keep_alive_max_attempt", attempts, "must be an int >= 1",
+                                  "--rdzv-conf")
+            default_hb = interval * count
+        heartbeat = positive("heartbeat_timeout", default_hb)
+        if heartbeat <= interval:
+            raise ConfigError("heartbeat_timeout", heartbeat,
+                              f"must be > keep_alive_interval={interval:g}", "--rdzv-conf")
+        return cls(
+            join_timeout=positive("join_timeout", cls.join_timeout),
+            last_call_timeout=positive("last_call_timeout", cls.last_call_timeout),
+            close_timeout=positive("close_timeout", cls.close_timeout),
+            keep_alive_interval=interval,
+            heartbeat_timeout=heartbeat,
+            read_timeout=positive("read_timeout", cls.read_timeout),
+            is_host=params.get_as_bool("is_host", None),
+        )
+
+
+def is_local_host(host: str) -> bool:
+    """Does ``host`` name this machine (loopback, hostname, FQDN or one of its addresses)?"""
+    if host in ("localhost", "0.0.0.0", "::", "::1") or host.startswith("127."):
+        return True
+    names = {socket.gethostname(), fqdn()}
+    if host in names:
+        return True
+    try:
+        mine = {info[4][0] for name in names for info in socket.getaddrinfo(name, None)}
+        theirs = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(mine & theirs) or any(a.startswith("127.") or a == "::1" for a in theirs)
+
+
+class C10dRendezvousHandler(RendezvousHandler):
+    """Dynamic (elastic) rendezvous on a TCPStore; see the module docstring."""
+
+    def __init__(self, params: RendezvousParameters, settings: C10dSettings | None = None,
+                 backend_name: str = "c10d", default_port: int = DEFAULT_PORT):
+        self._params = params
+        self._settings = settings or C10dSettings.from_params(params)
+        self._backend_name = backend_name
+        self._run_id = params.run_id
+        try:
+            host, port = split_endpoint(params.endpoint, default_port)
+        except ValueError as e:
+            raise ConfigError("rdzv_endpoint", params.endpoint, str(e), "--rdzv-endpoint") from None
+        if port == 0:
+            raise ConfigError("rdzv_endpoint", params.endpoint,
+                              "may use port 0 only for a single-node job (--nnodes=1): other "
+                              "nodes could not know the port", "--rdzv-endpoint")
+        self._endpoint = f"{host}:{port}"
+        self._prefix = f"harness/rdzv/{self._run_id}/"
+        self._state_key = self._prefix + "state"
+        self._addr = params.local_addr or fqdn()
+        local_id = next(_local_ids)
+        self._node = f"{self._addr}_{os.getpid()}_{local_id}"
+        self._name = f"{socket.gethostname()}:{os.getpid()}" + (f"#{local_id}" if local_id else "")
+        self._hb_key = self._hb(self._node)
+
+        self._server: StoreServer | None = None
+        self._client = self._open_store(host, port)
+
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._snapshot: RendezvousState | None = None
+        self._dead: set[str] = set()
+        self._suspects: set[str] = set()
+        self._store_lost: str | None = None
+        self._state_error: RendezvousStateError | None = None
+        self._live_socks: dict[str, socket.socket] = {}
+        self._live_tried: set[str] = set()
+        self._running_round: int | None = None
+        self._running_members: list[str] = []
+        self._last_round: int | None = None
+        self._joined_round: int | None = None
+        self._reservation: PortReservation | None = None
+        self._closed_seen = False
+        self._left = False
+        self._stopped = threading.Event()
+        self._signaled = False
+        self._pipe_r, self._pipe_w = os.pipe()
+        os.set_blocking(self._pipe_r, False)
+        os.set_blocking(self._pipe_w, False)
+
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("0.0.0.0", 0))
+        self._listener.listen(1024)
+        self._live = f"{self._addr}:{self._listener.getsockname()[1]}"
+
+        try:
+            self._client.add(self._hb_key, 1)
+            self._create_state()
+        except BaseException:
+            self._close_resources()
+            raise
+        self._keeper = threading.Thread(target=self._keep, name=f"rdzv-keeper:{self._name}",
+                                        daemon=True)
+        self._keeper.start()
+
+    # -- store hosting ------------------------------------------------------------------
+
+    def _open_store(self, host: str, port: int) -> StoreClient:
+        s = self._settings
+        is_host = s.is_host if s.is_host is not None else is_local_host(host)
+        if is_host:
+            try:
+                self._server = StoreServer("", port).start()
+                log.info("hosting the rendezvous store on port %d", port)
+            except OSError as e:
+                if s.is_host:
+                    log.info("is_host=true but port %d is taken (%s); joining as a client", port, e)
+        try:
+            return StoreClient(host, port, timeout=s.read_timeout, connect_timeout=s.read_timeout)
+        except BaseException:
+            if self._server is not None:
+                self._server.stop()
+            raise
+
+    # -- small helpers ------------------------------------------------------------------
+
+    def _hb(self, node: str) -> str:
+        return f"{self._prefix}hb/{node}"
+
+    def _seq_key(self, seq: int) -> str:
+        return f"{self._prefix}seq/{seq}"
+
+    def _meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": self._name, "addr": self._addr, "live": self._live}
+        if self._reservation is not None:
+            meta["port"] = self._reservation.port
+        return meta
+
+    def _parse(self, raw: bytes) -> RendezvousState:
+        return RendezvousState.from_json(raw, self._run_id,
+                                         f"key {self._state_key!r} of store {self._endpoint}")
+
+    def _create_state(self) -> None:
+        initial = RendezvousState(run_id=self._run_id).to_json()
+        current = self._client.compare_set(self._state_key, b"", initial)
+        if current != initial:
+            self._parse(current)  # raises on foreign or corrupt state
+        else:
+            self._client.set(self._seq_key(0), b"1")
+
+    def _read(self, client: StoreClient | None = None) -> tuple[bytes, RendezvousState]:
+        raw = (client or self._client).get(self._state_key)
+        return raw, self._parse(raw)
+
+    def _cas(self, raw: bytes, old: RendezvousState, new: RendezvousState) -> bool:
+        new.seq = old.seq + 1
+        body = new.to_json()
+        if self._client.compare_set(self._state_key, raw, body) != body:
+            return False
+        self._client.set(self._seq_key(new.seq), b"1")
+        return True
+
+    def _wait_change(self, seq: int, timeout: float) -> None:
+        try:
+            self._client.wait([self._seq_key(seq + 1)], max(timeout, 0.001))
+        except StoreTimeoutError:
+            pass
+
+    def _signal(self) -> None:
+        with self._lock:
+            self._wakeup.notify_all()
+        try:
+            os.write(self._pipe_w, b"!")
+        except OSError:
+            pass
+
+    def _raise_if_broken(self) -> None:
+        if self._store_lost is not None:
+            raise RendezvousConnectionError(self._store_lost)
+        if self._state_error is not None:
+            raise self._state_error
+
+    # -- the keeper thread: heartbeats, liveness, news ----------------------------------
+
+    def _keep(self) -> None:
+        s = self._settings
+        try:
+            client = self._client.clone()
+        except StoreConnectionError as e:
+            self._lose_store(e)
+            return
+        seen: dict[str, tuple[bytes, float]] = {}
+        previous = time.monotonic()
+        try:
+            while not self._stopped.is_set():
+                try:
+                    client.add(self._hb_key, 1)
+                    raw, state = self._read(client)
+                    watched = [n for n in dict.fromkeys(
+                        state.participants + state.expected + state.waiting
+                        + self._running_members) if n != self._node]
+                    peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
+                    values = peek([self._hb(n) for n in watched]) if watched else []
+                    now = time.monotonic()
+                    starved = now - previous > max(3 * s.keep_alive_interval, s.heartbeat_timeout / 2)
+                    previous = now
+                    for node, value in zip(watched, values):
+                        old = seen.get(node)
+                        if old is None or old[0] != value or starved:
+                            seen[node] = (value, now)
+                    stale = {n: now - seen[n][1] for n in watched}
+                    self._connect_live(state, watched)
+                    dead = {n for n, age in stale.items() if age > s.heartbeat_timeout}
+                    dead |= {n for n, v in zip(watched, values) if v == b""}  # lease expired
+                    dead |= self._sock_dead()
+                    with self._lock:
+                        self._snapshot = state
+                        self._state_error = None
+                        self._dead = dead & set(watched)
+                        self._suspects = {n for n, age in stale.items()
+                                          if age > 2.5 * s.keep_alive_interval} - dead
+                        self._wakeup.notify_all()
+                    self._maybe_signal()
+                    try:
+                        client.wait([self._seq_key(state.seq + 1)], s.keep_alive_interval)
+                    except StoreTimeoutError:
+                        pass
+                except RendezvousStateError as e:
+                    with self._lock:
+                        self._state_error = e
+                    self._signal()
+                    self._stopped.wait(s.keep_alive_interval)
+        except StoreConnectionError as e:
+            if not self._stopped.is_set():
+                self._lose_store(e)
+        except Exception as e:  # never a traceback wall from a daemon thread
+            if not self._stopped.is_set():
+                log.warning("rendezvous keeper stopped: %s: %s", type(e).__name__, e)
+                self._lose_store(e)
+        finally:
+            client.close()
+
+    def _lose_store(self, error: BaseException) -> None:
+        self._store_lost = self._store_lost_message(error)
+        self._signal()
+
+    def _store_lost_message(self, error: BaseException) -> str:
+        hosted = "this agent" if self._server is not None else "the node hosting it"
+        return (
+            f"lost the rendezvous store at {self._endpoint} ({error}); {hosted} is gone, so "
+            f"the job cannot continue. To survive the loss of any node, run the store outside "
+            f"the nodes (python -m harness.rendezvous.store_server --port N) and start the "
+            f"agents with --rdzv-conf is_host=false")
+
+    def _connect_live(self, state: RendezvousState, watched: list[str]) -> None:
+        for node in watched:
+            if node in self._live_tried:
+                continue
+            target = state.nodes.get(node, {}).get("live", "")
+            if not target:
+                continue
+            self._live_tried.add(node)
+            try:
+                host, port = split_endpoint(target, 0)
+                sock = socket.create_connection((host, port), timeout=0.3)
+                sock.setblocking(False)
+            except (OSError, ValueError):
+                continue
+            with self._lock:
+                self._live_socks[node] = sock
+
+    def _sock_dead(self) -> set[str]:
+        with self._lock:
+            items = list(self._live_socks.items())
+        if not items:
+            return set()
+        try:
+            readable, _, _ = select.select([s for _, s in items], [], [], 0)
+        except (OSError, ValueError):
+            return set()
+        dead = set()
+        for node, sock in items:
+            if sock in readable:
+                try:
+                    data = sock.recv(1, socket.MSG_PEEK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    dead.add(node)
+        return dead
+
+    def _maybe_signal(self) -> None:
+        with self._lock:
+            reason = self._change_reason_locked(for_barrier=False)
+            fire = reason is not None and not self._signaled
+            if fire:
+                self._signaled = True
+        if fire:
+            self._signal()
+
+    def _change_reason_locked(self, for_barrier: bool) -> str | None:
+        if self._store_lost is not None:
+            return self._store_lost
+        state, running = self._snapshot, self._running_round
+        if state is None or running is None:
+            return None
+        if state.closed:
+            return f"the rendezvous was closed ({state.close_reason or 'job over'})"
+        if state.round != running:
+            return f"round {state.round} began ({state.cause})"
+        dead = [n for n in self._running_members if n in self._dead]
+        if dead:
+            return "lost " + ", ".join(state.name(n) for n in dead)
+        if for_barrier:
+            return None
+        if len(self._running_members) < self._params.max_nodes and self._live_waiting_locked():
+            return f"{len(self._live_waiting_locked())} node(s) waiting to join"
+        return None
+
+    def _live_waiting_locked(self) -> list[str]:
+        state = self._snapshot
+        if state is None:
+            return []
+        return [n for n in state.waiting if n not in self._dead and n != self._node]
+
+    # -- the handler API ----------------------------------------------------------------
+
+    def get_backend(self) -> str:
+        return self._backend_name
+
+    def get_run_id(self) -> str:
+        return self._run_id
+
+    def event_fd(self) -> int | None:
+        return self._pipe_r
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._pipe_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def membership_changed(self) -> bool:
+        """Cheap when nothing changed: reads what the keeper thread saw, plus a
+        non-blocking look at the peers' liveness sockets. If a peer of the running round
+        looks suspicious (heartbeat late) it waits, at most ``heartbeat_timeout``, for the
+        verdict, so a failure caused by a lost peer is not charged as a restart."""
+        self._drain()
+        if self._running_round is None:
+            return False
+        sock_dead = self._sock_dead()
+        deadline = time.monotonic() + self._settings.heartbeat_timeout
+        with self._lock:
+            self._dead |= sock_dead & set(self._running_members)
+            while True:
+                reason = self._change_reason_locked(for_barrier=False)
+                pending = self._suspects & set(self._running_members)
+                remaining = deadline - time.monotonic()
+                if reason is not None or not pending or remaining <= 0:
+                    break
+                self._wakeup.wait(remaining)
+        if reason is not None:
+            log.info("rendezvous %s: membership changed: %s", self._run_id, reason)
+        return reason is not None
+
+    def num_nodes_waiting(self) -> int:
+        with self._lock:
+            return len(self._live_waiting_locked())
+
+    def is_closed(self) -> bool:
+        with self._lock:
+            state = self._snapshot
+        if state is None:
+            try:
+                _, state = self._read()
+            except RendezvousError:
+                return False
+        return state.closed
+
+    def set_closed(self, reason: str = "") -> None:
+        reason = reason or f"closed by {self._name}"
+        deadline = time.monotonic() + self._settings.close_timeout
+        while time.monotonic() < deadline:
+            raw, state = self._read()
+            if state.closed:
+                return
+            new = state.copy()
+            new.closed, new.close_reason = True, reason
+            if self._cas(raw, state, new):
+                return
+
+    def round_abandoned(self, round_: int) -> str | None:
+        """Why a wait inside ``round_`` (rank assignment, exit barrier) should give up."""
+        self._sock_dead_into_dead()
+        with self._lock:
+            if self._running_round != round_:
+                return f"round {round_} is no longer current"
+            return self._change_reason_locked(for_barrier=True)
+
+    def _sock_dead_into_dead(self) -> None:
+        dead = self._sock_dead()
+        if dead:
+            with self._lock:
+                self._dead |= dead & set(self._running_members)
+
+    # -- next_rendezvous ----------------------------------------------------------------
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        s = self._settings
+        self._raise_if_broken()
+        with self._lock:
+            self._running_round = None
+            self._running_members = []
+            self._signaled = False
+        self._drain()
+        self._release_port()
+        self._reservation = PortReservation()
+        started = time.monotonic()
+        deadline = started + s.join_timeout
+        last_call: tuple[int, float] | None = None
+        while True:
+            self._raise_if_broken()
+            raw, state = self._read()
+            if state.closed:
+                raise RendezvousClosedError(
+                    f"rendezvous {self._run_id!r} is closed ({state.close_reason or 'job over'})")
+            now = time.monotonic()
+            if now > deadline:
+                self._withdraw()
+                raise RendezvousTimeoutError(
+                    f"rendezvous {self._run_id!r} at {self._endpoint} did not complete within "
+                    f"join_timeout={s.join_timeout:g}s: {len(state.participants)} node(s) joined, "
+                    f"--nnodes needs {self._params.min_nodes}")
+            me = self._node
+            new: RendezvousState | None = None
+            wait_for = 2 * s.keep_alive_interval
+            if state.complete:
+                if me in state.participants and state.round == self._joined_round \
+                        and state.round != self._last_round:
+                    return self._finish(state)
+                if me in state.participants:
+                    new = self._open_next_round(state)
+                elif me not in state.waiting:
+                    new = state.copy()
+                    new.waiting.append(me)
+                    new.nodes[me] = self._meta()
+            elif me not in state.participants:
+                new = state.copy()
+                new.participants.append(me)
+                new.waiting = [n for n in new.waiting if n != me]
+                new.nodes[me] = self._meta()
+                self._joined_round = state.round
+                if len(new.participants) >= self._params.max_nodes:
+                    self._complete(new)
+            else:
+                self._joined_round = state.round
+                dead = self._dead_now()
+                if dead & (set(state.participants) | set(state.expected)):
+                    new = state.copy()
+                    new.participants = [n for n in new.participants if n not in dead]
+                    new.expected = [n for n in new.expected if n not in dead]
+                else:
+                    n = len(state.participants)
+                    if n >= self._params.min_nodes:
+                        if last_call is None or last_call[0] != state.round:
+                            last_call = (state.round, now)
+                        all_in = bool(state.expected) and all(
+                            e in state.participants for e in state.expected)
+                        left = s.last_call_timeout - (now - last_call[1])
+                        if n >= self._params.max_nodes or all_in or left <= 0:
+                            new = state.copy()
+                            self._complete(new)
+                        else:
+                            wait_for = min(wait_for, left)
+                    else:
+                        last_call = None
+            if new is not None:
+                self._cas(raw, state, new)
+                continue
+            self._wait_change(state.seq, min(wait_for, max(0.0, deadline - now)))
+
+    def _dead_now(self) -> set[str]:
+        self._sock_dead_into_dead()
+        dead = self._sock_dead()
+        with self._lock:
+            return set(self._dead) | dead
+
+    def _complete(self, state: RendezvousState) -> None:
+        expected, joined = state.expected, state.participants
+        state.participants = sorted(joined, key=lambda n: (
+            expected.index(n) if n in expected else len(expected), joined.index(n)))
+        state.complete = True
+        state.expected = []
+
+    def _open_next_round(self, state: RendezvousState) -> RendezvousState:
+        dead = self._dead_now()
+        survivors = [n for n in state.participants if n not in dead]
+        waiting = [n for n in state.waiting if n not in dead and n not in survivors]
+        new = state.copy()
+        new.round += 1
+        new.complete = False
+        new.cause = ("death" if len(survivors) < len(state.participants)
+                     else "join" if waiting else "restart")
+        new.expected = survivors + waiting
+        new.participants = [self._node]
+        new.waiting = []
+        new.nodes = {n: m for n, m in state.nodes.items() if n in new.expected}
+        new.nodes[self._node] = self._meta()
+        self._joined_round = new.round
+        return new
+
+    def _finish(self, state: RendezvousState) -> RendezvousInfo:
+        rank = state.participants.index(self._node)
+        master = state.nodes.get(state.participants[0], {})
+        if "port" not in master:
+            raise RendezvousStateError(
+                f"rendezvous {self._run_id!r} round {state.round}: rank 0 "
+                f"({state.name(state.participants[0])}) published no master port")
+        if rank != 0:
+            self._release_port()
+        with self._lock:
+            self._running_round = state.round
+            self._running_members = list(state.participants)
+            self._last_round = state.round
+            self._snapshot = state
+            self._signaled = False
+        self._drain()
+        log.info("rendezvous %s round %d complete: rank %d of %d (%s)", self._run_id,
+                 state.round, rank, len(state.participants), state.cause)
+        store = RoundStore(self._client, f"{self._prefix}r{state.round}/", self, state.round,
+                           self._settings.keep_alive_interval)
+        return RendezvousInfo(
+            store=store, rank=rank, world_size=len(state.participants),
+            bootstrap_store_info=RendezvousStoreInfo(str(master.get("addr") or self._addr),
+                                                     int(master["port"]), use_agent_store=False),
+            round=state.round,
+        )
+
+    def _withdraw(self, leaving: bool = False) -> None:
+        """Remove this node from the state; a leaving participant of a running round
+        opens the next round for the others at once."""
+        deadline = time.monotonic() + min(self._settings.close_timeout, 5.0)
+        me = self._node
+        while time.monotonic() < deadline:
+            raw, state = self._read()
+            if state.closed or (me not in state.participants and me not in state.waiting
+                                and me not in state.expected):
+                return
+            new = state.copy()
+            running = state.complete and me in state.participants
+            new.participants = [n for n in new.participants if n != me]
+            new.expected = [n for n in new.expected if n != me]
+            new.waiting = [n for n in new.waiting if n != me]
+            new.nodes.pop(me, None)
+            if running and leaving:
+                new.round += 1
+                new.complete = False
+                new.cause = "leave"
+                new.expected = new.participants + new.waiting
+                new.participants, new.waiting = [], []
+            if self._cas(raw, state, new):
+                return
+
+    def leave(self) -> None:
+        """This node is going away (stopped by a signal): drop it now so the others
+        re-rendezvous without waiting for its heartbeat to expire."""
+        if self._left:
+            return
+        self._left = True
+        try:
+            self._withdraw(leaving=True)
+        except RendezvousError as e:
+            log.warning("could not leave rendezvous %s cleanly: %s", self._run_id, e)
+
+    def shutdown(self) -> bool:
+        clean = True
+        if not self._left and self._store_lost is None:
+            try:
+                self.set_closed(f"the job ended on {self._name}")
+            except RendezvousError as e:
+                log.info("could not close rendezvous %s: %s", self._run_id, e)
+                clean = False
+        self._close_resources()
+        return clean
+
+    def _release_port(self) -> None:
+        if self._reservation is not None:
+            self._reservation.release()
+            self._reservation = None
+
+    def _close_resources(self) -> None:
+        self._stopped.set()
+        self._release_port()
+        keeper = getattr(self, "_keeper", None)
+        if keeper is not None and keeper is not threading.current_thread():
+            keeper.join(timeout=2 * self._settings.keep_alive_interval + 1)
+        with self._lock:
+            socks = list(self._live_socks.values())
+            self._live_socks.clear()
+        for sock in socks:
+            sock.close()
+        self._listener.close()
+        self._client.close()
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for fd in (self._pipe_r, self._pipe_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._pipe_r = self._pipe_w = -1
+
+    def __repr__(self) -> str:
+        return (f"C10dRendezvousHandler(run_id={self._run_id!r}, endpoint={self._endpoint!r}, "
+                f"node={self._name!r}, round={self._running_round}, "
+                f"host={'yes' if self._server else 'no'})")
+
+
+class RoundStore:
+    """The store as one round sees it: keys live under ``.../r<round>/``, so a new round
+    never reads an old round's rank assignments or exit-barrier counters, and blocking
+    waits give up as soon as the round is abandoned (a participant died, the rendezvous
+    closed) instead of sitting out their full timeout."""
+
+    def __init__(self, client: StoreClient, prefix: str, handler: C10dRendezvousHandler,
+                 round_: int, slice_s: float):
+        self._client = client
+        self._prefix = prefix
+        self._handler = handler
+        self._round = round_
+        self._slice = max(slice_s * 2, 0.05)
+        self.timeout = client.timeout
+
+    def __repr__(self) -> str:
+        return f"RoundStore({self._prefix!r} on {self._client.address})"
+
+    def _k(self, key: str) -> str:
+        return self._prefix + key
+
+    def set_timeout(self, timeout: float | timedelta) -> None:
+        self.timeout = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._client.set(self._k(key), value)
+
+    def add(self, key: str, amount: int) -> int:
+        return self._client.add(self._k(key), amount)
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        return self._client.compare_set(self._k(key), expected, desired)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._client.check([self._k(k) for k in keys])
+
+    def delete_key(self, key: str) -> bool:
+        return self._client.delete_key(self._k(key))
+
+    def append(self, key: str, value: bytes | str) -> None:
+        self._client.append(self._k(key), value)
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        self._client.multi_set([self._k(k) for k in keys], values)
+
+    def num_keys(self) -> int:
+        return self._client.num_keys()
+
+    def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
+        keys = list(keys)
+        total = self.timeout if timeout is None else (
+            timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout))
+        deadline = time.monotonic() + total
+        full = [self._k(k) for k in keys]
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StoreTimeoutError(f"rendezvous store {self._client.address}: wait for "
+                                        f"{keys} in round {self._round} timed out after {total:g}s")
+            try:
+                self._client.wait(full, min(self._slice, remaining))
+                return
+            except StoreTimeoutError:
+                pass
+            reason = self._handler.round_abandoned(self._round)
+            if reason is not None:
+                raise RendezvousError(f"gave up waiting for {keys} in round {self._round}: {reason}")
+
+    def get(self, key: str) -> bytes:
+        self.wait([key])
+        return self._client.get(self._k(key), timeout=self.timeout)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        self.wait(keys)
+        return self._client.multi_get([self._k(k) for k in keys], timeout=self.timeout)

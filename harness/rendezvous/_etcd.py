@@ -1,0 +1,364 @@
+"""The ``etcd`` / ``etcd-v2`` rendezvous: the c10d algorithm on a real etcd server.
+
+Client choice: etcd's v3 HTTP/JSON gateway (``/v3/kv/range``, ``/v3/kv/txn``,
+``/v3/watch``, ``/v3/lease/*``), spoken with the standard library. The Python clients
+are not an option we want to depend on: ``python-etcd`` (what torch's etcd backend
+imports) speaks only the v2 API, which etcd 3.4 disables by default and 3.6 removed, and
+has been unmaintained for years; ``etcd3`` pulls in grpcio + protobuf (tens of MB, slow
+to import in every agent) and is itself unmaintained. The gateway is part of etcd since
+3.3, stable, and needs nothing but ``http.client``. ``etcd-v2`` is accepted as a backend
+name for compatibility with torchrun command lines; it uses the same v3 gateway.
+
+``EtcdStore`` gives etcd the small store API the rendezvous uses (``set``, ``get``,
+``add``, ``compare_set``, ``wait``, ``multi_get``, ...), so the round logic, JSON state,
+fencing and liveness are exactly those of ``_c10d`` (one algorithm, two stores):
+``compare_set`` is a transaction on the value (or on ``create_revision == 0`` for a new
+key), ``add`` a compare-and-swap loop on ``mod_revision``, ``wait`` a watch that starts
+at the revision of the read that found the key missing (no event can slip between).
+
+Leases: each node grants one and attaches its heartbeat key to it, refreshing it as it
+beats. When a node dies its lease expires and etcd deletes the key: observers treat a
+vanished heartbeat key as a dead node. etcd lease TTLs are whole seconds (and at least
+about 2 s), so the sub-second detection still comes from the heartbeat counters and the
+liveness sockets of ``_c10d``; the lease is the store-side guarantee that a dead node's
+key goes away even if nobody watches it.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import threading
+import time
+from datetime import timedelta
+from typing import Any, Iterable
+
+from harness.errors import ConfigError
+from harness.rendezvous._api import RendezvousParameters
+from harness.rendezvous._c10d import C10dRendezvousHandler, C10dSettings
+from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
+
+__all__ = ["EtcdStore", "EtcdRendezvousHandler", "DEFAULT_ETCD_PORT"]
+
+DEFAULT_ETCD_PORT = 2379
+
+
+def _b64(data: bytes | str) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _unb64(text: str | None) -> bytes:
+    return base64.b64decode(text) if text else b""
+
+
+def _seconds(timeout: float | timedelta | None, default: float) -> float:
+    if timeout is None:
+        return default
+    return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+
+class _Lease:
+    """One node's etcd lease, shared by its store connections."""
+
+    def __init__(self, ttl: int):
+        self.ttl = ttl
+        self.id: str | None = None
+        self.refreshed = 0.0
+        self.lock = threading.Lock()
+
+
+class EtcdStore:
+    """The store API of ``StoreClient`` on etcd's v3 JSON gateway."""
+
+    def __init__(self, host: str, port: int, prefix: str = "/harness", timeout: float = 60.0,
+                 connect_timeout: float | None = None, lease_ttl: int = 2,
+                 _lease: _Lease | None = None):
+        self.host, self.port = host, port
+        self.prefix = prefix.rstrip("/") + "/"
+        self.timeout = float(timeout)
+        self._connect_timeout = self.timeout if connect_timeout is None else connect_timeout
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self._owns_lease = _lease is None
+        self._lease = _lease or _Lease(lease_ttl)
+        self._leased: set[str] = set()
+        self._connect()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        return f"EtcdStore({self.address}, prefix={self.prefix!r})"
+
+    def clone(self) -> "EtcdStore":
+        other = EtcdStore(self.host, self.port, self.prefix, self.timeout, self._connect_timeout,
+                          self._lease.ttl, _lease=self._lease)
+        other._leased = set(self._leased)
+        return other
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        deadline = time.monotonic() + self._connect_timeout
+        delay, error = 0.05, "no attempt"
+        while True:
+            try:
+                self._call("/v3/maintenance/status", {}, retry=False)
+                return
+            except StoreConnectionError as e:
+                error = str(e)
+            if time.monotonic() + delay > deadline:
+                raise StoreConnectionError(
+                    f"could not reach etcd at {self.address} within {self._connect_timeout:g}s "
+                    f"({error}); is etcd running there?")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _call(self, path: str, body: dict[str, Any], retry: bool = True,
+              timeout: float | None = None) -> dict[str, Any]:
+        payload = json.dumps(body).encode()
+        for attempt in (0, 1):
+            with self._lock:
+                if self._conn is None:
+                    self._conn = http.client.HTTPConnection(self.host, self.port,
+                                                            timeout=timeout or self.timeout)
+                conn = self._conn
+                try:
+                    conn.timeout = timeout or self.timeout
+                    if conn.sock is not None:
+                        conn.sock.settimeout(conn.timeout)
+                    conn.request("POST", path, body=payload,
+                                 headers={"Content-Type": "application/json"})
+                    response = conn.getresponse()
+                    data = response.read()
+                    status = response.status
+                except TimeoutError:
+                    self._drop()
+                    raise StoreTimeoutError(f"etcd {self.address}: {path} got no answer within "
+                                            f"{conn.timeout:g}s") from None
+                except (OSError, http.client.HTTPException) as e:
+                    self._drop()
+                    if attempt == 0 and retry:
+                        continue  # a kept-alive connection the server closed: reconnect once
+                    raise StoreConnectionError(f"lost the connection to etcd at {self.address} "
+                                               f"during {path}: {e}") from None
+            if status != 200:
+                raise StoreConnectionError(f"etcd {self.address}: {path} answered HTTP {status}: "
+                                           f"{data[:200]!r}")
+            try:
+                return json.loads(data or b"{}")
+            except ValueError:
+                raise StoreConnectionError(f"etcd {self.address}: {path} answered non-JSON "
+                                           f"{data[:80]!r}; is this an etcd v3 server?") from None
+        raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def close(self) -> None:
+        if self._owns_lease:
+            with self._lease.lock:
+                lease, self._lease.id = self._lease.id, None
+            if lease is not None:
+                try:
+                    self._call("/v3/lease/revoke", {"ID": lease}, timeout=2)
+                except (StoreConnectionError, StoreTimeoutError):
+                    pass
+        with self._lock:
+            self._drop()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _k(self, key: str) -> str:
+        return _b64(self.prefix + key)
+
+    def _range_many(self, keys: list[str]) -> tuple[list[bytes | None], int]:
+        body = {"success": [{"requestRange": {"key": self._k(k)}} for k in keys]}
+        reply = self._call("/v3/kv/txn", body)
+        values: list[bytes | None] = []
+        for response in reply.get("responses", []):
+            kvs = response.get("response_range", {}).get("kvs", [])
+            values.append(_unb64(kvs[0].get("value")) if kvs else None)
+        return values, int(reply.get("header", {}).get("revision", 0))
+
+    def _lease_id(self) -> str:
+        with self._lease.lock:
+            if self._lease.id is None:
+                reply = self._call("/v3/lease/grant", {"TTL": self._lease.ttl})
+                self._lease.id = reply["ID"]
+                self._lease.refreshed = time.monotonic()
+            elif time.monotonic() - self._lease.refreshed > self._lease.ttl / 3:
+                self._call("/v3/lease/keepalive", {"ID": self._lease.id})
+                self._lease.refreshed = time.monotonic()
+            return self._lease.id
+
+    def attach_lease(self, key: str) -> None:
+        """Writes of ``key`` from now on carry this node's lease (it vanishes if we die)."""
+        self._leased.add(key)
+
+    def _put(self, key: str, value: bytes | str) -> dict[str, Any]:
+        put: dict[str, Any] = {"key": self._k(key), "value": _b64(value)}
+        if key in self._leased:
+            put["lease"] = self._lease_id()
+        return put
+
+    # -- the store API ------------------------------------------------------------------
+
+    def set_timeout(self, timeout: float | timedelta) -> None:
+        self.timeout = _seconds(timeout, self.timeout)
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._call("/v3/kv/put", self._put(key, value))
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        self._call("/v3/kv/txn", {"success": [{"requestPut": self._put(k, v)}
+                                              for k, v in zip(keys, values)]})
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        expected_b = expected.encode() if isinstance(expected, str) else bytes(expected)
+        desired_b = desired.encode() if isinstance(desired, str) else bytes(desired)
+        if expected_b:
+            compare = {"key": self._k(key), "target": "VALUE", "result": "EQUAL",
+                       "value": _b64(expected_b)}
+        else:
+            compare = {"key": self._k(key), "target": "CREATE", "result": "EQUAL",
+                       "create_revision": "0"}
+        reply = self._call("/v3/kv/txn", {
+            "compare": [compare], "success": [{"requestPut": self._put(key, desired_b)}],
+            "failure": [{"requestRange": {"key": self._k(key)}}]})
+        if reply.get("succeeded"):
+            return desired_b
+        kvs = reply["responses"][0].get("response_range", {}).get("kvs", [])
+        return _unb64(kvs[0].get("value")) if kvs else expected_b
+
+    def add(self, key: str, amount: int) -> int:
+        while True:
+            reply = self._call("/v3/kv/range", {"key": self._k(key)})
+            kvs = reply.get("kvs", [])
+            if kvs:
+                try:
+                    value = int(_unb64(kvs[0].get("value"))) + amount
+                except ValueError:
+                    raise StoreConnectionError(f"etcd key {key!r} does not hold an integer") from None
+                compare = {"key": self._k(key), "target": "MOD", "result": "EQUAL",
+                           "mod_revision": kvs[0]["mod_revision"]}
+            else:
+                value = amount
+                compare = {"key": self._k(key), "target": "CREATE", "result": "EQUAL",
+                           "create_revision": "0"}
+            reply = self._call("/v3/kv/txn", {"compare": [compare], "success": [
+                {"requestPut": self._put(key, str(value))}]})
+            if reply.get("succeeded"):
+                return value
+
+    def check(self, keys: list[str]) -> bool:
+        values, _ = self._range_many(keys)
+        return all(v is not None for v in values)
+
+    def peek_many(self, keys: list[str]) -> list[bytes]:
+        """Current values without waiting; ``b""`` for a missing key."""
+        values, _ = self._range_many(keys)
+        return [v if v is not None else b"" for v in values]
+
+    def get(self, key: str, timeout: float | timedelta | None = None) -> bytes:
+        self.wait([key], timeout)
+        values, _ = self._range_many([key])
+        if values[0] is None:  # deleted between the wait and the read
+            return self.get(key, timeout)
+        return values[0]
+
+    def multi_get(self, keys: list[str], timeout: float | timedelta | None = None) -> list[bytes]:
+        if not keys:
+            return []
+        self.wait(keys, timeout)
+        return self.peek_many(keys)
+
+    def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
+        keys = list(keys)
+        total = _seconds(timeout, self.timeout)
+        deadline = time.monotonic() + total
+        values, revision = self._range_many(keys)
+        for key, value in zip(keys, values):
+            if value is None:
+                self._watch_for(key, revision + 1, deadline, total)
+
+    def _watch_for(self, key: str, start: int, deadline: float, total: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise StoreTimeoutError(f"etcd {self.address}: wait for {key!r} timed out after {total:g}s")
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=remaining)
+        try:
+            conn.request("POST", "/v3/watch", body=json.dumps({"create_request": {
+                "key": self._k(key), "start_revision": str(start)}}))
+            response = conn.getresponse()
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                conn.sock.settimeout(remaining)
+                line = response.readline()
+                if not line:
+                    raise StoreConnectionError(f"etcd {self.address} ended a watch on {key!r}")
+                result = json.loads(line).get("result", {})
+                for event in result.get("events", []):
+                    if event.get("type", "PUT") == "PUT":
+                        return
+        except TimeoutError:
+            raise StoreTimeoutError(f"etcd {self.address}: wait for {key!r} timed out after "
+                                    f"{total:g}s") from None
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            raise StoreConnectionError(f"lost the connection to etcd at {self.address} while "
+                                       f"waiting for {key!r}: {e}") from None
+        finally:
+            conn.close()
+
+    def delete_key(self, key: str) -> bool:
+        reply = self._call("/v3/kv/deleterange", {"key": self._k(key)})
+        return int(reply.get("deleted", 0)) == 1
+
+    def append(self, key: str, value: bytes | str) -> None:
+        extra = value.encode() if isinstance(value, str) else bytes(value)
+        while True:
+            current, _ = self._range_many([key])
+            old = current[0]
+            if self.compare_set(key, old or b"", (old or b"") + extra) == (old or b"") + extra:
+                return
+
+    def num_keys(self) -> int:
+        reply = self._call("/v3/kv/range", {"key": _b64(self.prefix),
+                                            "range_end": _b64(self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1)),
+                                            "count_only": True})
+        return int(reply.get("count", 0))
+
+
+class EtcdRendezvousHandler(C10dRendezvousHandler):
+    """The c10d round logic with etcd as the store (see the module docstring)."""
+
+    def __init__(self, params: RendezvousParameters, backend_name: str = "etcd"):
+        protocol = str(params.get("protocol", "http")).lower()
+        if protocol != "http":
+            raise ConfigError("protocol", protocol, "must be http (https/TLS is not supported yet)",
+                              "--rdzv-conf")
+        self._etcd_prefix = str(params.get("etcd_prefix", "/harness"))
+        ttl = params.get_as_int("lease_ttl", 2)
+        if ttl is None or ttl < 1:
+            raise ConfigError("lease_ttl", params.get("lease_ttl"), "must be an int >= 1 (seconds)",
+                              "--rdzv-conf")
+        self._lease_ttl = ttl
+        super().__init__(params, C10dSettings.from_params(params), backend_name,
+                         default_port=DEFAULT_ETCD_PORT)
+
+    def _open_store(self, host: str, port: int) -> Any:
+        s = self._settings
+        store = EtcdStore(host, port, self._etcd_prefix, timeout=s.read_timeout,
+                          connect_timeout=s.read_timeout, lease_ttl=self._lease_ttl)
+        store.attach_lease(self._hb(self._node))
+        return store
+
+    def _store_lost_message(self, error: BaseException) -> str:
+        return (f"lost the etcd rendezvous store at {self._endpoint} ({error}); the job cannot "
+                f"continue without it")

@@ -1,0 +1,139 @@
+"""The rendezvous state shared by every node of a job: validated JSON, never pickle.
+
+torch keeps this state as a base64 pickle in an unauthenticated store and unpickles
+whatever it reads, so anyone who can reach the port can run code in every agent. Ours is
+plain JSON with a schema tag, a version and the run id; anything else found under the key
+(torch's pickle, another job's state, garbage) is rejected with a ``RendezvousStateError``
+that says where it was found and what to do.
+
+Fields (one round at a time):
+    seq           bumped on every write; the value is also the fencing token (writes are
+                  ``compare_set`` against the exact bytes read) and names the wake-up key
+    round         the round number; ``complete`` once its participants are fixed
+    participants  node ids that joined this round, in rank order once complete
+    expected      nodes the forming round waits for (survivors + waiting nodes of the
+                  previous round); when all have joined the round completes without last call
+    waiting       nodes that arrived after the round completed (a reason to re-rendezvous)
+    cause         why this round began: start, join, leave, death, restart
+    closed        the job is over; ``close_reason`` says why
+    nodes         node id -> {"name", "addr", "port", "live"} metadata
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.rendezvous._api import RendezvousStateError
+
+__all__ = ["RendezvousState", "SCHEMA", "KIND"]
+
+SCHEMA = 1
+KIND = "harness.rendezvous"
+_CAUSES = {"start", "join", "leave", "death", "restart", "timeout"}
+_MAX_NODES = 100_000
+
+
+@dataclass
+class RendezvousState:
+    run_id: str
+    seq: int = 0
+    round: int = 0
+    complete: bool = False
+    closed: bool = False
+    close_reason: str = ""
+    cause: str = "start"
+    participants: list[str] = field(default_factory=list)
+    expected: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        body = {"kind": KIND, "schema": SCHEMA, **asdict(self)}
+        return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, run_id: str, where: str) -> "RendezvousState":
+        def bad(why: str) -> RendezvousStateError:
+            return RendezvousStateError(
+                f"the rendezvous state at {where} is not ours ({why}); is another job or "
+                f"torchrun using rdzv id {run_id!r} on this store? Use a distinct --rdzv-id.")
+
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise bad(f"not JSON: {raw[:40]!r}") from None
+        if not isinstance(body, dict) or body.get("kind") != KIND:
+            raise bad("no 'kind': 'harness.rendezvous' tag")
+        if body.get("schema") != SCHEMA:
+            raise bad(f"schema {body.get('schema')!r}, this agent speaks schema {SCHEMA}")
+        if body.get("run_id") != run_id:
+            raise bad(f"run id {body.get('run_id')!r}")
+        try:
+            state = cls(
+                run_id=run_id,
+                seq=_int(body["seq"]), round=_int(body["round"]),
+                complete=_bool(body["complete"]), closed=_bool(body["closed"]),
+                close_reason=_str(body["close_reason"]), cause=_str(body["cause"]),
+                participants=_ids(body["participants"]), expected=_ids(body["expected"]),
+                waiting=_ids(body["waiting"]), nodes=_nodes(body["nodes"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise bad(f"field {e}") from None
+        if state.cause not in _CAUSES:
+            raise bad(f"unknown cause {state.cause!r}")
+        return state
+
+    def copy(self) -> "RendezvousState":
+        return RendezvousState(
+            run_id=self.run_id, seq=self.seq, round=self.round, complete=self.complete,
+            closed=self.closed, close_reason=self.close_reason, cause=self.cause,
+            participants=list(self.participants), expected=list(self.expected),
+            waiting=list(self.waiting), nodes={k: dict(v) for k, v in self.nodes.items()},
+        )
+
+    def name(self, node: str) -> str:
+        return str(self.nodes.get(node, {}).get("name", node))
+
+
+def _int(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ValueError(f"{v!r} is not a non-negative int")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"{v!r} is not a bool")
+    return v
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str) or len(v) > 4096:
+        raise ValueError(f"{v!r} is not a short string")
+    return v
+
+
+def _ids(v: Any) -> list[str]:
+    if not isinstance(v, list) or len(v) > _MAX_NODES:
+        raise ValueError("node list is not a list")
+    return [_str(x) for x in v]
+
+
+def _nodes(v: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(v, dict) or len(v) > _MAX_NODES:
+        raise ValueError("nodes is not an object")
+    out = {}
+    for k, meta in v.items():
+        if not isinstance(meta, dict):
+            raise ValueError(f"node {k!r} metadata is not an object")
+        clean = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
+                 "live": _str(meta.get("live", ""))}
+        port = meta.get("port")
+        if port is not None:
+            if not isinstance(port, int) or not 0 < port < 65536:
+                raise ValueError(f"node {k!r} port {port!r}")
+            clean["port"] = port
+        out[_str(k)] = clean
+    return out

@@ -1,0 +1,658 @@
+"""torch's TCPStore wire protocol, spoken without importing torch: a client and a server.
+
+Why our own code instead of ``torch.distributed.TCPStore`` in the agent: importing torch
+costs an agent ~1.1 s and ~210 MB, and a job of 32 agents on 2 cores pays that 32 times
+before the first rendezvous. The protocol is small and stable, so the agent speaks it
+directly. Both halves are checked against torch in ``tests/rendezvous/test_store.py``:
+our client against torch's servers (libuv and classic), torch's client against ours.
+
+The protocol (read off the wire of torch 2.13, little-endian): every command is one byte
+of ``QueryType`` followed by its arguments; a string or byte vector is a u64 length plus
+the bytes; integers are i64. A client opens with ``VALIDATE`` + u32 magic, then ``PING``
++ u32 nonce, which the server echoes. torch's client puts ``/`` in front of every key, so
+we do too: a torch client on the same server sees the same keys. ``GET`` and
+``MULTI_GET`` are preceded by a ``WAIT`` on their keys (a missing key blocks, as in
+torch); a ``WAIT`` that times out is withdrawn with ``CANCEL_WAIT``, answered by
+``WAIT_CANCELED`` (possibly after a late ``STOP_WAITING``).
+
+Every blocking call has a timeout; its error names the store, the operation and how long
+it waited. A lost connection is a ``StoreConnectionError`` naming the store address.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from datetime import timedelta
+from typing import Iterable
+
+from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
+
+__all__ = [
+    "StoreClient",
+    "StoreServer",
+    "StoreConnectionError",
+    "StoreTimeoutError",
+    "StoreProtocolError",
+]
+
+log = logging.getLogger(__name__)
+
+MAGIC = 0x3C85F7CE
+KEY_PREFIX = "/"
+
+(VALIDATE, SET, COMPARE_SET, GET, ADD, CHECK, WAIT, GETNUMKEYS, DELETE_KEY, APPEND,
+ MULTI_GET, MULTI_SET, CANCEL_WAIT, PING) = range(14)
+READY, NOT_READY = 0, 1
+STOP_WAITING, WAIT_CANCELED = 0, 1
+
+_U8 = struct.Struct("<B")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_I64 = struct.Struct("<q")
+
+
+class StoreConnectionError(RendezvousConnectionError):
+    """The store cannot be reached, or the connection to it was lost."""
+
+
+class StoreTimeoutError(RendezvousTimeoutError):
+    """A store operation did not complete in time."""
+
+
+class StoreProtocolError(StoreConnectionError):
+    """The peer does not speak the TCPStore protocol (or sent garbage)."""
+
+
+def _seconds(timeout: float | timedelta | None, default: float) -> float:
+    if timeout is None:
+        return default
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return float(timeout)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _pack_str(data: bytes) -> bytes:
+    return _U64.pack(len(data)) + data
+
+
+# -- client ----------------------------------------------------------------------------
+
+
+class StoreClient:
+    """A TCPStore client with torch's method names (``set``, ``get``, ``add``, ...).
+
+    One socket, one lock: safe to share between threads, but a blocking ``wait`` holds
+    the connection, so threads that wait concurrently should ``clone()`` their own.
+    """
+
+    def __init__(self, host: str, port: int, timeout: float | timedelta = 60.0,
+                 connect_timeout: float | None = None):
+        self.host = host
+        self.port = port
+        self.timeout = _seconds(timeout, 60.0)
+        self._connect_timeout = self.timeout if connect_timeout is None else connect_timeout
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._sock = self._connect(self._connect_timeout)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def __repr__(self) -> str:
+        state = "connected" if self._sock is not None else "closed"
+        return f"StoreClient({self.address}, {state})"
+
+    def clone(self) -> "StoreClient":
+        """A second connection to the same store (for another thread)."""
+        return StoreClient(self.host, self.port, self.timeout, self._connect_timeout)
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _connect(self, within: float) -> socket.socket:
+        deadline = time.monotonic() + within
+        delay, last_error = 0.02, None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise StoreConnectionError(
+                    f"could not reach the rendezvous store at {self.address} within "
+                    f"{within:g}s ({last_error}); is its host running and the endpoint right?")
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=min(remaining, 5))
+            except (ConnectionRefusedError, socket.timeout, OSError) as e:
+                if isinstance(e, socket.gaierror):
+                    raise StoreConnectionError(
+                        f"cannot resolve the rendezvous store host {self.host!r}: {e}") from None
+                last_error = e.strerror or type(e).__name__
+                time.sleep(min(delay, max(0.0, remaining)))
+                delay = min(delay * 2, 0.25)
+                continue
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                nonce = os.getpid() & 0xFFFFFFFF
+                sock.settimeout(max(0.05, deadline - time.monotonic()))
+                sock.sendall(_U8.pack(VALIDATE) + _U32.pack(MAGIC) + _U8.pack(PING) + _U32.pack(nonce))
+                echo = _U32.unpack(self._recv_on(sock, 4, "the handshake"))[0]
+            except (OSError, StoreConnectionError) as e:
+                sock.close()
+                last_error = f"handshake failed: {e}"
+                if time.monotonic() >= deadline:
+                    continue
+                time.sleep(delay)
+                continue
+            if echo != nonce:
+                sock.close()
+                raise StoreProtocolError(
+                    f"{self.address} answered the TCPStore handshake with {echo:#x}, not {nonce:#x}: "
+                    f"not a TCPStore server")
+            return sock
+
+    def _recv_on(self, sock: socket.socket, n: int, what: str) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            try:
+                chunk = sock.recv(n - len(buf))
+            except socket.timeout:
+                raise StoreTimeoutError(f"rendezvous store {self.address}: no answer to {what} "
+                                        f"within {sock.gettimeout():g}s") from None
+            except OSError as e:
+                raise StoreConnectionError(f"lost the connection to the rendezvous store at "
+                                           f"{self.address} during {what}: {e}") from None
+            if not chunk:
+                raise StoreConnectionError(f"the rendezvous store at {self.address} closed the "
+                                           f"connection during {what} (is its host gone?)")
+            buf += chunk
+        return bytes(buf)
+
+    def _sock_or_raise(self) -> socket.socket:
+        if self._sock is None:
+            raise StoreConnectionError(f"the connection to the rendezvous store at {self.address} "
+                                       f"is closed")
+        return self._sock
+
+    def _send(self, data: bytes, what: str) -> None:
+        sock = self._sock_or_raise()
+        try:
+            sock.settimeout(self.timeout)
+            sock.sendall(data)
+        except OSError as e:
+            self._drop()
+            raise StoreConnectionError(f"lost the connection to the rendezvous store at "
+                                       f"{self.address} during {what}: {e}") from None
+
+    def _recv(self, n: int, what: str, timeout: float | None = None) -> bytes:
+        sock = self._sock_or_raise()
+        sock.settimeout(self.timeout if timeout is None else max(timeout, 1e-3))
+        try:
+            return self._recv_on(sock, n, what)
+        except StoreConnectionError:
+            self._drop()
+            raise
+        except StoreTimeoutError:
+            self._drop()  # the reply may still come: the stream is out of step
+            raise
+
+    def _recv_bytes(self, what: str) -> bytes:
+        size = _U64.unpack(self._recv(8, what))[0]
+        return self._recv(size, what) if size else b""
+
+    def _drop(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    # -- torch's Store API --------------------------------------------------------------
+
+    def set_timeout(self, timeout: float | timedelta) -> None:
+        self.timeout = _seconds(timeout, self.timeout)
+
+    @staticmethod
+    def _key(key: str) -> bytes:
+        return _pack_str((KEY_PREFIX + key).encode())
+
+    def set(self, key: str, value: bytes | str) -> None:
+        with self._lock:
+            self._send(_U8.pack(SET) + self._key(key) + _pack_str(_bytes(value)), f"set({key!r})")
+
+    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
+        if len(keys) != len(values):
+            raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
+        body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values))
+        with self._lock:
+            self._send(_U8.pack(MULTI_SET) + _I64.pack(len(keys)) + body, "multi_set")
+
+    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
+        """torch's semantics: the value after the call (``desired`` iff it was swapped in;
+        a missing key counts as ``b""``)."""
+        with self._lock:
+            self._send(_U8.pack(COMPARE_SET) + self._key(key) + _pack_str(_bytes(expected))
+                       + _pack_str(_bytes(desired)), f"compare_set({key!r})")
+            return self._recv_bytes(f"compare_set({key!r})")
+
+    def add(self, key: str, amount: int) -> int:
+        with self._lock:
+            self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount)), f"add({key!r})")
+            return _I64.unpack(self._recv(8, f"add({key!r})"))[0]
+
+    def get(self, key: str, timeout: float | timedelta | None = None) -> bytes:
+        with self._lock:
+            self._wait_locked([key], _seconds(timeout, self.timeout), f"get({key!r})")
+            self._send(_U8.pack(GET) + self._key(key), f"get({key!r})")
+            return self._recv_bytes(f"get({key!r})")
+
+    def multi_get(self, keys: list[str], timeout: float | timedelta | None = None) -> list[bytes]:
+        if not keys:
+            return []
+        with self._lock:
+            self._wait_locked(keys, _seconds(timeout, self.timeout), "multi_get")
+            self._send(_U8.pack(MULTI_GET) + _U64.pack(len(keys))
+                       + b"".join(self._key(k) for k in keys), "multi_get")
+            return [self._recv_bytes("multi_get") for _ in keys]
+
+    def check(self, keys: list[str]) -> bool:
+        with self._lock:
+            self._send(_U8.pack(CHECK) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
+                       "check")
+            return _U8.unpack(self._recv(1, "check"))[0] == READY
+
+    def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
+        keys = list(keys)
+        with self._lock:
+            self._wait_locked(keys, _seconds(timeout, self.timeout), f"wait({keys!r})")
+
+    def _wait_locked(self, keys: list[str], timeout: float, what: str) -> None:
+        self._send(_U8.pack(WAIT) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys), what)
+        sock = self._sock_or_raise()
+        sock.settimeout(max(timeout, 1e-3))
+        try:
+            first = sock.recv(1)
+        except socket.timeout:
+            first = None
+        except OSError as e:
+            self._drop()
+            raise StoreConnectionError(f"lost the connection to the rendezvous store at "
+                                       f"{self.address} during {what}: {e}") from None
+        if first == b"":
+            self._drop()
+            raise StoreConnectionError(f"the rendezvous store at {self.address} closed the "
+                                       f"connection during {what} (is its host gone?)")
+        if first is not None:
+            if first[0] != STOP_WAITING:
+                self._drop()
+                raise StoreProtocolError(f"{self.address}: unexpected answer {first[0]} to {what}")
+            return
+        self._send(_U8.pack(CANCEL_WAIT), what)
+        answer = self._recv(1, f"cancel of {what}")[0]
+        if answer == STOP_WAITING:  # the keys arrived just before the cancel
+            answer = self._recv(1, f"cancel of {what}")[0]
+        if answer != WAIT_CANCELED:
+            self._drop()
+            raise StoreProtocolError(f"{self.address}: unexpected answer {answer} to a cancel")
+        raise StoreTimeoutError(f"rendezvous store {self.address}: {what} timed out after "
+                                f"{timeout:g}s")
+
+    def delete_key(self, key: str) -> bool:
+        with self._lock:
+            self._send(_U8.pack(DELETE_KEY) + self._key(key), f"delete_key({key!r})")
+            return _I64.unpack(self._recv(8, f"delete_key({key!r})"))[0] == 1
+
+    def append(self, key: str, value: bytes | str) -> None:
+        with self._lock:
+            self._send(_U8.pack(APPEND) + self._key(key) + _pack_str(_bytes(value)), f"append({key!r})")
+
+    def num_keys(self) -> int:
+        with self._lock:
+            self._send(_U8.pack(GETNUMKEYS), "num_keys")
+            return _I64.unpack(self._recv(8, "num_keys"))[0]
+
+    def ping(self) -> None:
+        with self._lock:
+            self._send(_U8.pack(PING) + _U32.pack(7), "ping")
+            self._recv(4, "ping")
+
+
+# -- server ----------------------------------------------------------------------------
+
+
+class _Incomplete(Exception):
+    pass
+
+
+class _Reader:
+    """Parses one command from a buffer; raises _Incomplete if more bytes are needed."""
+
+    def __init__(self, buf: bytearray):
+        self.buf = buf
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.buf):
+            raise _Incomplete
+        data = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return data
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u32(self) -> int:
+        return _U32.unpack(self.take(4))[0]
+
+    def u64(self) -> int:
+        return _U64.unpack(self.take(8))[0]
+
+    def i64(self) -> int:
+        return _I64.unpack(self.take(8))[0]
+
+    def blob(self) -> bytes:
+        size = self.u64()
+        if size > 1 << 30:
+            raise StoreProtocolError(f"a {size}-byte value is too large")
+        return self.take(size)
+
+    def key(self) -> str:
+        return self.blob().decode("utf-8", "surrogateescape")
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket, peer: str):
+        self.sock = sock
+        self.peer = peer
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.validated = False
+        self.waiting: list[str] | None = None
+
+
+class StoreServer:
+    """A TCPStore server in one Python thread (selectors), wire-compatible with torch's.
+
+    ``StoreServer(host="", port=0).start()`` binds and listens *before* returning, so
+    ``.port`` is the real port (no probe-then-bind race) and a second server on a port
+    already in use fails at once with ``OSError(EADDRINUSE)`` (how agents on one machine
+    elect the store host). Dual-stack (IPv6 + IPv4) where the host allows it.
+    """
+
+    def __init__(self, host: str = "", port: int = 0, backlog: int = 1024):
+        self._listener = self._bind(host, port, backlog)
+        self.port: int = self._listener.getsockname()[1]
+        self._data: dict[str, bytes] = {}
+        self._conns: dict[int, _Conn] = {}
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @staticmethod
+    def _bind(host: str, port: int, backlog: int) -> socket.socket:
+        if host in ("", "0.0.0.0", "::") and socket.has_ipv6:
+            try:
+                sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            except OSError:
+                sock = None
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    sock.bind(("::", port))
+                    sock.listen(backlog)
+                    return sock
+                except OSError as e:
+                    sock.close()
+                    if e.errno == errno.EADDRINUSE:
+                        raise
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host if host not in ("", "::") else "0.0.0.0", port))
+            sock.listen(backlog)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def __repr__(self) -> str:
+        state = "running" if self._thread and self._thread.is_alive() else "stopped"
+        return f"StoreServer(port={self.port}, {state}, keys={len(self._data)})"
+
+    def start(self) -> "StoreServer":
+        self._listener.setblocking(False)
+        self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._serve, name=f"store-server:{self.port}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def request_stop(self) -> None:
+        """Ask the loop to end (safe from a signal handler)."""
+        self._stopping = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def serve_forever(self) -> None:
+        """Run in the calling thread (the standalone store process)."""
+        self._listener.setblocking(False)
+        self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._serve()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        try:
+            while not self._stopping:
+                for key, events in self._sel.select(timeout=1.0):
+                    if key.data == "listen":
+                        self._accept()
+                    elif key.data == "wake":
+                        try:
+                            os.read(self._wake_r, 64)
+                        except OSError:
+                            pass
+                    else:
+                        conn = key.data
+                        if events & selectors.EVENT_READ:
+                            self._on_readable(conn)
+                        if events & selectors.EVENT_WRITE and conn.sock.fileno() != -1:
+                            self._flush(conn)
+        finally:
+            for conn in list(self._conns.values()):
+                self._close(conn)
+            try:
+                self._sel.unregister(self._listener)
+            except (KeyError, ValueError):
+                pass
+            self._listener.close()
+            self._sel.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, addr = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("store server: accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, f"{addr[0]}:{addr[1]}")
+            self._conns[sock.fileno()] = conn
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _close(self, conn: _Conn) -> None:
+        if self._conns.pop(conn.sock.fileno(), None) is None:
+            return
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(conn)
+            return
+        conn.inbuf += data
+        try:
+            while conn.inbuf:
+                reader = _Reader(conn.inbuf)
+                try:
+                    self._dispatch(conn, reader)
+                except _Incomplete:
+                    break
+                del conn.inbuf[:reader.pos]
+        except StoreProtocolError as e:
+            log.warning("store server: dropping client %s: %s", conn.peer, e)
+            self._close(conn)
+            return
+        self._flush(conn)
+
+    def _reply(self, conn: _Conn, data: bytes) -> None:
+        conn.outbuf += data
+
+    def _flush(self, conn: _Conn) -> None:
+        if conn.sock.fileno() == -1:
+            return
+        if conn.outbuf:
+            try:
+                sent = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:sent]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._close(conn)
+                return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        try:
+            self._sel.modify(conn.sock, events, conn)
+        except (KeyError, ValueError):
+            pass
+
+    # -- commands ---------------------------------------------------------------------
+
+    def _dispatch(self, conn: _Conn, r: _Reader) -> None:
+        cmd = r.u8()
+        if not conn.validated:
+            if cmd != VALIDATE or r.u32() != MAGIC:
+                raise StoreProtocolError("the client did not open with the TCPStore handshake")
+            conn.validated = True
+            return
+        data = self._data
+        if cmd == SET:
+            key, value = r.key(), r.blob()
+            data[key] = value
+            self._wake_waiters()
+        elif cmd == MULTI_SET:
+            count = r.i64()
+            pairs = [(r.key(), r.blob()) for _ in range(count)]
+            data.update(pairs)
+            self._wake_waiters()
+        elif cmd == COMPARE_SET:
+            key, expected, desired = r.key(), r.blob(), r.blob()
+            current = data.get(key)
+            if current is None:
+                if expected:
+                    self._reply(conn, _pack_str(expected))
+                    return
+                data[key] = desired
+                self._wake_waiters()
+                self._reply(conn, _pack_str(desired))
+                return
+            if current == expected:
+                data[key] = current = desired
+                self._wake_waiters()
+            self._reply(conn, _pack_str(current))
+        elif cmd == GET:
+            self._reply(conn, _pack_str(data.get(r.key(), b"")))
+        elif cmd == ADD:
+            key, amount = r.key(), r.i64()
+            try:
+                value = int(data.get(key, b"0")) + amount
+            except ValueError:
+                raise StoreProtocolError(f"add on key {key!r} whose value is not an integer") from None
+            data[key] = str(value).encode()
+            self._wake_waiters()
+            self._reply(conn, _I64.pack(value))
+        elif cmd == CHECK:
+            keys = [r.key() for _ in range(r.u64())]
+            ready = all(k in data for k in keys)
+            self._reply(conn, _U8.pack(READY if ready else NOT_READY))
+        elif cmd == WAIT:
+            keys = [r.key() for _ in range(r.u64())]
+            if all(k in data for k in keys):
+                self._reply(conn, _U8.pack(STOP_WAITING))
+            else:
+                conn.waiting = keys
+        elif cmd == CANCEL_WAIT:
+            conn.waiting = None
+            self._reply(conn, _U8.pack(WAIT_CANCELED))
+        elif cmd == GETNUMKEYS:
+            self._reply(conn, _I64.pack(len(data)))
+        elif cmd == DELETE_KEY:
+            existed = data.pop(r.key(), None) is not None
+            self._reply(conn, _I64.pack(1 if existed else 0))
+        elif cmd == APPEND:
+            key, value = r.key(), r.blob()
+            data[key] = data.get(key, b"") + value
+            self._wake_waiters()
+        elif cmd == MULTI_GET:
+            keys = [r.key() for _ in range(r.u64())]
+            self._reply(conn, b"".join(_pack_str(data.get(k, b"")) for k in keys))
+        elif cmd == PING:
+            self._reply(conn, _U32.pack(r.u32()))
+        elif cmd == VALIDATE:
+            if r.u32() != MAGIC:
+                raise StoreProtocolError("bad magic number")
+        else:
+            raise StoreProtocolError(f"unsupported TCPStore command {cmd}")
+
+    def _wake_waiters(self) -> None:
+        for conn in list(self._conns.values()):
+            if conn.waiting is not None and all(k in self._data for k in conn.waiting):
+                conn.waiting = None
+                self._reply(conn, _U8.pack(STOP_WAITING))
+                self._flush(conn)

@@ -1,0 +1,220 @@
+"""``scenarios/**/*.toml`` collected as test items.
+
+A scenario is a job, a fault schedule and expectations::
+
+    [job]
+    script = "scripts/train.py"        # relative to the .toml file
+    args = ["--steps", "20", "--ckpt-dir", "{tmp}"]   # {tmp}: a fresh dir per run
+    nnodes = "1:1"                      # + nproc_per_node, max_restarts, rdzv_backend,
+    nproc_per_node = 2                  #   monitor_interval, start_method, store_host, env
+    timeout = 60                        # seconds for the whole job
+    steps = 20                          # for the no-lost-progress check
+
+    [[fault]]
+    kind = "worker_crash"               # worker_crash, worker_hang, agent_kill, node_kill,
+    node = 0                            # node_leave, node_join, node_freeze, store_host_loss
+    local_rank = 1
+    exit_code = 3                       # or sig = 9
+    at_step = 5                         # trigger: at_step (+ rank), after = s, on_state = "HEALTHY"
+    rank = 1
+
+    [expect]
+    state = "SUCCEEDED"
+    world_sizes = [2, 2]
+    restarts = 1
+    no_lost_steps = true                # steps done >= steps asked, none skipped after resume
+    max_recovery_latency = 10.0
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
+
+_JOB_KEYS = {"script", "module", "args", "nnodes", "nproc_per_node", "max_restarts", "rdzv_backend",
+             "monitor_interval", "start_method", "store_host", "env", "timeout", "steps", "nodes",
+             "rdzv_conf", "shutdown_timeout"}
+_EXPECT_KEYS = {"state", "world_sizes", "restarts", "no_lost_steps", "max_recovery_latency",
+                "min_world_size", "final_world_size", "faults_fired"}
+_FAULT_KEYS = {"kind", "node", "local_rank", "sig", "exit_code", "at_step", "rank", "after",
+               "on_state", "state_node"}
+
+
+class ScenarioFailure(AssertionError):
+    """An expectation of a scenario did not hold."""
+
+
+class ScenarioFile(pytest.File):
+    def collect(self) -> Iterator["ScenarioItem"]:
+        try:
+            data = tomllib.loads(self.path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as e:
+            raise self.CollectError(f"{self.path}: not valid TOML: {e}") from None
+        problems = _validate(data)
+        if problems:
+            raise self.CollectError(f"{self.path}: " + "; ".join(problems))
+        yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
+
+
+def _validate(data: dict) -> list[str]:
+    problems = []
+    job = data.get("job")
+    if not isinstance(job, dict):
+        return ["missing [job] table"]
+    if ("script" in job) == ("module" in job):
+        problems.append("[job] needs exactly one of script= or module=")
+    for table, keys, allowed in (("job", job.keys(), _JOB_KEYS),
+                                 ("expect", data.get("expect", {}).keys(), _EXPECT_KEYS)):
+        unknown = sorted(set(keys) - allowed)
+        if unknown:
+            problems.append(f"[{table}] has unknown key(s) {unknown}")
+    for i, fault in enumerate(data.get("fault", [])):
+        unknown = sorted(set(fault) - _FAULT_KEYS)
+        if unknown:
+            problems.append(f"[[fault]] #{i + 1} has unknown key(s) {unknown}")
+        if "kind" not in fault:
+            problems.append(f"[[fault]] #{i + 1} has no kind")
+    unknown_top = sorted(set(data) - {"job", "fault", "expect", "description"})
+    if unknown_top:
+        problems.append(f"unknown table(s) {unknown_top}")
+    return problems
+
+
+def _fault(spec: dict) -> Any:
+    from harness import faults as f
+    from harness.agent import WorkerState
+
+    kinds = {"worker_crash": f.WorkerCrash, "worker_hang": f.WorkerHang, "agent_kill": f.AgentKill,
+             "node_kill": f.NodeKill, "node_leave": f.NodeLeave, "node_join": f.NodeJoin,
+             "node_freeze": f.NodeFreeze, "store_host_loss": f.StoreHostLoss}
+    cls = kinds.get(spec["kind"])
+    if cls is None:
+        raise ScenarioFailure(f"unknown fault kind {spec['kind']!r}; choose from {sorted(kinds)}")
+    fields = {k: spec[k] for k in ("node", "local_rank", "sig", "exit_code") if k in spec}
+    fault = cls(**fields)
+    if "at_step" in spec:
+        trigger = f.AtStep(step=spec["at_step"], rank=spec.get("rank", 0))
+    elif "after" in spec:
+        from harness.chaos import HealthyThenAfter
+
+        trigger = HealthyThenAfter(seconds=float(spec["after"]))
+    elif "on_state" in spec:
+        trigger = f.OnState(WorkerState(spec["on_state"]), spec.get("state_node"))
+    else:
+        trigger = f.OnState(WorkerState.HEALTHY)
+    return f.ScheduledFault(fault, trigger)
+
+
+class ScenarioItem(pytest.Item):
+    def __init__(self, *, spec: dict, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.add_marker(pytest.mark.elastic)
+        self._job: Any = None
+
+    def runtest(self) -> None:
+        from harness import Cluster
+        from pytest_elastic._session import ElasticRecord, _chaos
+        from pytest_elastic.plugin import settings_of
+
+        settings = settings_of(self.config)
+        job_spec = dict(self.spec["job"])
+        base = Path(self.path).parent
+        timeout = float(job_spec.pop("timeout", settings.timeout))
+        steps = job_spec.pop("steps", None)
+        nodes = job_spec.pop("nodes", None)
+        script, module = job_spec.pop("script", None), job_spec.pop("module", None)
+        args = [str(a) for a in job_spec.pop("args", [])]
+        job_spec.setdefault("start_method", settings.start_method)
+        chaos, seed = _chaos(settings, self.nodeid)
+        cluster = Cluster(**job_spec, chaos=chaos)
+        self._elastic_record = record = ElasticRecord(cluster, settings, seed)
+        try:
+            import tempfile
+
+            scratch = tempfile.mkdtemp(prefix="scenario_", dir=cluster.directory)
+            args = [a.replace("{tmp}", scratch) for a in args]  # a per-run dir, e.g. checkpoints
+            entry = str(base / script) if script else module
+            self._job = job = cluster.launch(entry, *args, nodes=nodes, module=module is not None)
+            job.schedule([_fault(f) for f in self.spec.get("fault", [])])
+            result = job.wait(timeout=timeout)
+            _check_expectations(self.spec.get("expect", {}), job, result, steps, chaos is not None)
+        except BaseException:
+            record.call_failed = True
+            raise
+        finally:
+            try:
+                cluster.close(check_invariants=not record.call_failed)
+            finally:
+                from pytest_elastic._session import _record_properties
+
+                _record_properties(self, record)
+
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+        if isinstance(excinfo.value, (ScenarioFailure, TimeoutError)):
+            return f"scenario {self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Any, int, str]:
+        return self.path, 0, f"scenario: {self.name}"
+
+
+def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
+    from pytest_elastic._report import timeline_chart
+
+    problems: list[str] = []
+    if "state" in expect and result.state.value != expect["state"]:
+        problems.append(f"final state {result.state.value}, expected {expect['state']}")
+    sizes = job.timeline.world_sizes()
+    if "world_sizes" in expect and not chaotic and sizes != expect["world_sizes"]:
+        problems.append(f"world sizes {sizes}, expected {expect['world_sizes']}")
+    if "final_world_size" in expect and (not sizes or sizes[-1] != expect["final_world_size"]):
+        problems.append(f"final world size {sizes[-1] if sizes else None}, expected {expect['final_world_size']}")
+    restarts = max(job.timeline.restart_counts().values(), default=0)
+    if "restarts" in expect and not chaotic and restarts != expect["restarts"]:
+        problems.append(f"{restarts} restart(s), expected {expect['restarts']}")
+    if "faults_fired" in expect:
+        fired = [f["fault"] for f in job.timeline.faults()]
+        if len(fired) < expect["faults_fired"]:
+            problems.append(f"{len(fired)} fault(s) fired {fired}, expected {expect['faults_fired']}")
+    if expect.get("no_lost_steps") and steps:
+        problems.extend(_lost_progress(job, steps))
+    bound = expect.get("max_recovery_latency")
+    if bound is not None:
+        for fault in job.timeline.faults():
+            latency = fault.recovery_latency
+            if latency is not None and latency > bound:
+                problems.append(f"{fault['fault']} recovered after {latency:.2f}s > {bound}s")
+    if problems:
+        raise ScenarioFailure("; ".join(problems) + "\n" + timeline_chart(job.timeline))
+
+
+def _lost_progress(job: Any, steps: int) -> list[str]:
+    """Rank 0's steps over all attempts cover 0..steps-1; a resumed attempt starts no later
+    than one past the previous attempt's last step (nothing skipped)."""
+    events = job.timeline.steps(rank=0)
+    done = {e["step"] for e in events}
+    problems = []
+    missing = sorted(set(range(steps)) - done)
+    if missing:
+        problems.append(f"steps never done: {missing[:10]}")
+    by_attempt: dict[int, list[int]] = {}
+    for e in events:
+        by_attempt.setdefault(e.get("restart_count", 0), []).append(e["step"])
+    highest = -1
+    for attempt in sorted(by_attempt):
+        first = min(by_attempt[attempt])
+        if first > highest + 1:
+            problems.append(f"attempt {attempt} resumed at step {first}, skipping {highest + 1}..{first - 1}")
+        highest = max(highest, max(by_attempt[attempt]))
+    return problems

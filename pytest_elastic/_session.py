@@ -1,0 +1,133 @@
+"""The fixture's work: build the cluster from marker + settings, close it, report.
+
+Loaded by the first test that asks for ``elastic_cluster`` (imports the harness).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_elastic._settings import SettingError, Settings, validate_marker
+
+__all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwargs"]
+
+
+@dataclass
+class ElasticRecord:
+    """What the plugin remembers about one test's elastic run."""
+
+    cluster: Any
+    settings: Settings
+    chaos_seed: int | None = None
+    call_failed: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    args = tuple(marker.args) if marker is not None else ()
+    validate_marker(test_id, kwargs, args)
+    kwargs.pop("timeout", None)
+    kwargs.setdefault("start_method", settings.start_method)
+    return kwargs
+
+
+def _chaos(settings: Settings, test_id: str) -> tuple[Any, int | None]:
+    if not settings.chaos:
+        return None, None
+    from harness.chaos import ChaosConfig, derive_seed, parse_fault_kinds
+
+    seed = derive_seed(settings.seed, test_id)
+    return ChaosConfig(seed=seed, kinds=parse_fault_kinds(settings.faults), overload=settings.overload), seed
+
+
+def reproduction_line(test_id: str, settings: Settings) -> str:
+    line = f"pytest '{test_id}' --elastic-chaos --elastic-seed={settings.seed}"
+    if settings.faults != "worker":
+        line += f" --elastic-faults={settings.faults}"
+    if settings.overload:
+        line += " --elastic-chaos-overload"
+    return line
+
+
+@contextmanager
+def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from harness import Cluster
+    from harness.cluster import ClusterLeakError
+    from harness.invariants import InvariantViolation
+    from pytest_elastic.plugin import settings_of
+
+    settings = settings_of(request.config)
+    item = request.node
+    try:
+        kwargs = cluster_kwargs(item.nodeid, item.get_closest_marker("elastic"), settings)
+    except SettingError as e:
+        pytest.fail(str(e), pytrace=False)
+    chaos, seed = _chaos(settings, item.nodeid)
+    cluster = Cluster(**kwargs, chaos=chaos)
+    record = ElasticRecord(cluster, settings, seed)
+    item._elastic_record = record
+    try:
+        yield cluster
+    finally:
+        try:
+            cluster.close(check_invariants=not record.call_failed)
+        except (ClusterLeakError, InvariantViolation) as e:
+            record.problems.append(str(e))
+            pytest.fail(f"elastic cluster teardown: {e}", pytrace=False)
+        finally:
+            _record_properties(item, record)
+
+
+def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
+    from pytest_elastic._report import job_stats
+
+    stats = [job_stats(job) for job in record.cluster.jobs]
+    props = item.user_properties
+    if record.chaos_seed is not None:
+        props.append(("elastic_seed", record.settings.seed))
+        props.append(("elastic_test_seed", record.chaos_seed))
+    props.append(("elastic_jobs", len(stats)))
+    props.append(("elastic_fault_count", sum(s["faults"] for s in stats)))
+    props.append(("elastic_faults", "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
+    props.append(("elastic_recovered", sum(s["recovered"] for s in stats)))
+    props.append(("elastic_restarts", sum(s["restarts"] for s in stats)))
+    props.append(("elastic_detection_latencies", [v for s in stats for v in s["detection"]]))
+    props.append(("elastic_recovery_latencies", [v for s in stats for v in s["recovery"]]))
+    props.append(("elastic_outcome", "failed" if record.call_failed or record.problems else "passed"))
+    if record.settings.report_dir:
+        _write_html(item, record)
+
+
+def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
+    from pytest_elastic._report import write_html
+
+    os.makedirs(record.settings.report_dir, exist_ok=True)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
+    for i, job in enumerate(record.cluster.jobs):
+        path = os.path.join(record.settings.report_dir, f"{safe}.job{i}.html")
+        write_html(path, f"{item.nodeid} — job {i}", job.timeline, "\n".join(record.problems))
+
+
+def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
+    if report.when == "call" and report.failed:
+        record.call_failed = True
+    if not report.failed:
+        return
+    from pytest_elastic._report import timeline_chart
+
+    for i, job in enumerate(record.cluster.jobs):
+        report.sections.append((f"elastic timeline (job {i}, {job.run_id})", timeline_chart(job.timeline)))
+    if record.chaos_seed is not None:
+        history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
+        unfired = [entry.describe() for job in record.cluster.jobs for entry in job.pending_faults()]
+        text = "\n".join(["fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
+                          *(["not fired (the job ended first):"] + [f"  {u}" for u in unfired] if unfired else []),
+                          "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
+        report.sections.append(("elastic chaos", text))

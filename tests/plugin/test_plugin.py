@@ -1,0 +1,169 @@
+"""The plugin end to end, as a user sees it (pytester, in subprocesses)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import SCRIPTS
+
+STEPPER = str(SCRIPTS / "stepper.py")
+
+
+def test_plugin_import_is_light():
+    code = ("import sys, pytest_elastic.plugin; "
+            "print([m for m in ('torch', 'harness') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_marker_is_registered_with_its_signature(pytester):
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.elastic(nnodes='1', nproc_per_node=1, max_restarts=3, rdzv_backend='c10d'*): run the test's jobs*"])
+
+
+def test_header_shows_resolved_settings(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_ELASTIC_TIMEOUT", "33")
+    pytester.makeini("[pytest]\nelastic_start_method = spawn\nelastic_timeout = 44\n")
+    result = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=7", "--co")
+    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker start_method=spawn timeout=33s"])
+    result = pytester.runpytest_subprocess("--elastic-timeout=5", "--co")
+    result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s"])
+
+
+def test_bad_settings_are_usage_errors(pytester):
+    result = pytester.runpytest_subprocess("--elastic-faults=worker,meteor")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown fault kind(s) [[]'meteor'[]]*"])
+
+
+def test_unknown_marker_keyword_names_test_and_keyword(pytester):
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.elastic(nnodes=1, nprocs=2)
+        def test_x(elastic_cluster):
+            pass
+        @pytest.mark.elastic(nproc_per_node=0)
+        def test_y(elastic_cluster):
+            pass
+    """)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(errors=2)  # raised while setting up the fixture
+    result.stdout.fnmatch_lines([
+        "*test_x*unknown keyword(s) [[]'nprocs'[]]*",
+        "*test_y*@pytest.mark.elastic(nproc_per_node=0) is not valid*",
+    ])
+
+
+def test_fixture_runs_a_job_and_records_properties(pytester):
+    pytester.makepyfile(f"""
+        import pytest
+        from harness import WorkerState
+        from harness.faults import WorkerCrash, OnState
+
+        @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=1)
+        def test_job(elastic_cluster, record_property):
+            job = elastic_cluster.launch({STEPPER!r}, "30", "0.02")
+            job.inject(WorkerCrash(local_rank=1), OnState(WorkerState.HEALTHY))
+            assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
+    """)
+    result = pytester.runpytest_subprocess("--junitxml=out.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*elastic summary*", "*faults injected: 1, recovered: 1*",
+                                 "recovery latency: median * ms*"])
+    xml = (pytester.path / "out.xml").read_text()
+    assert 'name="elastic_fault_count" value="1"' in xml and 'name="elastic_restarts" value="1"' in xml
+
+
+def test_failing_elastic_test_shows_the_timeline_chart(pytester):
+    pytester.makepyfile(f"""
+        import pytest
+        @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=0)
+        def test_job(elastic_cluster):
+            job = elastic_cluster.launch({STEPPER!r}, "3", "0.01")
+            job.wait(timeout=60)
+            assert False, "user assertion"
+    """)
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*elastic timeline (job 0*", "*|i*=*+*|", "legend: *"])
+
+
+CHAOS_TEST = f"""
+import pytest
+from harness import WorkerState
+
+@pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=3)
+def test_survives(elastic_cluster):
+    job = elastic_cluster.launch({STEPPER!r}, "100", "0.03")
+    assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
+    print("HISTORY", [e.describe() for e in job.chaos_schedule])
+
+@pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=1)
+def test_too_fragile(elastic_cluster):
+    job = elastic_cluster.launch({STEPPER!r}, "100", "0.03")
+    job.wait(timeout=90)
+    assert job.timeline.faults() == [], "a fault happened"
+"""
+
+
+def _schedule(result) -> list[str]:
+    """The fault schedule printed for the failing chaos test."""
+    text = result.stdout.str()
+    block = text.split("fault schedule:")[1].split("reproduce with:")[0]
+    return [line.strip() for line in block.strip().splitlines() if "@" in line]
+
+
+def test_chaos_same_seed_same_history_and_repro_line(pytester):
+    pytester.makepyfile(CHAOS_TEST)
+    first = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11")
+    second = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11", "-p", "xdist", "-n", "2")
+    other = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=12")
+    first.assert_outcomes(passed=1, failed=1)
+    second.assert_outcomes(passed=1, failed=1)
+    assert _schedule(first) and _schedule(first) == _schedule(second) != _schedule(other)
+    first.stdout.fnmatch_lines([
+        "*elastic chaos*", "fault schedule:", "  WorkerCrash(*",
+        "reproduce with:", "  pytest '*test_too_fragile' --elastic-chaos --elastic-seed=11",
+    ])
+
+
+def test_scenario_files_are_collected_and_run(pytester):
+    scen = pytester.mkdir("scenarios")
+    (scen / "ok.toml").write_text(f"""
+[job]
+script = {STEPPER!r}
+args = ["20", "0.02"]
+nnodes = "1"
+nproc_per_node = 2
+max_restarts = 1
+steps = 20
+
+[[fault]]
+kind = "worker_crash"
+exit_code = 2
+at_step = 6
+rank = 0
+
+[expect]
+state = "SUCCEEDED"
+restarts = 1
+world_sizes = [2, 2]
+""")
+    (scen / "wrong.toml").write_text(f"""
+[job]
+script = {STEPPER!r}
+args = ["5", "0.01"]
+[expect]
+restarts = 3
+""")
+    (scen / "broken.toml").write_text("[job\n")
+    (scen / "typo.toml").write_text("[job]\nscript='x.py'\nnproc=2\n")
+    result = pytester.runpytest_subprocess("scenarios", "--continue-on-collection-errors")
+    result.assert_outcomes(passed=1, failed=1, errors=2)
+    for line in ("*scenario wrong: 0 restart(s), expected 3*", "*broken.toml: not valid TOML*",
+                 "*typo.toml: [[]job[]] has unknown key(s) [[]'nproc'[]]*"):
+        result.stdout.fnmatch_lines([line])

@@ -1,0 +1,181 @@
+"""Helpers for multi-node tests: real agents (``python -m harness.run``) on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCRIPTS
+
+HERE = Path(__file__).parent
+LOOP = str(HERE / "scripts" / "elastic_loop.py")
+ALLREDUCE = str(SCRIPTS / "allreduce.py")
+ENV_DUMP = str(SCRIPTS / "env_dump.py")
+ALWAYS_FAIL = str(SCRIPTS / "always_fail.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    """One agent process in its own process group; its output is collected by a thread."""
+
+    def __init__(self, args: list[str], env: dict | None = None, module: str = "harness.run"):
+        full_env = {**os.environ, "LOGLEVEL": "INFO", **(env or {})}
+        full_env.pop("TORCHELASTIC_ERROR_FILE", None)
+        self.args = args
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     env=full_env, start_new_session=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 60, count: int = 1) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(text in line for line in list(self.lines)) >= count:
+                return
+            if self.proc.poll() is not None:
+                self._reader.join(2)
+                if sum(text in line for line in list(self.lines)) >= count:
+                    return
+                raise AssertionError(f"agent exited rc={self.proc.returncode} before {text!r}:\n{self.output}")
+            time.sleep(0.05)
+        raise AssertionError(f"no {text!r} within {timeout}s:\n{self.output}")
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"agent did not exit within {timeout}s:\n{self.output}") from None
+        self._reader.join(5)
+        return rc
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.signal_group(signal.SIGKILL)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@pytest.fixture
+def nodes():
+    """Start agents with ``nodes(args...)``; all are killed (process group) at teardown."""
+    started: list[Node] = []
+
+    def start(*args: str, env: dict | None = None) -> Node:
+        node = Node(list(args), env)
+        started.append(node)
+        return node
+
+    yield start
+    for node in started:
+        node.kill()
+    # workers die with their agent (PDEATHSIG); give them a moment
+    time.sleep(0.2)
+
+
+def c10d_args(port: int, nnodes: str, run_id: str, *extra: str, nproc: int = 1) -> list[str]:
+    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={run_id}", *extra]
+
+
+def kill_node(node: Node) -> None:
+    """SIGKILL an agent and all its workers at once (a node dying)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(node.proc.pid)]
+        procs += procs[0].children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    node.proc.wait(10)
+    # a SIGKILLed agent cannot remove its log tree; the test does it for it
+    import glob
+    import shutil
+    import tempfile
+
+    run_id = next((a.split("=", 1)[1] for a in node.args if a.startswith("--rdzv-id=")), None)
+    if run_id:
+        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"elastic_{run_id}_*")):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def etcd_endpoint(tmp_path_factory):
+    """A real etcd server on free loopback ports, for this module; dies with the test run."""
+    import shutil
+
+    binary = shutil.which("etcd")
+    if binary is None:
+        pytest.skip("etcd is not installed (Debian: apt-get install etcd-server; .ci/run does)")
+    from harness.procs._prctl import set_pdeathsig
+
+    for _ in range(3):
+        data = tmp_path_factory.mktemp("etcd")
+        client, peer = free_port(), free_port()
+        proc = subprocess.Popen(
+            [binary, "--data-dir", str(data), "--name", "test",
+             "--listen-client-urls", f"http://127.0.0.1:{client}",
+             "--advertise-client-urls", f"http://127.0.0.1:{client}",
+             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+             "--initial-cluster", f"test=http://127.0.0.1:{peer}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=set_pdeathsig)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", client), timeout=0.5).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        if proc.poll() is None:
+            break
+        shutil.rmtree(data, ignore_errors=True)
+    else:
+        pytest.fail("etcd did not start on a free port in 3 tries")
+    try:
+        yield f"127.0.0.1:{client}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(data, ignore_errors=True)

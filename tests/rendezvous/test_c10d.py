@@ -1,0 +1,226 @@
+"""The c10d dynamic rendezvous with real agents (``python -m harness.run``) on loopback."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.rendezvous import (
+    RendezvousParameters,
+    RendezvousStateError,
+    get_rendezvous_handler,
+)
+from harness.rendezvous._state import RendezvousState
+from harness.rendezvous._store import StoreClient, StoreServer
+from tests.conftest import run_elastic
+from tests.rendezvous.conftest import (
+    ALLREDUCE, ALWAYS_FAIL, ENV_DUMP, LOOP, c10d_args, free_port, kill_node,
+)
+
+
+def hosts_store(node) -> bool:
+    return any("hosting the rendezvous store" in line for line in node.lines)
+
+
+def starts(node, world: int) -> list[str]:
+    return [l for l in node.lines if l.startswith("START") and f"world={world} " in l]
+
+
+# -- state and configuration ------------------------------------------------------------
+
+
+def test_state_round_trips_and_rejects_foreign_data():
+    state = RendezvousState(run_id="job", participants=["a"], nodes={"a": {"name": "n", "addr": "h", "live": "h:1", "port": 5}})
+    assert RendezvousState.from_json(state.to_json(), "job", "here") == state
+    for raw, why in [
+        (pickle.dumps({"round": 1}), "not JSON"),
+        (b'{"round": 1}', "no 'kind'"),
+        (state.to_json().replace(b'"schema":1', b'"schema":9'), "schema 9"),
+        (state.to_json(), "run id 'job'"),
+        (state.to_json().replace(b'"seq":0', b'"seq":"x"'), "field"),
+    ]:
+        with pytest.raises(RendezvousStateError, match=re.escape(why)):
+            RendezvousState.from_json(raw, "other" if "run id" in why else "job", "key k")
+
+
+def test_agent_refuses_pickled_state_with_a_clear_error():
+    server = StoreServer("", 0).start()
+    try:
+        client = StoreClient("127.0.0.1", server.port, timeout=5)
+        client.set("harness/rdzv/evil/state", pickle.dumps(("torch", "state")))
+        out = run_elastic(*c10d_args(server.port, "1:2", "evil", "--rdzv-conf=is_host=false"),
+                          ENV_DUMP, timeout=60)
+        assert out.returncode == 1
+        assert "is not ours (not JSON" in out.stderr and "Traceback" not in out.stderr
+        client.close()
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("conf, message", [
+    ("heartbeat_timeout=0.05", "must be > keep_alive_interval"),
+    ("keep_alive_interval=-1", "must be a number > 0"),
+    ("is_host=maybe", "must be a boolean"),
+    ("join_timeout=soon", "must be a number"),
+])
+def test_bad_rdzv_conf_is_a_one_line_error(conf, message):
+    out = run_elastic(*c10d_args(free_port(), "2", "conf", f"--rdzv-conf={conf}"), ENV_DUMP)
+    assert out.returncode == 1
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_port_zero_needs_a_single_node_job():
+    with pytest.raises(ConfigError, match="port 0 only for a single-node job"):
+        get_rendezvous_handler(RendezvousParameters("c10d", "127.0.0.1:0", "x", 1, 2))
+
+
+def test_unreachable_store_fails_fast_and_clearly():
+    out = run_elastic(*c10d_args(free_port(), "2", "nobody", "--rdzv-conf=is_host=false,read_timeout=1"),
+                      ENV_DUMP)
+    assert out.returncode == 1
+    assert "could not reach the rendezvous store" in out.stderr and "Traceback" not in out.stderr
+
+
+# -- jobs ---------------------------------------------------------------------------------
+
+
+def test_two_nodes_two_workers_allreduce(nodes):
+    port = free_port()
+    agents = [nodes(*c10d_args(port, "2", "pair", nproc=2), ALLREDUCE) for _ in range(2)]
+    assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    sums = [l for a in agents for l in a.lines if l.startswith("SUM")]
+    assert sorted(int(re.search(r"rank=(\d)", l).group(1)) for l in sums) == [0, 1, 2, 3]
+    assert all("world=4 value=10" in l for l in sums)
+    groups = {a.lines[[i for i, l in enumerate(a.lines) if "round 0 complete" in l][0]].split("rank ")[1][0] for a in agents}
+    assert groups == {"0", "1"}
+
+
+def test_env_per_rank(nodes):
+    port = free_port()
+    agents = [nodes(*c10d_args(port, "2", "envs", nproc=2), ENV_DUMP) for _ in range(2)]
+    assert [a.wait(60) for a in agents] == [0, 0]
+    decoder = json.JSONDecoder()  # two workers share a pipe: lines may run together
+    rows = [decoder.raw_decode(chunk)[0]["env"] for a in agents
+            for chunk in a.output.split("ENV ")[1:]]
+    assert sorted(r["RANK"] for r in rows) == ["0", "1", "2", "3"]
+    for r in rows:
+        assert r["WORLD_SIZE"] == "4" and r["GROUP_WORLD_SIZE"] == "2"
+        assert r["GROUP_RANK"] == str(int(r["RANK"]) // 2)
+        assert r["TORCHELASTIC_USE_AGENT_STORE"] == "False" and r["TORCHELASTIC_RUN_ID"] == "envs"
+    assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in rows}) == 1
+
+
+def test_one_node_of_one_to_two(nodes):
+    agent = nodes(*c10d_args(free_port(), "1:2", "solo"), LOOP, "--finish-world=1")
+    assert agent.wait(60) == 0, agent.output
+    assert starts(agent, 1)
+
+
+@pytest.mark.parametrize("how", ["sigterm", "sigkill"])
+def test_scale_down(nodes, how):
+    port = free_port()
+    extra = ("--max-restarts=0",)
+    a = nodes(*c10d_args(port, "1:2", f"down-{how}", *extra), LOOP, "--finish-world=1")
+    b = nodes(*c10d_args(port, "1:2", f"down-{how}", *extra), LOOP, "--finish-world=1")
+    a.wait_for("world=2")
+    b.wait_for("world=2")
+    host, other = (a, b) if hosts_store(a) else (b, a)  # the store host must survive
+    if how == "sigterm":
+        other.proc.send_signal(signal.SIGTERM)
+        assert other.wait(30) != 0
+    else:
+        kill_node(other)
+    # the survivor restarts with the smaller world without using its (zero) restarts
+    assert host.wait(60) == 0, host.output
+    assert starts(host, 1) and "restart=0" in starts(host, 1)[-1]
+
+
+def test_scale_up(nodes):
+    port = free_port()
+    first = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    first.wait_for("world=1")
+    second = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    assert second.wait(60) == 0, second.output
+    assert first.wait(60) == 0, first.output
+    assert starts(first, 2) and starts(second, 2)
+    assert "restart=0" in starts(first, 2)[-1]
+
+
+def test_worker_crash_restarts_every_node(nodes):
+    port = free_port()
+    agents = [nodes(*c10d_args(port, "2", "crash", "--max-restarts=1"), LOOP,
+                    "--finish-world=2", "--crash-rank=1") for _ in range(2)]
+    assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    for a in agents:
+        assert any("restart=1" in l for l in starts(a, 2)) or len(starts(a, 2)) >= 2
+
+
+def test_max_restarts_exhausted_fails_every_node(nodes):
+    port = free_port()
+    agents = [nodes(*c10d_args(port, "2", "exhaust", "--max-restarts=1", nproc=1), ALWAYS_FAIL)
+              for _ in range(2)]
+    rcs = [a.wait(90) for a in agents]
+    assert rcs == [1, 1], "\n".join(a.output for a in agents)
+    joined = "\n".join(a.output for a in agents)
+    assert "ChildFailedError" in joined or "Root Cause" in joined
+
+
+def test_store_host_loss_is_a_clear_fast_error(nodes):
+    port = free_port()
+    host = nodes(*c10d_args(port, "2", "hostloss"), LOOP, "--finish-world=9")
+    other = nodes(*c10d_args(port, "2", "hostloss"), LOOP, "--finish-world=9")
+    host.wait_for("world=2")
+    other.wait_for("world=2")
+    hosting = host if hosts_store(host) else other
+    survivor = other if hosting is host else host
+    kill_node(hosting)
+    assert survivor.wait(30) == 1
+    assert "lost the rendezvous store" in survivor.output
+    assert "Traceback" not in survivor.output
+
+
+def test_standalone_store_survives_losing_any_node(nodes):
+    store = subprocess.Popen([sys.executable, "-m", "harness.rendezvous.store_server", "--port", "0"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(store.stdout.readline().split()[1])
+        args = c10d_args(port, "1:2", "standalone", "--rdzv-conf=is_host=false", "--max-restarts=0")
+        a = nodes(*args, LOOP, "--finish-world=1")
+        b = nodes(*args, LOOP, "--finish-world=1")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+        kill_node(a)  # either node; neither hosts the store
+        assert b.wait(60) == 0, b.output
+        assert starts(b, 1)
+    finally:
+        store.terminate()
+        store.wait(10)
+
+
+def test_peer_dying_during_exit_barrier_does_not_hold_the_survivor(nodes, tmp_path):
+    script = tmp_path / "early.py"
+    script.write_text(
+        "import os, time\n"
+        "print('RUNNING group', os.environ['GROUP_RANK'], flush=True)\n"
+        "if os.environ['GROUP_RANK'] == '1':\n"
+        "    time.sleep(60)\n")
+    port = free_port()
+    a = nodes(*c10d_args(port, "2", "barrier"), str(script))
+    b = nodes(*c10d_args(port, "2", "barrier"), str(script))
+    a.wait_for("RUNNING")
+    b.wait_for("RUNNING")
+    finisher, sleeper = (a, b) if any("RUNNING group 0" in l for l in a.lines) else (b, a)
+    import time
+
+    time.sleep(0.5)  # the finisher is now waiting in the exit barrier
+    assert finisher.proc.poll() is None
+    kill_node(sleeper)
+    assert finisher.wait(30) == 0, finisher.output  # the default barrier timeout is 300 s
+    assert "exit barrier did not complete" in finisher.output

@@ -1,0 +1,83 @@
+"""The etcd backend against a real etcd server (started per module on free loopback ports)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.rendezvous._etcd import EtcdStore
+from harness.rendezvous._store import StoreTimeoutError
+from tests.conftest import run_elastic
+from tests.rendezvous.conftest import ALLREDUCE, ENV_DUMP, LOOP, kill_node
+
+
+def etcd_args(endpoint: str, nnodes: str, run_id: str, *extra: str, backend: str = "etcd",
+              nproc: int = 1) -> list[str]:
+    return [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--rdzv-backend={backend}",
+            f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", *extra]
+
+
+def test_etcd_store_api(etcd_endpoint):
+    host, port = etcd_endpoint.split(":")
+    store = EtcdStore(host, int(port), prefix="/t-api", timeout=5)
+    try:
+        store.set("k", b"v1")
+        assert store.get("k") == b"v1"
+        assert store.add("n", 5) == 5 and store.add("n", 2) == 7
+        assert store.compare_set("k", b"v1", b"v2") == b"v2"
+        assert store.compare_set("k", b"zz", b"v3") == b"v2"
+        assert store.compare_set("new", b"", b"x") == b"x"
+        assert store.check(["k"]) and not store.check(["k", "missing"])
+        with pytest.raises(StoreTimeoutError, match="timed out after 0.2s"):
+            store.wait(["missing"], 0.2)
+        import threading
+
+        other = store.clone()
+        threading.Timer(0.2, lambda: other.set("late", b"1")).start()
+        assert store.get("late", timeout=5) == b"1"
+        store.multi_set(["a", "b"], [b"1", b"2"])
+        assert store.multi_get(["a", "b"]) == [b"1", b"2"]
+        assert store.delete_key("a") and not store.delete_key("a")
+        store.append("b", b"3")
+        assert store.get("b") == b"23"
+        assert store.num_keys() >= 5
+        other.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", ["etcd", "etcd-v2"])
+def test_two_nodes_on_etcd(nodes, etcd_endpoint, backend):
+    agents = [nodes(*etcd_args(etcd_endpoint, "2", f"pair-{backend}", backend=backend, nproc=2),
+                    ALLREDUCE) for _ in range(2)]
+    assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    sums = [l for a in agents for l in a.lines if l.startswith("SUM")]
+    assert sorted(int(re.search(r"rank=(\d)", l).group(1)) for l in sums) == [0, 1, 2, 3]
+    assert all("world=4 value=10" in l for l in sums)
+
+
+def test_scale_down_and_up_on_etcd(nodes, etcd_endpoint):
+    args = etcd_args(etcd_endpoint, "1:2", "elastic-etcd", "--max-restarts=0")
+    a = nodes(*args, LOOP, "--finish-world=1")
+    b = nodes(*args, LOOP, "--finish-world=1")
+    a.wait_for("world=2")
+    b.wait_for("world=2")
+    kill_node(b)  # either may go: etcd hosts the store
+    assert a.wait(60) == 0, a.output
+    assert any("world=1" in l and l.startswith("START") for l in a.lines)
+
+
+def test_max_restarts_exhausted_on_etcd(nodes, etcd_endpoint, scripts):
+    agents = [nodes(*etcd_args(etcd_endpoint, "2", "fail-etcd", "--max-restarts=1"),
+                    str(scripts / "always_fail.py")) for _ in range(2)]
+    assert [a.wait(90) for a in agents] == [1, 1], "\n".join(a.output for a in agents)
+
+
+def test_unreachable_etcd_is_a_clear_error():
+    from tests.rendezvous.conftest import free_port
+
+    out = run_elastic(*etcd_args(f"127.0.0.1:{free_port()}", "2", "none",
+                                 "--rdzv-conf=read_timeout=1"), ENV_DUMP)
+    assert out.returncode == 1
+    assert "could not reach etcd" in out.stderr and "Traceback" not in out.stderr

@@ -1,0 +1,165 @@
+"""Our pure-Python TCPStore client and server against torch's, over real sockets."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+
+import pytest
+
+from harness.rendezvous._store import (
+    StoreClient,
+    StoreConnectionError,
+    StoreProtocolError,
+    StoreServer,
+    StoreTimeoutError,
+)
+
+dist = pytest.importorskip("torch.distributed")
+
+
+def exercise(client: StoreClient) -> None:
+    client.set("k", b"v1")
+    assert client.get("k") == b"v1"
+    assert client.add("n", 5) == 5 and client.add("n", -2) == 3
+    assert client.compare_set("k", b"v1", b"v2") == b"v2"
+    assert client.compare_set("k", b"nope", b"v3") == b"v2"
+    assert client.compare_set("fresh", b"", b"x") == b"x"
+    assert client.check(["k", "n"]) and not client.check(["k", "missing"])
+    client.wait(["k"], 1)
+    with pytest.raises(StoreTimeoutError, match=r"wait\(\['missing'\]\) timed out after 0.2s"):
+        client.wait(["missing"], timedelta(seconds=0.2))
+    client.set("k", "str value")  # the connection is still in step after a cancelled wait
+    assert client.get("k") == b"str value"
+    client.multi_set(["a", "b"], [b"1", b"2"])
+    assert client.multi_get(["a", "b"]) == [b"1", b"2"]
+    client.append("a", b"+")
+    assert client.get("a") == b"1+"
+    assert client.delete_key("a") and not client.delete_key("a")
+    assert client.num_keys() >= 4  # k, n, fresh, b (torch may count internal keys too)
+    client.ping()
+
+
+@pytest.mark.parametrize("libuv", [True, False], ids=["libuv", "classic"])
+def test_our_client_against_torch_server(libuv):
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=libuv, wait_for_workers=False)
+    client = StoreClient("127.0.0.1", server.port, timeout=5)
+    try:
+        exercise(client)
+        server.set("from_torch", b"t")  # same key space ("/" prefix) as torch's own client
+        assert client.get("from_torch") == b"t"
+        client.set("from_us", b"u")
+        assert server.get("from_us") == b"u"
+    finally:
+        client.close()
+        del server
+
+
+def test_torch_client_against_our_server():
+    server = StoreServer("", 0).start()
+    try:
+        ours = StoreClient("127.0.0.1", server.port, timeout=5)
+        exercise(ours)
+        theirs = dist.TCPStore("127.0.0.1", server.port, is_master=False,
+                               timeout=timedelta(seconds=5))
+        theirs.set("t", b"1")
+        assert ours.get("t") == b"1"
+        assert theirs.add("n", 1) == ours.add("n", 0)
+        assert theirs.compare_set("t", b"1", b"2") == b"2"
+        assert theirs.multi_get(["t"]) == [b"2"]
+        with pytest.raises(Exception, match="timeout"):
+            theirs.wait(["never"], timedelta(seconds=0.2))
+        theirs.set("late", b"x")
+        assert ours.get("late") == b"x"
+        del theirs
+        ours.close()
+    finally:
+        server.stop()
+
+
+def test_wait_wakes_on_set_from_another_client():
+    server = StoreServer("", 0).start()
+    try:
+        a = StoreClient("127.0.0.1", server.port, timeout=5)
+        b = a.clone()
+        threading.Timer(0.1, lambda: b.set("go", b"1")).start()
+        a.wait(["go"], 10)
+        assert a.get("go") == b"1"
+        a.close(), b.close()
+    finally:
+        server.stop()
+
+
+def test_unreachable_store_is_a_clear_bounded_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StoreConnectionError, match=rf"could not reach the rendezvous store at 127.0.0.1:{port} within 0.3s"):
+        StoreClient("127.0.0.1", port, timeout=0.3)
+
+
+def test_not_a_store_is_rejected():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def garbage():
+        conn, _ = listener.accept()
+        conn.recv(64)
+        conn.sendall(b"HTTP/1.1 400 Bad\r\n\r\n")
+        conn.close()
+
+    threading.Thread(target=garbage, daemon=True).start()
+    with pytest.raises(StoreProtocolError, match="not a TCPStore server"):
+        StoreClient("127.0.0.1", listener.getsockname()[1], timeout=1)
+    listener.close()
+
+
+def test_server_drops_garbage_client_and_keeps_serving():
+    server = StoreServer("", 0).start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as raw:
+            raw.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            raw.settimeout(2)
+            assert raw.recv(16) == b""  # dropped
+        client = StoreClient("127.0.0.1", server.port, timeout=2)
+        client.set("ok", b"1")
+        assert client.get("ok") == b"1"
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_lost_server_is_a_connection_error_naming_the_store():
+    server = StoreServer("", 0).start()
+    client = StoreClient("127.0.0.1", server.port, timeout=2)
+    server.stop()
+    with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{server.port}"):
+        client.get("anything")
+
+
+def test_port_in_use_fails_at_once():
+    server = StoreServer("", 0).start()
+    try:
+        with pytest.raises(OSError):
+            StoreServer("", server.port)
+    finally:
+        server.stop()
+
+
+def test_standalone_store_process_prints_port_and_dies_with_parent():
+    proc = subprocess.Popen([sys.executable, "-m", "harness.rendezvous.store_server", "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("PORT ")
+        client = StoreClient("127.0.0.1", int(line.split()[1]), timeout=5)
+        client.set("x", b"1")
+        assert client.get("x") == b"1"
+        client.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(10) == 0
