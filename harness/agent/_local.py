@@ -11,7 +11,7 @@ from typing import Any
 
 from harness.agent._api import RunResult, WorkerGroup, WorkerSpec, WorkerState
 from harness.agent._simple import SimpleElasticAgent
-from harness.errors import ConfigError, ProcessFailure
+from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 
@@ -26,6 +26,7 @@ UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 HEALTH_CHECK_PORT_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
 SIGNALS_TO_HANDLE_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+ENABLE_FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
 HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
 
 
@@ -97,6 +98,12 @@ class LocalElasticAgent(SimpleElasticAgent):
                                                     HEALTH_CHECK_TIMEOUT)
         self._health_check_server = health_check_server
         self._signals_to_handle = signals_to_handle
+        self._watchdog = self._make_watchdog(spec.rdzv_handler.get_run_id())
+        self._expired: dict[int, Any] = {}  # pid -> WorkerTimerExpired (set on the watchdog thread)
+        self._watchdog_error: BaseException | None = None
+        self._wake_r, self._wake_w = os.pipe()  # the watchdog thread wakes the agent loop
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._owns_zygote = zygote is None and start_method == "zygote"
         if self._owns_zygote:
             from harness.procs._zygote_client import Zygote
@@ -108,6 +115,44 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._d_since: dict[int, float] = {}
         self._use_agent_store = False
         self._health_started = False
+
+    # -- the timer watchdog (TORCHELASTIC_ENABLE_FILE_TIMER=1) --------------------------
+
+    def _make_watchdog(self, run_id: str) -> Any:
+        if self._env.base.get(ENABLE_FILE_TIMER_ENV, "0") != "1":
+            return None
+        from harness.timer import AgentWatchdog
+
+        return AgentWatchdog.from_env(run_id, self._env.base, on_expired=self._on_timer_expired,
+                                      on_failed=self._on_watchdog_failed)
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except BlockingIOError:
+            pass  # already awake
+
+    def _on_timer_expired(self, expired: Any) -> None:
+        """Watchdog thread: remember which scope killed whom; the loop does the rest."""
+        self._expired[expired.pid] = expired
+        fields = expired.as_event()
+        fields.pop("kind")
+        rank = expired.local_rank
+        self._events.emit("timer_expired", **fields, restart_count=self.restart_count,
+                          round=self._round,
+                          rank=None if rank is None else self._global_rank(rank))
+        self._wake()
+
+    def _on_watchdog_failed(self, error: BaseException | None) -> None:
+        self._watchdog_error = error or ElasticError("the timer watchdog thread stopped")
+        self._wake()
+
+    def _timer_message(self, failure: ProcessFailure) -> None:
+        expired = self._expired.get(failure.pid)
+        if expired is not None:
+            sig = expired.as_event()["signal"]
+            failure.message = (f"timer expired in scope {expired.scopes[0] if expired.scopes else '?'}"
+                               f" (late by {expired.lateness * 1000:.0f} ms); worker killed with {sig}")
 
     # -- start -------------------------------------------------------------------------
 
@@ -137,6 +182,8 @@ class LocalElasticAgent(SimpleElasticAgent):
             })
             if self._signals_to_handle:  # a launcher nested in a worker reads it (as torch's)
                 env[SIGNALS_TO_HANDLE_ENV] = self._signals_to_handle
+            if self._watchdog is not None:
+                env.update(self._watchdog.worker_env())
             if spec.virtual_local_rank:
                 env["LOCAL_RANK"] = "0"
                 visible = base.get("CUDA_VISIBLE_DEVICES")
@@ -151,6 +198,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         if self._health_check_server is not None and not self._health_started:
             self._health_check_server.start()
             self._health_started = True
+        if self._watchdog is not None and self._watchdog.file_path is None:
+            self._watchdog.start()
         logs = self._logs_specs.reify(
             spec.rdzv_handler.get_run_id(), self.restart_count, spec.role,
             {w.local_rank: w.global_rank for w in worker_group.workers},
@@ -165,6 +214,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._d_since.clear()
         self._pcontext.start()
         pids = self._pcontext.pids()
+        self._expired.clear()
+        if self._watchdog is not None:
+            self._watchdog.set_workers(pids)
         if self._events.enabled:
             from harness.procs._handles import process_start_time
 
@@ -181,7 +233,12 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> None:
         if self._pcontext is not None:
             news = worker_group.spec.rdzv_handler.event_fd()
-            self._pcontext.wait(timeout, extra_fds=() if news is None else (news,))
+            fds = (self._wake_r,) if news is None else (self._wake_r, news)
+            self._pcontext.wait(timeout, extra_fds=fds)
+            try:
+                os.read(self._wake_r, 64)
+            except BlockingIOError:
+                pass
 
     def _global_rank(self, local_rank: int) -> int:
         return self._worker_group.workers[local_rank].global_rank
@@ -199,6 +256,9 @@ class LocalElasticAgent(SimpleElasticAgent):
         pc = self._pcontext
         if pc is None:
             return RunResult(WorkerState.UNKNOWN)
+        if self._watchdog_error is not None:
+            raise ElasticError(f"the timer watchdog died ({self._watchdog_error}); workers' "
+                               "timers can no longer expire")
         result = pc.poll()
         self._report_exits()
         if result is None:
@@ -208,6 +268,8 @@ class LocalElasticAgent(SimpleElasticAgent):
                     return RunResult(WorkerState.UNHEALTHY, failures=self._stuck_failures(stuck))
             return RunResult(WorkerState.HEALTHY)
         if result.is_failed():
+            for failure in result.failures.values():
+                self._timer_message(failure)
             return RunResult(WorkerState.FAILED, failures={
                 self._global_rank(r): f for r, f in result.failures.items()})
         return RunResult(WorkerState.SUCCEEDED, return_values={
@@ -229,6 +291,8 @@ class LocalElasticAgent(SimpleElasticAgent):
     def _close_workers(self, death_sig: int) -> None:
         if self._pcontext is None:
             return
+        if self._watchdog is not None:
+            self._watchdog.set_workers({})
         unkillable = self._pcontext.close(death_sig, self._shutdown_timeout)
         self._report_exits()
         if unkillable:
@@ -245,6 +309,12 @@ class LocalElasticAgent(SimpleElasticAgent):
             if self._health_started:
                 self._health_check_server.stop()
                 self._health_started = False
+            if self._watchdog is not None:
+                self._watchdog.stop()
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    os.close(fd)
+            self._wake_r = self._wake_w = -1
             if self._owns_zygote and self._zygote is not None:
                 self._zygote.close()
                 self._zygote = None
