@@ -8,6 +8,7 @@ from the checkpoint; the final line says how many steps ran and whether any was 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,7 +32,23 @@ def parse() -> argparse.Namespace:
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--hang-at-step", type=int, default=-1,
+                   help="rank --crash-rank hangs at this step on the first attempt")
+    p.add_argument("--step-timeout", type=float, default=0.0,
+                   help="run each step under a watchdog timer of this many seconds "
+                        "(needs TORCHELASTIC_ENABLE_FILE_TIMER=1 in the agent)")
     return p.parse_args()
+
+
+def step_guard(seconds: float):
+    """A watchdog timer around a step when the agent offers one, else nothing."""
+    path = os.environ.get("TORCHELASTIC_TIMER_FILE")
+    if not seconds or not path:
+        return contextlib.nullcontext()
+    from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+
+    configure(FileTimerClient(path))
+    return expires(after=seconds, scope="train_step")
 
 
 def main() -> int:
@@ -50,24 +67,27 @@ def main() -> int:
         opt.load_state_dict(state["opt"])
         start, done = state["step"], state["done"]
     for step in range(start, args.steps):
-        report_step(step)
-        if args.step_time:
-            time.sleep(args.step_time)
-        if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
-            print(f"rank {rank}: crashing at step {step}", flush=True)
-            os._exit(1)
-        x = torch.randn(16, 8)
-        loss = model(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        done.append(step)
-        if ckpt and rank == 0:
-            tmp = ckpt + ".tmp"
-            torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                        "step": step + 1, "done": done}, tmp)
-            os.replace(tmp, ckpt)
-        dist.barrier()
+        with step_guard(args.step_timeout):  # the whole step is under the watchdog timer
+            report_step(step)
+            if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
+                print(f"rank {rank}: crashing at step {step}", flush=True)
+                os._exit(1)
+            if args.step_time:
+                time.sleep(args.step_time)
+            if step == args.hang_at_step and rank == args.crash_rank and attempt == 0:
+                time.sleep(300)  # stuck: only a watchdog timer can end this
+            x = torch.randn(16, 8)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            done.append(step)
+            if ckpt and rank == 0:
+                tmp = ckpt + ".tmp"
+                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                            "step": step + 1, "done": done}, tmp)
+                os.replace(tmp, ckpt)
+            dist.barrier()
     if rank == 0:
         lost = sorted(set(range(args.steps)) - set(done))
         print(json.dumps({"steps": len(done), "unique": len(set(done)), "lost": lost,
