@@ -1,13 +1,246 @@
-"""Rendezvous settings for multi-node simulated jobs (store hosted by the harness or node 0)."""
+"""Rendezvous for multi-node simulated jobs: where the store lives and how nodes reach it.
+
+``rendezvous_for(cluster, job)`` returns the settings every node agent gets (backend,
+endpoint, ``--rdzv-conf`` entries; ``host_configs`` are merged into node 0's only) and a
+handle on the store with ``close()`` (end of job) and ``kill()`` (store-host loss):
+
+* ``store_host="harness"`` (default, c10d): a standalone store process
+  (``python -m harness.rendezvous.store_server``), a child of the harness that dies with
+  it; every node joins with ``is_host=false``, so the job survives the loss of any node.
+* ``store_host="node0"`` (c10d): node 0's agent hosts the store in-process, on a port the
+  harness keeps reserved (bound, never listening) for the whole job, so nothing else can
+  take it; the other nodes join with ``is_host=false``. Losing the store host means
+  losing node 0 (agent and workers); the survivors fail fast with an error naming the store.
+* ``rdzv_backend="etcd"`` (or ``"etcd-v2"``): a real etcd server on reserved loopback
+  ports, a child of the harness that dies with it (its data dir lives in the job's temp
+  dir). A missing ``etcd`` binary is a ``ConfigError`` that says how to install it.
+
+Store-host loss (``Job.kill_store_host()``) is ``kill()`` on the handle: SIGKILL of the
+store process, or of node 0 (agent and workers) when node 0 hosts the store.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from typing import Any
 
-from harness.errors import ConfigError
+from harness._net import PortReservation
+from harness.errors import ConfigError, ElasticError
+
+__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
+
+#: the loopback address every store the harness runs listens on (node 0's address too)
+STORE_ADDR = "127.0.0.1"
+_READY_TIMEOUT = 15.0
+_STOP_GRACE = 5.0
+_ETCD_BACKENDS = ("etcd", "etcd-v2")
 
 
 def rendezvous_for(cluster: Any, job: Any) -> tuple[dict[str, Any], Any]:
-    """(backend settings for every node, a store process to close or None)."""
-    raise ConfigError("nnodes", f"{cluster.min_nodes}:{cluster.max_nodes}",
-                      "needs the multi-node c10d rendezvous, which is not available yet")
+    """(settings for every node agent, a store handle with ``close()``/``kill()``)."""
+    backend = cluster.rdzv_backend
+    if backend == "c10d":
+        if cluster.store_host == "node0":
+            return _node0_store(job)
+        return _harness_store(job)
+    if backend in _ETCD_BACKENDS:
+        if cluster.store_host != "harness":
+            raise ConfigError("store_host", cluster.store_host,
+                              f"must be 'harness' with rdzv_backend={backend!r} (the etcd server "
+                              "is never hosted by a node)")
+        return _etcd_store(job, backend)
+    raise ConfigError("rdzv_backend", backend,
+                      "must be 'c10d' or 'etcd'/'etcd-v2' for a multi-node cluster "
+                      f"(nnodes={cluster.min_nodes}:{cluster.max_nodes})")
+
+
+# -- store handles ------------------------------------------------------------------------
+
+
+class StoreProcess:
+    """A store running as a child process of the harness (our store server, or etcd)."""
+
+    node: int | None = None  # hosted by no node
+
+    def __init__(self, name: str, popen: subprocess.Popen, endpoint: str,
+                 reservations: list[PortReservation] = (), data_dir: str | None = None):
+        self.name = name
+        self.popen = popen
+        self.endpoint = endpoint
+        self._reservations = list(reservations)
+        self._data_dir = data_dir
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        """The store host is lost: SIGKILL (reaped at once)."""
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait()
+
+    def close(self) -> None:
+        """SIGTERM, a grace period, SIGKILL, reap; free its ports and data."""
+        if self.alive():
+            self.popen.terminate()
+            try:
+                self.popen.wait(_STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+        self.popen.wait()
+        for reservation in self._reservations:
+            reservation.release()
+        if self._data_dir:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+
+    def describe(self) -> str:
+        return f"{self.name} at {self.endpoint}"
+
+    def __repr__(self) -> str:
+        state = "running" if self.alive() else f"exited {self.popen.returncode}"
+        return f"StoreProcess({self.name}, {self.endpoint}, pid={self.pid}, {state})"
+
+
+class NodeHostedStore:
+    """The store inside node ``node``'s agent; the harness only keeps its port reserved."""
+
+    def __init__(self, job: Any, node: int, reservation: PortReservation):
+        self._job = job
+        self.node = node
+        self.endpoint = f"{STORE_ADDR}:{reservation.port}"
+        self._reservation = reservation
+
+    def kill(self) -> None:
+        """The store host is lost: node ``node`` (agent and workers) dies at once."""
+        if self.node in self._job.nodes:
+            self._job._signal_node_processes(self.node, signal.SIGKILL)
+
+    def close(self) -> None:
+        self._reservation.release()
+
+    def describe(self) -> str:
+        return f"the store in node {self.node}'s agent at {self.endpoint}"
+
+    def __repr__(self) -> str:
+        return f"NodeHostedStore(node={self.node}, {self.endpoint})"
+
+
+# -- the three setups ---------------------------------------------------------------------
+
+
+def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
+    from harness.procs._prctl import die_with_parent
+
+    parent = os.getpid()
+    log_path = os.path.join(job.directory, "store.log")
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "harness.rendezvous.store_server", "--host", STORE_ADDR,
+             "--port", "0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+            start_new_session=True, preexec_fn=lambda: die_with_parent(parent),
+        )
+    try:
+        port = _read_port(popen, log_path)
+    except BaseException:
+        popen.kill()
+        popen.wait()
+        raise
+    finally:
+        popen.stdout.close()
+    endpoint = f"{STORE_ADDR}:{port}"
+    store = StoreProcess("store_server", popen, endpoint)
+    return {"backend": "c10d", "endpoint": endpoint, "configs": {"is_host": False}}, store
+
+
+def _read_port(popen: subprocess.Popen, log_path: str) -> int:
+    """The ``PORT n`` line the store server prints once it listens (bounded wait)."""
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(popen.stdout, selectors.EVENT_READ)
+        if not sel.select(_READY_TIMEOUT):
+            raise ElasticError(f"the rendezvous store server printed no port within "
+                               f"{_READY_TIMEOUT:g}s{_tail(log_path)}")
+    line = popen.stdout.readline().decode(errors="replace").split()
+    if len(line) != 2 or line[0] != "PORT" or not line[1].isdigit():
+        popen.wait(_STOP_GRACE)
+        raise ElasticError(f"the rendezvous store server did not start (exit code "
+                           f"{popen.poll()}){_tail(log_path)}")
+    return int(line[1])
+
+
+def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
+    reservation = PortReservation()
+    store = NodeHostedStore(job, 0, reservation)
+    return {"backend": "c10d", "endpoint": store.endpoint, "configs": {"is_host": False},
+            "host_configs": {"is_host": True}}, store
+
+
+def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
+    from harness.procs._prctl import die_with_parent
+
+    binary = shutil.which("etcd")
+    if binary is None:
+        raise ConfigError("rdzv_backend", backend,
+                          "needs the etcd server binary on PATH (Debian: apt-get install "
+                          "etcd-server), or use rdzv_backend='c10d'")
+    client, peer = PortReservation(STORE_ADDR), PortReservation(STORE_ADDR)
+    data_dir = os.path.join(job.directory, "etcd")
+    log_path = os.path.join(job.directory, "etcd.log")
+    client_url, peer_url = f"http://{STORE_ADDR}:{client.port}", f"http://{STORE_ADDR}:{peer.port}"
+    parent = os.getpid()
+    with open(log_path, "wb") as log:
+        popen = subprocess.Popen(
+            [binary, "--data-dir", data_dir, "--name", "harness",
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", f"harness={peer_url}"],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            preexec_fn=lambda: die_with_parent(parent),
+        )
+    endpoint = f"{STORE_ADDR}:{client.port}"
+    store = StoreProcess("etcd", popen, endpoint, [client, peer], data_dir)
+    try:
+        _wait_listening(popen, STORE_ADDR, client.port, log_path)
+    except BaseException:
+        store.close()
+        raise
+    return {"backend": backend, "endpoint": endpoint, "configs": {}}, store
+
+
+def _wait_listening(popen: subprocess.Popen, host: str, port: int, log_path: str) -> None:
+    import socket
+
+    deadline = time.monotonic() + _READY_TIMEOUT
+    while True:
+        if popen.poll() is not None:
+            raise ElasticError(f"etcd exited with code {popen.returncode} before it listened on "
+                               f"{host}:{port}{_tail(log_path)}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise ElasticError(f"etcd did not listen on {host}:{port} within "
+                               f"{_READY_TIMEOUT:g}s{_tail(log_path)}")
+        time.sleep(0.01)
+
+
+def _tail(path: str, lines: int = 10) -> str:
+    try:
+        with open(path, errors="replace") as fp:
+            text = "".join(fp.readlines()[-lines:]).strip()
+    except OSError:
+        return ""
+    return f"; its log ({path}) ends:\n{text}" if text else ""

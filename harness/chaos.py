@@ -61,6 +61,9 @@ class ChaosConfig:
     #: latest delay (s) after the first HEALTHY state at which a fault may fire
     horizon: float = 1.0
     on_job: list = field(default_factory=list, compare=False)  # observers (the plugin's report)
+    #: explicit schedules, one per job in launch order, used instead of generating one
+    #: (replay of a printed schedule, the plugin's shrinking); jobs past the end generate
+    schedules: tuple[tuple[ScheduledFault, ...], ...] | None = None
 
 
 def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nodes: int,

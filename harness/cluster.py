@@ -53,14 +53,20 @@ class ClusterLeakError(ElasticError):
 _zygote: Any = None
 
 
-def shared_zygote_path() -> str:
-    """Socket path of this process's zygote, started on first use (torch imported once)."""
+def start_shared_zygote() -> None:
+    """Start this process's zygote if it is not running, without waiting for it: its torch
+    import then overlaps whatever the caller does next (the store server's start)."""
     global _zygote
     if _zygote is None or _zygote.process.poll() is not None:
         from harness.procs._zygote_client import ZygoteServerProcess
 
         _zygote = ZygoteServerProcess()
         atexit.register(_close_zygote)
+
+
+def shared_zygote_path() -> str:
+    """Socket path of this process's zygote, started on first use (torch imported once)."""
+    start_shared_zygote()
     _zygote.wait_ready()
     return _zygote.path
 
@@ -100,6 +106,8 @@ class NodeProcess:
     directory: str
     popen: subprocess.Popen
     result_path: str
+    slot: int = 0
+    gpus: tuple[str, ...] = ()
 
     @property
     def pid(self) -> int:
@@ -124,7 +132,7 @@ class Cluster:
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
-                 check_invariants: bool = True, chaos: Any = None):
+                 check_invariants: bool = True, chaos: Any = None, gpus: Any = None):
         from harness.run import parse_min_max_nnodes
 
         self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
@@ -145,6 +153,8 @@ class Cluster:
         self.exit_barrier_timeout = exit_barrier_timeout
         self.check_invariants = check_invariants
         self.chaos = chaos  # harness.chaos.ChaosConfig: a seeded fault schedule per job
+        self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
+        self._gpu_plan: Any = None
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
         self.jobs: list[Job] = []
         self._names = _NameMaker(seed)
@@ -170,6 +180,8 @@ class Cluster:
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
         job = Job(self, entrypoint, list(args), module)
         self.jobs.append(job)
+        if self.start_method == "zygote":
+            start_shared_zygote()  # its torch import overlaps the store's start
         try:
             for _ in range(count):
                 job.add_node()
@@ -184,12 +196,17 @@ class Cluster:
         from harness.chaos import derive_seed, generate_schedule
 
         chaos = self.chaos
-        seed = derive_seed(chaos.seed, f"job{len(self.jobs) - 1}")
-        schedule = generate_schedule(seed, chaos.kinds, self.min_nodes, self.max_nodes,
-                                     self.nproc_per_node, self.max_restarts, chaos.overload,
-                                     chaos.max_faults, chaos.horizon, initial_nodes=count)
+        index = len(self.jobs) - 1
+        seed = derive_seed(chaos.seed, f"job{index}")
+        given = getattr(chaos, "schedules", None)
+        if given is not None and index < len(given):
+            schedule = list(given[index])  # the same entries: callers match them by identity
+        else:
+            schedule = generate_schedule(seed, chaos.kinds, self.min_nodes, self.max_nodes,
+                                         self.nproc_per_node, self.max_restarts, chaos.overload,
+                                         chaos.max_faults, chaos.horizon, initial_nodes=count)
         job.chaos_schedule = schedule
-        job._harness_events.emit("chaos_schedule", seed=seed,
+        job._harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
                                  faults=[entry.describe() for entry in schedule])
         job.schedule(schedule)
         for observer in chaos.on_job:
@@ -205,7 +222,10 @@ class Cluster:
         finished = {id(job): job.finished() for job in self.jobs}
         for job in self.jobs:
             leaks.extend(job.terminate())
-        leaks.extend(f"FIFO {path}" for path in _fifos(self.directory))
+        for job in self.jobs:  # an agent that ended on its own must have removed its FIFOs
+            for index, node in job.nodes.items():
+                if index not in job.killed_nodes:
+                    leaks.extend(f"FIFO {path}" for path in _fifos(node.directory))
         violations = []
         if check_invariants and self.check_invariants:
             for job in self.jobs:
@@ -218,6 +238,27 @@ class Cluster:
         if violations:
             job, problems = violations[0]
             raise InvariantViolation(problems, job.timeline)
+
+    @property
+    def gpu_plan(self) -> Any:
+        """How this machine's GPUs are split between node slots (``harness._gpus.GpuPlan``)."""
+        if self._gpu_plan is None:
+            from harness._gpus import GpuPlan
+
+            self._gpu_plan = GpuPlan.resolve(self._gpus, self.max_nodes, self.nproc_per_node,
+                                             {**os.environ, **self.env})
+        return self._gpu_plan
+
+    @property
+    def backend(self) -> str:
+        """The process-group backend that fits: ``nccl`` when every worker has a GPU of
+        its own, else ``gloo``."""
+        return self.gpu_plan.backend
+
+    def gpus_for(self, node: int) -> tuple[str, ...]:
+        """``CUDA_VISIBLE_DEVICES`` ids of node slot ``node`` (0..max_nodes-1; empty
+        without GPUs). A node started later takes the lowest slot no live node holds."""
+        return self.gpu_plan.slot(node)
 
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "
@@ -268,13 +309,15 @@ class Job:
         self._store: Any = None
         self._scheduler: _Scheduler | None = None
         self.chaos_schedule: list[ScheduledFault] = []
+        self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
+        self.frozen_nodes: set[int] = set()  # nodes the harness SIGSTOPped (never finish)
 
     # -- nodes ---------------------------------------------------------------------------
 
     def _rendezvous_settings(self) -> dict[str, Any]:
         cluster = self.cluster
         if self._rdzv is None:
-            if cluster.max_nodes == 1:
+            if cluster.max_nodes == 1 and cluster.rdzv_backend not in ("etcd", "etcd-v2"):
                 self._rdzv = {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}
             else:
                 from harness import _multinode
@@ -305,7 +348,8 @@ class Job:
             min_nodes=cluster.min_nodes, max_nodes=cluster.max_nodes,
             nproc_per_node=cluster.nproc_per_node, run_id=self.run_id, role="default",
             rdzv_endpoint=rdzv["endpoint"], rdzv_backend=rdzv["backend"],
-            rdzv_configs={**rdzv["configs"], **cluster.rdzv_conf}, max_restarts=cluster.max_restarts,
+            rdzv_configs={**rdzv["configs"], **(rdzv.get("host_configs", {}) if index == 0 else {}),
+                          **cluster.rdzv_conf}, max_restarts=cluster.max_restarts,
             monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
             local_addr=addr, shutdown_timeout=cluster.shutdown_timeout,
             exit_barrier_timeout=cluster.exit_barrier_timeout, node_name=name,
@@ -318,6 +362,10 @@ class Job:
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: name,
                ORDERS_ENV: self.orders_dir, "TMPDIR": os.path.join(directory, "tmp")}
         env.pop("TORCHELASTIC_ERROR_FILE", None)
+        slot = self._free_slot()
+        gpus = cluster.gpus_for(slot)
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if cluster.nproc_per_node > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
         if cluster.start_method == "zygote":
@@ -334,13 +382,23 @@ class Job:
             )
         finally:
             log.close()
-        self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path)
+        self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
         if index >= cluster.max_nodes:
             pass  # extra nodes wait in the rendezvous for a free slot, as in torchrun
         return index
 
+    def _free_slot(self) -> int:
+        """The lowest node slot (GPU slice) no live node of this job holds."""
+        held = {n.slot for n in self.nodes.values() if n.alive()}
+        free = [s for s in range(self.cluster.max_nodes) if s not in held]
+        return free[0] if free else len(self.nodes) % self.cluster.max_nodes
+
     def node_name(self, node: int) -> str:
         return self._node(node).name
+
+    def gpus_for(self, node: int) -> tuple[str, ...]:
+        """The ``CUDA_VISIBLE_DEVICES`` ids node ``node`` was given (empty without GPUs)."""
+        return self._node(node).gpus
 
     def _node(self, node: int) -> NodeProcess:
         try:
@@ -470,7 +528,9 @@ class Job:
         if self._store is None:
             raise ConfigError("store_host", self.cluster.store_host,
                               "has no separate store process to lose in this job")
-        self._fault("store_host_loss")
+        host = self._store.node
+        where = {"target_node": self.node_name(host)} if host is not None else {}
+        self._fault("store_host_loss", store=self._store.describe(), **where)
         self._store.kill()
 
     def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
@@ -490,10 +550,13 @@ class Job:
         _kill(target.pid, signal.SIGKILL)
 
     def _signal_node(self, node: int, fault: str, sig: int) -> None:
-        """``sig`` to the agent and every worker of ``node`` at once."""
+        """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
+        self._fault(fault, target_node=self._node(node).name)
+        self._signal_node_processes(node, sig)
+
+    def _signal_node_processes(self, node: int, sig: int) -> None:
         target = self._node(node)
         pids = self.worker_pids(node)
-        self._fault(fault, target_node=target.name)
         _killpg(target.pid, sig)
         for pid in pids.values():
             _killpg(pid, sig)
@@ -510,6 +573,7 @@ class Job:
 
     def freeze_node(self, node: int) -> None:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats."""
+        self.frozen_nodes.add(node)
         self._signal_node(node, "node_freeze", signal.SIGSTOP)
 
     def join_node(self) -> int:
@@ -520,16 +584,20 @@ class Job:
     # -- the end -------------------------------------------------------------------------
 
     def wait(self, timeout: float = 120) -> JobResult:
-        """Wait for every node agent to finish; the merged result."""
+        """Wait for every node agent to finish (nodes the harness froze excepted: they
+        never will; close() kills them); the merged result."""
         deadline = time.monotonic() + timeout
-        for node in self.nodes.values():
+        while True:
+            # a snapshot: the fault thread may add a node (join) while we wait
+            pending = [n for i, n in list(self.nodes.items()) if i not in self.frozen_nodes and n.alive()]
+            if not pending:
+                return self.result()
             remaining = deadline - time.monotonic()
             try:
-                node.popen.wait(max(0.0, remaining))
+                pending[0].popen.wait(max(0.0, remaining))
             except subprocess.TimeoutExpired:
                 raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; node "
-                                   f"{node.name} still running\n{self.timeline.format()}") from None
-        return self.result()
+                                   f"{pending[0].name} still running\n{self.timeline.format()}") from None
 
     def finished(self) -> bool:
         """Every node agent ended on its own."""
@@ -576,6 +644,7 @@ class Job:
                     _killpg(pid, signal.SIGKILL)
                     _add_process(victims, pid)
             if node.alive():
+                self.killed_nodes.add(index)
                 _killpg(node.pid, signal.SIGCONT)
                 _killpg(node.pid, signal.SIGKILL)
             node.popen.wait()

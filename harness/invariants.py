@@ -27,8 +27,9 @@ LEGAL_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
     S.UNKNOWN: frozenset(),
 }
 
-#: faults after which a node's agent is gone and cannot report its workers' exits
-_AGENT_LOSING_FAULTS = {"agent_kill", "node_kill"}
+#: faults after which a node's agent is gone (or frozen) and cannot report its workers'
+#: exits; ``store_host_loss`` names a target node only when a node hosted the store
+_AGENT_LOSING_FAULTS = {"agent_kill", "node_kill", "node_freeze", "store_host_loss"}
 #: faults that are plain worker failures: each costs exactly one restart
 _WORKER_FAILURES = {"worker_kill", "worker_exit_order"}
 

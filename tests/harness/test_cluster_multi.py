@@ -1,0 +1,431 @@
+"""Multi-node Cluster jobs: every fault kind and trigger, each test asserting that the fault
+fired (``timeline.faults()``) and the recovery (or failure) that must follow; ``close()``
+checks the job's invariants on every one of them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from harness import Cluster, WorkerState
+from harness.errors import ConfigError
+from harness.faults import (
+    After,
+    AtStep,
+    NodeFreeze,
+    NodeJoin,
+    NodeKill,
+    OnState,
+    ScheduledFault,
+    WorkerCrash,
+    WorkerHang,
+)
+from tests.conftest import SCRIPTS
+
+STEPPER = str(SCRIPTS / "stepper.py")
+ALLREDUCE = str(SCRIPTS / "allreduce.py")
+SLEEPER = str(SCRIPTS / "sleeper.py")
+S = WorkerState
+
+
+def _fault_kinds(job) -> list[str]:
+    return [f["fault"] for f in job.timeline.faults()]
+
+
+def _wait_until(predicate, timeout: float, what: str, job=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            detail = f"\n{job.timeline.format()}" if job is not None else ""
+            raise AssertionError(f"{what}: not within {timeout:g}s{detail}")
+        time.sleep(0.02)
+
+
+def _gone(pids) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            pass
+    return True
+
+
+def _node_done(job, node: int, timeout: float = 60) -> int:
+    """Wait for one node's agent to exit (the others may be frozen); its exit code."""
+    try:
+        return job.nodes[node].popen.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"node {node} did not finish within {timeout}s\n"
+                             f"{job.timeline.format()}") from None
+
+
+# -- a healthy job ------------------------------------------------------------------------
+
+
+def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd):
+    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(ALLREDUCE)
+        result = job.wait(timeout=60)
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert sorted(result.run_results) == [0, 1] and result.exit_codes == {0: 0, 1: 0}
+        # one agent per node: its own loopback address and a readable (seeded) name
+        names = [job.node_name(i) for i in (0, 1)]
+        assert len(set(names)) == 2 and all(re.fullmatch(r"[a-z]+-\d", n) for n in names)
+        assert [job.nodes[i].addr for i in (0, 1)] == ["127.0.0.1", "127.0.0.2"]
+        starts = job.timeline.events("worker_start")
+        assert sorted(s["rank"] for s in starts) == [0, 1, 2, 3]
+        by_node = {n: sorted(s["rank"] for s in starts if s["node"] == n) for n in names}
+        assert sorted(by_node.values()) == [[0, 1], [2, 3]]
+        assert job.timeline.world_sizes() == [4]
+        [rdzv] = {e["master_addr"] for e in job.timeline.events("rendezvous")}
+        assert rdzv.startswith("127.0.0.")
+        assert job._store.describe().startswith("store_server at 127.0.0.1:")
+    out = capfd.readouterr().out
+    sums = sorted(re.findall(r"SUM rank=(\d) world=4 value=(\S+)", out))
+    assert sums == [("0", "10"), ("1", "10"), ("2", "10"), ("3", "10")], out
+
+
+def test_each_node_runs_in_its_own_process_group():
+    with Cluster(nnodes=2, nproc_per_node=1) as cluster:
+        job = cluster.launch(SLEEPER)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        for node in job.nodes.values():
+            assert os.getpgid(node.pid) == node.pid
+            assert psutil.Process(node.pid).cmdline()[-2:-1] == ["harness._node"]
+        assert job._store.alive() and os.getpgid(job._store.pid) == job._store.pid
+        store = job._store
+    assert not store.alive()  # closed with the job
+
+
+# -- worker faults --------------------------------------------------------------------------
+
+
+def test_worker_kill_on_one_node_restarts_every_node():
+    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=2) as cluster:
+        job = cluster.launch(STEPPER, "30", "0.03")
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        before = {i: set(job.worker_pids(i).values()) for i in (0, 1)}
+        job.kill_worker(node=1, local_rank=0)
+        job.wait_for_recovery(timeout=30)
+        result = job.wait(timeout=60)
+        assert _fault_kinds(job) == ["worker_kill"]
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        for i in (0, 1):  # every node started a fresh set of workers
+            starts = job.timeline.events("worker_start", job.node_name(i))
+            assert len(starts) == 4 and before[i].isdisjoint(s["worker_pid"] for s in starts[2:])
+            assert S.STOPPED in job.timeline.states(job.node_name(i))
+        assert job.timeline.world_sizes() == [4, 4]
+        assert job.timeline.restart_counts()[job.node_name(1)] == 1
+        assert any(e["exitcode"] == -signal.SIGKILL and e["node"] == job.node_name(1)
+                   for e in job.timeline.events("worker_exit"))
+        assert sorted(result.return_values) == [0, 1, 2, 3]
+
+
+def test_exit_code_crash_at_rank_and_step_on_the_second_node():
+    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
+        job = cluster.launch(STEPPER, "12", "0.02")
+        job.inject(WorkerCrash(exit_code=5), AtStep(step=4, rank=3))
+        result = job.wait(timeout=60)
+        # group ranks follow the rendezvous join order: find the node rank 3 ran on
+        [host] = {s["node"] for s in job.timeline.events("worker_start")
+                  if s["rank"] == 3 and s["round"] == 0}
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "worker_exit_order" and fault["rank"] == 3
+        assert fault["target_node"] == host
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        crashed = [e for e in job.timeline.events("worker_exit") if e["exitcode"] == 5]
+        assert [(e["node"], e["rank"]) for e in crashed] == [(host, 3)]
+        assert max(e["step"] for e in job.timeline.steps(3) if e["restart_count"] == 0) == 4
+        assert job.timeline.world_sizes() == [4, 4]
+
+
+def test_worker_hang_on_state_trigger_stops_it_without_a_restart():
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(SLEEPER)
+        job.inject(WorkerHang(node=1, local_rank=0), OnState(S.HEALTHY, node=1))
+        _wait_until(lambda: _fault_kinds(job) == ["worker_hang"], 30, "hang fired", job)
+        pid = job.worker_pids(1)[0]
+        _wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10,
+                    "worker stopped", job)
+        assert job.in_state(S.HEALTHY)  # stuck, not dead: no agent can tell
+        assert job.timeline.world_sizes() == [2] and not job.pending_faults()
+
+
+# -- losing and adding nodes ----------------------------------------------------------------
+
+
+def test_agent_kill_workers_follow_and_survivor_continues_alone():
+    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "40", "0.03")
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        orphans = list(job.worker_pids(1).values())
+        job.kill_agent(node=1)
+        _wait_until(lambda: _gone(orphans), 15, "node 1's workers followed their agent", job)
+        result = _finish_survivors(job, [0])
+        assert _fault_kinds(job) == ["agent_kill"]
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert result.exit_codes[1] == -signal.SIGKILL and 1 not in result.run_results
+        assert job.timeline.world_sizes() == [4, 2]  # the world shrank, no restart used
+        assert sorted(result.return_values) == [0, 1]
+
+
+def _finish_survivors(job, nodes: list[int]):
+    for node in nodes:
+        _node_done(job, node)
+    return job.result()
+
+
+def test_node_kill_three_nodes_survivors_shrink():
+    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "40", "0.03")
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        victims = [job.nodes[2].pid, *job.worker_pids(2).values()]
+        job.kill_node(node=2)
+        result = job.wait(timeout=60)
+        assert _fault_kinds(job) == ["node_kill"] and _gone(victims)
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [3, 2]
+        assert sorted(result.run_results) == [0, 1] and result.exit_codes[2] == -signal.SIGKILL
+        for i in (0, 1):
+            assert job.timeline.restart_counts()[job.node_name(i)] == 0
+
+
+def test_graceful_leave_removes_the_node_and_the_rest_continue():
+    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "40", "0.03")
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        leaving = list(job.worker_pids(1).values())
+        job.remove_node(node=1)
+        assert _node_done(job, 1) != 0  # stopped by SIGTERM, as elastic-run exits
+        assert _gone(leaving)
+        result = job.wait(timeout=60)
+        assert _fault_kinds(job) == ["node_leave"]
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [4, 2]
+        assert "stopped by SIGTERM" in job.agent_log(1)
+
+
+def test_node_join_grows_the_world():
+    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        index = job.join_node()
+        assert index == 2
+        _wait_until(lambda: job.timeline.world_sizes()[-1:] == [3], 30, "world grew to 3", job)
+        result = job.wait(timeout=60)
+        assert _fault_kinds(job) == ["node_join"]
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 3]
+        assert sorted(result.run_results) == [0, 1, 2] and sorted(result.return_values) == [0, 1, 2]
+
+
+def test_node_freeze_survivors_continue_frozen_node_killed_at_close():
+    cluster = Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0)
+    with cluster:
+        job = cluster.launch(STEPPER, "40", "0.03")
+        job.inject(NodeFreeze(node=1), OnState(S.HEALTHY))
+        _node_done(job, 0)
+        result = job.result()
+        assert _fault_kinds(job) == ["node_freeze"]
+        assert result.state == S.SUCCEEDED and sorted(result.run_results) == [0], job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 1]
+        frozen = job.nodes[1]
+        assert psutil.Process(frozen.pid).status() == psutil.STATUS_STOPPED  # alive to TCP
+    assert frozen.popen.returncode == -signal.SIGKILL  # close() ended it
+
+
+# -- the store ------------------------------------------------------------------------------
+
+
+def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store():
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=3, store_host="node0") as cluster:
+        job = cluster.launch(SLEEPER)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        survivors = list(job.worker_pids(1).values())
+        endpoint = job._store.endpoint
+        job.kill_store_host()
+        assert _node_done(job, 1, timeout=30) == 1
+        result = job.wait(timeout=30)
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "store_host_loss" and fault["target_node"] == job.node_name(0)
+        assert result.state == S.FAILED and result.run_results == {}
+        assert result.exit_codes[0] == -signal.SIGKILL
+        assert f"lost the rendezvous store at {endpoint}" in job.agent_log(1)
+        assert "store_server" in job.agent_log(1)  # ... and says how to survive it
+        assert _gone(survivors)
+
+
+def test_harness_store_loss_fails_every_node():
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=3) as cluster:
+        job = cluster.launch(SLEEPER)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        endpoint = job._store.endpoint
+        job.kill_store_host()
+        result = job.wait(timeout=30)
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "store_host_loss" and "target_node" not in fault
+        assert result.state == S.FAILED and result.exit_codes == {0: 1, 1: 1}
+        for i in (0, 1):
+            assert f"lost the rendezvous store at {endpoint}" in job.agent_log(i)
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+def test_harness_store_survives_losing_any_node(victim):
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "40", "0.03")
+        job.inject(NodeKill(node=victim), OnState(S.HEALTHY))
+        survivor = 1 - victim
+        _node_done(job, survivor)
+        result = job.result()
+        assert _fault_kinds(job) == ["node_kill"]
+        assert result.state == S.SUCCEEDED and sorted(result.run_results) == [survivor], \
+            job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 1]
+
+
+def test_kill_store_host_needs_a_store_outside_the_harness():
+    with Cluster(nnodes=1) as cluster:
+        job = cluster.launch(SLEEPER)
+        with pytest.raises(ConfigError, match="no separate store process"):
+            job.kill_store_host()
+
+
+# -- triggers on multi-node -----------------------------------------------------------------
+
+
+def test_scheduled_join_after_delay_then_node_kill_on_state():
+    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        job.schedule([ScheduledFault(NodeJoin(), After(0.3))])
+        _wait_until(lambda: job.timeline.world_sizes()[-1:] == [3], 30, "world grew to 3", job)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        job.inject(NodeKill(node=0), OnState(S.HEALTHY, node=2))
+        result = job.wait(timeout=60)
+        faults = job.timeline.faults()
+        assert [f["fault"] for f in faults] == ["node_join", "node_kill"]
+        assert faults[1]["target_node"] == job.node_name(0)
+        assert result.state == S.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 3, 2]
+        assert sorted(result.run_results) == [1, 2]
+
+
+# -- backends and configuration -------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None,
+                    reason="etcd is not installed (Debian: apt-get install etcd-server)")
+def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
+    with Cluster(nnodes="1:2", nproc_per_node=1, rdzv_backend="etcd", max_restarts=0) as cluster:
+        first = cluster.launch(ALLREDUCE).wait(timeout=60)
+        assert first.state == S.SUCCEEDED
+        job = cluster.launch(STEPPER, "40", "0.03")
+        assert job._store.name == "etcd"
+        job.inject(NodeKill(node=1), OnState(S.HEALTHY))
+        _node_done(job, 0)
+        assert _fault_kinds(job) == ["node_kill"]
+        assert job.result().state == S.SUCCEEDED and job.timeline.world_sizes() == [2, 1]
+        lost = cluster.launch(SLEEPER)
+        lost.wait_for_state(S.HEALTHY, timeout=30)
+        lost.kill_store_host()  # etcd dies: no node can go on
+        assert lost.wait(timeout=30).exit_codes == {0: 1, 1: 1}
+        assert _fault_kinds(lost) == ["store_host_loss"]
+        assert all("lost the etcd rendezvous store" in lost.agent_log(i) for i in (0, 1))
+    assert sorted(re.findall(r"SUM rank=(\d) world=2 value=3", capfd.readouterr().out)) == ["0", "1"]
+
+
+def test_bad_multinode_configurations_are_clear_errors():
+    with Cluster(nnodes=2, rdzv_backend="static") as cluster:
+        with pytest.raises(ConfigError, match="rdzv_backend='static' must be 'c10d' or 'etcd'"):
+            cluster.launch(SLEEPER)
+    with Cluster(nnodes=2, rdzv_backend="etcd", store_host="node0") as cluster:
+        with pytest.raises(ConfigError, match="store_host='node0' must be 'harness'"):
+            cluster.launch(SLEEPER)
+
+
+# -- everything dies with the harness -------------------------------------------------------
+
+
+def test_everything_dies_with_a_killed_harness(tmp_path):
+    script = tmp_path / "harness_main.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        from harness import Cluster, WorkerState
+        cluster = Cluster(nnodes=2, nproc_per_node=1)
+        job = cluster.launch({SLEEPER!r})
+        job.wait_for_state(WorkerState.HEALTHY, timeout=60)
+        import harness.cluster as hc
+        pids = [hc._zygote.process.pid, job._store.pid] + [n.pid for n in job.nodes.values()]
+        pids += [p for i in job.nodes for p in job.worker_pids(i).values()]
+        os.write(1, ("PIDS " + " ".join(map(str, pids)) + "\\n").encode())
+        time.sleep(120)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        line = "?"
+        while line and not line.startswith("PIDS "):  # workers share its stdout
+            line = proc.stdout.readline()
+        assert line.startswith("PIDS "), "the harness script died before it printed its pids"
+        pids = [int(p) for p in line.split()[1:]]
+        assert len(pids) == 6  # zygote, store, 2 agents, 2 workers
+        procs = [psutil.Process(p) for p in pids]
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    _, alive = psutil.wait_procs(procs, timeout=15)
+    assert not alive, f"outlived the harness: {alive}"
+
+
+# -- the invariant checker across nodes -----------------------------------------------------
+
+
+def _write_events(path, events) -> None:
+    import json
+
+    with open(path, "w") as fp:
+        for mono, node, kind, fields in events:
+            fp.write(json.dumps({"ts": mono, "mono": mono, "node": node, "pid": 1,
+                                 "run_id": "r", "kind": kind, **fields}) + "\n")
+
+
+def _start(rank: int, world: int, rnd: int, pid: int) -> tuple[str, dict]:
+    return "worker_start", {"local_rank": 0, "rank": rank, "world_size": world,
+                            "worker_pid": pid, "round": rnd}
+
+
+@pytest.mark.parametrize("fault, exempt", [("node_freeze", True), ("store_host_loss", True),
+                                           ("node_leave", False)])
+def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, exempt):
+    """A frozen node (or node 0 lost with the store it hosted) cannot stop its workers, so
+    the survivors' next round may start while they exist; any other node must stop its own."""
+    from harness.invariants import JobFacts, check_timeline
+    from harness.timeline import Timeline
+
+    path = tmp_path / "events.jsonl"
+    _write_events(path, [
+        (1.0, "a-0", "state", {"state": "INIT"}), (1.0, "b-1", "state", {"state": "INIT"}),
+        (1.1, "a-0", *_start(0, 2, 0, 10)), (1.1, "b-1", *_start(1, 2, 0, 11)),
+        (1.2, "a-0", "state", {"state": "HEALTHY"}), (1.2, "b-1", "state", {"state": "HEALTHY"}),
+        (1.3, "harness", "fault", {"fault": fault, "target_node": "b-1"}),
+        (2.0, "a-0", "worker_exit", {"local_rank": 0, "rank": 0, "worker_pid": 10, "exitcode": -15}),
+        (2.0, "a-0", "state", {"state": "STOPPED"}),
+        (2.1, "a-0", *_start(0, 1, 1, 12)), (2.2, "a-0", "state", {"state": "HEALTHY"}),
+    ])
+    problems = check_timeline(Timeline(str(path)), JobFacts(max_restarts=0, nproc_per_node=1))
+    if exempt:
+        assert problems == []
+    else:
+        assert problems == ["round 1 started while b-1 rank 1 (pid 11) of round 0 was still alive"]
