@@ -58,6 +58,7 @@ def test_restarts_succeed_every_time(method):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_restart_soak_200():
     failures = []
     for i in range(200):
