@@ -179,3 +179,11 @@ def test_sigterm_to_agent_stops_workers(tmp_path):
     agent.stdout.close()
     assert agent.returncode == 1
     assert "stopped by SIGTERM" in err
+
+
+def test_log_line_prefix_template_on_teed_output():
+    out = run_elastic("--standalone", "--nproc-per-node=2", "--role=trainer", "--tee=1", str(SCRIPTS / "env_dump.py"),
+                      env={"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "<${role_name}|${rank}|${local_rank}> "})
+    assert out.returncode == 0, out.stderr
+    prefixes = sorted(l.split("ENV ")[0] for l in out.stdout.splitlines() if "ENV " in l)
+    assert prefixes == ["<trainer|0|0> ", "<trainer|1|1> "]
