@@ -71,3 +71,19 @@ def test_agent_serves_health_when_asked(tmp_path):
         agent.terminate()
         agent.wait(20)
         agent.stdout.close()
+
+
+def test_exit_barrier_counts_as_progress():
+    """A node waiting for slow peers in the exit barrier must stay healthy."""
+    from harness._launch import LaunchConfig, build_agent
+
+    agent = build_agent(LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, rdzv_backend="c10d",
+                                     rdzv_endpoint="localhost:0"), sys.executable, ["-c", "pass"])
+    try:
+        agent._last_progress = time.monotonic() - 1000
+        server = HealthCheckServer(agent.last_progress, port=0, timeout=60)
+        assert server.status()[0] is False
+        agent._in_exit_barrier = True
+        assert server.status()[0] is True
+    finally:
+        agent._shutdown()
