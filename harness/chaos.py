@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from harness.errors import ConfigError
 from harness.faults import (
+    HealthyThenAfter,
     After,
     AgentKill,
     NodeFreeze,
@@ -132,13 +133,3 @@ def _make(kind: str, node: int, local_rank: int, rng: random.Random):
 def _trigger(delay: float) -> "HealthyThenAfter":
     """Fire ``delay`` s after the job first became HEALTHY (so the fault meets workers)."""
     return HealthyThenAfter(seconds=delay)
-
-
-@dataclass(frozen=True)
-class HealthyThenAfter(After):
-    """``seconds`` after every running node was first seen HEALTHY."""
-
-    def ready(self, job, armed_at: float, now: float) -> bool:  # type: ignore[override]
-        first = job.first_healthy_time()
-        return first is not None and now - first >= self.seconds
-

@@ -685,8 +685,17 @@ class _Scheduler:
         while not self._stop.wait(0.01):
             now = time.monotonic()
             with self._lock:
-                due = [(e, t) for e, t in self._entries if e.trigger.ready(self._job, t, now)]
+                due = []
+                for i, (e, t) in enumerate(self._entries):
+                    if e.after_previous and i > 0:
+                        break  # dormant until the faults before it have fired
+                    if e.trigger.ready(self._job, t, now):
+                        due.append((e, t))
+                        if e.after_previous or (i + 1 < len(self._entries) and self._entries[i + 1][0].after_previous):
+                            break  # a chain fires one link per pass
                 self._entries = [(e, t) for e, t in self._entries if (e, t) not in due]
+                if due and self._entries and self._entries[0][0].after_previous:
+                    self._entries[0] = (self._entries[0][0], now)  # armed when its predecessor fired
             for entry, _ in due:
                 try:
                     entry.fault.apply(self._job)

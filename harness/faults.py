@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Fault", "WorkerCrash", "WorkerHang", "AgentKill", "NodeKill", "NodeLeave", "NodeJoin",
     "NodeFreeze", "StoreHostLoss",
-    "Trigger", "Immediately", "After", "OnState", "AtStep", "ScheduledFault", "ORDERS_ENV",
+    "Trigger", "Immediately", "After", "HealthyThenAfter", "OnState", "AtStep", "OnWorldSize",
+    "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS",
 ]
 
 ORDERS_ENV = "HARNESS_ORDERS"  # dir where exit-code orders for report_step are left
@@ -182,14 +183,39 @@ class AtStep(Trigger):
 
 
 @dataclass(frozen=True)
+class HealthyThenAfter(After):
+    """``seconds`` after the job was first seen HEALTHY (so the fault meets live workers)."""
+
+    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+        first = job.first_healthy_time()
+        return first is not None and now - max(first, armed_at) >= self.seconds
+
+
+@dataclass(frozen=True)
+class OnWorldSize(Trigger):
+    """When a rendezvous round forms with WORLD_SIZE ``size`` (after the trigger is armed)."""
+
+    size: int = 1
+
+    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+        return any(e["world_size"] == self.size and e.get("mono", 0) >= armed_at
+                   for e in job.timeline.events("rendezvous"))
+
+
+@dataclass(frozen=True)
 class ScheduledFault:
+    """A fault and its trigger. ``after_previous``: the trigger is armed only once the
+    fault before it in the schedule fired (sequences that do not race the clock)."""
+
     fault: Fault
     trigger: Trigger = field(default_factory=Immediately)
+    after_previous: bool = False
 
     def describe(self) -> str:
         trigger = type(self.trigger).__name__
         args = ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in asdict(self.trigger).items())
-        return f"{self.fault.describe()} @ {trigger}({args})"
+        chained = " after the previous" if self.after_previous else ""
+        return f"{self.fault.describe()} @ {trigger}({args}){chained}"
 
 
 def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> None:
@@ -205,3 +231,64 @@ def to_json(entry: ScheduledFault) -> dict[str, Any]:
     trigger = {k: getattr(v, "value", v) for k, v in asdict(entry.trigger).items()}
     return {"fault": entry.fault.kind, **asdict(entry.fault),
             "trigger": type(entry.trigger).__name__, **{f"trigger_{k}": v for k, v in trigger.items()}}
+
+
+# -- the scenario vocabulary (``[[fault]]`` tables, ``--elastic-schedule`` JSON) -----------
+
+_KINDS = {cls.kind: cls for cls in (WorkerCrash, WorkerHang, AgentKill, NodeKill, NodeLeave,
+                                    NodeJoin, NodeFreeze, StoreHostLoss)}
+SPEC_KEYS = frozenset({"kind", "node", "local_rank", "sig", "exit_code", "at_step", "rank", "after",
+                       "on_state", "state_node", "on_world_size", "after_previous"})
+
+
+def from_spec(spec: dict[str, Any]) -> ScheduledFault:
+    """``{"kind": "node_kill", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
+    Triggers: ``at_step`` (+ ``rank``), ``after`` (s after the job is first HEALTHY),
+    ``on_state`` (+ ``state_node``), ``on_world_size``; default: when HEALTHY."""
+    from harness.errors import ConfigError
+
+    cls = _KINDS.get(spec.get("kind", ""))
+    if cls is None:
+        raise ConfigError("kind", spec.get("kind"), f"must be one of {sorted(_KINDS)}")
+    fault = cls(**{k: spec[k] for k in ("node", "local_rank", "sig", "exit_code") if k in spec})
+    trigger: Trigger
+    if "at_step" in spec:
+        trigger = AtStep(step=int(spec["at_step"]), rank=int(spec.get("rank", 0)))
+    elif "after" in spec:
+        trigger = HealthyThenAfter(seconds=float(spec["after"]))
+    elif "on_state" in spec:
+        trigger = OnState(WorkerState(spec["on_state"]), spec.get("state_node"))
+    elif "on_world_size" in spec:
+        trigger = OnWorldSize(size=int(spec["on_world_size"]))
+    else:
+        trigger = OnState(WorkerState.HEALTHY)
+    return ScheduledFault(fault, trigger, after_previous=bool(spec.get("after_previous", False)))
+
+
+def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
+    """The inverse of ``from_spec`` (fields equal to their defaults left out); None when
+    the trigger has no spelling in the vocabulary."""
+    from dataclasses import fields
+
+    fault = entry.fault
+    data: dict[str, Any] = {"kind": fault.kind}
+    for f in fields(fault):
+        value = getattr(fault, f.name)
+        if value != f.default:
+            data[f.name] = value
+    trigger = entry.trigger
+    if isinstance(trigger, HealthyThenAfter):
+        data["after"] = trigger.seconds
+    elif isinstance(trigger, AtStep):
+        data.update(at_step=trigger.step, rank=trigger.rank)
+    elif isinstance(trigger, OnState):
+        data["on_state"] = trigger.state.value
+        if trigger.node is not None:
+            data["state_node"] = trigger.node
+    elif isinstance(trigger, OnWorldSize):
+        data["on_world_size"] = trigger.size
+    else:
+        return None
+    if entry.after_previous:
+        data["after_previous"] = True
+    return data

@@ -72,20 +72,27 @@ def _rounds(timeline: Timeline) -> dict[int, list[dict]]:
 
 
 def _check_ranks(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:
-    for rnd, starts in sorted(_rounds(timeline).items()):
+    """Ranks are unique and within WORLD_SIZE in every round. A round may be abandoned
+    half-started (a node left before starting its workers; a newer round replaced it), so
+    completeness (ranks exactly 0..W-1, W = the local world sizes summed) is required of
+    the final round of a job that succeeded."""
+    rounds = _rounds(timeline)
+    last = max(rounds, default=None)
+    for rnd, starts in sorted(rounds.items()):
         ranks = sorted(s["rank"] for s in starts)
         sizes = {s["world_size"] for s in starts}
         if len(sizes) != 1:
             problems.append(f"round {rnd}: workers disagree on WORLD_SIZE {sorted(sizes)}")
             continue
         world = sizes.pop()
-        per_node: dict[str, int] = defaultdict(int)
-        for s in starts:
-            per_node[s["node"]] += 1
-        if ranks != list(range(world)):
-            problems.append(f"round {rnd}: ranks {ranks} are not unique and contiguous 0..{world - 1}")
-        if sum(per_node.values()) != world:
-            problems.append(f"round {rnd}: WORLD_SIZE={world} but local world sizes sum to "
+        if len(set(ranks)) != len(ranks) or any(not 0 <= r < world for r in ranks):
+            problems.append(f"round {rnd}: ranks {ranks} are not unique within 0..{world - 1}")
+        elif rnd == last and facts.succeeded and ranks != list(range(world)):
+            per_node: dict[str, int] = defaultdict(int)
+            for s in starts:
+                per_node[s["node"]] += 1
+            problems.append(f"round {rnd}: ranks {ranks} are not contiguous 0..{world - 1}; "
+                            f"WORLD_SIZE={world} but local world sizes sum to "
                             f"{sum(per_node.values())} ({dict(per_node)})")
 
 

@@ -77,6 +77,11 @@ def session_summary(stats: list[dict], settings: Any) -> list[str]:
         if values:
             lines.append(f"{name} latency: median {statistics.median(values) * 1000:.0f} ms, "
                          f"p95 {_percentile(values, 0.95) * 1000:.0f} ms (n={len(values)})")
+    shrunk = [s for s in stats if "elastic_minimal_faults" in s]
+    if shrunk:
+        lines.append(f"shrunk: {len(shrunk)} failing chaos test(s), to "
+                     f"{', '.join(str(s['elastic_minimal_faults']) for s in shrunk)} fault(s); "
+                     "see their 'elastic chaos: minimal failing schedule' sections")
     if settings.chaos:
         lines.append(f"chaos seed: {settings.seed} (replay with --elastic-chaos --elastic-seed={settings.seed})")
     return lines

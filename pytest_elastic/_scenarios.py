@@ -15,8 +15,9 @@ A scenario is a job, a fault schedule and expectations::
     node = 0                            # node_leave, node_join, node_freeze, store_host_loss
     local_rank = 1
     exit_code = 3                       # or sig = 9
-    at_step = 5                         # trigger: at_step (+ rank), after = s, on_state = "HEALTHY"
-    rank = 1
+    at_step = 5                         # trigger: at_step (+ rank), after = s, on_state = "HEALTHY",
+    rank = 1                            #   on_world_size = N; after_previous = true arms it only
+                                        #   once the fault before it fired
 
     [expect]
     state = "SUCCEEDED"
@@ -46,8 +47,6 @@ _JOB_KEYS = {"script", "module", "args", "nnodes", "nproc_per_node", "max_restar
              "rdzv_conf", "shutdown_timeout"}
 _EXPECT_KEYS = {"state", "world_sizes", "restarts", "no_lost_steps", "max_recovery_latency",
                 "min_world_size", "final_world_size", "faults_fired"}
-_FAULT_KEYS = {"kind", "node", "local_rank", "sig", "exit_code", "at_step", "rank", "after",
-               "on_state", "state_node"}
 
 
 class ScenarioFailure(AssertionError):
@@ -78,8 +77,10 @@ def _validate(data: dict) -> list[str]:
         unknown = sorted(set(keys) - allowed)
         if unknown:
             problems.append(f"[{table}] has unknown key(s) {unknown}")
+    from harness.faults import SPEC_KEYS
+
     for i, fault in enumerate(data.get("fault", [])):
-        unknown = sorted(set(fault) - _FAULT_KEYS)
+        unknown = sorted(set(fault) - SPEC_KEYS)
         if unknown:
             problems.append(f"[[fault]] #{i + 1} has unknown key(s) {unknown}")
         if "kind" not in fault:
@@ -91,28 +92,13 @@ def _validate(data: dict) -> list[str]:
 
 
 def _fault(spec: dict) -> Any:
-    from harness import faults as f
-    from harness.agent import WorkerState
+    from harness.errors import ConfigError
+    from harness.faults import from_spec
 
-    kinds = {"worker_crash": f.WorkerCrash, "worker_hang": f.WorkerHang, "agent_kill": f.AgentKill,
-             "node_kill": f.NodeKill, "node_leave": f.NodeLeave, "node_join": f.NodeJoin,
-             "node_freeze": f.NodeFreeze, "store_host_loss": f.StoreHostLoss}
-    cls = kinds.get(spec["kind"])
-    if cls is None:
-        raise ScenarioFailure(f"unknown fault kind {spec['kind']!r}; choose from {sorted(kinds)}")
-    fields = {k: spec[k] for k in ("node", "local_rank", "sig", "exit_code") if k in spec}
-    fault = cls(**fields)
-    if "at_step" in spec:
-        trigger = f.AtStep(step=spec["at_step"], rank=spec.get("rank", 0))
-    elif "after" in spec:
-        from harness.chaos import HealthyThenAfter
-
-        trigger = HealthyThenAfter(seconds=float(spec["after"]))
-    elif "on_state" in spec:
-        trigger = f.OnState(WorkerState(spec["on_state"]), spec.get("state_node"))
-    else:
-        trigger = f.OnState(WorkerState.HEALTHY)
-    return f.ScheduledFault(fault, trigger)
+    try:
+        return from_spec(spec)
+    except ConfigError as e:
+        raise ScenarioFailure(f"[[fault]] {e}") from None
 
 
 class ScenarioItem(pytest.Item):

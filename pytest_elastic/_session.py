@@ -15,7 +15,11 @@ import pytest
 
 from pytest_elastic._settings import SettingError, Settings, validate_marker
 
-__all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwargs"]
+__all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwargs",
+           "SCHEDULE_OVERRIDES", "reproduction_line"]
+
+#: test id -> explicit per-job schedules for its next run (set by shrinking around a re-run)
+SCHEDULE_OVERRIDES: dict[str, tuple] = {}
 
 
 @dataclass
@@ -27,6 +31,8 @@ class ElasticRecord:
     chaos_seed: int | None = None
     call_failed: bool = False
     problems: list[str] = field(default_factory=list)
+    #: phase -> ids of the chaos entries still pending (not fired) when its report was made
+    pending_ids: dict[str, set[int]] = field(default_factory=dict)
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
@@ -44,15 +50,28 @@ def _chaos(settings: Settings, test_id: str) -> tuple[Any, int | None]:
     from harness.chaos import ChaosConfig, derive_seed, parse_fault_kinds
 
     seed = derive_seed(settings.seed, test_id)
-    return ChaosConfig(seed=seed, kinds=parse_fault_kinds(settings.faults), overload=settings.overload), seed
+    schedules = SCHEDULE_OVERRIDES.get(test_id)
+    if schedules is None and settings.schedule is not None:
+        from pytest_elastic._shrink import schedules_from_json
+
+        schedules = schedules_from_json(settings.schedule)
+    return ChaosConfig(seed=seed, kinds=parse_fault_kinds(settings.faults), overload=settings.overload,
+                       schedules=schedules), seed
 
 
-def reproduction_line(test_id: str, settings: Settings) -> str:
+def reproduction_line(test_id: str, settings: Settings, schedule: str | None = None,
+                      shrink_budget: int | None = None) -> str:
+    """The command that replays this test's chaos run (``schedule``: exact JSON schedules)."""
     line = f"pytest '{test_id}' --elastic-chaos --elastic-seed={settings.seed}"
     if settings.faults != "worker":
         line += f" --elastic-faults={settings.faults}"
     if settings.overload:
         line += " --elastic-chaos-overload"
+    schedule = schedule if schedule is not None else settings.schedule
+    if schedule is not None:
+        line += f" --elastic-schedule='{schedule}'"
+    if shrink_budget is not None:
+        line += f" --elastic-shrink-budget={shrink_budget}"
     return line
 
 
@@ -108,6 +127,9 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     from pytest_elastic._report import write_html
 
+    if item.nodeid in SCHEDULE_OVERRIDES:
+        return  # a shrinking re-run: the pages show the run that failed
+
     os.makedirs(record.settings.report_dir, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
     for i, job in enumerate(record.cluster.jobs):
@@ -118,6 +140,8 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
 def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
     if report.when == "call" and report.failed:
         record.call_failed = True
+    if record.chaos_seed is not None:  # what had not fired yet cannot explain this outcome
+        record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.pending_faults()}
     if not report.failed:
         return
     from pytest_elastic._report import timeline_chart

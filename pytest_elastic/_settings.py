@@ -5,12 +5,14 @@ Only the standard library here: the plugin must load without torch or the harnes
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Settings", "MARKER_KEYWORDS", "ENV_PREFIX", "resolve_settings", "validate_marker"]
+__all__ = ["Settings", "MARKER_KEYWORDS", "ENV_PREFIX", "resolve_settings", "validate_marker",
+           "parse_schedule", "SCHEDULE_FAULT_KINDS", "SCHEDULE_KEYS"]
 
 ENV_PREFIX = "PYTEST_ELASTIC_"
 
@@ -43,7 +45,12 @@ class Settings:
     report_dir: str | None = None
     start_method: str = "zygote"
     timeout: float = 120.0
+    #: the timeout came from --elastic-timeout / env / ini, not the default
+    timeout_given: bool = False
+    #: re-runs a failing chaos test may spend shrinking its fault schedule (0: off)
     shrink_budget: int = 8
+    #: ``--elastic-schedule``: an explicit schedule per job (compact JSON), replayed as given
+    schedule: str | None = None
 
     def header(self) -> str:
         parts = [f"chaos={'on' if self.chaos else 'off'}"]
@@ -51,6 +58,9 @@ class Settings:
             parts += [f"seed={self.seed}", f"faults={self.faults}"]
             if self.overload:
                 parts.append("overload")
+            parts.append(f"shrink={self.shrink_budget}" if self.shrink_budget else "shrink=off")
+            if self.schedule is not None:
+                parts.append("schedule=given")
         parts += [f"start_method={self.start_method}", f"timeout={self.timeout:g}s"]
         if self.report_dir:
             parts.append(f"report={self.report_dir}")
@@ -103,15 +113,21 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     else:
         seed = int(seed_text) if seed_given else random.SystemRandom().randrange(1, 2**31)
     faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), "worker", _fault_kinds, "faults")
+    timeout = _pick(option.elastic_timeout, "TIMEOUT", ini("elastic_timeout"), None, _positive, "timeout")
+    schedule = _pick(getattr(option, "elastic_schedule", None), "SCHEDULE", None, None,
+                     _schedule_text, "schedule")
 
     return Settings(
-        chaos=bool(chaos), seed=seed, seed_given=seed_given, faults=faults,
+        chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given, faults=faults,
         overload=bool(_pick(option.elastic_chaos_overload, "CHAOS_OVERLOAD", None, False,
                             lambda v: _bool(str(v), "overload"), "overload")),
         report_dir=_pick(option.elastic_report, "REPORT", ini("elastic_report"), None, str, "report"),
         start_method=_pick(option.elastic_start_method, "START_METHOD", ini("elastic_start_method"),
                            "zygote", _start_method, "start_method"),
-        timeout=_pick(option.elastic_timeout, "TIMEOUT", ini("elastic_timeout"), 120.0, _positive, "timeout"),
+        timeout=120.0 if timeout is None else timeout, timeout_given=timeout is not None,
+        shrink_budget=_pick(getattr(option, "elastic_shrink_budget", None), "SHRINK_BUDGET",
+                            ini("elastic_shrink_budget"), 8, _non_negative_int, "shrink_budget"),
+        schedule=schedule,
     )
 
 
@@ -131,6 +147,50 @@ def _fault_kinds(value: Any) -> str:
 def _start_method(value: Any) -> str:
     if value not in _START_METHODS:
         raise ValueError(f"must be one of {', '.join(_START_METHODS)}")
+    return str(value)
+
+
+def _non_negative_int(value: Any) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError("must be >= 0 (0 turns shrinking off)")
+    return number
+
+
+#: ``Fault.kind`` of every fault an explicit schedule may name (harness.faults; pinned by
+#: tests/plugin/test_shrink.py) and the keys of one entry: those of a scenario's [[fault]]
+SCHEDULE_FAULT_KINDS = ("worker_crash", "worker_hang", "agent_kill", "node_kill", "node_leave",
+                        "node_join", "node_freeze", "store_host_loss")
+SCHEDULE_KEYS = ("kind", "node", "local_rank", "sig", "exit_code", "after", "at_step", "rank",
+                 "on_state", "state_node")
+
+
+def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
+    """``[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}, ...], ...]``: one list of
+    faults per job, in launch order; checked (ValueError says what is wrong)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(data, list) or not all(isinstance(job, list) for job in data):
+        raise ValueError("must be a JSON list with one list of faults per job, e.g. "
+                         '[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}]]')
+    for j, job in enumerate(data):
+        for i, entry in enumerate(job):
+            where = f"job {j} fault {i}"
+            if not isinstance(entry, dict):
+                raise ValueError(f"{where} must be an object")
+            if entry.get("kind") not in SCHEDULE_FAULT_KINDS:
+                raise ValueError(f"{where} has kind={entry.get('kind')!r}; choose from "
+                                 f"{', '.join(SCHEDULE_FAULT_KINDS)}")
+            unknown = sorted(set(entry) - set(SCHEDULE_KEYS))
+            if unknown:
+                raise ValueError(f"{where} has unknown key(s) {unknown}; known: {', '.join(SCHEDULE_KEYS)}")
+    return data
+
+
+def _schedule_text(value: Any) -> str:
+    parse_schedule(str(value))
     return str(value)
 
 

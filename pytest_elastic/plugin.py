@@ -20,6 +20,8 @@ from pytest_elastic._settings import (
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 STATS_KEY = pytest.StashKey[list]()
+#: removes this session's stack-dump dir (pytest-timeout's thread method calls it before os._exit)
+STACKS_CLEANUP_KEY = pytest.StashKey[Any]()
 _SEED_INPUT = "elastic_seed"
 
 
@@ -38,12 +40,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--elastic-start-method", default=None, metavar="METHOD",
                     help="default worker start method (zygote, spawn, fork, forkserver)")
     group.addoption("--elastic-timeout", type=float, default=None, metavar="SECONDS",
-                    help="default per-job timeout for elastic tests")
+                    help="default timeout of an elastic test (given to pytest-timeout when installed)")
+    group.addoption("--elastic-shrink-budget", type=int, default=None, metavar="N",
+                    help="re-runs a failing chaos test may spend shrinking its fault schedule "
+                         "(default 8; 0: off)")
+    group.addoption("--elastic-schedule", default=None, metavar="JSON",
+                    help="replay this exact fault schedule (one JSON list per job, as printed "
+                         "under a shrunk failure); implies --elastic-chaos")
     for name, help_text in (("elastic_chaos", "enable chaos mode (true/false)"),
                             ("elastic_faults", "chaos fault kinds"),
                             ("elastic_report", "directory for HTML timelines"),
                             ("elastic_start_method", "default worker start method"),
-                            ("elastic_timeout", "default per-job timeout (s)")):
+                            ("elastic_timeout", "default timeout of an elastic test (s)"),
+                            ("elastic_shrink_budget", "re-runs to shrink a failing chaos schedule")):
         parser.addini(name, help_text, default=None)
 
 
@@ -65,6 +74,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[STATS_KEY] = []
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeed(settings.seed), "elastic-xdist-seed")
+    if config.pluginmanager.hasplugin("timeout"):
+        _StackDumps.start(config)
+
+
+class _StackDumps:
+    """With pytest-timeout active, the workers of this session can dump their Python stacks
+    on SIGUSR1 into a private directory (``HARNESS_STACK_DUMP_DIR``, inherited by every
+    agent and worker); removed, and the variable restored, at unconfigure."""
+
+    ENV = "HARNESS_STACK_DUMP_DIR"  # = pytest_elastic._timeout.STACKS_ENV (pinned by a test)
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> None:
+        import os
+        import shutil
+        import tempfile
+
+        if os.environ.get(cls.ENV):
+            return  # an outer session's (pytester in-process): share it
+        directory = tempfile.mkdtemp(prefix="pytest-elastic-stacks-")
+        os.environ[cls.ENV] = directory
+
+        def stop() -> None:
+            if os.environ.get(cls.ENV) == directory:
+                del os.environ[cls.ENV]
+            shutil.rmtree(directory, ignore_errors=True)
+
+        config.add_cleanup(stop)
+        config.stash[STACKS_CLEANUP_KEY] = stop
 
 
 class _XdistSeed:
@@ -85,6 +123,39 @@ def settings_of(config: pytest.Config) -> Settings:
     return config.stash[SETTINGS_KEY]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.pluginmanager.hasplugin("timeout"):
+        from pytest_elastic._timeout import add_timeout_markers
+
+        add_timeout_markers(items, settings_of(config), config)
+
+
+# -- timeouts (pytest-timeout) and shrinking --------------------------------------------
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
+    """pytest-timeout's timer, plus the stacks of the test's workers when it fires."""
+    if item.get_closest_marker("elastic") is None:
+        return None
+    from pytest_elastic._timeout import set_timer
+
+    return set_timer(item, settings)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """A failing chaos test is re-run with smaller fault schedules (``_shrink``)."""
+    settings = settings_of(item.config)
+    if not settings.chaos or not settings.shrink_budget or item.get_closest_marker("elastic") is None:
+        return None
+    from pytest_elastic._shrink import run_with_shrinking, wants_shrinking
+
+    if not wants_shrinking(item, settings):
+        return None
+    return run_with_shrinking(item, nextitem, settings)
+
+
 # -- the fixture ------------------------------------------------------------------------
 
 
@@ -102,6 +173,12 @@ def elastic_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
+    stacks = getattr(item, "_elastic_timeout_stacks", None)
+    if stacks is not None:  # pytest-timeout fired in this phase (signal method)
+        from pytest_elastic._timeout import SECTION
+
+        report.sections.append((SECTION, stacks))
+        item._elastic_timeout_stacks = None
     record = getattr(item, "_elastic_record", None)
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections

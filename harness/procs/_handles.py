@@ -177,6 +177,9 @@ def _run_callable(payload: dict) -> None:
     die_with_parent(payload["agent_pid"] if payload["direct_child"] else os.getppid())
     os.setsid()
     os.environ.update(payload["env"])
+    from harness.procs._stackdump import install_from_env
+
+    install_from_env(os.environ)  # SIGUSR1 -> Python stacks, when the plugin asks
     for fd, target in ((1, payload["stdout"]), (2, payload["stderr"])):
         if target is None:
             continue

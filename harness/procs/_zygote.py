@@ -106,7 +106,15 @@ class _Zygote:
                         pass
                     self.reap()
                 else:
-                    self.handle(key.fileobj)  # type: ignore[arg-type]
+                    conn = key.fileobj
+                    try:
+                        self.handle(conn)  # type: ignore[arg-type]
+                    except Exception as e:  # a vanished or confused agent affects only itself
+                        if not isinstance(e, OSError):
+                            print(f"[zygote] dropping a client after a bad request: {e!r}",
+                                  file=sys.stderr, flush=True)
+                        if conn in self.clients:
+                            self.drop(conn)  # type: ignore[arg-type]
 
     def reap(self) -> None:
         for pid in list(self.owner):
@@ -171,7 +179,7 @@ class _Zygote:
             pass
         for fd in fds:
             os.close(fd)
-        self.owner[pid] = conn
+        self.owner[pid] = conn  # registered first: if the reply fails, drop() kills it
         send_message(conn, {"op": "spawned", "id": request["id"], "pid": pid})
 
     def become_worker(self, request: dict, fds: list[int]) -> None:
@@ -274,6 +282,9 @@ def run_as_main(request: dict) -> int:
     os.environ.update(request["env"])
     _reset_stdio()
     _apply_threads(request["env"])
+    from harness.procs._stackdump import install_from_env
+
+    install_from_env(os.environ)  # SIGUSR1 -> Python stacks, when the plugin asks
     target, args, module = request["target"], request["args"], request["module"]
     agent_path = [p for p in request.get("sys_path", []) if p]
     base_path = agent_path[1:]  # a script or module gets its own sys.path[0], as python does

@@ -29,7 +29,7 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_ELASTIC_TIMEOUT", "33")
     pytester.makeini("[pytest]\nelastic_start_method = spawn\nelastic_timeout = 44\n")
     result = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=7", "--co")
-    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker start_method=spawn timeout=33s"])
+    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s"])
     result = pytester.runpytest_subprocess("--elastic-timeout=5", "--co")
     result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s"])
 
@@ -117,8 +117,9 @@ def _schedule(result) -> list[str]:
     return [line.strip() for line in block.strip().splitlines() if "@" in line]
 
 
-def test_chaos_same_seed_same_history_and_repro_line(pytester):
+def test_chaos_same_seed_same_history_and_repro_line(pytester, monkeypatch):
     pytester.makepyfile(CHAOS_TEST)
+    monkeypatch.setenv("PYTEST_ELASTIC_SHRINK_BUDGET", "0")  # shrinking: tests/plugin/test_shrink.py
     first = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11")
     second = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11", "-p", "xdist", "-n", "2")
     other = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=12")

@@ -118,3 +118,42 @@ def test_zygote_dies_with_its_starter(tmp_path):
     procs = [psutil.Process(p) for p in [*pids, zygote_pid] if psutil.pid_exists(p)]
     _, alive = psutil.wait_procs(procs, timeout=5)
     assert not alive
+
+
+def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_path):
+    """An agent SIGTERMed right after asking for a worker used to crash the shared zygote
+    (BrokenPipeError on the reply), taking every other node's workers with it."""
+    import socket
+
+    from harness.procs._zygote import make_socket, send_message, socket_address
+
+    server = ZygoteServerProcess()
+    try:
+        server.wait_ready()
+        script = tmp_path / "hello.py"
+        script.write_text("import os\nos.write(1, b'HELLO\\n')\n")
+        for _ in range(3):
+            rude = make_socket()
+            rude.connect(socket_address(server.path))
+            with open(os.devnull, "wb") as null:
+                fd = null.fileno()
+                send_message(rude, {"op": "spawn", "id": 1, "target": str(script), "args": [],
+                                    "module": False, "env": dict(os.environ), "cwd": str(tmp_path),
+                                    "sys_path": []}, [fd, fd, fd])
+            rude.close()  # gone before the zygote replies
+            garbage = make_socket()
+            garbage.connect(socket_address(server.path))
+            send_message(garbage, {"op": "spawn"})  # no id, no target
+            garbage.close()
+        zygote = Zygote(server.path)
+        out = tmp_path / "out.txt"
+        with open(out, "wb") as sink:
+            proc = zygote.start_worker(0, [sys.executable, "-u", str(script)], dict(os.environ), sink, None)
+        import select
+        select.select([proc.fileno()], [], [], 30)
+        assert proc.poll() == 0 and out.read_bytes() == b"HELLO\n"
+        proc.release()
+        zygote.close()
+        assert server.process.poll() is None
+    finally:
+        server.close()

@@ -52,10 +52,25 @@ def test_illegal_transition(tmp_path):
     assert any("illegal transition SUCCEEDED -> FAILED" in p for p in problems)
 
 
-def test_duplicate_and_gapped_ranks(tmp_path):
+def test_duplicate_ranks(tmp_path):
     events = [state("a", "INIT"), start("a", 0, 0, 10), start("b", 0, 0, 11)]
     problems = check_timeline(write(tmp_path, events), FACTS)
-    assert any("not unique and contiguous" in p for p in problems)
+    assert any("ranks [0, 0] are not unique within 0..1" in p for p in problems)
+
+
+def test_final_round_of_a_successful_job_must_be_complete(tmp_path):
+    events = [state("a", "INIT"), start("a", 0, 0, 10), exit_("a", 10), state("a", "HEALTHY")]
+    done = JobFacts(max_restarts=1, nproc_per_node=1, finished=True, succeeded=True)
+    problems = check_timeline(write(tmp_path, events), done)
+    assert any("not contiguous 0..1" in p and "sum to 1" in p for p in problems)
+
+
+def test_an_abandoned_half_started_round_is_legal(tmp_path):
+    """A node left right after round 0 formed, before starting its workers."""
+    events = [state("a", "INIT"), start("a", 0, 0, 10), state("a", "HEALTHY"), exit_("a", 10, -15),
+              state("a", "STOPPED"), start("a", 0, 1, 20, world=1), state("a", "HEALTHY")]
+    done = JobFacts(max_restarts=1, nproc_per_node=1, finished=True, succeeded=True)
+    assert check_timeline(write(tmp_path, events), done) == []
 
 
 def test_old_round_worker_alive_when_new_round_starts(tmp_path):

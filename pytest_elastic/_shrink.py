@@ -1,0 +1,320 @@
+"""Shrinking: a failing chaos test is re-run with smaller fault schedules; the smallest
+schedule that still fails the same way is reported, with a line that replays it.
+
+A chaos schedule is data (one list of ``ScheduledFault`` per job), so a smaller one is
+just another list handed to ``Cluster`` through ``ChaosConfig.schedules``. The search is
+deterministic (the same outcomes give the same candidates) and bounded by a budget of
+re-runs (``--elastic-shrink-budget``), each re-run by the test's own timeout:
+
+0. free: faults that had not fired when the test failed are dropped without a re-run;
+1. drop: with two or more faults, the empty schedule first (does it fail without chaos?),
+   then each fault on its own, last to first; a candidate is kept when it still fails;
+2. later: each remaining timed fault fires twice as late; kept when it still fails.
+
+"Still fails" means the same phase fails with the same signature (exception type and the
+file:line it was raised at, as hypothesis compares failures), so a shrink never slips from
+the bug it was given to a different one. Each re-run is a full pytest run of the item
+(``runtestprotocol``, fresh function fixtures, as pytest-rerunfailures re-runs); only the
+first run's reports are logged, with the result added as a report section.
+
+Loaded only when a chaos test runs (imports the harness lazily, for conversions).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import pytest
+from _pytest.runner import runtestprotocol
+
+from pytest_elastic._settings import Settings, parse_schedule
+
+__all__ = ["run_with_shrinking", "shrink", "Outcome", "ShrinkResult", "schedules_to_json",
+           "schedules_from_json", "signature"]
+
+SECTION = "elastic chaos: minimal failing schedule"
+_TIMEOUT_MESSAGE = "Timeout (>"  # pytest-timeout's failure message starts so
+
+Schedules = tuple[tuple[Any, ...], ...]  # per job, ScheduledFault entries
+
+
+# -- one run's outcome --------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one run of the test showed: the failing report's signature (None: passed)
+    and, per job, the schedule it ran and which of its entries had fired by the failure."""
+
+    signature: tuple | None
+    schedules: Schedules = ()
+    fired: Schedules = ()  # the entries of ``schedules`` that had fired when it failed
+    report: Any = None
+
+    @property
+    def failed(self) -> bool:
+        return self.signature is not None
+
+
+def failing_report(reports: list) -> Any:
+    """The first failed report of a run (setup failures do not count: nothing ran)."""
+    for report in reports:
+        if report.failed and report.when in ("call", "teardown"):
+            return report
+    return None
+
+
+def signature(report: Any) -> tuple:
+    """(phase, exception type, file, line) of a failure; (phase, first words) when the
+    failure has no traceback (e.g. a scenario's expectation text)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        kind = crash.message.split("\n", 1)[0].split(":", 1)[0].strip()
+        return (report.when, kind, str(crash.path), crash.lineno)
+    text = str(report.longrepr).strip().split("\n", 1)[0]
+    return (report.when, text.split(":", 1)[0])
+
+
+def _describe_signature(sig: tuple) -> str:
+    if len(sig) == 4:
+        return f"{sig[1]} at {sig[2]}:{sig[3]} ({sig[0]})"
+    return f"{sig[1]!r} ({sig[0]})"
+
+
+def outcome_of(reports: list, record: Any) -> Outcome:
+    report = failing_report(reports)
+    if record is None or record.chaos_seed is None:
+        return Outcome(signature(report) if report is not None else None, report=report)
+    schedules = tuple(tuple(job.chaos_schedule) for job in record.cluster.jobs)
+    pending = record.pending_ids.get(report.when if report is not None else "teardown", set())
+    fired = tuple(tuple(e for e in job if id(e) not in pending) for job in schedules)
+    return Outcome(signature(report) if report is not None else None, schedules, fired, report)
+
+
+# -- the search ---------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    action: str
+    result: str  # "fails: kept", "passes", "fails differently: ..."
+
+
+@dataclass
+class ShrinkResult:
+    original: Schedules
+    minimal: Schedules
+    runs: int
+    budget: int
+    signature: tuple
+    steps: list[Step] = field(default_factory=list)
+    exhausted: bool = False
+    seconds: float = 0.0
+
+    @property
+    def original_count(self) -> int:
+        return sum(len(job) for job in self.original)
+
+    @property
+    def minimal_count(self) -> int:
+        return sum(len(job) for job in self.minimal)
+
+
+def _count(schedules: Schedules) -> int:
+    return sum(len(job) for job in schedules)
+
+
+def _without(schedules: Schedules, job: int, index: int) -> Schedules:
+    return tuple(tuple(e for i, e in enumerate(entries) if not (j == job and i == index))
+                 for j, entries in enumerate(schedules))
+
+
+def _with(schedules: Schedules, job: int, index: int, entry: Any) -> Schedules:
+    return tuple(tuple(entry if (j == job and i == index) else e for i, e in enumerate(entries))
+                 for j, entries in enumerate(schedules))
+
+
+def _later(entry: Any) -> Any | None:
+    """The same fault, twice as late (timed triggers only); None when it has no delay."""
+    seconds = getattr(entry.trigger, "seconds", None)
+    if seconds is None:
+        return None
+    later = round(seconds * 2, 3) if seconds > 0 else 0.1
+    return replace(entry, trigger=replace(entry.trigger, seconds=later))
+
+
+def _label(job: int, entry: Any) -> str:
+    return f"job {job}: {entry.describe()}"
+
+
+def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
+           clock: Callable[[], float] = time.monotonic) -> ShrinkResult:
+    """Shrink ``first`` (a failing outcome) by calling ``run(candidate)`` at most ``budget``
+    times; ``run`` is the test re-run with that schedule (a fake in unit tests)."""
+    assert first.failed
+    started = clock()
+    result = ShrinkResult(first.schedules, first.fired, 0, budget, first.signature)
+    unfired = _count(first.schedules) - _count(first.fired)
+    if unfired:
+        result.steps.append(Step(f"drop {unfired} fault(s) not yet fired when the test failed",
+                                 "free (no re-run)"))
+
+    def attempt(candidate: Schedules, action: str) -> bool:
+        if result.runs >= budget:
+            result.exhausted = True
+            return False
+        result.runs += 1
+        outcome = run(candidate)
+        if outcome.signature == first.signature:
+            # keep what fired; what never fired before the failure cannot be needed
+            result.minimal = outcome.fired if outcome.schedules else candidate
+            result.steps.append(Step(action, "still fails: kept"))
+            return True
+        if outcome.failed:
+            result.steps.append(Step(action, f"fails differently ({_describe_signature(outcome.signature)}): "
+                                             "not kept"))
+        else:
+            result.steps.append(Step(action, "passes: not kept"))
+        return False
+
+    # 1. drop faults: all at once first, then one at a time from the last
+    if _count(result.minimal) >= 2:
+        attempt(tuple(() for _ in result.minimal), "drop every fault")
+    for entry in reversed(_entries(result.minimal)):
+        where = _find(result.minimal, entry)  # a kept candidate may have dropped it already
+        if where is not None:
+            attempt(_without(result.minimal, *where), f"drop {_label(where[0], entry)}")
+    # 2. move the remaining faults later, one at a time
+    for entry in _entries(result.minimal):
+        where, later = _find(result.minimal, entry), _later(entry)
+        if where is not None and later is not None:
+            attempt(_with(result.minimal, *where, later),
+                    f"move later: {_label(where[0], entry)} -> {later.trigger.seconds:g}s")
+    result.seconds = clock() - started
+    return result
+
+
+def _entries(schedules: Schedules) -> list[Any]:
+    return [entry for job in schedules for entry in job]
+
+
+def _find(schedules: Schedules, entry: Any) -> tuple[int, int] | None:
+    """Where ``entry`` (this very object) is in ``schedules``."""
+    for job, entries in enumerate(schedules):
+        for index, candidate in enumerate(entries):
+            if candidate is entry:
+                return job, index
+    return None
+
+
+# -- schedules as JSON (the --elastic-schedule replay format) -----------------------------
+
+
+def entry_to_json(entry: Any) -> dict[str, Any] | None:
+    """One fault in the vocabulary of a scenario's ``[[fault]]``; None when its trigger has
+    no spelling there."""
+    from harness.faults import to_spec
+
+    return to_spec(entry)
+
+
+def schedules_to_json(schedules: Schedules) -> str | None:
+    """Compact JSON for ``--elastic-schedule``; None when an entry cannot be spelled."""
+    out = []
+    for job in schedules:
+        entries = [entry_to_json(e) for e in job]
+        if any(e is None for e in entries):
+            return None
+        out.append(entries)
+    return json.dumps(out, separators=(",", ":"))
+
+
+def entry_from_json(data: dict[str, Any]) -> Any:
+    from harness.faults import from_spec
+
+    return from_spec(data)
+
+
+def schedules_from_json(text: str) -> Schedules:
+    return tuple(tuple(entry_from_json(e) for e in job) for job in parse_schedule(text))
+
+
+# -- the protocol -------------------------------------------------------------------------
+
+
+def wants_shrinking(item: pytest.Item, settings: Settings) -> bool:
+    return (settings.chaos and settings.shrink_budget > 0
+            and item.get_closest_marker("elastic") is not None
+            and not item.config.getoption("usepdb", False))
+
+
+def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings: Settings) -> bool:
+    """``pytest_runtest_protocol`` for a chaos test: run it; if it failed, shrink its
+    schedule with re-runs, then log the first run's reports (with the result section)."""
+    from pytest_elastic import _session
+
+    ihook = item.ihook
+    ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    record = getattr(item, "_elastic_record", None)
+    first = outcome_of(reports, record)
+    if first.failed and record is not None and record.chaos_seed is not None:
+        if _TIMEOUT_MESSAGE in str(first.report.longrepr):
+            first.report.sections.append((SECTION, "not shrunk: the test timed out (each re-run "
+                                                   "would cost a whole timeout)"))
+        elif not _count(first.schedules):
+            pass  # nothing to shrink: the chaos section already says the schedule was empty
+        else:
+            saved = list(item.user_properties)
+
+            def run(candidate: Schedules) -> Outcome:
+                _session.SCHEDULE_OVERRIDES[item.nodeid] = candidate
+                try:
+                    from pytest_elastic._timeout import rearmed
+
+                    with rearmed(item):
+                        rerun = runtestprotocol(item, nextitem=nextitem, log=False)
+                finally:
+                    _session.SCHEDULE_OVERRIDES.pop(item.nodeid, None)
+                return outcome_of(rerun, getattr(item, "_elastic_record", None))
+
+            try:
+                result = shrink(first, run, settings.shrink_budget)
+            finally:
+                item.user_properties[:] = saved
+                item._elastic_record = record
+            first.report.sections.append((SECTION, describe(result, item.nodeid, settings)))
+            replay = schedules_to_json(result.minimal)
+            teardown = reports[-1]
+            teardown.user_properties.append(("elastic_minimal_faults", result.minimal_count))
+            if replay is not None:
+                teardown.user_properties.append(("elastic_minimal_schedule", replay))
+    for report in reports:
+        ihook.pytest_runtest_logreport(report=report)
+    ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def describe(result: ShrinkResult, test_id: str, settings: Settings) -> str:
+    from pytest_elastic._session import reproduction_line
+
+    lines = [f"shrunk {result.original_count} fault(s) to {result.minimal_count} in {result.runs} "
+             f"re-run(s) (budget {result.budget}, {result.seconds:.1f}s); same failure throughout: "
+             f"{_describe_signature(result.signature)}"]
+    if result.exhausted:
+        lines.append("the budget ran out: a smaller schedule may exist (--elastic-shrink-budget=N)")
+    lines.append("minimal failing schedule:")
+    if result.minimal_count:
+        lines += [f"  {_label(j, e)}" for j, job in enumerate(result.minimal) for e in job]
+    else:
+        lines.append("  (none: the test fails without any fault, so chaos is not the cause)")
+    lines.append("shrink steps:")
+    lines += [f"  {step.action}: {step.result}" for step in result.steps] or ["  (none)"]
+    replay = schedules_to_json(result.minimal)
+    if replay is not None:
+        lines += ["replay exactly this schedule (no shrinking) with:",
+                  f"  {reproduction_line(test_id, settings, replay, shrink_budget=0)}"]
+    return "\n".join(lines)

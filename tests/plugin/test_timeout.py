@@ -1,0 +1,131 @@
+"""pytest-timeout and elastic tests: the timeout each gets, and what a timed-out one leaves
+(the stacks of its hung workers, and no processes)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+
+import psutil
+
+from tests.conftest import SCRIPTS
+
+STEPPER = str(SCRIPTS / "stepper.py")
+
+SHOW_TIMEOUTS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        marker = item.get_closest_marker("timeout")
+        print("TIMEOUT", item.name, marker.args[0] if marker else None)
+"""
+
+TESTS = """
+import pytest
+
+@pytest.mark.elastic(timeout=7)
+def test_marker():
+    pass
+
+@pytest.mark.elastic
+def test_default():
+    pass
+
+@pytest.mark.timeout(3)
+@pytest.mark.elastic(timeout=7)
+def test_explicit():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def _timeouts(result) -> dict[str, str]:
+    return dict(line.split()[1:3] for line in result.stdout.lines if line.startswith("TIMEOUT "))
+
+
+def test_elastic_tests_get_a_timeout(pytester):
+    pytester.makeconftest(SHOW_TIMEOUTS)
+    pytester.makepyfile(TESTS)
+    scen = pytester.mkdir("scenarios")
+    (scen / "s.toml").write_text(f"[job]\nscript = {STEPPER!r}\ntimeout = 10\n")
+    (scen / "t.toml").write_text(f"[job]\nscript = {STEPPER!r}\n")
+    # a scenario: its job's timeout (else the elastic default) + 30 s: the job's own error first
+    expected = {"test_marker": "7.0", "test_default": "120.0", "test_explicit": "3", "test_plain": "None",
+                "s": "40.0", "t": "150.0"}
+    assert _timeouts(pytester.runpytest_subprocess("--co")) == expected
+    # a global pytest-timeout timeout stands for tests that name no elastic timeout ...
+    assert _timeouts(pytester.runpytest_subprocess("--co", "--timeout=50")) == {
+        **expected, "test_default": "None", "t": "None"}
+    # ... unless --elastic-timeout (or its env/ini) says otherwise
+    assert _timeouts(pytester.runpytest_subprocess("--co", "--timeout=50", "--elastic-timeout=9")) == {
+        **expected, "test_default": "9.0", "t": "39.0"}
+    # without pytest-timeout nothing is added (and nothing breaks)
+    result = pytester.runpytest_subprocess("--co", "-p", "no:timeout")
+    assert _timeouts(result) == {**{name: "None" for name in expected}, "test_explicit": "3"}
+
+
+HANGS = f"""
+import pytest
+from harness.faults import AtStep, WorkerHang
+
+def hang_rank1(cluster):
+    job = cluster.launch({STEPPER!r}, "100000", "0.05")
+    job.inject(WorkerHang(local_rank=1), AtStep(step=3, rank=1))
+    job.wait(timeout=600)
+
+@pytest.mark.elastic(nnodes=1, nproc_per_node=2, timeout=15)
+def test_signal(elastic_cluster):
+    hang_rank1(elastic_cluster)
+
+@pytest.mark.timeout(15, method="thread")
+@pytest.mark.elastic(nnodes=1, nproc_per_node=2)
+def test_thread(elastic_cluster):
+    hang_rank1(elastic_cluster)
+"""
+
+
+def test_timed_out_test_shows_worker_stacks_and_leaves_no_process(pytester, monkeypatch):
+    pytester.makepyfile(HANGS)
+    # the signal method: a report section, then the fixture's teardown kills everything
+    result = pytester.runpytest_subprocess("-k", "signal")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "E * Failed: Timeout (>15.0s) from pytest-timeout.",
+        "*- elastic timeout: stacks of the live workers -*",
+        "--- job 0 (*) node * local_rank 0 rank 0 pid *",
+        "*File *stepper.py*, line * in <module>",
+        "--- job 0 (*) node * local_rank 1 rank 1 pid * [[]stopped: continued for the dump, then stopped again[]]",
+        "*File *stepper.py*, line * in <module>",
+    ])
+    # the thread method: pytest-timeout ends the process, after we printed and closed
+    monkeypatch.delenv("HARNESS_STACK_DUMP_DIR", raising=False)  # its own dir, not ours
+    dumps_before = _stack_dirs()
+    result = pytester.runpytest_subprocess("-k", "thread")
+    assert result.ret == 1
+    assert _stack_dirs() == dumps_before  # removed even though os._exit skips every cleanup
+    text += result.stdout.str()
+    result.stdout.fnmatch_lines([
+        "*+ Timeout +*",
+        "*+ elastic timeout: stacks of the live workers +*",
+        "--- job 0 (*) node * local_rank 0 rank 0 pid *",
+        "*File *stepper.py*, line * in <module>",
+    ])
+    pids = {int(p) for p in re.findall(r"^--- job .* pid (\d+)", text, re.M)}
+    assert len(pids) == 4
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"workers left running after the timeouts: {alive}"
+
+
+def _stack_dirs() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "pytest-elastic-stacks-*")))
+
+
+def test_env_names_agree():
+    from harness.procs import _stackdump
+    from pytest_elastic import _timeout, plugin
+
+    assert plugin._StackDumps.ENV == _timeout.STACKS_ENV == _stackdump.STACKS_ENV
