@@ -84,12 +84,11 @@ class ZygoteServerProcess:
             os.close(self._ready_fd)
             self._ready_fd = -1
         if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            # it holds no state worth a graceful stop, and waiting out the kernel's teardown
+            # of a torch-sized process would delay every agent's exit; the zombie is reaped
+            # later (subprocess reaps on its next start) or by init once we are gone
+            self.process.kill()
+            self.process.poll()
 
 
 class Zygote:
