@@ -43,10 +43,18 @@ while world != finish and time.monotonic() < deadline:
 """
 
 
+_HELD: list = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port kept out of everyone else's reach for the bench's lifetime (a reservation the
+    agents' stores can still bind: see harness/_net.py). A probe-then-close port could be
+    taken by a concurrent process before the agents bind it; that failed a run once."""
+    from harness._net import PortReservation
+
+    reservation = PortReservation("127.0.0.1")
+    _HELD.append(reservation)
+    return reservation.port
 
 
 class Agent:
