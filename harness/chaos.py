@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from harness.errors import ConfigError
 from harness.faults import (
     HealthyThenAfter,
-    After,
     AgentKill,
     NodeFreeze,
     NodeJoin,

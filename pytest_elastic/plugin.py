@@ -15,7 +15,6 @@ from pytest_elastic._settings import (
     SettingError,
     Settings,
     resolve_settings,
-    validate_marker,
 )
 
 SETTINGS_KEY = pytest.StashKey[Settings]()

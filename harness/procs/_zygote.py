@@ -30,7 +30,6 @@ import socket
 import struct
 import sys
 import traceback
-from typing import Any
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
 

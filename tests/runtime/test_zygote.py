@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import psutil
-import pytest
 
 from harness.procs._zygote_client import Zygote, ZygoteServerProcess, python_target
 from tests.conftest import SCRIPTS, run_elastic
@@ -123,7 +122,6 @@ def test_zygote_dies_with_its_starter(tmp_path):
 def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_path):
     """An agent SIGTERMed right after asking for a worker used to crash the shared zygote
     (BrokenPipeError on the reply), taking every other node's workers with it."""
-    import socket
 
     from harness.procs._zygote import make_socket, send_message, socket_address
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from harness.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.timeline import Timeline
