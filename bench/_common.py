@@ -157,3 +157,18 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
         print(line(row))
+
+
+def isolate_tmpdir() -> str:
+    """Point TMPDIR (this process's and every child's) at a private dir removed at exit:
+    torchrun leaks a ``torchelastic_*`` dir per run, and an agent the bench SIGKILLs cannot
+    remove its own, so a bench would otherwise litter the shared temp dir."""
+    import atexit
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="bench-tmp-")
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+    atexit.register(shutil.rmtree, path, True)
+    return path

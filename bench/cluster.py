@@ -45,7 +45,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import fmt_ratio, fmt_s, median, print_table, ratio  # noqa: E402
+from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio  # noqa: E402
 
 WORKER = str(HERE / "scripts" / "cluster_worker.py")
 TRIVIAL = str(HERE / "scripts" / "trivial.py")
@@ -303,6 +303,7 @@ def _walls(samples: list[dict]) -> tuple[float | None, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    isolate_tmpdir()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=None, help="rounds of row 1 (default 5)")
     parser.add_argument("--quick", action="store_true", help="2 rounds; one run each of rows 2-3")

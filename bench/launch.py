@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (RunSample, fmt_mb, fmt_ratio, fmt_s, median, print_table, ratio,  # noqa: E402
-                     run_process, timestamps)
+                     run_process, timestamps, isolate_tmpdir)
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 BIN = Path(sys.executable).parent
@@ -148,6 +148,7 @@ def build_rows(samples: dict[str, dict[str, list[RunSample]]], launchers: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
+    isolate_tmpdir()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=None, help="rounds per scenario (default 5)")
     parser.add_argument("--quick", action="store_true",

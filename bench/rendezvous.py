@@ -26,6 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import isolate_tmpdir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 TORCHRUN = str(Path(PY).parent / "torchrun")
@@ -33,6 +36,7 @@ TRIVIAL = str(ROOT / "bench" / "scripts" / "trivial.py")
 
 WAITER = """\
 import os, sys, time
+
 world = int(os.environ["WORLD_SIZE"])
 print(f"START world={world} rank={os.environ['RANK']}", flush=True)
 finish = int(sys.argv[1])
@@ -115,7 +119,8 @@ def two_node_wall(launcher: str) -> float:
     agents = [Agent(launcher, c10d(port, "2", rid) + [TRIVIAL]) for _ in range(2)]
     rcs = [a.stop() for a in agents]
     if rcs != [0, 0]:
-        raise RuntimeError(f"{launcher} c1 failed: {rcs}")
+        tails = "\n".join("\n".join(line for _, line in a.lines[-12:]) for a in agents)
+        raise RuntimeError(f"{launcher} c1 failed: {rcs}\n{tails}")
     return time.monotonic() - t0
 
 
@@ -169,6 +174,7 @@ def med(xs: list[float]) -> str:
 
 
 def main() -> int:
+    isolate_tmpdir()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--nodes", default="2,4,8,16,32")

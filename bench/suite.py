@@ -64,7 +64,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import fmt_ratio, fmt_s, print_table, ratio, run_process  # noqa: E402
+from _common import fmt_ratio, fmt_s, isolate_tmpdir, print_table, ratio, run_process  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -349,6 +349,7 @@ def run_torchrun(scenarios: list[Scenario], jobs: int, env: dict, tmp: str) -> t
 
 
 def main(argv: list[str] | None = None) -> int:
+    isolate_tmpdir()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1, help="rounds, alternating which side goes first")
     parser.add_argument("-k", dest="filter", default=None, help="only scenarios whose name contains TEXT")

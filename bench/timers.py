@@ -36,6 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import isolate_tmpdir  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -49,6 +52,7 @@ REF_TORCH_LOCAL_STOP_DEFAULT = 60.00  # baseline e2
 TORCH_FILE_SERVER = """\
 import sys, time
 from torch.distributed.elastic.timer import FileTimerServer
+
 server = FileTimerServer(sys.argv[1], "bench", max_interval=float(sys.argv[2]))
 server.start()
 print("ready", flush=True)
@@ -312,6 +316,7 @@ def _speedup(ours_s: list[float], torch_s: list[float] | float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    isolate_tmpdir()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 samples, 1 s rate runs (~45 s)")
     parser.add_argument("--samples", type=int, default=None, help="samples per latency row")

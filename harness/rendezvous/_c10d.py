@@ -42,6 +42,7 @@ lost store. To survive the loss of any node, run the store outside the nodes
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -141,6 +142,33 @@ def is_local_host(host: str) -> bool:
     return bool(mine & theirs) or any(a.startswith("127.") or a == "::1" for a in theirs)
 
 
+def _someone_listens(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _elect_store_host(host: str, port: int, attempts: int = 50) -> StoreServer | None:
+    """Host the store on ``port`` unless another agent already does; None: join as client.
+
+    Two agents binding at the same moment can *both* lose: with SO_REUSEADDR both binds
+    succeed while neither listens, then each listen() sees the other's socket and fails
+    with EADDRINUSE (2 of 40 simultaneous starts here). So a lost election counts only if
+    someone really listens; otherwise retry after a short random backoff."""
+    import random
+
+    for _ in range(attempts):
+        try:
+            return StoreServer("", port).start()
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or _someone_listens(host, port):
+                return None
+        time.sleep(random.uniform(0.002, 0.03))
+    return None
+
+
 class C10dRendezvousHandler(RendezvousHandler):
     """Dynamic (elastic) rendezvous on a TCPStore; see the module docstring."""
 
@@ -213,12 +241,11 @@ class C10dRendezvousHandler(RendezvousHandler):
         s = self._settings
         is_host = s.is_host if s.is_host is not None else is_local_host(host)
         if is_host:
-            try:
-                self._server = StoreServer("", port).start()
+            self._server = _elect_store_host(host, port)
+            if self._server is not None:
                 log.info("hosting the rendezvous store on port %d", port)
-            except OSError as e:
-                if s.is_host:
-                    log.info("is_host=true but port %d is taken (%s); joining as a client", port, e)
+            elif s.is_host:
+                log.info("is_host=true but port %d is taken; joining as a client", port)
         try:
             return StoreClient(host, port, timeout=s.read_timeout, connect_timeout=s.read_timeout)
         except BaseException:

@@ -224,3 +224,30 @@ def test_peer_dying_during_exit_barrier_does_not_hold_the_survivor(nodes, tmp_pa
     kill_node(sleeper)
     assert finisher.wait(30) == 0, finisher.output  # the default barrier timeout is 300 s
     assert "exit barrier did not complete" in finisher.output
+
+
+def test_store_host_election_survives_a_simultaneous_bind():
+    """Two agents binding at once can both fail to listen (SO_REUSEADDR lets both binds
+    through; each listen() then sees the other): neither hosted, both waited 60 s for a
+    store that never came. A lost election now counts only if someone really listens."""
+    import socket
+    import threading
+
+    from harness._net import PortReservation
+    from harness.rendezvous._c10d import _elect_store_host
+
+    with PortReservation("127.0.0.1") as reservation:
+        port = reservation.port
+    rival = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)  # the other agent, mid-bind
+    rival.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    rival.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    rival.bind(("::", port))
+    timer = threading.Timer(0.2, rival.close)  # ... which then loses its own listen()
+    timer.start()
+    try:
+        server = _elect_store_host("127.0.0.1", port)
+        assert server is not None, "nobody hosts the store"
+        server.stop()
+    finally:
+        timer.cancel()
+        rival.close()
