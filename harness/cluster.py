@@ -35,7 +35,7 @@ from harness.faults import (
     WorkerCrash,
     write_exit_order,
 )
-from harness.procs._handles import is_same_process
+from harness.procs._handles import is_same_process, signal_process_group
 from harness.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.timeline import Timeline
 
@@ -557,9 +557,9 @@ class Job:
     def _signal_node_processes(self, node: int, sig: int) -> None:
         target = self._node(node)
         pids = self.worker_pids(node)
-        _killpg(target.pid, sig)
+        signal_process_group(target.pid, sig)
         for pid in pids.values():
-            _killpg(pid, sig)
+            signal_process_group(pid, sig)
 
     def kill_node(self, node: int) -> None:
         """Agent and workers SIGKILLed at once (a machine lost)."""
@@ -641,12 +641,12 @@ class Job:
             for start in self.timeline.events("worker_start", node.name):
                 pid = start["worker_pid"]
                 if is_same_process(pid, start.get("start_time")):  # never a reused pid
-                    _killpg(pid, signal.SIGKILL)
+                    signal_process_group(pid, signal.SIGKILL)
                     _add_process(victims, pid)
             if node.alive():
                 self.killed_nodes.add(index)
-                _killpg(node.pid, signal.SIGCONT)
-                _killpg(node.pid, signal.SIGKILL)
+                signal_process_group(node.pid, signal.SIGCONT)
+                signal_process_group(node.pid, signal.SIGKILL)
             node.popen.wait()
         _, alive = psutil.wait_procs(victims, timeout=5)
         self._harness_events.close()
@@ -738,10 +738,3 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        _kill(pid, sig)

@@ -21,7 +21,7 @@ from typing import IO, Any, Callable
 from harness.procs._prctl import die_with_parent
 
 __all__ = ["WorkerProcess", "BinaryProcess", "CallableProcess", "process_state", "process_start_time",
-           "is_same_process"]
+           "is_same_process", "signal_process_group"]
 
 
 def process_state(pid: int) -> str | None:
@@ -51,9 +51,17 @@ def is_same_process(pid: int, start_time: int | None) -> bool:
     return start_time is not None and process_start_time(pid) == start_time
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def signal_process_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group ``pid`` leads; to ``pid`` alone when it leads none (a
+    callable worker before its setsid); nothing when it is gone. Callers make sure ``pid``
+    cannot have been reused (unreaped child, or checked start time)."""
     try:
         os.killpg(pid, sig)
+        return
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
@@ -92,22 +100,13 @@ class WorkerProcess(abc.ABC):
         """The exit code if the worker has exited (reaping it), else None."""
         if self.exitcode is None and self._has_exited():
             if self._sweep_safe:
-                _signal_group(self.pid, signal.SIGKILL)  # sweep leftovers before the reap
+                signal_process_group(self.pid, signal.SIGKILL)  # sweep leftovers before the reap
             self.exitcode = self._reap()
         return self.exitcode
 
     def signal_group(self, sig: int) -> None:
         if self.exitcode is None:
-            try:
-                os.killpg(self.pid, sig)
-            except ProcessLookupError:
-                # not yet its own group leader (a callable before setsid): the process alone
-                try:
-                    os.kill(self.pid, sig)
-                except ProcessLookupError:
-                    pass
-            except PermissionError:
-                pass
+            signal_process_group(self.pid, sig)
 
     return_path: str | None = None  # where a callable worker pickles its return value
 

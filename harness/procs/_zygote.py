@@ -31,6 +31,8 @@ import struct
 import sys
 import traceback
 
+from harness.procs._handles import signal_process_group
+
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
 
 ZYGOTE_ENV = "HARNESS_ZYGOTE"  # socket path of a shared zygote, set by the harness
@@ -123,7 +125,7 @@ class _Zygote:
                 info = None
             if info is None or info.si_pid != pid:
                 continue
-            _killpg(pid, signal.SIGKILL)  # sweep the group before the reap frees its id
+            signal_process_group(pid, signal.SIGKILL)  # sweep the group before the reap frees its id
             _, status = os.waitpid(pid, 0)
             code = os.waitstatus_to_exitcode(status)
             conn = self.owner.pop(pid)
@@ -140,7 +142,7 @@ class _Zygote:
         conn.close()
         for pid, owner in self.owner.items():
             if owner is conn:
-                _killpg(pid, signal.SIGKILL)
+                signal_process_group(pid, signal.SIGKILL)
 
     def handle(self, conn: socket.socket) -> None:
         try:
@@ -156,7 +158,7 @@ class _Zygote:
         elif op == "signal":
             pid = int(message["pid"])
             if self.owner.get(pid) is conn:  # only its own, never-reaped workers
-                _killpg(pid, int(message["sig"]))
+                signal_process_group(pid, int(message["sig"]))
         else:
             for fd in fds:
                 os.close(fd)
@@ -220,16 +222,6 @@ def _close(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # ----------------------------------------------------------------------------------------
