@@ -44,17 +44,22 @@ class Timeline:
                 chunk = fp.read()
         except FileNotFoundError:
             return
+        if not chunk:
+            return  # polled every few ms by waiters and triggers: no work when nothing is new
         self._offset += len(chunk)
         data = self._partial + chunk
         *lines, self._partial = data.split(b"\n")
+        added = False
         for line in lines:
             if not line.strip():
                 continue
             try:
                 self._events.append(json.loads(line))
+                added = True
             except json.JSONDecodeError:
                 continue  # a torn line from a process killed mid-write
-        self._events.sort(key=lambda e: (e.get("mono", 0.0), e.get("ts", 0.0)))
+        if added:  # writers append in their own order: keep the merged view time-ordered
+            self._events.sort(key=lambda e: (e.get("mono", 0.0), e.get("ts", 0.0)))
 
     # -- queries -------------------------------------------------------------------------
 
