@@ -659,6 +659,16 @@ class Job:
         return f"Job(run_id={self.run_id}, nodes={[n.name for n in self.nodes.values()]})"
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A scheduled fault not fired yet; ``armed_at`` None: waiting for its predecessor."""
+
+    entry: ScheduledFault
+    armed_at: float | None
+    successor: "_Pending | None" = None
+    fired: bool = False
+
+
 class _Scheduler:
     """Fires scheduled faults when their triggers are met (one thread per job)."""
 
@@ -666,7 +676,8 @@ class _Scheduler:
         import threading
 
         self._job = job
-        self._entries: list[tuple[ScheduledFault, float]] = []
+        self._entries: list[_Pending] = []
+        self._last: _Pending | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.errors: list[str] = []
@@ -675,33 +686,35 @@ class _Scheduler:
 
     def add(self, entry: ScheduledFault) -> None:
         with self._lock:
-            self._entries.append((entry, time.monotonic()))
+            pending = _Pending(entry, time.monotonic())
+            previous = self._last
+            if entry.after_previous and previous is not None and not previous.fired:
+                pending.armed_at = None  # armed when ``previous`` fires
+                previous.successor = pending
+            self._last = pending
+            self._entries.append(pending)
 
     def pending(self) -> list[ScheduledFault]:
         with self._lock:
-            return [entry for entry, _ in self._entries]
+            return [p.entry for p in self._entries]
 
     def _run(self) -> None:
         while not self._stop.wait(0.01):
             now = time.monotonic()
             with self._lock:
-                due = []
-                for i, (e, t) in enumerate(self._entries):
-                    if e.after_previous and i > 0:
-                        break  # dormant until the faults before it have fired
-                    if e.trigger.ready(self._job, t, now):
-                        due.append((e, t))
-                        if e.after_previous or (i + 1 < len(self._entries) and self._entries[i + 1][0].after_previous):
-                            break  # a chain fires one link per pass
-                self._entries = [(e, t) for e, t in self._entries if (e, t) not in due]
-                if due and self._entries and self._entries[0][0].after_previous:
-                    self._entries[0] = (self._entries[0][0], now)  # armed when its predecessor fired
-            for entry, _ in due:
+                due = [p for p in self._entries
+                       if p.armed_at is not None and p.entry.trigger.ready(self._job, p.armed_at, now)]
+                for p in due:
+                    self._entries.remove(p)
+                    p.fired = True
+                    if p.successor is not None:
+                        p.successor.armed_at = now
+            for p in due:
                 try:
-                    entry.fault.apply(self._job)
+                    p.entry.fault.apply(self._job)
                 except Exception as e:  # a fault that cannot fire is reported, not fatal
-                    self.errors.append(f"{entry.describe()}: {e}")
-                    self._job._harness_events.emit("fault_error", description=entry.describe(),
+                    self.errors.append(f"{p.entry.describe()}: {e}")
+                    self._job._harness_events.emit("fault_error", description=p.entry.describe(),
                                                    error=str(e))
 
     def stop(self) -> None:

@@ -70,3 +70,20 @@ def test_fault_that_cannot_fire_is_reported():
         assert not job.pending_faults()
         [error] = job.timeline.events("fault_error")
         assert "local_rank=7" in error["error"]
+
+
+def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
+    """B (at step 3) is chained to A (at step 10): unchained it would fire first, in the
+    first attempt; chained it waits for A, then for step 3 of the restarted attempt."""
+    from harness.faults import ScheduledFault
+
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+        job = cluster.launch(STEPPER, "30", "0.02")
+        job.schedule([ScheduledFault(WorkerCrash(local_rank=0), AtStep(step=10, rank=0)),
+                      ScheduledFault(WorkerCrash(local_rank=1), AtStep(step=3, rank=0), after_previous=True)])
+        assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
+        first, second = job.timeline.faults()
+        assert (first["local_rank"], second["local_rank"]) == (0, 1)
+        restarted = min(e["mono"] for e in job.timeline.events("worker_start") if e["restart_count"] == 1)
+        assert second["mono"] > restarted
+        assert job.timeline.restart_counts()[job.node_name(0)] == 2
