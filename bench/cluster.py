@@ -155,7 +155,7 @@ class PssSampler(threading.Thread):
         self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
 
     def pids(self) -> set[int]:
-        import harness.cluster as hc
+        import harness.sim.cluster as hc
 
         roots = [n.pid for n in self._job.nodes.values()]
         if hc._zygote is not None:
@@ -234,7 +234,7 @@ def run_child(kind: str, tmp: str, nodes: int, env: dict) -> dict:
 
 def torchrun_2x2(tmp: str, env: dict) -> dict:
     """The same job under two torchrun agents with c10d rendezvous on loopback."""
-    from harness._net import PortReservation
+    from harness.net import PortReservation
 
     flag = os.path.join(tmp, f"killed-{uuid.uuid4().hex}")
     outs = [os.path.join(tmp, f"torchrun-{uuid.uuid4().hex}-{i}") for i in (0, 1)]
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
               f"processes ({pss.get('samples')} samples) "
               f"{'ok' if pss['ok'] else 'FAILED ' + pss['detail']}", file=sys.stderr)
     finally:
-        from harness.cluster import _close_zygote
+        from harness.sim.cluster import _close_zygote
 
         _close_zygote()
         leftovers = [n for n in os.listdir(tmp) if n.startswith("elastic_")]

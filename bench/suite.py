@@ -269,7 +269,7 @@ def _kill(pid: int, sig: int) -> None:
 
 
 def run_torchrun_job(scenario: Scenario, tmp: str, env: dict) -> dict:
-    from harness._net import PortReservation
+    from harness.net import PortReservation
 
     job = TorchrunJob(scenario, tmp, env)
     low, high = scenario.nnodes

@@ -10,8 +10,8 @@ from harness.agent import RunResult, WorkerState
 
 __all__ = ["Cluster", "Job", "JobResult", "RunResult", "Timeline", "WorkerState", "report_step"]
 
-_LAZY = {"Cluster": "harness.cluster", "Job": "harness.cluster", "JobResult": "harness.cluster",
-         "Timeline": "harness.timeline", "report_step": "harness.progress"}
+_LAZY = {"Cluster": "harness.sim.cluster", "Job": "harness.sim.cluster", "JobResult": "harness.sim.cluster",
+         "Timeline": "harness.sim.timeline", "report_step": "harness.sim.progress"}
 
 
 def __getattr__(name: str) -> Any:

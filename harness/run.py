@@ -19,7 +19,13 @@ from typing import Any, Callable, Sequence
 
 from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
 
-__all__ = ["main", "get_args_parser", "parse_args", "config_from_args", "run_script_path"]
+from harness.launch import LaunchConfig, elastic_launch, launch_agent
+
+__all__ = [
+    "LaunchConfig", "configure_logging", "config_from_args", "determine_local_world_size",
+    "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
+    "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
+]
 
 log = logging.getLogger("harness.run")
 
@@ -225,7 +231,6 @@ def _check_script(args: argparse.Namespace) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] | str, list[str]]:
-    from harness._launch import LaunchConfig
     from harness.procs import LogsSpecs
     from harness.procs._std import parse_std
 
@@ -330,7 +335,7 @@ def _restore_handlers(previous: dict[signal.Signals, Any]) -> None:
 def run_with_signal_handlers(config: Any, cmd: Any, cmd_args: list[Any], prog: str) -> Any:
     """Run the agent with termination signals turned into a clean stop; the RunResult, or
     None after printing one line saying why there is none."""
-    from harness._launch import run_agent
+    from harness.launch import run_agent
 
     previous: dict[signal.Signals, Any] = {}
     try:
@@ -345,7 +350,7 @@ def run_with_signal_handlers(config: Any, cmd: Any, cmd_args: list[Any], prog: s
     return None
 
 
-def _configure_logging() -> None:
+def configure_logging() -> None:
     level = os.environ.get("LOGLEVEL", "WARNING").upper()
     logging.basicConfig(level=getattr(logging, level, logging.WARNING),
                         format="[elastic-run] %(levelname)s %(message)s")
@@ -368,14 +373,14 @@ def _copy_root_cause(error: ChildFailedError) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``elastic-run``; returns (and exits with) torchrun's exit codes."""
-    _configure_logging()
+    configure_logging()
     args = parse_args(argv)
     try:
         config, cmd, cmd_args = config_from_args(args)
     except ElasticError as e:
         print(f"elastic-run: error: {e}", file=sys.stderr)
         return 1
-    from harness._launch import _entrypoint_name
+    from harness.launch import _entrypoint_name
 
     result = run_with_signal_handlers(config, cmd, cmd_args, "elastic-run")
     if result is None:

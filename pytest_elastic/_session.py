@@ -47,7 +47,7 @@ def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, A
 def _chaos(settings: Settings, test_id: str) -> tuple[Any, int | None]:
     if not settings.chaos:
         return None, None
-    from harness.chaos import ChaosConfig, derive_seed, parse_fault_kinds
+    from harness.sim.chaos import ChaosConfig, derive_seed, parse_fault_kinds
 
     seed = derive_seed(settings.seed, test_id)
     schedules = SCHEDULE_OVERRIDES.get(test_id)
@@ -78,8 +78,8 @@ def reproduction_line(test_id: str, settings: Settings, schedule: str | None = N
 @contextmanager
 def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     from harness import Cluster
-    from harness.cluster import ClusterLeakError
-    from harness.invariants import InvariantViolation
+    from harness.sim.cluster import ClusterLeakError
+    from harness.sim.invariants import InvariantViolation
     from pytest_elastic.plugin import settings_of
 
     settings = settings_of(request.config)

@@ -131,7 +131,7 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     )
 
 
-#: chaos fault kinds (harness.chaos.FAULT_KINDS, repeated so the plugin loads without the
+#: chaos fault kinds (harness.sim.chaos.FAULT_KINDS, repeated so the plugin loads without the
 #: harness; tests/plugin/test_settings.py pins the two together); "scale" = leave + join
 FAULT_KINDS = ("worker", "hang", "agent", "node", "leave", "join", "freeze", "scale")
 

@@ -67,7 +67,7 @@ _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def _shared_zygote_pid() -> int | None:
-    cluster = sys.modules.get("harness.cluster")
+    cluster = sys.modules.get("harness.sim.cluster")
     zygote = getattr(cluster, "_zygote", None)
     return zygote.process.pid if zygote is not None else None
 

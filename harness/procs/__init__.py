@@ -1,7 +1,25 @@
-"""Worker process control: start, watch, stop; redirects, tee and log prefixes."""
+"""Worker process control: start, watch, stop; redirects, tee and log prefixes.
+
+Also the process primitives the rest of the project builds on (the simulation starts its
+node agents and store servers with them): children that die with their parent, signalling
+a process group, a process identity that survives pid reuse, and the zygote server (a warm
+interpreter that has imported torch and forks workers).
+"""
 
 from harness.procs._context import START_METHODS, ProcessContext, RunProcsResult
+from harness.procs._handles import (
+    is_same_process,
+    process_start_time,
+    process_state,
+    signal_process_group,
+)
 from harness.procs._logs import LogsSpecs, render_prefix
+from harness.procs._prctl import die_with_parent, set_pdeathsig
 from harness.procs._std import Std
+from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 
-__all__ = ["START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "render_prefix"]
+__all__ = [
+    "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
+    "ZygoteServerProcess", "die_with_parent", "is_same_process", "process_start_time",
+    "process_state", "render_prefix", "set_pdeathsig", "signal_process_group",
+]

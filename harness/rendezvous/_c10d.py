@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterable
 
-from harness._net import PortReservation, fqdn, split_endpoint
+from harness.net import PortReservation, fqdn, split_endpoint
 from harness.errors import ConfigError
 from harness.rendezvous._api import (
     RendezvousClosedError,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness._net import split_endpoint
+from harness.net import split_endpoint
 from harness.errors import ConfigError
 from harness.rendezvous._api import (
     RendezvousHandler,

@@ -8,7 +8,7 @@ round, so a restarted attempt can never read the previous attempt's keys
 
 from __future__ import annotations
 
-from harness._net import PortReservation, fqdn
+from harness.net import PortReservation, fqdn
 from harness.rendezvous._api import (
     RendezvousClosedError,
     RendezvousHandler,

@@ -101,7 +101,7 @@ def test_each_node_runs_in_its_own_process_group():
         job.wait_for_state(S.HEALTHY, timeout=30)
         for node in job.nodes.values():
             assert os.getpgid(node.pid) == node.pid
-            assert psutil.Process(node.pid).cmdline()[-2:-1] == ["harness._node"]
+            assert psutil.Process(node.pid).cmdline()[-2:-1] == ["harness.sim.node_main"]
         assert job._store.alive() and os.getpgid(job._store.pid) == job._store.pid
         store = job._store
     assert not store.alive()  # closed with the job
@@ -364,7 +364,7 @@ def test_everything_dies_with_a_killed_harness(tmp_path):
         cluster = Cluster(nnodes=2, nproc_per_node=1)
         job = cluster.launch({SLEEPER!r})
         job.wait_for_state(WorkerState.HEALTHY, timeout=60)
-        import harness.cluster as hc
+        import harness.sim.cluster as hc
         pids = [hc._zygote.process.pid, job._store.pid] + [n.pid for n in job.nodes.values()]
         pids += [p for i in job.nodes for p in job.worker_pids(i).values()]
         os.write(1, ("PIDS " + " ".join(map(str, pids)) + "\\n").encode())
@@ -411,8 +411,8 @@ def _start(rank: int, world: int, rnd: int, pid: int) -> tuple[str, dict]:
 def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, exempt):
     """A frozen node (or node 0 lost with the store it hosted) cannot stop its workers, so
     the survivors' next round may start while they exist; any other node must stop its own."""
-    from harness.invariants import JobFacts, check_timeline
-    from harness.timeline import Timeline
+    from harness.sim.invariants import JobFacts, check_timeline
+    from harness.sim.timeline import Timeline
 
     path = tmp_path / "events.jsonl"
     _write_events(path, [

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from harness import Cluster, WorkerState
-from harness._gpus import GpuPlan, detect_gpus
+from harness.sim.gpus import GpuPlan, detect_gpus
 from harness.errors import ConfigError
 from harness.faults import NodeKill, OnState
 from tests.conftest import SCRIPTS

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from harness.chaos import HealthyThenAfter
+from harness.sim.chaos import HealthyThenAfter
 from harness.faults import AtStep, NodeJoin, NodeKill, ScheduledFault, WorkerCrash, WorkerHang
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
 from pytest_elastic._shrink import (Outcome, schedules_from_json, schedules_to_json, shrink,
@@ -145,7 +145,7 @@ def test_schedule_kinds_match_the_harness():
 
 def test_cluster_runs_a_given_schedule(tmp_path):
     from harness import Cluster, WorkerState
-    from harness.chaos import ChaosConfig
+    from harness.sim.chaos import ChaosConfig
 
     given = (crash(1, 0.1),)
     chaos = ChaosConfig(seed=1, schedules=(given,))

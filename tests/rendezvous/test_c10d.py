@@ -233,7 +233,7 @@ def test_store_host_election_survives_a_simultaneous_bind():
     import socket
     import threading
 
-    from harness._net import PortReservation
+    from harness.net import PortReservation
     from harness.rendezvous._c10d import _elect_store_host
 
     with PortReservation("127.0.0.1") as reservation:

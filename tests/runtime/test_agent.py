@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness._launch import LaunchConfig, elastic_launch, run_agent
+from harness.launch import LaunchConfig, elastic_launch, run_agent
 from harness.agent import WorkerState
 from harness.errors import ChildFailedError
 from harness.procs import LogsSpecs, Std

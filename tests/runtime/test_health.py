@@ -75,7 +75,7 @@ def test_agent_serves_health_when_asked(tmp_path):
 
 def test_exit_barrier_counts_as_progress():
     """A node waiting for slow peers in the exit barrier must stay healthy."""
-    from harness._launch import LaunchConfig, build_agent
+    from harness.launch import LaunchConfig, build_agent
 
     agent = build_agent(LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=1, rdzv_backend="c10d",
                                      rdzv_endpoint="localhost:0"), sys.executable, ["-c", "pass"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 
-from harness.invariants import InvariantViolation, JobFacts, check_timeline
-from harness.timeline import Timeline
+from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
+from harness.sim.timeline import Timeline
 
 FACTS = JobFacts(max_restarts=1, nproc_per_node=2)
 

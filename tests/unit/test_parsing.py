@@ -2,7 +2,7 @@ import socket
 
 import pytest
 
-from harness._net import PortReservation, split_endpoint
+from harness.net import PortReservation, split_endpoint
 from harness.errors import ConfigError
 from harness.procs import Std
 from harness.procs._logs import LogsSpecs, render_prefix

@@ -1,4 +1,4 @@
-"""One simulated node: an agent process started by ``Cluster`` (``python -m harness._node``).
+"""One simulated node: an agent process started by ``Cluster`` (``python -m harness.sim.node_main``).
 
 It runs the same agent as ``elastic-run`` (same signals, same exit codes) but takes its
 configuration as a pickle, so the entrypoint may be a picklable callable, and writes its
@@ -20,7 +20,7 @@ __all__ = ["NodeSpec", "main"]
 class NodeSpec:
     """What a node process needs; pickled by the harness."""
 
-    config: Any  # harness._launch.LaunchConfig
+    config: Any  # harness.launch.LaunchConfig
     entrypoint: Callable[..., Any] | str
     args: list[Any] = field(default_factory=list)
     result_path: str = ""
@@ -34,9 +34,9 @@ def _write_result(path: str, result: Any) -> None:
 
 
 def main(spec_path: str) -> int:
-    from harness.run import _configure_logging, run_with_signal_handlers
+    from harness.run import configure_logging, run_with_signal_handlers
 
-    _configure_logging()
+    configure_logging()
     with open(spec_path, "rb") as fp:
         spec: NodeSpec = pickle.load(fp)
     result = run_with_signal_handlers(spec.config, spec.entrypoint, spec.args, "node")

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from harness.errors import ConfigError
-from harness.faults import (
+from harness.sim.faults import (
     HealthyThenAfter,
     AgentKill,
     NodeFreeze,

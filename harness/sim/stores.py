@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from harness._net import PortReservation
+from harness.net import PortReservation
 from harness.errors import ConfigError, ElasticError
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
@@ -138,7 +138,7 @@ class NodeHostedStore:
 
 
 def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
-    from harness.procs._prctl import die_with_parent
+    from harness.procs import die_with_parent
 
     parent = os.getpid()
     log_path = os.path.join(job.directory, "store.log")
@@ -187,7 +187,7 @@ def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
 
 
 def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
-    from harness.procs._prctl import die_with_parent
+    from harness.procs import die_with_parent
 
     binary = shutil.which("etcd")
     if binary is None:

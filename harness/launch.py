@@ -1,4 +1,8 @@
-"""``LaunchConfig`` and ``elastic_launch``: run one node's agent from Python."""
+"""``LaunchConfig`` and ``elastic_launch``: run one node's agent from Python.
+
+Public runtime API (re-exported by ``harness.run``, where DESIGN.md puts it): the simulation
+starts every node agent through ``run_agent``, exactly as ``elastic-run`` does.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from harness.errors import ChildFailedError, ConfigError, SignalException
 from harness.procs import LogsSpecs
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
 
-__all__ = ["LaunchConfig", "elastic_launch", "launch_agent"]
+__all__ = ["LaunchConfig", "build_agent", "elastic_launch", "launch_agent", "run_agent"]
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Simulated multi-node elastic jobs on one machine.
 
-Each node is a real agent process (``python -m harness._node``) in its own process
+Each node is a real agent process (``python -m harness.sim.node_main``) in its own process
 group, with its own loopback address (127.0.0.<n>), temp dir and readable name, and its
 own workers. Workers are forked from one zygote per harness process (torch imported
 once for every cluster), so the second job costs no torch import. Everything the
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from harness.agent import RunResult, WorkerState
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
-from harness.faults import (
+from harness.sim.faults import (
     ORDERS_ENV,
     AtStep,
     Fault,
@@ -35,9 +35,9 @@ from harness.faults import (
     WorkerCrash,
     write_exit_order,
 )
-from harness.procs._handles import is_same_process, signal_process_group
-from harness.invariants import InvariantViolation, JobFacts, check_timeline
-from harness.timeline import Timeline
+from harness.procs import is_same_process, signal_process_group
+from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
+from harness.sim.timeline import Timeline
 
 __all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
 
@@ -58,7 +58,7 @@ def start_shared_zygote() -> None:
     import then overlaps whatever the caller does next (the store server's start)."""
     global _zygote
     if _zygote is None or _zygote.process.poll() is not None:
-        from harness.procs._zygote_client import ZygoteServerProcess
+        from harness.procs import ZygoteServerProcess
 
         _zygote = ZygoteServerProcess()
         atexit.register(_close_zygote)
@@ -152,7 +152,7 @@ class Cluster:
         self.seed = seed
         self.exit_barrier_timeout = exit_barrier_timeout
         self.check_invariants = check_invariants
-        self.chaos = chaos  # harness.chaos.ChaosConfig: a seeded fault schedule per job
+        self.chaos = chaos  # harness.sim.chaos.ChaosConfig: a seeded fault schedule per job
         self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
         self._gpu_plan: Any = None
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
@@ -193,7 +193,7 @@ class Cluster:
         return job
 
     def _unleash_chaos(self, job: "Job", count: int) -> None:
-        from harness.chaos import derive_seed, generate_schedule
+        from harness.sim.chaos import derive_seed, generate_schedule
 
         chaos = self.chaos
         index = len(self.jobs) - 1
@@ -241,9 +241,9 @@ class Cluster:
 
     @property
     def gpu_plan(self) -> Any:
-        """How this machine's GPUs are split between node slots (``harness._gpus.GpuPlan``)."""
+        """How this machine's GPUs are split between node slots (``harness.sim.gpus.GpuPlan``)."""
         if self._gpu_plan is None:
-            from harness._gpus import GpuPlan
+            from harness.sim.gpus import GpuPlan
 
             self._gpu_plan = GpuPlan.resolve(self._gpus, self.max_nodes, self.nproc_per_node,
                                              {**os.environ, **self.env})
@@ -320,7 +320,7 @@ class Job:
             if cluster.max_nodes == 1 and cluster.rdzv_backend not in ("etcd", "etcd-v2"):
                 self._rdzv = {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}
             else:
-                from harness import _multinode
+                from harness.sim import stores as _multinode
 
                 self._rdzv, self._store = _multinode.rendezvous_for(cluster, self)
         return self._rdzv
@@ -333,8 +333,8 @@ class Job:
 
     def add_node(self) -> int:
         """Start one more node agent (scale up when the job is running); its index."""
-        from harness._launch import LaunchConfig
-        from harness._node import NodeSpec
+        from harness.launch import LaunchConfig
+        from harness.sim.node_main import NodeSpec
 
         cluster = self.cluster
         index = len(self.nodes)
@@ -370,13 +370,13 @@ class Job:
             env.setdefault("OMP_NUM_THREADS", "1")
         if cluster.start_method == "zygote":
             env["HARNESS_ZYGOTE"] = shared_zygote_path()
-        from harness.procs._prctl import die_with_parent
+        from harness.procs import die_with_parent
 
         parent = os.getpid()
         log = open(os.path.join(directory, "agent.log"), "wb")
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "harness._node", spec_path], env=env, cwd=os.getcwd(),
+                [sys.executable, "-m", "harness.sim.node_main", spec_path], env=env, cwd=os.getcwd(),
                 stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
                 preexec_fn=lambda: die_with_parent(parent),
             )
@@ -604,7 +604,7 @@ class Job:
         return bool(self.nodes) and all(not n.alive() for n in self.nodes.values())
 
     def invariant_problems(self, finished: bool | None = None) -> list[str]:
-        """The invariants this job broke so far (see harness.invariants)."""
+        """The invariants this job broke so far (see harness.sim.invariants)."""
         done = self.finished() if finished is None else finished
         facts = JobFacts(max_restarts=self.cluster.max_restarts,
                          nproc_per_node=self.cluster.nproc_per_node, finished=done,

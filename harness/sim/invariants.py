@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from harness.agent import WorkerState
 from harness.errors import ElasticError
-from harness.timeline import Timeline
+from harness.sim.timeline import Timeline
 
 __all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS", "listening_ports"]
 

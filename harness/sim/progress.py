@@ -6,7 +6,7 @@ import os
 
 from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
 
-ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.faults.ORDERS_ENV (kept import-light)
+ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
 
 __all__ = ["report_step"]
 

@@ -1,0 +1,53 @@
+"""The runtime's public face is pinned: what the simulation (and users) may import from it.
+
+Adding or removing a name here is a decision; the layer test makes sure the simulation
+uses nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+PINNED = {
+    "harness.run": {  # DESIGN.md: main, LaunchConfig, elastic_launch, launch_agent
+        "LaunchConfig", "configure_logging", "config_from_args", "determine_local_world_size",
+        "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
+        "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
+    },
+    "harness.launch": {"LaunchConfig", "elastic_launch", "launch_agent", "build_agent", "run_agent"},
+    "harness.net": {"PortReservation", "fqdn", "split_endpoint"},
+    "harness.procs": {
+        "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
+        "ZygoteServerProcess", "die_with_parent", "is_same_process", "process_start_time",
+        "process_state", "render_prefix", "set_pdeathsig", "signal_process_group",
+    },
+    "harness.events": {"EVENTS_ENV", "NODE_ENV", "EventWriter", "NullEventWriter",
+                       "event_writer_from_env"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(PINNED))
+def test_exported_names_are_pinned(module):
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == PINNED[module]
+    for name in mod.__all__:
+        assert hasattr(mod, name), f"{module}.__all__ lists {name} but it is missing"
+
+
+def test_run_reexports_the_launcher_objects_themselves():
+    import harness.launch
+    import harness.run
+
+    for name in ("LaunchConfig", "elastic_launch", "launch_agent"):
+        assert getattr(harness.run, name) is getattr(harness.launch, name)
+
+
+def test_importing_the_runtime_loads_neither_torch_nor_the_simulation():
+    code = ("import sys, harness.run, harness.procs, harness.net, harness.launch; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('harness.sim')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
