@@ -10,7 +10,7 @@ from harness.agent import RunResult, WorkerState
 
 __all__ = ["Cluster", "Job", "JobResult", "RunResult", "Timeline", "WorkerState", "report_step"]
 
-_LAZY = {"Cluster": "harness.sim.cluster", "Job": "harness.sim.cluster", "JobResult": "harness.sim.cluster",
+_LAZY = {"Cluster": "harness.sim.cluster", "Job": "harness.sim.job", "JobResult": "harness.sim.job",
          "Timeline": "harness.sim.timeline", "report_step": "harness.sim.progress"}
 
 
