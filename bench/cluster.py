@@ -85,14 +85,20 @@ def _restarted_ok(text: str, world: int) -> bool:
     return sorted(ranks) == list(range(world)) and set(ranks.values()) == {expected}
 
 
+#: the warm column's pool, shared by every in-process 2x2 run (created in main)
+WARM_POOL = None
+
+
 def ours_2x2(tmp: str) -> dict:
-    """One 2x2 job with a worker kill, in this process; the time to its JobResult."""
+    """One 2x2 job with a worker kill, in this process; the time to its JobResult (with
+    ``WARM_POOL`` set: workers forked from that already-warm pool)."""
     from harness import Cluster, WorkerState
 
     flag = os.path.join(tmp, f"killed-{uuid.uuid4().hex}")
     out = os.path.join(tmp, f"out-{uuid.uuid4().hex}")
     started = time.monotonic()
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1, env={"BENCH_KILLED": flag}) as cluster:
+    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1, env={"BENCH_KILLED": flag},
+                 pool=WARM_POOL) as cluster:
         with _stdout_to(out):
             job = cluster.launch(WORKER)
         deadline = started + JOB_TIMEOUT_S
@@ -155,11 +161,9 @@ class PssSampler(threading.Thread):
         self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
 
     def pids(self) -> set[int]:
-        import harness.sim.cluster as hc
-
         roots = [n.pid for n in self._job.nodes.values()]
-        if hc._zygote is not None:
-            roots.append(hc._zygote.process.pid)
+        if self._job.cluster.pool.pid is not None:
+            roots.append(self._job.cluster.pool.pid)
         if getattr(self._job._store, "pid", None):
             roots.append(self._job._store.pid)
         return _tree(roots)
@@ -330,8 +334,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{', torchrun' if use_torchrun else ''}), {big_runs}+1 runs of {args.nodes}x1; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
     samples: dict[str, list[dict]] = {"cold": [], "warm": [], "torchrun": [], "big": [], "pss": []}
+    global WARM_POOL
+    from harness import WarmPool
+
+    WARM_POOL = WarmPool()
     try:
-        ours_2x2(tmp)  # warm up this process's zygote for the warm column
+        ours_2x2(tmp)  # warm up the shared pool for the warm column
         sides = ["cold", "warm"] + (["torchrun"] if use_torchrun else [])
         for round_no in range(runs):
             shift = round_no % len(sides)
@@ -356,9 +364,7 @@ def main(argv: list[str] | None = None) -> int:
               f"processes ({pss.get('samples')} samples) "
               f"{'ok' if pss['ok'] else 'FAILED ' + pss['detail']}", file=sys.stderr)
     finally:
-        from harness.sim.cluster import _close_zygote
-
-        _close_zygote()
+        WARM_POOL.close()
         leftovers = [n for n in os.listdir(tmp) if n.startswith("elastic_")]
         shutil.rmtree(tmp, ignore_errors=True)
 

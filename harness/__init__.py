@@ -8,10 +8,10 @@ from typing import Any
 
 from harness.agent import RunResult, WorkerState
 
-__all__ = ["Cluster", "Job", "JobResult", "RunResult", "Timeline", "WorkerState", "report_step"]
+__all__ = ["Cluster", "Job", "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_step"]
 
 _LAZY = {"Cluster": "harness.sim.cluster", "Job": "harness.sim.job", "JobResult": "harness.sim.job",
-         "Timeline": "harness.sim.timeline", "report_step": "harness.sim.progress"}
+         "Timeline": "harness.sim.timeline", "WarmPool": "harness.sim.pool", "report_step": "harness.sim.progress"}
 
 
 def __getattr__(name: str) -> Any:

@@ -110,7 +110,7 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from harness import Cluster
-        from pytest_elastic._session import ElasticRecord, _chaos
+        from pytest_elastic._session import ElasticRecord, _chaos, session_pool
         from pytest_elastic.plugin import settings_of
 
         settings = settings_of(self.config)
@@ -129,7 +129,7 @@ class ScenarioItem(pytest.Item):
             import dataclasses
 
             chaos = dataclasses.replace(chaos, max_faults=max(0, job_spec.get("max_restarts", 3) - own))
-        cluster = Cluster(**job_spec, chaos=chaos)
+        cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
         self._elastic_record = record = ElasticRecord(cluster, settings, seed)
         try:
             import tempfile

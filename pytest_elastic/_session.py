@@ -16,7 +16,7 @@ import pytest
 from pytest_elastic._settings import SettingError, Settings, validate_marker
 
 __all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwargs",
-           "SCHEDULE_OVERRIDES", "reproduction_line"]
+           "SCHEDULE_OVERRIDES", "reproduction_line", "session_pool", "close_session_pool"]
 
 #: test id -> explicit per-job schedules for its next run (set by shrinking around a re-run)
 SCHEDULE_OVERRIDES: dict[str, tuple] = {}
@@ -75,6 +75,28 @@ def reproduction_line(test_id: str, settings: Settings, schedule: str | None = N
     return line
 
 
+_POOL: Any = None
+
+
+def session_pool() -> Any:
+    """This test process's ``WarmPool`` (one per session, per xdist worker): every elastic
+    test's cluster forks its workers from it, so only the first pays torch's import."""
+    global _POOL
+    if _POOL is None or _POOL.closed:
+        from harness import WarmPool
+
+        _POOL = WarmPool()
+    return _POOL
+
+
+def close_session_pool() -> None:
+    """At session end (``pytest_unconfigure``): the pool's zygote dies with the session."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.close()
+        _POOL = None
+
+
 @contextmanager
 def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     from harness import Cluster
@@ -89,7 +111,7 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     except SettingError as e:
         pytest.fail(str(e), pytrace=False)
     chaos, seed = _chaos(settings, item.nodeid)
-    cluster = Cluster(**kwargs, chaos=chaos)
+    cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool())
     record = ElasticRecord(cluster, settings, seed)
     item._elastic_record = record
     try:

@@ -6,6 +6,7 @@ the engine is loaded by the first test that needs it.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterator
 
 import pytest
@@ -153,6 +154,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not wants_shrinking(item, settings):
         return None
     return run_with_shrinking(item, nextitem, settings)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's warm pool (if a test started one) ends with the session."""
+    session = sys.modules.get("pytest_elastic._session")
+    if session is not None:
+        session.close_session_pool()
 
 
 # -- the fixture ------------------------------------------------------------------------

@@ -2,58 +2,33 @@
 
 Each node is a real agent process (``python -m harness.sim.node_main``) in its own process
 group, with its own loopback address (127.0.0.<n>), temp dir and readable name, and its
-own workers. Workers are forked from one zygote per harness process (torch imported
-once for every cluster), so the second job costs no torch import. Everything the
-cluster starts dies with it; ``close()`` proves it.
+own workers. Workers are forked from a zygote (``WarmPool``): the cluster's own, or one
+the caller shares across clusters so the second cluster costs no torch import.
+
+Ownership is explicit: everything the cluster starts (node agents, workers, the store
+server or etcd, its private pool, temp dirs, FIFOs) ends with ``close()`` (or the end of
+the ``with`` block, or garbage collection of an unclosed cluster, with a ResourceWarning),
+and ``close()`` proves it; a shared pool belongs to whoever created it.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Callable
 
 from harness.errors import ConfigError, ElasticError
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
+from harness.sim.pool import WarmPool, resolve_pool
 
 __all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
 
 
 class ClusterLeakError(ElasticError):
     """Something the cluster started was still alive after ``close()`` tried to end it."""
-
-
-# -- the shared zygote --------------------------------------------------------------------
-
-_zygote: Any = None
-
-
-def start_shared_zygote() -> None:
-    """Start this process's zygote if it is not running, without waiting for it: its torch
-    import then overlaps whatever the caller does next (the store server's start)."""
-    global _zygote
-    if _zygote is None or _zygote.process.poll() is not None:
-        from harness.procs import ZygoteServerProcess
-
-        _zygote = ZygoteServerProcess()
-        atexit.register(_close_zygote)
-
-
-def shared_zygote_path() -> str:
-    """Socket path of this process's zygote, started on first use (torch imported once)."""
-    start_shared_zygote()
-    _zygote.wait_ready()
-    return _zygote.path
-
-
-def _close_zygote() -> None:
-    global _zygote
-    if _zygote is not None:
-        _zygote.close()
-        _zygote = None
 
 
 class Cluster:
@@ -64,7 +39,8 @@ class Cluster:
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
-                 check_invariants: bool = True, chaos: Any = None, gpus: Any = None):
+                 check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
+                 pool: WarmPool | None = None):
         from harness.run import parse_min_max_nnodes
 
         self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
@@ -87,6 +63,8 @@ class Cluster:
         self.chaos = chaos  # harness.sim.chaos.ChaosConfig: a seeded fault schedule per job
         self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
         self._gpu_plan: Any = None
+        # a private pool unless the caller shares one: either way, one owner closes it
+        self.pool, self._owns_pool = resolve_pool(pool)
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
         self.jobs: list[Job] = []
         self._names = _NameMaker(seed)
@@ -113,7 +91,7 @@ class Cluster:
         job = Job(self, entrypoint, list(args), module)
         self.jobs.append(job)
         if self.start_method == "zygote":
-            start_shared_zygote()  # its torch import overlaps the store's start
+            self.pool.start()  # its torch import overlaps the store's start
         try:
             for _ in range(count):
                 job.add_node()
@@ -164,6 +142,8 @@ class Cluster:
                 problems = job.invariant_problems(finished[id(job)])
                 if problems:
                     violations.append((job, problems))
+        if self._owns_pool:
+            self.pool.close()
         shutil.rmtree(self.directory, ignore_errors=True)
         if leaks:
             raise ClusterLeakError("still alive after close(): " + ", ".join(leaks))
@@ -173,7 +153,18 @@ class Cluster:
 
     def zygote_path(self) -> str:
         """Socket path of the zygote this cluster's workers are forked from."""
-        return shared_zygote_path()
+        return self.pool.path()
+
+    def __del__(self) -> None:
+        # an unclosed cluster still owns processes: end them rather than leak them
+        if getattr(self, "_closed", True):
+            return
+        warnings.warn(f"{self!r} was never closed; killing what it started (use `with "
+                      "Cluster(...)` or call close())", ResourceWarning, stacklevel=2)
+        try:
+            self.close(check_invariants=False)
+        except ElasticError as e:
+            warnings.warn(f"closing an abandoned cluster: {e}", ResourceWarning, stacklevel=2)
 
     @property
     def gpu_plan(self) -> Any:

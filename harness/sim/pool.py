@@ -1,0 +1,98 @@
+"""``WarmPool``: a warm worker pool (a zygote that has imported torch) shared across clusters.
+
+Forking workers from an interpreter that has already imported torch is what makes a
+simulated job start in a second; importing torch costs about a second per cluster. A
+pool is an explicit object with one owner: the caller creates it, passes it to every
+``Cluster(pool=...)`` that should share it, and closes it. A ``Cluster`` given no pool
+starts a private one and closes it with itself, so ``with Cluster(...)`` leaves nothing
+alive. The pytest plugin keeps one pool per session (per xdist worker).
+
+    with WarmPool() as pool:
+        for _ in range(10):
+            with Cluster(nnodes=2, pool=pool) as cluster:
+                ...
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from harness.errors import ElasticError
+from harness.procs import ZygoteServerProcess
+
+__all__ = ["WarmPool"]
+
+
+class WarmPool:
+    """One zygote, started on first use (``start()`` returns at once so its torch import
+    overlaps other start-up work), stopped by ``close()``."""
+
+    def __init__(self) -> None:
+        self._server: ZygoteServerProcess | None = None
+        self._closed = False
+
+    def start(self) -> None:
+        """Start the zygote if it is not running; does not wait for it to be ready."""
+        if self._closed:
+            raise ElasticError("this WarmPool is closed")
+        if self._server is None or self._server.process.poll() is not None:
+            self._server = ZygoteServerProcess()
+
+    def path(self) -> str:
+        """The socket agents reach the zygote on (``HARNESS_ZYGOTE``); waits until ready."""
+        self.start()
+        assert self._server is not None
+        self._server.wait_ready()
+        return self._server.path
+
+    @property
+    def pid(self) -> int | None:
+        """The zygote's pid while it runs (for leak checks and benchmarks), else None."""
+        if self._server is None or self._server.process.poll() is not None:
+            return None
+        return self._server.process.pid
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Kill the zygote and reap it; idempotent. Workers it forked die with it."""
+        self._closed = True
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            server.process.wait()
+
+    def __enter__(self) -> "WarmPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and self._server is not None:
+            warnings.warn("WarmPool was never closed; its zygote is killed now (use "
+                          "`with WarmPool() as pool:` or call pool.close())", ResourceWarning,
+                          stacklevel=2)
+            self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else (f"pid={self.pid}" if self.pid else "not started")
+        return f"WarmPool({state})"
+
+
+def resolve_pool(pool: Any) -> tuple[WarmPool, bool]:
+    """(the pool a cluster uses, whether the cluster owns it and must close it)."""
+    if pool is None:
+        return WarmPool(), True
+    if not isinstance(pool, WarmPool):
+        from harness.errors import ConfigError
+
+        raise ConfigError("pool", pool, "must be a harness.WarmPool or None")
+    if pool.closed:
+        from harness.errors import ConfigError
+
+        raise ConfigError("pool", pool, "is closed")
+    return pool, False

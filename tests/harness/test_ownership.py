@@ -1,0 +1,83 @@
+"""Explicit ownership: what a ``Cluster`` starts ends with it; a shared ``WarmPool`` ends
+with whoever created it.
+
+The user's own leak check is the test: after ``with Cluster(...)`` this process has no
+child left and the cluster's temp dir is gone (``tests/conftest.py`` checks the same after
+every test, which is why a cluster-lifetime zygote could never hide here).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import warnings
+
+import psutil
+import pytest
+
+from harness import Cluster, WarmPool, WorkerState
+from harness.errors import ConfigError
+from tests.conftest import SCRIPTS
+
+STEPPER = str(SCRIPTS / "stepper.py")
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def _finish(cluster: Cluster) -> None:
+    job = cluster.launch(STEPPER, "3", "0.01")
+    assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
+
+
+def test_leaving_the_with_block_leaves_no_process_and_no_dir():
+    before = _children()
+    with Cluster(nnodes=1, nproc_per_node=2) as cluster:
+        _finish(cluster)
+        zygote = cluster.pool.pid
+        assert zygote is not None and zygote in _children()  # the cluster's own zygote ran
+        directory = cluster.directory
+    assert _children() - before == set()
+    assert not psutil.pid_exists(zygote) or psutil.Process(zygote).status() == psutil.STATUS_ZOMBIE
+    assert not os.path.exists(directory)
+
+
+def test_a_shared_pool_outlives_its_clusters_and_dies_with_its_owner():
+    with WarmPool() as pool:
+        with Cluster(nnodes=1, nproc_per_node=1, pool=pool) as first:
+            _finish(first)
+        zygote = pool.pid
+        assert zygote is not None and psutil.pid_exists(zygote)  # still warm for the next
+        with Cluster(nnodes=1, nproc_per_node=1, pool=pool) as second:
+            _finish(second)
+        assert pool.pid == zygote  # the same interpreter served both
+    assert pool.pid is None and zygote not in _children()
+
+
+def test_a_closed_or_foreign_pool_is_refused():
+    pool = WarmPool()
+    pool.close()
+    with pytest.raises(ConfigError, match="pool=.* is closed"):
+        Cluster(pool=pool)
+    with pytest.raises(ConfigError, match="must be a harness.WarmPool"):
+        Cluster(pool="warm")  # type: ignore[arg-type]
+
+
+def test_an_abandoned_cluster_is_closed_by_the_garbage_collector_with_a_warning():
+    before = _children()
+    cluster = Cluster(nnodes=1, nproc_per_node=1)
+    job = cluster.launch(STEPPER, "100000", "0.05")
+    job.wait_for_state(WorkerState.HEALTHY, timeout=60)
+    directory = cluster.directory
+    assert _children() - before  # agent, worker and zygote are running
+    del job
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del cluster
+        gc.collect()
+    assert any(issubclass(w.category, ResourceWarning) and "never closed" in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
+    assert _children() - before == set()
+    assert not os.path.exists(directory)
