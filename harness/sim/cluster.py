@@ -20,6 +20,7 @@ import warnings
 from typing import Any, Callable
 
 from harness.errors import ConfigError, ElasticError
+from harness.sim.bytecode import ensure_compiled
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
 from harness.sim.pool import WarmPool, resolve_pool
@@ -92,6 +93,7 @@ class Cluster:
         self.jobs.append(job)
         if self.start_method == "zygote":
             self.pool.start()  # its torch import overlaps the store's start
+        ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):
                 job.add_node()
