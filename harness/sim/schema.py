@@ -36,9 +36,10 @@ test author, provides it, as it does ``chaos``).
 (``pytest --help`` stays fast), yet it needs this schema at configure time (the marker
 line, checking ``--elastic-faults`` and ``--elastic-schedule``). So this module imports
 only ``harness.errors`` and ``harness.agent.WorkerState``, which ``import harness`` loads
-anyway (about 0.1 s, no torch, no simulation), and the plugin imports it lazily, in
-``pytest_configure``, never at its own import time (``tests/plugin/test_plugin.py`` pins
-that). Nothing here may import the rest of ``harness.sim``.
+anyway (about 0.1 s in all, no torch, no simulation), and ``harness.sim.checks`` (the
+standard library); the plugin imports it lazily, in ``pytest_addoption``/``pytest_configure``,
+never at its own import time (``tests/plugin/test_plugin.py`` pins that). Nothing here may
+import the rest of ``harness.sim`` (``tests/unit/test_schema.py`` pins that).
 
 Bad input is reported as one line naming the key (or kind) and what is valid, in the
 ``ConfigError`` form: ``kind='meteor' must be one of worker_crash, ...``.
@@ -51,9 +52,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
+from harness.sim.checks import (ARGS, BOOL, GPUS, NNODES, STR_TABLE, TABLE, TEXT, Check, integer,
+                                list_of, number, one_of, optional)
 
 __all__ = [
-    "Check", "Key", "FaultKind", "TriggerForm",
+    "Key", "FaultKind", "TriggerForm",
     "CLUSTER_OPTIONS", "PLUGIN_OWNED", "TIMEOUT", "MARKER_OPTIONS", "JOB_ONLY_OPTIONS",
     "SCENARIO_JOB_OPTIONS", "EXPECT_KEYS", "SCENARIO_TABLES",
     "FAULT_KINDS", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
@@ -62,80 +65,6 @@ __all__ = [
     "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
     "check_scenario", "marker_signature", "scenario_reference",
 ]
-
-
-# -- checks -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Check:
-    """A predicate on a value and what it demands, in words (``must be an int >= 1``)."""
-
-    test: Callable[[Any], bool]
-    says: str
-
-    def __call__(self, value: Any) -> bool:
-        return self.test(value)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def integer(low: int | None = None) -> Check:
-    if low is None:
-        return Check(_is_int, "must be an int")
-    return Check(lambda v: _is_int(v) and v >= low, f"must be an int >= {low}")
-
-
-def number(low: float, strict: bool = False) -> Check:
-    if strict:
-        return Check(lambda v: _is_number(v) and v > low, f"must be a number > {low:g}")
-    return Check(lambda v: _is_number(v) and v >= low, f"must be a number >= {low:g}")
-
-
-def one_of(*choices: Any) -> Check:
-    return Check(lambda v: isinstance(v, type(choices[0])) and v in choices,
-                 f"must be one of {', '.join(map(str, choices))}")
-
-
-def optional(check: Check) -> Check:
-    return Check(lambda v: v is None or check(v), f"{check.says} (or None)")
-
-
-def list_of(check: Check, what: str) -> Check:
-    return Check(lambda v: isinstance(v, (list, tuple)) and all(check(x) for x in v),
-                 f"must be a list of {what}")
-
-
-def _nnodes_ok(value: Any) -> bool:
-    if _is_int(value):
-        return value >= 1
-    if not isinstance(value, str):
-        return False
-    parts = value.split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        return False
-    return 1 <= int(parts[0]) <= int(parts[-1])
-
-
-BOOL = Check(lambda v: isinstance(v, bool), "must be true or false")
-TEXT = Check(lambda v: isinstance(v, str) and v != "", "must be a non-empty string")
-STR_TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str)
-                                                        for k, x in v.items()),
-                  "must be a table of strings (name = value)")
-TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
-              "must be a table (name = value)")
-NNODES = Check(_nnodes_ok, "must be N or 'MIN:MAX' with 1 <= MIN <= MAX")
-GPUS = Check(lambda v: v is None or (_is_int(v) and v >= 0)
-             or (isinstance(v, (list, tuple)) and all(isinstance(x, (str, int)) for x in v)),
-             "must be a GPU count (int >= 0), a list of device ids, or None (detect)")
-ARGS = list_of(Check(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool), ""),
-               "strings (or numbers)")
 
 
 @dataclass(frozen=True)

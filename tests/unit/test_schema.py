@@ -214,7 +214,7 @@ def test_the_schema_loads_without_the_simulation_or_torch():
     code = ("import sys, harness.sim.schema; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('harness.sim')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['harness.sim', 'harness.sim.schema']"
+    assert out.stdout.strip() == "['harness.sim', 'harness.sim.checks', 'harness.sim.schema']"
 
 
 # -- scenario files -----------------------------------------------------------------------
