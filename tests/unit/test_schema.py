@@ -281,3 +281,43 @@ def test_every_scenario_file_is_valid(path):
 def test_bad_scenarios_say_which_key(data, message):
     problems = schema.check_scenario(data)
     assert any(message in p for p in problems), problems
+
+
+def _finished_job(tmp_path):
+    """A job as its timeline shows it: rounds of WORLD_SIZE 2, 1, 2; one restart; one fault
+    recovered 3.2 s later; rank 0 did steps 0..4. (``_check_expectations`` reads only this.)"""
+    from types import SimpleNamespace
+
+    from harness.sim.timeline import Timeline
+
+    events = [{"kind": "rendezvous", "run_id": "r", "round": r, "world_size": w, "mono": 1.0 + r, "node": "a"}
+              for r, w in enumerate((2, 1, 2))]
+    events += [{"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 1.2},
+               {"kind": "fault", "fault": "node_kill", "node": "harness", "mono": 1.8},
+               {"kind": "state", "node": "a", "state": "STOPPED", "mono": 1.9},
+               {"kind": "state", "node": "a", "state": "HEALTHY", "mono": 5.0}]
+    events += [{"kind": "step", "rank": 0, "step": s, "pid": 1, "mono": 5.1 + s} for s in range(5)]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return SimpleNamespace(timeline=Timeline(str(path))), SimpleNamespace(state=faults.WorkerState.SUCCEEDED)
+
+
+def test_every_expect_key_is_enforced(tmp_path):
+    """Each [expect] key the schema accepts is checked (min_world_size was accepted and ignored)."""
+    job, result = _finished_job(tmp_path)
+    holds = {"state": "SUCCEEDED", "world_sizes": [2, 1, 2], "restarts": 1, "no_lost_steps": True,
+             "max_recovery_latency": 5.0, "min_world_size": 1, "final_world_size": 2, "faults_fired": 1}
+    fails = {"state": ("FAILED", "final state SUCCEEDED, expected FAILED"),
+             "world_sizes": ([2], "world sizes [2, 1, 2], expected [2]"),
+             "restarts": (0, "1 restart(s), expected 0"),
+             "no_lost_steps": (True, "steps never done: [5, 6, 7, 8, 9]"),
+             "max_recovery_latency": (1.0, "node_kill recovered after 3.20s > 1.0s"),
+             "min_world_size": (2, "world sizes [2, 1, 2], none expected below 2"),
+             "final_world_size": (1, "final world size 2, expected 1"),
+             "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2")}
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS}
+    _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
+    for key, (value, message) in fails.items():
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
+            _scenarios._check_expectations({key: value}, job, result, 10 if key == "no_lost_steps" else 5,
+                                           chaotic=False)
