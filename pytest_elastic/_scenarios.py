@@ -2,29 +2,34 @@
 
 A scenario is a job, a fault schedule and expectations::
 
+    description = "A worker exits with code 3 at step 5; the job restarts it and resumes."
+
     [job]
-    script = "scripts/train.py"        # relative to the .toml file
+    script = "scripts/train.py"         # relative to the .toml file (or module = "pkg.train")
     args = ["--steps", "20", "--ckpt-dir", "{tmp}"]   # {tmp}: a fresh dir per run
-    nnodes = "1:1"                      # + nproc_per_node, max_restarts, rdzv_backend,
-    nproc_per_node = 2                  #   monitor_interval, start_method, store_host, env
+    nnodes = "1:1"                      # + every other harness.Cluster keyword
+    nproc_per_node = 2
     timeout = 60                        # seconds for the whole job
     steps = 20                          # for the no-lost-progress check
 
     [[fault]]
-    kind = "worker_crash"               # worker_crash, worker_hang, agent_kill, node_kill,
-    node = 0                            # node_leave, node_join, node_freeze, store_host_loss
+    kind = "worker_crash"               # or worker_hang, agent_kill, node_kill, node_leave, ...
+    node = 0
     local_rank = 1
     exit_code = 3                       # or sig = 9
-    at_step = 5                         # trigger: at_step (+ rank), after = s, on_state = "HEALTHY",
-    rank = 1                            #   on_world_size = N; after_previous = true arms it only
-                                        #   once the fault before it fired
-
+    at_step = 5                         # trigger: at_step (+ rank), after = s, on_state (+
+    rank = 1                            #   state_node), on_world_size; after_previous = true
+                                        #   arms it only once the fault before it fired
     [expect]
     state = "SUCCEEDED"
     world_sizes = [2, 2]
     restarts = 1
     no_lost_steps = true                # steps done >= steps asked, none skipped after resume
     max_recovery_latency = 10.0
+
+Every key, with its default and meaning, is defined once in ``harness.sim.schema`` and
+listed by ``python -m harness.sim.schema`` (a reference that is itself a valid scenario;
+``tests/unit/test_schema.py`` checks it, and this example).
 """
 
 from __future__ import annotations
@@ -37,17 +42,10 @@ import pytest
 
 if sys.version_info >= (3, 11):
     import tomllib
-else:  # pragma: no cover
+else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
     import tomli as tomllib
 
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
-
-_JOB_KEYS = {"script", "module", "args", "nnodes", "nproc_per_node", "max_restarts", "rdzv_backend",
-             "monitor_interval", "start_method", "store_host", "env", "timeout", "steps", "nodes",
-             "rdzv_conf", "shutdown_timeout"}
-_EXPECT_KEYS = {"state", "world_sizes", "restarts", "no_lost_steps", "max_recovery_latency",
-                "min_world_size", "final_world_size", "faults_fired"}
-
 
 class ScenarioFailure(AssertionError):
     """An expectation of a scenario did not hold."""
@@ -66,29 +64,9 @@ class ScenarioFile(pytest.File):
 
 
 def _validate(data: dict) -> list[str]:
-    problems = []
-    job = data.get("job")
-    if not isinstance(job, dict):
-        return ["missing [job] table"]
-    if ("script" in job) == ("module" in job):
-        problems.append("[job] needs exactly one of script= or module=")
-    for table, keys, allowed in (("job", job.keys(), _JOB_KEYS),
-                                 ("expect", data.get("expect", {}).keys(), _EXPECT_KEYS)):
-        unknown = sorted(set(keys) - allowed)
-        if unknown:
-            problems.append(f"[{table}] has unknown key(s) {unknown}")
-    from harness.faults import SPEC_KEYS
+    from harness.sim.schema import check_scenario
 
-    for i, fault in enumerate(data.get("fault", [])):
-        unknown = sorted(set(fault) - SPEC_KEYS)
-        if unknown:
-            problems.append(f"[[fault]] #{i + 1} has unknown key(s) {unknown}")
-        if "kind" not in fault:
-            problems.append(f"[[fault]] #{i + 1} has no kind")
-    unknown_top = sorted(set(data) - {"job", "fault", "expect", "description"})
-    if unknown_top:
-        problems.append(f"unknown table(s) {unknown_top}")
-    return problems
+    return check_scenario(data)
 
 
 def _fault(spec: dict) -> Any:
@@ -125,7 +103,9 @@ class ScenarioItem(pytest.Item):
         chaos, seed = _chaos(settings, self.nodeid)
         if chaos is not None and not chaos.overload:
             # chaos adds failures only within what the scenario's own faults leave of the budget
-            own = sum(1 for f in self.spec.get("fault", []) if f["kind"] in ("worker_crash", "worker_hang"))
+            from harness.faults import fault_class
+
+            own = sum(1 for f in self.spec.get("fault", []) if fault_class(f["kind"]).is_failure)
             import dataclasses
 
             chaos = dataclasses.replace(chaos, max_faults=max(0, job_spec.get("max_restarts", 3) - own))
@@ -170,6 +150,8 @@ def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, 
     sizes = job.timeline.world_sizes()
     if "world_sizes" in expect and not chaotic and sizes != expect["world_sizes"]:
         problems.append(f"world sizes {sizes}, expected {expect['world_sizes']}")
+    if "min_world_size" in expect and any(size < expect["min_world_size"] for size in sizes):
+        problems.append(f"world sizes {sizes}, none expected below {expect['min_world_size']}")
     if "final_world_size" in expect and (not sizes or sizes[-1] != expect["final_world_size"]):
         problems.append(f"final world size {sizes[-1] if sizes else None}, expected {expect['final_world_size']}")
     restarts = max(job.timeline.restart_counts().values(), default=0)

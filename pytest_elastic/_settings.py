@@ -1,6 +1,10 @@
 """Settings, resolved once per session: marker > CLI > ``PYTEST_ELASTIC_*`` env > ini.
 
-Only the standard library here: the plugin must load without torch or the harness.
+The keys and their checks come from ``harness.sim.schema`` (one definition for the marker,
+``Cluster``, scenarios, fault specs and chaos kinds). The plugin imports this module at its
+own import time, which must load neither torch nor the harness, so the schema is imported
+lazily: inside the functions that check values (they run in ``pytest_configure`` or later),
+and for the names below on first access (module ``__getattr__``).
 """
 
 from __future__ import annotations
@@ -11,28 +15,27 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Settings", "MARKER_KEYWORDS", "ENV_PREFIX", "resolve_settings", "validate_marker",
-           "parse_schedule", "SCHEDULE_FAULT_KINDS", "SCHEDULE_KEYS"]
+# (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
+__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "parse_schedule"]
 
 ENV_PREFIX = "PYTEST_ELASTIC_"
 
-#: keywords of ``@pytest.mark.elastic`` (those of ``harness.Cluster`` plus ``timeout``)
-MARKER_KEYWORDS: dict[str, Any] = {
-    "nnodes": "1",  # = "1:1"; no colon: pytest splits marker lines at the first ":"
-    "nproc_per_node": 1,
-    "max_restarts": 3,
-    "rdzv_backend": "c10d",
-    "monitor_interval": 0.1,
-    "start_method": "zygote",
-    "timeout": 120.0,
-    "env": None,
-    "rdzv_conf": None,
-    "shutdown_timeout": 5.0,
-    "store_host": "harness",
-    "exit_barrier_timeout": 30.0,
+#: names derived from ``harness.sim.schema``, loaded on first access (see the docstring)
+_FROM_SCHEMA = {
+    "MARKER_KEYWORDS": lambda s: {key.name: key.default for key in s.MARKER_OPTIONS},
+    "FAULT_KINDS": lambda s: s.CHAOS_CHOICES,  # chaos kinds, aliases ("scale") included
+    "SCHEDULE_FAULT_KINDS": lambda s: tuple(s.FAULT_KINDS),
+    "SCHEDULE_KEYS": lambda s: tuple(sorted(s.SPEC_KEYS)),
 }
 
-_START_METHODS = ("spawn", "fork", "forkserver", "zygote")
+
+def __getattr__(name: str) -> Any:
+    derive = _FROM_SCHEMA.get(name)
+    if derive is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from harness.sim import schema
+
+    return derive(schema)
 
 
 @dataclass(frozen=True)
@@ -131,22 +134,25 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     )
 
 
-#: chaos fault kinds (harness.sim.chaos.FAULT_KINDS, repeated so the plugin loads without the
-#: harness; tests/plugin/test_settings.py pins the two together); "scale" = leave + join
-FAULT_KINDS = ("worker", "hang", "agent", "node", "leave", "join", "freeze", "scale")
-
-
 def _fault_kinds(value: Any) -> str:
-    kinds = [k.strip() for k in str(value).split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in FAULT_KINDS]
-    if not kinds or unknown:
-        raise ValueError(f"unknown fault kind(s) {unknown or kinds}; choose from {', '.join(FAULT_KINDS)}")
-    return ",".join(kinds)
+    from harness.errors import ConfigError
+    from harness.sim.schema import parse_chaos_kinds
+
+    names = [k.strip() for k in str(value).split(",") if k.strip()]
+    if not names:
+        raise ValueError("names no fault kind")
+    try:
+        parse_chaos_kinds(",".join(names))
+    except ConfigError as e:
+        raise ValueError(e.constraint) from None
+    return ",".join(names)
 
 
 def _start_method(value: Any) -> str:
-    if value not in _START_METHODS:
-        raise ValueError(f"must be one of {', '.join(_START_METHODS)}")
+    from harness.sim.schema import START_METHODS
+
+    if value not in START_METHODS:
+        raise ValueError(f"must be one of {', '.join(START_METHODS)}")
     return str(value)
 
 
@@ -157,17 +163,13 @@ def _non_negative_int(value: Any) -> int:
     return number
 
 
-#: ``Fault.kind`` of every fault an explicit schedule may name (harness.faults; pinned by
-#: tests/plugin/test_shrink.py) and the keys of one entry: those of a scenario's [[fault]]
-SCHEDULE_FAULT_KINDS = ("worker_crash", "worker_hang", "agent_kill", "node_kill", "node_leave",
-                        "node_join", "node_freeze", "store_host_loss")
-SCHEDULE_KEYS = ("kind", "node", "local_rank", "sig", "exit_code", "after", "at_step", "rank",
-                 "on_state", "state_node")
-
-
 def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
     """``[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}, ...], ...]``: one list of
-    faults per job, in launch order; checked (ValueError says what is wrong)."""
+    faults per job, in launch order, each a fault spec (``harness.sim.schema``, the keys of
+    a scenario's ``[[fault]]``); checked (ValueError names the job, fault and key)."""
+    from harness.errors import ConfigError
+    from harness.sim.schema import check_fault_spec
+
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -177,15 +179,12 @@ def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
                          '[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}]]')
     for j, job in enumerate(data):
         for i, entry in enumerate(job):
-            where = f"job {j} fault {i}"
             if not isinstance(entry, dict):
-                raise ValueError(f"{where} must be an object")
-            if entry.get("kind") not in SCHEDULE_FAULT_KINDS:
-                raise ValueError(f"{where} has kind={entry.get('kind')!r}; choose from "
-                                 f"{', '.join(SCHEDULE_FAULT_KINDS)}")
-            unknown = sorted(set(entry) - set(SCHEDULE_KEYS))
-            if unknown:
-                raise ValueError(f"{where} has unknown key(s) {unknown}; known: {', '.join(SCHEDULE_KEYS)}")
+                raise ValueError(f"job {j} fault {i} must be an object")
+            try:
+                check_fault_spec(entry)
+            except ConfigError as e:
+                raise ValueError(f"job {j} fault {i}: {e}") from None
     return data
 
 
@@ -202,34 +201,22 @@ def _positive(value: Any) -> float:
 
 
 def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple) -> dict[str, Any]:
-    """The marker's keywords, checked; raises SettingError naming the test and keyword."""
+    """The marker's keywords, checked against ``harness.sim.schema.MARKER_OPTIONS``;
+    raises SettingError naming the test, the keyword and what it must be."""
+    from harness.errors import ConfigError
+    from harness.sim.schema import MARKER_OPTIONS
+
     if args:
         raise SettingError(f"{test_id}: @pytest.mark.elastic takes keywords only, got {args!r}")
-    unknown = sorted(set(kwargs) - set(MARKER_KEYWORDS))
+    known = {key.name: key for key in MARKER_OPTIONS}
+    unknown = sorted(set(kwargs) - set(known))
     if unknown:
         raise SettingError(f"{test_id}: @pytest.mark.elastic got unknown keyword(s) {unknown}; "
-                           f"known: {', '.join(MARKER_KEYWORDS)}")
-    checks = {
-        "nproc_per_node": lambda v: isinstance(v, int) and v >= 1,
-        "max_restarts": lambda v: isinstance(v, int) and v >= 0,
-        "monitor_interval": lambda v: isinstance(v, (int, float)) and v > 0,
-        "timeout": lambda v: isinstance(v, (int, float)) and v > 0,
-        "shutdown_timeout": lambda v: isinstance(v, (int, float)) and v >= 0,
-        "start_method": lambda v: v in _START_METHODS,
-        "store_host": lambda v: v in ("harness", "node0"),
-        "nnodes": _valid_nnodes,
-    }
-    for key, value in kwargs.items():
-        check = checks.get(key)
-        if check is not None and not check(value):
-            raise SettingError(f"{test_id}: @pytest.mark.elastic({key}={value!r}) is not valid")
+                           f"known: {', '.join(known)}")
+    for name, value in kwargs.items():
+        try:
+            known[name].validate(value)
+        except ConfigError as e:
+            raise SettingError(f"{test_id}: @pytest.mark.elastic({name}={value!r}) is not valid: "
+                               f"{e.constraint}") from None
     return kwargs
-
-
-def _valid_nnodes(value: Any) -> bool:
-    parts = str(value).split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
-        return False
-    low, high = int(parts[0]), int(parts[-1])
-    return 1 <= low <= high
-

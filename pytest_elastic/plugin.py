@@ -11,12 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_elastic._settings import (
-    MARKER_KEYWORDS,
-    SettingError,
-    Settings,
-    resolve_settings,
-)
+from pytest_elastic._settings import SettingError, Settings, resolve_settings
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 STATS_KEY = pytest.StashKey[list]()
@@ -26,19 +21,23 @@ _SEED_INPUT = "elastic_seed"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from harness.sim import schema  # the lists in the help; pytest_configure needs it anyway
+
+    aliases = "; ".join(f"{a} = {','.join(k)}" for a, k in schema.CHAOS_ALIASES.items())
     group = parser.getgroup("elastic", "elastic distributed training (pytest-elastic)")
     group.addoption("--elastic-chaos", action="store_true", default=None,
                     help="inject a seeded random fault schedule into every elastic job")
     group.addoption("--elastic-seed", type=int, default=None, metavar="N",
                     help="chaos seed (replay a run); default: random, shown in the header")
     group.addoption("--elastic-faults", default=None, metavar="KINDS",
-                    help="chaos fault kinds: worker,hang,agent,node,leave,join,freeze (scale = leave,join)")
+                    help=f"chaos fault kinds: {','.join(schema.CHAOS_KINDS)} ({aliases}); "
+                         f"default: {','.join(schema.DEFAULT_CHAOS_KINDS)}")
     group.addoption("--elastic-chaos-overload", action="store_true", default=None,
                     help="let chaos inject more worker failures than max_restarts allows")
     group.addoption("--elastic-report", default=None, metavar="DIR",
                     help="write an HTML timeline per elastic test into DIR")
     group.addoption("--elastic-start-method", default=None, metavar="METHOD",
-                    help="default worker start method (zygote, spawn, fork, forkserver)")
+                    help=f"default worker start method ({', '.join(schema.START_METHODS)})")
     group.addoption("--elastic-timeout", type=float, default=None, metavar="SECONDS",
                     help="default timeout of an elastic test (given to pytest-timeout when installed)")
     group.addoption("--elastic-shrink-budget", type=int, default=None, metavar="N",
@@ -57,9 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _marker_signature() -> str:
-    args = ", ".join(f"{k}={v!r}" for k, v in MARKER_KEYWORDS.items())
-    return (f"elastic({args}): run the test's jobs on a simulated elastic cluster; the "
-            "elastic_cluster fixture is built from these keywords")
+    """The marker line, from ``harness.sim.schema`` (imported here, at configure time: the
+    plugin's own import stays free of the harness)."""
+    from harness.sim.schema import marker_signature
+
+    return (f"{marker_signature()}: run the test's jobs on a simulated elastic cluster; the "
+            "elastic_cluster fixture is built from these keywords (the same as harness.Cluster's)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,38 +12,17 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-from harness.errors import ConfigError
-from harness.sim.faults import (
-    HealthyThenAfter,
-    AgentKill,
-    NodeFreeze,
-    NodeJoin,
-    NodeKill,
-    NodeLeave,
-    ScheduledFault,
-    WorkerCrash,
-    WorkerHang,
-)
+from harness.sim import schema
+from harness.sim.faults import Fault, HealthyThenAfter, ScheduledFault, fault_class
 
 __all__ = ["FAULT_KINDS", "ChaosConfig", "HealthyThenAfter", "derive_seed", "generate_schedule",
            "parse_fault_kinds"]
 
-FAULT_KINDS = ("worker", "hang", "agent", "node", "leave", "join", "freeze")
-DEFAULT_KINDS = ("worker",)
-
-
-def parse_fault_kinds(text: str | None) -> tuple[str, ...]:
-    if not text:
-        return DEFAULT_KINDS
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in FAULT_KINDS + ("scale",)]
-    if unknown:
-        raise ConfigError("elastic_faults", text, f"names unknown kinds {unknown}; choose from "
-                          f"{', '.join(FAULT_KINDS)}", "--elastic-faults")
-    expanded: list[str] = []
-    for kind in kinds:  # DESIGN.md's "scale" means both directions
-        expanded.extend(("leave", "join") if kind == "scale" else (kind,))
-    return tuple(dict.fromkeys(expanded))
+#: the kinds chaos generates (``--elastic-faults``), each a row of ``harness.sim.schema``
+FAULT_KINDS: tuple[str, ...] = tuple(schema.CHAOS_KINDS)
+DEFAULT_KINDS = schema.DEFAULT_CHAOS_KINDS
+#: ``"worker,scale"`` -> ``("worker", "leave", "join")`` (ConfigError naming unknown kinds)
+parse_fault_kinds = schema.parse_chaos_kinds
 
 
 def derive_seed(base_seed: int, test_id: str) -> int:
@@ -83,50 +62,46 @@ def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nod
         count = min(count, max_faults)
     alive = list(range(nodes))
     for _ in range(count):
-        choices = [k for k in kinds if _possible(k, alive, spare, nodes, max_nodes)]
+        choices = [k for k in kinds if _possible(schema.CHAOS_KINDS[k], alive, spare, nodes, max_nodes)]
         if not choices:
             break
         kind = rng.choice(choices)
         delay = round(delay + rng.uniform(0.05, horizon / max(1, count)), 3)
         node = rng.choice(alive)
         local_rank = rng.randrange(nproc_per_node)
-        fault = _make(kind, node, local_rank, rng)
-        if kind in ("agent", "node", "leave", "freeze"):
+        row = schema.CHAOS_KINDS[kind]
+        fault = _make(row, node, local_rank, rng)
+        if row.membership < 0:
             alive.remove(node)
             spare -= 1
-        elif kind == "join":
+        elif row.membership > 0:
             nodes += 1
             alive.append(nodes - 1)
         schedule.append(ScheduledFault(fault, _trigger(delay)))
     return schedule
 
 
-def _possible(kind: str, alive: list[int], spare: int, nodes: int, max_nodes: int) -> bool:
-    if kind in ("agent", "node", "leave", "freeze"):
+def _possible(row: schema.FaultKind, alive: list[int], spare: int, nodes: int, max_nodes: int) -> bool:
+    if row.membership < 0:
         return spare > 0 and len(alive) > 1
-    if kind == "join":
+    if row.membership > 0:
         return nodes < max_nodes
     return bool(alive)
 
 
-def _make(kind: str, node: int, local_rank: int, rng: random.Random):
-    if kind == "worker":
-        if rng.random() < 0.5:
-            return WorkerCrash(node=node, local_rank=local_rank)
-        return WorkerCrash(node=node, local_rank=local_rank, sig=15)
-    if kind == "hang":
-        return WorkerHang(node=node, local_rank=local_rank)
-    if kind == "agent":
-        return AgentKill(node=node)
-    if kind == "node":
-        return NodeKill(node=node)
-    if kind == "leave":
-        return NodeLeave(node=node)
-    if kind == "join":
-        return NodeJoin()
-    if kind == "freeze":
-        return NodeFreeze(node=node)
-    raise ConfigError("fault kind", kind, f"must be one of {FAULT_KINDS}")
+def _make(row: schema.FaultKind, node: int, local_rank: int, rng: random.Random) -> Fault:
+    """The row's fault at ``node``/``local_rank``; each ``chaos_choices`` parameter drawn
+    (one ``rng.random()`` each, in parameter order: the same seed, the same faults)."""
+    values: dict[str, object] = {}
+    for param in row.params:
+        if param.name == "node":
+            values["node"] = node
+        elif param.name == "local_rank":
+            values["local_rank"] = local_rank
+        if param.name in row.chaos_choices:
+            options = row.chaos_choices[param.name]
+            values[param.name] = options[int(rng.random() * len(options))]
+    return fault_class(row.kind)(**values)
 
 
 def _trigger(delay: float) -> "HealthyThenAfter":

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.agent import WorkerState
+from harness.sim import schema
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Job
@@ -27,7 +28,7 @@ __all__ = [
     "Fault", "WorkerCrash", "WorkerHang", "AgentKill", "NodeKill", "NodeLeave", "NodeJoin",
     "NodeFreeze", "StoreHostLoss",
     "Trigger", "Immediately", "After", "HealthyThenAfter", "OnState", "AtStep", "OnWorldSize",
-    "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS",
+    "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class",
 ]
 
 ORDERS_ENV = "HARNESS_ORDERS"  # dir where exit-code orders for report_step are left
@@ -227,68 +228,70 @@ def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | Non
     os.replace(path + ".tmp", path)
 
 
-def to_json(entry: ScheduledFault) -> dict[str, Any]:
-    trigger = {k: getattr(v, "value", v) for k, v in asdict(entry.trigger).items()}
-    return {"fault": entry.fault.kind, **asdict(entry.fault),
-            "trigger": type(entry.trigger).__name__, **{f"trigger_{k}": v for k, v in trigger.items()}}
-
-
 # -- the scenario vocabulary (``[[fault]]`` tables, ``--elastic-schedule`` JSON) -----------
+# Written against harness.sim.schema only: a new fault kind or trigger form is a row there
+# plus its class above; nothing here names a kind, a key or a default.
 
-_KINDS = {cls.kind: cls for cls in (WorkerCrash, WorkerHang, AgentKill, NodeKill, NodeLeave,
-                                    NodeJoin, NodeFreeze, StoreHostLoss)}
-SPEC_KEYS = frozenset({"kind", "node", "local_rank", "sig", "exit_code", "at_step", "rank", "after",
-                       "on_state", "state_node", "on_world_size", "after_previous"})
+
+def _class_of(name: str, base: type) -> Any:
+    """The class a schema row names, checked at import: a row without its class (or a class
+    whose ``kind`` differs from its row) fails loudly here, not on first use."""
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ImportError(f"harness.sim.schema names {name!r}, which is no {base.__name__} "
+                          "subclass in harness.sim.faults")
+    return cls
+
+
+_KINDS: dict[str, type[Fault]] = {kind: _class_of(row.cls, Fault) for kind, row in schema.FAULT_KINDS.items()}
+for _kind, _cls in _KINDS.items():
+    if _cls.kind != _kind:
+        raise ImportError(f"{_cls.__name__}.kind={_cls.kind!r}, but harness.sim.schema says {_kind!r}")
+_TRIGGER_CLASSES: dict[str, type[Trigger]] = {form.key: _class_of(form.cls, Trigger) for form in schema.TRIGGERS}
+_TRIGGER_FORMS: dict[type[Trigger], schema.TriggerForm] = {
+    _TRIGGER_CLASSES[form.key]: form for form in schema.TRIGGERS}
+SPEC_KEYS = schema.SPEC_KEYS
+
+
+def fault_class(kind: str) -> type[Fault]:
+    """The ``Fault`` class of a spec kind (``"node_kill"`` -> ``NodeKill``)."""
+    return _KINDS[kind]
 
 
 def from_spec(spec: dict[str, Any]) -> ScheduledFault:
     """``{"kind": "node_kill", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
-    Triggers: ``at_step`` (+ ``rank``), ``after`` (s after the job is first HEALTHY),
-    ``on_state`` (+ ``state_node``), ``on_world_size``; default: when HEALTHY."""
-    from harness.errors import ConfigError
-
-    cls = _KINDS.get(spec.get("kind", ""))
-    if cls is None:
-        raise ConfigError("kind", spec.get("kind"), f"must be one of {sorted(_KINDS)}")
-    fault = cls(**{k: spec[k] for k in ("node", "local_rank", "sig", "exit_code") if k in spec})
-    trigger: Trigger
-    if "at_step" in spec:
-        trigger = AtStep(step=int(spec["at_step"]), rank=int(spec.get("rank", 0)))
-    elif "after" in spec:
-        trigger = HealthyThenAfter(seconds=float(spec["after"]))
-    elif "on_state" in spec:
-        trigger = OnState(WorkerState(spec["on_state"]), spec.get("state_node"))
-    elif "on_world_size" in spec:
-        trigger = OnWorldSize(size=int(spec["on_world_size"]))
-    else:
-        trigger = OnState(WorkerState.HEALTHY)
-    return ScheduledFault(fault, trigger, after_previous=bool(spec.get("after_previous", False)))
+    Keys, triggers and defaults: ``harness.sim.schema`` (``python -m harness.sim.schema``
+    prints them all). Raises ``ConfigError`` naming the bad key or kind."""
+    schema.check_fault_spec(spec)
+    row = schema.FAULT_KINDS[spec["kind"]]
+    fault = _KINDS[row.kind](**{p.name: spec[p.name] for p in row.params if p.name in spec})
+    form = schema.trigger_form(spec)
+    if form is None:  # no trigger key: the default trigger
+        spec = {**spec, **schema.DEFAULT_TRIGGER}
+        form = schema.trigger_form(spec)
+        assert form is not None
+    trigger = _TRIGGER_CLASSES[form.key](
+        **{attr: key.to_python(spec.get(key.name, key.default)) for key, attr in form.fields})
+    return ScheduledFault(fault, trigger, after_previous=spec.get(schema.AFTER_PREVIOUS.name, False))
 
 
 def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
-    """The inverse of ``from_spec`` (fields equal to their defaults left out); None when
-    the trigger has no spelling in the vocabulary."""
-    from dataclasses import fields
-
+    """The inverse of ``from_spec`` (optional keys equal to their defaults left out); None
+    when the trigger has no spelling in the vocabulary (``Immediately``, a plain ``After``)."""
+    form = _TRIGGER_FORMS.get(type(entry.trigger))
+    if form is None:
+        return None
     fault = entry.fault
     data: dict[str, Any] = {"kind": fault.kind}
-    for f in fields(fault):
-        value = getattr(fault, f.name)
-        if value != f.default:
-            data[f.name] = value
-    trigger = entry.trigger
-    if isinstance(trigger, HealthyThenAfter):
-        data["after"] = trigger.seconds
-    elif isinstance(trigger, AtStep):
-        data.update(at_step=trigger.step, rank=trigger.rank)
-    elif isinstance(trigger, OnState):
-        data["on_state"] = trigger.state.value
-        if trigger.node is not None:
-            data["state_node"] = trigger.node
-    elif isinstance(trigger, OnWorldSize):
-        data["on_world_size"] = trigger.size
-    else:
-        return None
+    for param in schema.FAULT_KINDS[fault.kind].params:
+        value = getattr(fault, param.name)
+        if value != param.default:
+            data[param.name] = value
+    for i, (key, attr) in enumerate(form.fields):
+        value = getattr(entry.trigger, attr)
+        value = getattr(value, "value", value)  # enums are spelled by value
+        if i == 0 or value != key.default:
+            data[key.name] = value
     if entry.after_previous:
-        data["after_previous"] = True
+        data[schema.AFTER_PREVIOUS.name] = True
     return data

@@ -20,8 +20,11 @@ def test_plugin_import_is_light():
 
 
 def test_marker_is_registered_with_its_signature(pytester):
+    from harness.sim.schema import marker_signature
+
     result = pytester.runpytest_subprocess("--markers")
     result.stdout.fnmatch_lines(["@pytest.mark.elastic(nnodes='1', nproc_per_node=1, max_restarts=3, rdzv_backend='c10d'*): run the test's jobs*"])
+    result.stdout.fnmatch_lines([f"@pytest.mark.{marker_signature()}: *"])  # every keyword, from the schema
 
 
 def test_header_shows_resolved_settings(pytester, monkeypatch):
@@ -36,7 +39,21 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
 def test_bad_settings_are_usage_errors(pytester):
     result = pytester.runpytest_subprocess("--elastic-faults=worker,meteor")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown fault kind(s) [[]'meteor'[]]*"])
+    result.stderr.fnmatch_lines(["*unknown fault kind(s) [[]'meteor'[]]; choose from worker, hang, *scale*"])
+    result = pytester.runpytest_subprocess('--elastic-schedule=[[{"kind": "node_join", "node": 1}]]')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--elastic-schedule=*is not valid: job 0 fault 0: "
+                                 "kind='node_join' takes no key(s) [[]'node'[]]; its keys: kind, after*"])
+
+
+def test_schedule_with_every_trigger_form_is_accepted(pytester):
+    """What a shrunk failure prints (chained faults, world-size triggers) replays."""
+    schedule = ('[[{"kind":"node_leave","node":1,"at_step":8},{"kind":"node_join","on_world_size":1,'
+                '"after_previous":true},{"kind":"worker_hang","node":2,"on_state":"HEALTHY","state_node":2,'
+                '"after_previous":true},{"kind":"worker_crash","sig":15,"after":0.5}]]')
+    result = pytester.runpytest_subprocess(f"--elastic-schedule={schedule}", "--elastic-seed=3", "--co")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(["elastic: chaos=on seed=3 * schedule=given *"])
 
 
 def test_unknown_marker_keyword_names_test_and_keyword(pytester):

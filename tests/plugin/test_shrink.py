@@ -126,8 +126,14 @@ def test_schedule_json_round_trip():
 @pytest.mark.parametrize("text, message", [
     ("[{", "not JSON"),
     ('{"kind": "worker_crash"}', "one list of faults per job"),
-    ('[[{"kind": "meteor"}]]', "job 0 fault 0 has kind='meteor'"),
-    ('[[], [{"kind": "node_kill", "nodes": 2}]]', "job 1 fault 0 has unknown key(s) ['nodes']"),
+    ('[[{"kind": "meteor"}]]', "job 0 fault 0: kind='meteor' must be one of worker_crash, worker_hang,"),
+    ('[[], [{"kind": "node_kill", "nodes": 2}]]',
+     "job 1 fault 0: kind='node_kill' takes no key(s) ['nodes']; its keys: kind, node, after,"),
+    ('[[{"kind": "node_join", "node": 1}]]', "job 0 fault 0: kind='node_join' takes no key(s) ['node']"),
+    ('[[{"kind": "node_kill", "node": "1"}]]', "job 0 fault 0: node='1' must be an int >= 0"),
+    ('[[{"kind": "node_kill", "after": 1, "at_step": 2}]]', "trigger=['after', 'at_step'] must be one of"),
+    ('[[{"kind": "node_kill", "rank": 1}]]', "job 0 fault 0: rank=1 needs at_step="),
+    ('[[{"kind": "node_kill", "on_state": "GREEN"}]]', "on_state='GREEN' must be one of UNKNOWN, INIT,"),
 ])
 def test_bad_schedules_say_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -141,6 +147,21 @@ def test_schedule_kinds_match_the_harness():
     kinds = {cls.kind for cls in vars(faults).values()
              if isinstance(cls, type) and issubclass(cls, faults.Fault) and cls is not faults.Fault}
     assert set(SCHEDULE_FAULT_KINDS) == kinds
+
+
+def test_schedule_accepts_what_it_prints_chained_and_by_world_size():
+    """The drift this replaced: --elastic-schedule rejected after_previous and on_world_size,
+    which the printed specs contain."""
+    from harness.faults import OnState, OnWorldSize
+    from harness import WorkerState
+
+    schedule = ((ScheduledFault(NodeKill(node=1), AtStep(step=8, rank=0)),
+                 ScheduledFault(NodeJoin(), OnWorldSize(size=1), after_previous=True),
+                 ScheduledFault(WorkerHang(node=2), OnState(WorkerState.HEALTHY, node=2), after_previous=True)),)
+    text = schedules_to_json(schedule)
+    assert '"after_previous":true' in text and '"on_world_size":1' in text
+    assert parse_schedule(text) == json.loads(text)
+    assert schedules_from_json(text) == schedule
 
 
 def test_cluster_runs_a_given_schedule(tmp_path):

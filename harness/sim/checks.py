@@ -1,0 +1,84 @@
+"""Checks of user-written values, each with what it demands in words: the vocabulary
+``harness.sim.schema`` states its keys' types in (``integer(1)`` -> "must be an int >= 1").
+
+Standard library only (the pytest plugin loads the schema at configure time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
+           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A predicate on a value and what it demands, in words (``must be an int >= 1``)."""
+
+    test: Callable[[Any], bool]
+    says: str
+
+    def __call__(self, value: Any) -> bool:
+        return self.test(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def integer(low: int | None = None) -> Check:
+    if low is None:
+        return Check(_is_int, "must be an int")
+    return Check(lambda v: _is_int(v) and v >= low, f"must be an int >= {low}")
+
+
+def number(low: float, strict: bool = False) -> Check:
+    if strict:
+        return Check(lambda v: _is_number(v) and v > low, f"must be a number > {low:g}")
+    return Check(lambda v: _is_number(v) and v >= low, f"must be a number >= {low:g}")
+
+
+def one_of(*choices: Any) -> Check:
+    return Check(lambda v: isinstance(v, type(choices[0])) and v in choices,
+                 f"must be one of {', '.join(map(str, choices))}")
+
+
+def optional(check: Check) -> Check:
+    return Check(lambda v: v is None or check(v), f"{check.says} (or None)")
+
+
+def list_of(check: Check, what: str) -> Check:
+    return Check(lambda v: isinstance(v, (list, tuple)) and all(check(x) for x in v),
+                 f"must be a list of {what}")
+
+
+def _nnodes_ok(value: Any) -> bool:
+    if _is_int(value):
+        return value >= 1
+    if not isinstance(value, str):
+        return False
+    parts = value.split(":")
+    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+        return False
+    return 1 <= int(parts[0]) <= int(parts[-1])
+
+
+BOOL = Check(lambda v: isinstance(v, bool), "must be true or false")
+TEXT = Check(lambda v: isinstance(v, str) and v != "", "must be a non-empty string")
+STR_TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str)
+                                                        for k, x in v.items()),
+                  "must be a table of strings (name = value)")
+TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+              "must be a table (name = value)")
+NNODES = Check(_nnodes_ok, "must be N or 'MIN:MAX' with 1 <= MIN <= MAX")
+GPUS = Check(lambda v: v is None or (_is_int(v) and v >= 0)
+             or (isinstance(v, (list, tuple)) and all(isinstance(x, (str, int)) for x in v)),
+             "must be a GPU count (int >= 0), a list of device ids, or None (detect)")
+ARGS = list_of(Check(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool), ""),
+               "strings (or numbers)")

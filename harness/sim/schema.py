@@ -1,0 +1,432 @@
+"""One schema: every key a user can write, with its type, default, check and meaning.
+
+The same vocabulary reaches the harness through five doors, and each used to keep its own
+list (they drifted: ``--elastic-schedule`` rejected ``after_previous``, which the specs it
+was printed from contained). Now each door derives from the tables below:
+
+* ``harness.Cluster(...)`` keywords: ``CLUSTER_OPTIONS`` (a test compares them with
+  ``inspect.signature(Cluster.__init__)``, exceptions listed by name there);
+* ``@pytest.mark.elastic(...)`` keywords: ``MARKER_OPTIONS`` = the cluster options the
+  plugin does not own (``PLUGIN_OWNED``) + ``timeout``; the signature ``pytest --markers``
+  shows is rendered from it (``marker_signature``);
+* scenario files (``scenarios/**/*.toml``): ``[job]`` = ``SCENARIO_JOB_OPTIONS``,
+  ``[[fault]]`` = a fault spec, ``[expect]`` = ``EXPECT_KEYS``; ``check_scenario`` checks a
+  parsed file and ``scenario_reference()`` (``python -m harness.sim.schema``) prints every
+  key with its default and meaning, as a scenario file that itself passes the check;
+* fault specs (``[[fault]]`` tables, ``--elastic-schedule`` JSON, what a shrunk chaos
+  failure prints): ``FAULT_KINDS`` (kind -> Fault class, its keys with defaults),
+  ``TRIGGERS`` (trigger key -> Trigger class and fields) and ``AFTER_PREVIOUS``;
+  ``harness.sim.faults.from_spec``/``to_spec`` are written against these tables only;
+* chaos kinds (``--elastic-faults``): each ``FaultKind.chaos`` name, plus ``CHAOS_ALIASES``
+  (``scale`` = ``leave`` + ``join``); ``harness.sim.chaos`` generates faults from the row.
+
+**Adding a fault kind** (e.g. the network faults: partition, heal, packet_loss, bandwidth,
+link_down) is one row in ``FAULT_KINDS`` here plus its ``Fault`` subclass in
+``harness.sim.faults`` (a frozen dataclass whose ``kind`` is the row's ``kind`` and whose
+fields are the row's ``params``, same defaults). Nothing else changes: from_spec/to_spec,
+the scenario check and reference, ``--elastic-schedule`` and, if the row names a ``chaos``
+kind, ``--elastic-faults`` and the chaos generator (which fills ``node``/``local_rank``
+and draws each ``chaos_choices`` parameter) all follow. ``tests/unit/test_schema.py``
+round-trips every row and fails if the class and the row disagree. A new trigger form is
+likewise one ``TriggerForm`` row plus its ``Trigger`` subclass. A new ``Cluster`` keyword
+is one ``Key`` in ``CLUSTER_OPTIONS`` (put it in ``PLUGIN_OWNED`` if the plugin, not the
+test author, provides it, as it does ``chaos``).
+
+**Import cost.** The pytest plugin must load without torch or the harness
+(``pytest --help`` stays fast), yet it needs this schema at configure time (the marker
+line, checking ``--elastic-faults`` and ``--elastic-schedule``). So this module imports
+only ``harness.errors`` and ``harness.agent.WorkerState``, which ``import harness`` loads
+anyway (about 0.1 s in all, no torch, no simulation), and ``harness.sim.checks`` (the
+standard library); the plugin imports it lazily, in ``pytest_addoption``/``pytest_configure``,
+never at its own import time (``tests/plugin/test_plugin.py`` pins that). Nothing here may
+import the rest of ``harness.sim`` (``tests/unit/test_schema.py`` pins that).
+
+Bad input is reported as one line naming the key (or kind) and what is valid, in the
+``ConfigError`` form: ``kind='meteor' must be one of worker_crash, ...``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from harness.agent import WorkerState
+from harness.errors import ConfigError
+from harness.sim.checks import (ARGS, BOOL, GPUS, NNODES, STR_TABLE, TABLE, TEXT, Check, integer,
+                                list_of, number, one_of, optional)
+
+__all__ = [
+    "Key", "FaultKind", "TriggerForm",
+    "CLUSTER_OPTIONS", "PLUGIN_OWNED", "TIMEOUT", "MARKER_OPTIONS", "JOB_ONLY_OPTIONS",
+    "SCENARIO_JOB_OPTIONS", "EXPECT_KEYS", "SCENARIO_TABLES",
+    "FAULT_KINDS", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
+    "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
+    "START_METHODS", "STATES",
+    "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
+    "check_scenario", "marker_signature", "scenario_reference",
+]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key a user writes: ``name = default``, what it means, what it must be."""
+
+    name: str
+    default: Any
+    doc: str
+    check: Check | None = None  # None: any value
+    #: a value to show in the scenario reference where the default cannot be written (None)
+    example: Any = None
+    #: the default as the marker signature spells it, where repr() would not do
+    shown: str | None = None
+    #: spec value -> the Python value a dataclass field holds (``on_state`` -> WorkerState)
+    load: Callable[[Any], Any] | None = None
+
+    def validate(self, value: Any) -> None:
+        """Raise ``ConfigError`` (one line: ``name=value must be ...``) if ``value`` is bad."""
+        if self.check is not None and not self.check(value):
+            raise ConfigError(self.name, value, self.check.says)
+
+    def to_python(self, value: Any) -> Any:
+        return value if self.load is None or value is None else self.load(value)
+
+
+START_METHODS = ("zygote", "spawn", "fork", "forkserver")
+STATES = tuple(state.value for state in WorkerState)
+
+
+# -- the cluster, the marker and a scenario's [job] ---------------------------------------
+
+#: every keyword of ``harness.Cluster(...)``, in signature order
+CLUSTER_OPTIONS: tuple[Key, ...] = (
+    Key("nnodes", "1:1", "nodes: N, or 'MIN:MAX' for an elastic job", NNODES, shown="'1'"),
+    Key("nproc_per_node", 1, "workers per node", integer(1)),
+    Key("max_restarts", 3, "restarts of the worker group before the job fails", integer(0)),
+    Key("rdzv_backend", "c10d", "rendezvous backend (etcd needs the etcd binary)",
+        one_of("c10d", "etcd", "etcd-v2")),
+    Key("monitor_interval", 0.1, "seconds between the agent's health checks of its workers",
+        number(0, strict=True)),
+    Key("start_method", "zygote", "how workers start (zygote: forked from a warm process)",
+        one_of(*START_METHODS)),
+    Key("env", None, "extra environment of every worker", optional(STR_TABLE),
+        example={"OMP_NUM_THREADS": "1"}),
+    Key("rdzv_conf", None, "extra rendezvous settings (e.g. join_timeout)", optional(TABLE),
+        example={"join_timeout": 30}),
+    Key("shutdown_timeout", 5.0, "seconds a stopping worker gets before SIGKILL", number(0)),
+    Key("store_host", "harness", "where the rendezvous store lives: the harness or node 0",
+        one_of("harness", "node0")),
+    Key("seed", 0, "seed of the generated node names", integer()),
+    Key("exit_barrier_timeout", 30.0, "seconds an agent waits for the others at exit",
+        number(0)),
+    Key("check_invariants", True, "check the timeline's invariants when the cluster closes", BOOL),
+    Key("chaos", None, "a seeded fault schedule per job (harness.sim.chaos.ChaosConfig)"),
+    Key("gpus", None, "GPUs to split between nodes: a count, device ids, or None to detect",
+        GPUS, example=0),
+)
+
+#: cluster options the plugin provides itself, so neither the marker nor a scenario takes them
+PLUGIN_OWNED: dict[str, str] = {
+    "chaos": "built by the plugin from --elastic-chaos, --elastic-seed and --elastic-faults",
+}
+
+#: the test's own time limit (marker and scenario; the default is --elastic-timeout's)
+TIMEOUT = Key("timeout", 120.0, "seconds the test (the whole job) may take; default: --elastic-timeout",
+              number(0, strict=True))
+
+MARKER_OPTIONS: tuple[Key, ...] = tuple(
+    key for key in CLUSTER_OPTIONS if key.name not in PLUGIN_OWNED) + (TIMEOUT,)
+
+#: keys only a scenario's [job] has (a marked test launches its jobs itself)
+JOB_ONLY_OPTIONS: tuple[Key, ...] = (
+    Key("script", None, "training script, relative to the scenario file (or module=)", TEXT,
+        example="../scripts/train.py"),
+    Key("module", None, "run this module (python -m) instead of a script", TEXT,
+        example="mypackage.train"),
+    Key("args", [], "arguments of the script; {tmp} becomes a fresh directory per run", ARGS,
+        example=["--steps", "20", "--ckpt-dir", "{tmp}"]),
+    Key("nodes", None, "node agents started (default: the maximum of nnodes)", integer(1), example=1),
+    Key("steps", None, "steps the script trains (for expect.no_lost_steps)", integer(0), example=20),
+)
+
+SCENARIO_JOB_OPTIONS: tuple[Key, ...] = JOB_ONLY_OPTIONS + MARKER_OPTIONS
+
+EXPECT_KEYS: tuple[Key, ...] = (
+    Key("state", None, "final state of the job", one_of(*STATES), example="SUCCEEDED"),
+    Key("world_sizes", None, "WORLD_SIZE of every rendezvous round, in order (not under chaos)",
+        list_of(integer(1), "ints >= 1"), example=[1]),
+    Key("restarts", None, "restarts of the most restarted node (not under chaos)", integer(0),
+        example=0),
+    Key("no_lost_steps", False, "every step done, none skipped after a resume (needs job.steps)",
+        BOOL),
+    Key("max_recovery_latency", None, "seconds from a fault to the job HEALTHY again, at most",
+        number(0, strict=True), example=10.0),
+    Key("min_world_size", None, "no rendezvous round smaller than this", integer(1), example=1),
+    Key("final_world_size", None, "WORLD_SIZE of the last round", integer(1), example=1),
+    Key("faults_fired", None, "faults that fired, at least", integer(0), example=0),
+)
+
+#: top-level entries of a scenario file
+SCENARIO_TABLES = ("description", "job", "fault", "expect")
+
+
+# -- faults and triggers ------------------------------------------------------------------
+
+NODE = Key("node", 0, "index of the node", integer(0))
+LOCAL_RANK = Key("local_rank", 0, "local rank of the worker on that node", integer(0))
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """A fault kind: its spec name, its ``Fault`` class and the keys that class takes."""
+
+    kind: str  # = the class's ``kind``
+    cls: str  # class name in harness.sim.faults
+    params: tuple[Key, ...]  # = the class's dataclass fields, same order and defaults
+    doc: str
+    chaos: str | None = None  # its --elastic-faults name (None: chaos never generates it)
+    #: nodes it takes out of (-1) or adds to (+1) the job; chaos keeps min_nodes alive
+    membership: int = 0
+    #: parameter -> values chaos draws from (``node``/``local_rank`` it always fills)
+    chaos_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
+    FaultKind("worker_crash", "WorkerCrash",
+              (NODE, LOCAL_RANK, Key("sig", 9, "signal that kills the worker", integer(1)),
+               Key("exit_code", None, "exit with this code at the worker's next report_step "
+                   "instead of a signal", optional(integer(0)), example=3)),
+              "a worker dies (of a signal, or exits with a code)", chaos="worker",
+              chaos_choices={"sig": (9, 15)}),
+    FaultKind("worker_hang", "WorkerHang", (NODE, LOCAL_RANK), "a worker is SIGSTOPped (stuck, not dead)",
+              chaos="hang"),
+    FaultKind("agent_kill", "AgentKill", (NODE,), "a node's agent is SIGKILLed; its workers follow",
+              chaos="agent", membership=-1),
+    FaultKind("node_kill", "NodeKill", (NODE,), "a node's agent and workers are SIGKILLed at once",
+              chaos="node", membership=-1),
+    FaultKind("node_leave", "NodeLeave", (NODE,), "a node leaves gracefully (SIGTERM to its agent)",
+              chaos="leave", membership=-1),
+    FaultKind("node_join", "NodeJoin", (), "a new node joins (scale up)", chaos="join", membership=+1),
+    FaultKind("node_freeze", "NodeFreeze", (NODE,), "a whole node is SIGSTOPped (frozen, not dead)",
+              chaos="freeze", membership=-1),
+    FaultKind("store_host_loss", "StoreHostLoss", (), "the process hosting the rendezvous store dies"),
+)}
+
+
+@dataclass(frozen=True)
+class TriggerForm:
+    """One way to say *when*: the spec key that selects it, its ``Trigger`` class, and
+    each key's dataclass field (the selecting key first; the others are optional)."""
+
+    cls: str  # class name in harness.sim.faults
+    fields: tuple[tuple[Key, str], ...]
+    doc: str
+
+    @property
+    def key(self) -> str:
+        return self.fields[0][0].name
+
+
+TRIGGERS: tuple[TriggerForm, ...] = (
+    TriggerForm("HealthyThenAfter", ((Key("after", 0.0, "seconds after the job was first HEALTHY",
+                                          number(0), load=float), "seconds"),),
+                "a delay after the job first ran"),
+    TriggerForm("AtStep", ((Key("at_step", 0, "training step reached (harness.report_step)", integer(0),
+                                example=5), "step"),
+                           (Key("rank", 0, "global rank whose step counts", integer(0)), "rank")),
+                "a rank reports a training step"),
+    TriggerForm("OnState", ((Key("on_state", "HEALTHY", "worker-group state reached", one_of(*STATES),
+                                 load=WorkerState), "state"),
+                            (Key("state_node", None, "node whose state counts (default: every running node)",
+                                 optional(integer(0)), example=0), "node")),
+                "a node (or every node) reaches a state"),
+    TriggerForm("OnWorldSize", ((Key("on_world_size", 1, "a rendezvous round forms with this WORLD_SIZE",
+                                     integer(1)), "size"),),
+                "a round of a given size forms"),
+)
+#: the trigger of a spec that names none: every running node HEALTHY
+DEFAULT_TRIGGER = {"on_state": "HEALTHY"}
+AFTER_PREVIOUS = Key("after_previous", False, "arm the trigger only once the fault before it fired",
+                     BOOL)
+
+_TRIGGER_KEYS = {key.name: form for form in TRIGGERS for key, _ in form.fields}
+SPEC_KEYS: frozenset[str] = frozenset(
+    {"kind", AFTER_PREVIOUS.name} | {p.name for row in FAULT_KINDS.values() for p in row.params}
+    | set(_TRIGGER_KEYS))
+
+
+def keys_of(kind: str) -> tuple[str, ...]:
+    """Every key a spec of ``kind`` may have, in documentation order."""
+    return (("kind",) + tuple(p.name for p in FAULT_KINDS[kind].params)
+            + tuple(_TRIGGER_KEYS) + (AFTER_PREVIOUS.name,))
+
+
+def _spec_key(kind: str, name: str) -> Key:
+    if name == AFTER_PREVIOUS.name:
+        return AFTER_PREVIOUS
+    for param in FAULT_KINDS[kind].params:
+        if param.name == name:
+            return param
+    form = _TRIGGER_KEYS[name]
+    return next(key for key, _ in form.fields if key.name == name)
+
+
+def check_fault_spec(spec: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` (one line) unless ``spec`` is a valid fault spec."""
+    kind = spec.get("kind")
+    if kind not in FAULT_KINDS:
+        raise ConfigError("kind", kind, f"must be one of {', '.join(FAULT_KINDS)}")
+    allowed = keys_of(kind)
+    unknown = sorted(set(spec) - set(allowed))
+    if unknown:
+        raise ConfigError("kind", kind, f"takes no key(s) {unknown}; its keys: {', '.join(allowed)}")
+    for name, value in spec.items():
+        if name != "kind":
+            _spec_key(kind, name).validate(value)
+    forms = [form for form in TRIGGERS if any(key.name in spec for key, _ in form.fields)]
+    if len(forms) > 1:
+        raise ConfigError("trigger", sorted(f.key for f in forms),
+                          f"must be one of {', '.join(f.key for f in TRIGGERS)}, not several")
+    for form in forms:
+        if form.key not in spec:
+            extra = [key.name for key, _ in form.fields if key.name in spec]
+            raise ConfigError(extra[0], spec[extra[0]], f"needs {form.key}= (it qualifies that trigger)")
+
+
+def trigger_form(spec: Mapping[str, Any]) -> TriggerForm | None:
+    """The trigger a (checked) spec names; None: it names none (``DEFAULT_TRIGGER``)."""
+    return next((form for form in TRIGGERS if form.key in spec), None)
+
+
+# -- chaos kinds (--elastic-faults) ---------------------------------------------------------
+
+CHAOS_KINDS: dict[str, FaultKind] = {row.chaos: row for row in FAULT_KINDS.values() if row.chaos}
+#: --elastic-faults names that stand for several kinds (DESIGN.md's "scale": both directions)
+CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("leave", "join")}
+CHAOS_CHOICES: tuple[str, ...] = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
+DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("worker",)
+
+
+def parse_chaos_kinds(text: str | None) -> tuple[str, ...]:
+    """``"worker,scale"`` -> ``("worker", "leave", "join")``; empty: the default kinds."""
+    names = [k.strip() for k in (text or "").split(",") if k.strip()]
+    if not names:
+        return DEFAULT_CHAOS_KINDS
+    unknown = [k for k in names if k not in CHAOS_CHOICES]
+    if unknown:
+        raise ConfigError("--elastic-faults", text, _unknown_kinds(unknown))
+    expanded: list[str] = []
+    for name in names:
+        expanded.extend(CHAOS_ALIASES.get(name, (name,)))
+    return tuple(dict.fromkeys(expanded))
+
+
+def _unknown_kinds(unknown: list[str]) -> str:
+    aliases = "; ".join(f"{a} = {' + '.join(k)}" for a, k in CHAOS_ALIASES.items())
+    return f"names unknown fault kind(s) {unknown}; choose from {', '.join(CHAOS_CHOICES)} ({aliases})"
+
+
+# -- checking tables -----------------------------------------------------------------------
+
+
+def check_options(values: Mapping[str, Any], keys: Iterable[Key], where: str) -> list[str]:
+    """One line per unknown key or bad value of ``values`` (``where``: e.g. ``[job]``)."""
+    known = {key.name: key for key in keys}
+    unknown = sorted(set(values) - set(known))
+    problems = [f"{where} has unknown key(s) {unknown}; known: {', '.join(known)}"] if unknown else []
+    for name, value in values.items():
+        if name in known:
+            try:
+                known[name].validate(value)
+            except ConfigError as e:
+                problems.append(f"{where} {e}")
+    return problems
+
+
+def check_scenario(data: Mapping[str, Any]) -> list[str]:
+    """Every problem of a parsed scenario file, one line each (empty: it is valid)."""
+    job = data.get("job")
+    if not isinstance(job, dict):
+        return ["missing [job] table"]
+    problems = []
+    unknown = sorted(set(data) - set(SCENARIO_TABLES))
+    if unknown:
+        problems.append(f"unknown table(s) {unknown}; known: {', '.join(SCENARIO_TABLES)}")
+    if ("script" in job) == ("module" in job):
+        problems.append("[job] needs exactly one of script= or module=")
+    problems += check_options(job, SCENARIO_JOB_OPTIONS, "[job]")
+    expect = data.get("expect", {})
+    if not isinstance(expect, dict):
+        problems.append("[expect] must be a table")
+    else:
+        problems += check_options(expect, EXPECT_KEYS, "[expect]")
+    faults = data.get("fault", [])
+    if not isinstance(faults, list):
+        return problems + ["fault must be an array of tables: [[fault]]"]
+    for i, spec in enumerate(faults):
+        try:
+            check_fault_spec(spec)
+        except ConfigError as e:
+            problems.append(f"[[fault]] #{i + 1}: {e}")
+    return problems
+
+
+# -- documentation, generated ------------------------------------------------------------
+
+
+def marker_signature() -> str:
+    """``elastic(nnodes='1', ...)`` as ``pytest --markers`` shows it. pytest splits a marker
+    line at its first ':', so no default may be shown with one (``Key.shown``)."""
+    args = ", ".join(f"{k.name}={k.shown or repr(k.default)}" for k in MARKER_OPTIONS)
+    return f"elastic({args})"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def _line(key: Key, value: Any) -> str:
+    default = "" if key.default is None else f" (default {_toml(key.default)})"
+    text = f"{key.name} = {_toml(value)}"
+    return f"{text:<39} # {key.doc}{default}"
+
+
+def _doc_value(key: Key) -> Any:
+    return key.example if key.default is None or key.example is not None else key.default
+
+
+def scenario_reference() -> str:
+    """Every key of a scenario file with its default and meaning, as a TOML scenario that
+    is itself valid (``check_scenario``): one ``[[fault]]`` per fault kind, then one per
+    trigger form. ``module`` is shown commented out (a job has a script or a module)."""
+    lines = ['description = "what this scenario shows (free text)"', "", "[job]"]
+    for key in SCENARIO_JOB_OPTIONS:
+        line = _line(key, _doc_value(key))
+        lines.append("# " + line if key.name == "module" else line)
+    for row in FAULT_KINDS.values():
+        chaos = f"; chaos kind {row.chaos!r}" if row.chaos else ""
+        lines += ["", f"[[fault]]                               # {row.doc}{chaos}",
+                  f"kind = {_toml(row.kind)}"]
+        lines += [_line(p, _doc_value(p)) for p in row.params]
+    for form in TRIGGERS:
+        lines += ["", f"[[fault]]                               # trigger: {form.doc}",
+                  'kind = "worker_crash"']
+        lines += [_line(key, _doc_value(key)) for key, _ in form.fields]
+        if form is TRIGGERS[-1]:
+            lines.append(_line(AFTER_PREVIOUS, True))
+    lines += ["", "# no trigger key: when every running node is HEALTHY "
+              f"({', '.join(f'{k} = {_toml(v)}' for k, v in DEFAULT_TRIGGER.items())})",
+              "", "[expect]                                # each key is optional"]
+    lines += [_line(key, _doc_value(key)) for key in EXPECT_KEYS]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m harness.sim.schema: the scenario reference
+    print(scenario_reference(), end="")

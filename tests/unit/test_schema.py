@@ -1,0 +1,323 @@
+"""One schema (harness.sim.schema): every door derives from it, and what one door prints
+another accepts. No processes: specs, JSON, TOML and signatures only."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.sim import chaos, faults, schema
+from harness.sim.faults import ScheduledFault, from_spec, to_spec
+from pytest_elastic import _scenarios, _settings
+from pytest_elastic._settings import SettingError, parse_schedule, validate_marker
+from pytest_elastic._shrink import schedules_from_json, schedules_to_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Cluster keywords deliberately not in schema.CLUSTER_OPTIONS, each with its reason (none
+#: today). A keyword added to Cluster must be added to the schema or named here.
+NOT_IN_SCHEMA: dict[str, str] = {}
+
+
+def _other_value(key: schema.Key) -> object:
+    """A valid value of ``key`` that differs from its default (so a round trip shows it)."""
+    candidates = [key.example, 15 if key.name == "sig" else None, "STOPPED"]
+    if isinstance(key.default, bool):
+        candidates.append(not key.default)
+    elif isinstance(key.default, (int, float)):
+        candidates += [key.default + 1, key.default + 0.5]
+    elif key.default is None:
+        candidates.append(1)
+    for value in candidates:
+        if value is not None and value != key.default and (key.check is None or key.check(value)):
+            return value
+    raise AssertionError(f"no non-default value for {key.name}")
+
+
+def _round_trip(spec: dict) -> ScheduledFault:
+    """spec -> ScheduledFault -> spec, and through the --elastic-schedule JSON."""
+    entry = from_spec(spec)
+    assert to_spec(entry) == spec
+    text = json.dumps([[spec]])
+    assert parse_schedule(text) == [[spec]]
+    assert schedules_from_json(text) == ((entry,),)
+    assert schedules_to_json(((entry,),)) == json.dumps([[spec]], separators=(",", ":"))
+    return entry
+
+
+# -- faults and triggers ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
+def test_every_fault_kind_round_trips(kind):
+    row = schema.FAULT_KINDS[kind]
+    spec = {"kind": kind, **{p.name: _other_value(p) for p in row.params}, "after": 0.5}
+    entry = _round_trip(spec)
+    assert type(entry.fault) is faults.fault_class(kind) and entry.fault.kind == kind
+    assert {p.name: getattr(entry.fault, p.name) for p in row.params} == {
+        p.name: spec[p.name] for p in row.params}
+    bare = {"kind": kind, "after": 0.5}  # every parameter at its default
+    assert _round_trip(bare).fault == faults.fault_class(kind)()
+
+
+@pytest.mark.parametrize("form", schema.TRIGGERS, ids=lambda f: f.key)
+@pytest.mark.parametrize("chained", [False, True], ids=["", "after_previous"])
+def test_every_trigger_form_round_trips(form, chained):
+    key = form.fields[0][0]
+    only = {"kind": "worker_crash", key.name: _other_value(key)}
+    full = {**only, **{k.name: _other_value(k) for k, _ in form.fields[1:]}}
+    for spec in (only, full):
+        if chained:
+            spec = {**spec, "after_previous": True}
+        entry = _round_trip(spec)
+        assert type(entry.trigger).__name__ == form.cls and entry.after_previous is chained
+        for k, attr in form.fields:
+            value = getattr(entry.trigger, attr)
+            assert getattr(value, "value", value) == spec.get(k.name, k.default)
+
+
+def test_no_trigger_means_every_node_healthy():
+    entry = from_spec({"kind": "node_join"})
+    assert entry.trigger == faults.OnState(faults.WorkerState.HEALTHY, None)
+    assert to_spec(entry) == {"kind": "node_join", **schema.DEFAULT_TRIGGER}
+
+
+def test_triggers_without_a_spelling_are_not_printed():
+    assert to_spec(ScheduledFault(faults.NodeJoin(), faults.Immediately())) is None
+    assert to_spec(ScheduledFault(faults.NodeJoin(), faults.After(seconds=1))) is None
+
+
+def test_rows_match_their_classes():
+    """Kind, parameters and defaults of each row are those of its Fault dataclass; every
+    Fault subclass has a row (a new class without one fails here)."""
+    for kind, row in schema.FAULT_KINDS.items():
+        cls = faults.fault_class(kind)
+        assert cls.__name__ == row.cls and cls.kind == kind
+        assert [(f.name, f.default) for f in dataclasses.fields(cls)] == [(p.name, p.default) for p in row.params]
+    classes = {cls for cls in vars(faults).values()
+               if isinstance(cls, type) and issubclass(cls, faults.Fault) and cls is not faults.Fault}
+    assert {faults.fault_class(kind) for kind in schema.FAULT_KINDS} == classes
+    for form in schema.TRIGGERS:
+        cls = getattr(faults, form.cls)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        assert set(defaults) == {attr for _, attr in form.fields}, form.cls
+        for key, attr in form.fields:
+            assert getattr(defaults[attr], "value", defaults[attr]) == key.default, (form.cls, attr)
+
+
+def test_spec_keys_are_every_kind_trigger_and_flag():
+    assert faults.SPEC_KEYS == schema.SPEC_KEYS
+    assert set(_settings.SCHEDULE_KEYS) == schema.SPEC_KEYS
+    assert set(_settings.SCHEDULE_FAULT_KINDS) == set(schema.FAULT_KINDS)
+    assert {"after_previous", "on_world_size", "state_node"} <= schema.SPEC_KEYS
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({}, "kind=None must be one of worker_crash, "),
+    ({"kind": "meteor"}, "kind='meteor' must be one of worker_crash, worker_hang, agent_kill, "),
+    ({"kind": "node_join", "node": 1}, "kind='node_join' takes no key(s) ['node']; its keys: kind, after,"),
+    ({"kind": "worker_crash", "local_rank": -1}, "local_rank=-1 must be an int >= 0"),
+    ({"kind": "worker_crash", "exit_code": "3"}, "exit_code='3' must be an int >= 0 (or None)"),
+    ({"kind": "worker_crash", "node": True}, "node=True must be an int >= 0"),
+    ({"kind": "node_kill", "after_previous": 1}, "after_previous=1 must be true or false"),
+    ({"kind": "node_kill", "state_node": 1}, "state_node=1 needs on_state="),
+    ({"kind": "node_kill", "after": 1, "on_world_size": 2}, "trigger=['after', 'on_world_size'] must be one of"),
+])
+def test_bad_specs_are_one_line_naming_the_key(spec, message):
+    with pytest.raises(ConfigError) as info:
+        from_spec(spec)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+# -- chaos --------------------------------------------------------------------------------
+
+
+def test_chaos_kinds_come_from_the_rows():
+    assert chaos.FAULT_KINDS == tuple(row.chaos for row in schema.FAULT_KINDS.values() if row.chaos)
+    assert _settings.FAULT_KINDS == chaos.FAULT_KINDS + tuple(schema.CHAOS_ALIASES)
+    assert chaos.parse_fault_kinds("worker,scale") == ("worker", "leave", "join")
+    with pytest.raises(ConfigError, match=re.escape("unknown fault kind(s) ['meteor']; choose from worker,")):
+        chaos.parse_fault_kinds("scale,meteor")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_elastic_schedule_accepts_what_chaos_printed(seed):
+    every = chaos.FAULT_KINDS
+    schedule = chaos.generate_schedule(seed, every, min_nodes=1, max_nodes=4, nproc_per_node=2,
+                                       max_restarts=6, initial_nodes=3)
+    assert schedule  # something to print
+    text = schedules_to_json((tuple(schedule),))
+    assert text is not None
+    assert schedules_from_json(text) == (tuple(schedule),)
+
+
+# -- the cluster, the marker, the settings ------------------------------------------------
+
+
+def test_cluster_keywords_are_the_schema_options():
+    from harness import Cluster
+
+    params = [p for name, p in inspect.signature(Cluster.__init__).parameters.items()
+              if name != "self" and name not in NOT_IN_SCHEMA]
+    assert [p.name for p in params] == [k.name for k in schema.CLUSTER_OPTIONS]
+    assert [p.default for p in params] == [k.default for k in schema.CLUSTER_OPTIONS]
+    assert set(NOT_IN_SCHEMA) <= set(inspect.signature(Cluster.__init__).parameters)
+
+
+def test_marker_keywords_are_the_cluster_options_the_plugin_does_not_own():
+    cluster = [k.name for k in schema.CLUSTER_OPTIONS]
+    assert set(schema.PLUGIN_OWNED) <= set(cluster)
+    assert [k.name for k in schema.MARKER_OPTIONS] == [n for n in cluster if n not in schema.PLUGIN_OWNED] + ["timeout"]
+    assert list(_settings.MARKER_KEYWORDS) == [k.name for k in schema.MARKER_OPTIONS]
+    signature = schema.marker_signature()
+    assert ":" not in signature  # pytest cuts a marker line at its first ':'
+    assert signature.startswith("elastic(nnodes='1', nproc_per_node=1, max_restarts=3, ")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"store_host": "node1"}, "store_host='node1') is not valid: must be one of harness, node0"),
+    ({"start_method": "thread"}, "is not valid: must be one of zygote, spawn, fork, forkserver"),
+    ({"env": {"A": 1}}, "env={'A': 1}) is not valid: must be a table of strings"),
+    ({"nnodes": "3:1"}, "nnodes='3:1') is not valid: must be N or 'MIN:MAX'"),
+    ({"timeout": 0}, "timeout=0) is not valid: must be a number > 0"),
+    ({"chaos": None}, "unknown keyword(s) ['chaos']"),
+])
+def test_every_marker_keyword_is_checked(kwargs, message):
+    with pytest.raises(SettingError, match=re.escape(message)):
+        validate_marker("t.py::test", kwargs, ())
+
+
+def test_marker_accepts_every_cluster_keyword_at_its_default():
+    defaults = {k.name: k.default for k in schema.MARKER_OPTIONS}
+    assert validate_marker("t.py::test", defaults, ()) == defaults
+    validate_marker("t.py::test", {"nnodes": 2, "gpus": [0, 1], "seed": 3, "check_invariants": False}, ())
+
+
+def test_settings_defaults_are_the_schema_defaults():
+    by_name = {k.name: k for k in schema.MARKER_OPTIONS}
+    assert _settings.Settings().timeout == by_name["timeout"].default
+    assert _settings.Settings().start_method == by_name["start_method"].default
+    assert _settings.Settings().faults == ",".join(schema.DEFAULT_CHAOS_KINDS)
+
+
+def test_the_schema_loads_without_the_simulation_or_torch():
+    code = ("import sys, harness.sim.schema; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('harness.sim')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['harness.sim', 'harness.sim.checks', 'harness.sim.schema']"
+
+
+# -- scenario files -----------------------------------------------------------------------
+
+
+def _documented_keys(reference: str) -> dict[str, set[str]]:
+    """table -> the keys a reference text shows (commented-out ones included)."""
+    keys: dict[str, set[str]] = {"": set()}
+    table = ""
+    for line in reference.splitlines():
+        header = re.match(r"\[\[?(\w+)\]\]?", line)
+        if header:
+            table = header.group(1)
+            keys.setdefault(table, set())
+        match = re.match(r"(?:# )?(\w+) = ", line)
+        if match:
+            keys[table].add(match.group(1))
+    return keys
+
+
+def test_the_scenario_reference_documents_every_key_and_is_valid():
+    reference = schema.scenario_reference()
+    data = tomllib.loads(reference)
+    assert schema.check_scenario(data) == []
+    documented = _documented_keys(reference)
+    assert documented[""] == {"description"}
+    assert documented["job"] == {k.name for k in schema.SCENARIO_JOB_OPTIONS}
+    assert documented["fault"] == schema.SPEC_KEYS
+    assert documented["expect"] == {k.name for k in schema.EXPECT_KEYS}
+    assert {f["kind"] for f in data["fault"]} == set(schema.FAULT_KINDS)
+    for spec in data["fault"]:
+        assert to_spec(from_spec(spec)) is not None
+    out = subprocess.run([sys.executable, "-m", "harness.sim.schema"], capture_output=True, text=True, check=True)
+    assert out.stdout == reference
+
+
+def test_the_scenario_module_example_is_valid():
+    example = textwrap.dedent(_scenarios.__doc__.split("::", 1)[1].split("\nEvery key", 1)[0])
+    data = tomllib.loads(example)
+    assert _scenarios._validate(data) == []
+    assert {"job", "fault", "expect"} <= set(data)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "scenarios").rglob("*.toml")), ids=lambda p: p.name)
+def test_every_scenario_file_is_valid(path):
+    data = tomllib.loads(path.read_text())
+    assert schema.check_scenario(data) == []
+    for spec in data.get("fault", []):
+        assert to_spec(from_spec(spec)) is not None
+
+
+@pytest.mark.parametrize("data, message", [
+    ({}, "missing [job] table"),
+    ({"job": {"script": "x.py", "nprocs": 2}}, "[job] has unknown key(s) ['nprocs']; known: script, module,"),
+    ({"job": {"script": "x.py", "nproc_per_node": "2"}}, "[job] nproc_per_node='2' must be an int >= 1"),
+    ({"job": {"script": "x.py", "chaos": {}}}, "[job] has unknown key(s) ['chaos']"),
+    ({"job": {"script": "x.py", "module": "m"}}, "[job] needs exactly one of script= or module="),
+    ({"job": {"script": "x.py"}, "expect": {"state": "DONE"}}, "[expect] state='DONE' must be one of UNKNOWN,"),
+    ({"job": {"script": "x.py"}, "expect": {"world_size": [2]}}, "[expect] has unknown key(s) ['world_size']"),
+    ({"job": {"script": "x.py"}, "fault": [{"kind": "node_kill"}, {"kind": "nope"}]},
+     "[[fault]] #2: kind='nope' must be one of worker_crash,"),
+    ({"job": {"script": "x.py"}, "faults": []}, "unknown table(s) ['faults']; known: description, job,"),
+])
+def test_bad_scenarios_say_which_key(data, message):
+    problems = schema.check_scenario(data)
+    assert any(message in p for p in problems), problems
+
+
+def _finished_job(tmp_path):
+    """A job as its timeline shows it: rounds of WORLD_SIZE 2, 1, 2; one restart; one fault
+    recovered 3.2 s later; rank 0 did steps 0..4. (``_check_expectations`` reads only this.)"""
+    from types import SimpleNamespace
+
+    from harness.sim.timeline import Timeline
+
+    events = [{"kind": "rendezvous", "run_id": "r", "round": r, "world_size": w, "mono": 1.0 + r, "node": "a"}
+              for r, w in enumerate((2, 1, 2))]
+    events += [{"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 1.2},
+               {"kind": "fault", "fault": "node_kill", "node": "harness", "mono": 1.8},
+               {"kind": "state", "node": "a", "state": "STOPPED", "mono": 1.9},
+               {"kind": "state", "node": "a", "state": "HEALTHY", "mono": 5.0}]
+    events += [{"kind": "step", "rank": 0, "step": s, "pid": 1, "mono": 5.1 + s} for s in range(5)]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return SimpleNamespace(timeline=Timeline(str(path))), SimpleNamespace(state=faults.WorkerState.SUCCEEDED)
+
+
+def test_every_expect_key_is_enforced(tmp_path):
+    """Each [expect] key the schema accepts is checked (min_world_size was accepted and ignored)."""
+    job, result = _finished_job(tmp_path)
+    holds = {"state": "SUCCEEDED", "world_sizes": [2, 1, 2], "restarts": 1, "no_lost_steps": True,
+             "max_recovery_latency": 5.0, "min_world_size": 1, "final_world_size": 2, "faults_fired": 1}
+    fails = {"state": ("FAILED", "final state SUCCEEDED, expected FAILED"),
+             "world_sizes": ([2], "world sizes [2, 1, 2], expected [2]"),
+             "restarts": (0, "1 restart(s), expected 0"),
+             "no_lost_steps": (True, "steps never done: [5, 6, 7, 8, 9]"),
+             "max_recovery_latency": (1.0, "node_kill recovered after 3.20s > 1.0s"),
+             "min_world_size": (2, "world sizes [2, 1, 2], none expected below 2"),
+             "final_world_size": (1, "final world size 2, expected 1"),
+             "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2")}
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS}
+    _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
+    for key, (value, message) in fails.items():
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
+            _scenarios._check_expectations({key: value}, job, result, 10 if key == "no_lost_steps" else 5,
+                                           chaotic=False)
