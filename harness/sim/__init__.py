@@ -5,8 +5,11 @@
 ``harness.events``, ``harness.net``) through its public API, its CLI and the event stream
 only; the runtime never imports this package. ``tests/unit/test_layers.py`` enforces both.
 
-Modules: ``cluster`` (``Cluster``, ``Job``, ``JobResult``), ``node_main`` (a node's agent
-process), ``stores`` (where the rendezvous store lives), ``faults`` (faults and triggers as
-data), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus`` (GPU slices per
-node) and ``progress`` (``report_step``, the line a worker adds).
+Modules: ``cluster`` (``Cluster``), ``job`` (``Job``, ``JobResult``), ``pool`` (``WarmPool``,
+the zygote clusters share by choice), ``node_main`` (a node's agent process), ``stores``
+(where the rendezvous store lives), ``scheduler`` (fires scheduled faults), ``faults`` (faults
+and triggers as data), ``schema`` and ``checks`` (the one definition of every option, fault
+kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``
+(GPU slices per node), ``progress`` (``report_step``, the line a worker adds) and
+``bytecode`` (node agents import the runtime from bytecode).
 """

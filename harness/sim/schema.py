@@ -122,11 +122,13 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("chaos", None, "a seeded fault schedule per job (harness.sim.chaos.ChaosConfig)"),
     Key("gpus", None, "GPUs to split between nodes: a count, device ids, or None to detect",
         GPUS, example=0),
+    Key("pool", None, "a harness.WarmPool shared across clusters (None: the cluster's own)"),
 )
 
 #: cluster options the plugin provides itself, so neither the marker nor a scenario takes them
 PLUGIN_OWNED: dict[str, str] = {
     "chaos": "built by the plugin from --elastic-chaos, --elastic-seed and --elastic-faults",
+    "pool": "the plugin's one warm pool per session (per xdist worker)",
 }
 
 #: the test's own time limit (marker and scenario; the default is --elastic-timeout's)
