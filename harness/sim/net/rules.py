@@ -3,9 +3,12 @@
 Every fault on a node lives in one table of that node's namespace, rewritten whole in one
 ``nft -f`` transaction on each change (create, delete, define): the kernel swaps it
 atomically, so a packet sees either the old rules or the new ones, never half of each.
-Rules match only the node's wire interface (``eth0``); its loopback, where the node's own
-workers talk, is never faulted. Everything is ``drop``: no RST, no ICMP, no FIN: to the
-other side the node simply went quiet, as when a switch port fails.
+The table is of the ``netdev`` family, hooked to the node's wire interface (``eth0``) at
+ingress and egress: its loopback, where the node's own workers talk, is never faulted, and
+a dropped packet has already left the node's stack, so the sender sees no error (an
+``output``-hook drop would fail a UDP send with EPERM). Everything is ``drop``: no RST, no
+ICMP, no FIN, no ARP answer where everything is dropped: to the other side the node simply
+went quiet, as when a switch port fails.
 """
 
 from __future__ import annotations
@@ -79,24 +82,25 @@ def parse_rate(rate: str | int) -> int:
 
 
 def _chain(hook: str, rules: Sequence[Rule]) -> str:
-    iface, addr = ("iifname", "saddr") if hook == "input" else ("oifname", "daddr")
+    addr = "saddr" if hook == "ingress" else "daddr"
     lines = []
     for rule in rules:
         if isinstance(rule, Loss):
-            if rule.probability > 0:
-                threshold = round(rule.probability * LOSS_SCALE)
-                lines.append(f'{iface} "{WIRE}" numgen random mod {LOSS_SCALE} < {threshold} drop')
-        elif rule.direction in ("both", "in" if hook == "input" else "out"):
-            match = f" ip {addr} {{ {', '.join(rule.peers)} }}" if rule.peers else ""
-            lines.append(f'{iface} "{WIRE}"{match} drop')
+            threshold = round(rule.probability * LOSS_SCALE)
+            if threshold >= LOSS_SCALE:
+                lines.append("drop")
+            elif threshold > 0:
+                lines.append(f"numgen random mod {LOSS_SCALE} < {threshold} drop")
+        elif rule.direction in ("both", "in" if hook == "ingress" else "out"):
+            lines.append(f"ip {addr} {{ {', '.join(rule.peers)} }} drop" if rule.peers else "drop")
     body = "".join(f"\t\t{line}\n" for line in lines)
-    return (f"\tchain {hook} {{\n\t\ttype filter hook {hook} priority filter; policy accept;\n"
-            f"{body}\t}}\n")
+    return (f"\tchain {hook} {{\n\t\ttype filter hook {hook} device \"{WIRE}\" priority filter; "
+            f"policy accept;\n{body}\t}}\n")
 
 
 def render(rules: Sequence[Rule]) -> str:
     """An ``nft -f`` script that replaces the node's fault table by ``rules`` (none: no table)."""
-    script = f"table inet {TABLE}\ndelete table inet {TABLE}\n"
+    script = f"table netdev {TABLE}\ndelete table netdev {TABLE}\n"
     if rules:
-        script += f"table inet {TABLE} {{\n{_chain('input', rules)}{_chain('output', rules)}}}\n"
+        script += f"table netdev {TABLE} {{\n{_chain('ingress', rules)}{_chain('egress', rules)}}}\n"
     return script
