@@ -183,11 +183,9 @@ class Network:
         return node
 
     def _build(self, nnodes: int) -> None:
-        self._add_namespaces(["sw"])
-        self._ip("sw", f"link add {_BRIDGE} type bridge\nlink set {_BRIDGE} up\n")
         hosts = [("store", str(_STORE_ADDRESS))]
         hosts += [(f"n{i}", str(_FIRST_NODE + i)) for i in range(nnodes)]
-        self._add_hosts(hosts)
+        self._add_hosts(hosts, switch=True)
         self.nnodes = nnodes
 
     def _add_namespaces(self, hosts: Sequence[str]) -> None:
@@ -200,10 +198,14 @@ class Network:
             self._owned.fds.append(fd)
             self._fds[host] = fd
 
-    def _add_hosts(self, hosts: Sequence[tuple[str, str]]) -> None:
-        """Namespaces, one veth each (``eth0`` inside, ``p<host>`` on the bridge), addresses."""
-        self._add_namespaces([h for h, _ in hosts])
-        self._ip("sw", "".join(
+    def _add_hosts(self, hosts: Sequence[tuple[str, str]], switch: bool = False) -> None:
+        """Namespaces, one veth each (``eth0`` inside, ``p<host>`` on the bridge), addresses;
+        with ``switch``, the switch namespace and its bridge first. Few ``ip`` processes
+        (one for all namespaces, one for the switch, one per host, those in parallel):
+        starting them is most of the cost."""
+        self._add_namespaces(["sw"] * switch + [h for h, _ in hosts])
+        bridge = f"link add {_BRIDGE} type bridge\nlink set {_BRIDGE} up\n" if switch else ""
+        self._ip("sw", bridge + "".join(
             f"link add p{h} type veth peer name {rules.WIRE} netns {self._prefix}{h}\n"
             f"link set p{h} master {_BRIDGE}\nlink set p{h} up\n" for h, _ in hosts))
         prefix_len = NETNS_RANGE.prefixlen
