@@ -7,8 +7,10 @@ The table is of the ``netdev`` family, hooked to the node's wire interface (``et
 ingress and egress: its loopback, where the node's own workers talk, is never faulted, and
 a dropped packet has already left the node's stack, so the sender sees no error (an
 ``output``-hook drop would fail a UDP send with EPERM). Everything is ``drop``: no RST, no
-ICMP, no FIN, no ARP answer where everything is dropped: to the other side the node simply
-went quiet, as when a switch port fails.
+ICMP, no FIN: to the other side the node simply went quiet. Only IPv4 is dropped: ARP still
+resolves, because an ARP failure makes the sender's kernel report "host unreachable" to its
+sockets after a few seconds, and the failure this models is the silent black hole in which
+peers wait in a collective until a timeout (``link_down`` is the unplugged cable).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ TABLE = "harness_faults"
 WIRE = "eth0"
 #: probability resolution: numgen draws from 0..LOSS_SCALE-1
 LOSS_SCALE = 10000
+_IP = "meta protocol ip"  # IPv4 only: ARP passes (see the module docstring)
 _RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|bps|kbps|mbps|gbps)", re.IGNORECASE)
 _RATE_BITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9,
               "bps": 8, "kbps": 8 * 10**3, "mbps": 8 * 10**6, "gbps": 8 * 10**9}
@@ -88,11 +91,11 @@ def _chain(hook: str, rules: Sequence[Rule]) -> str:
         if isinstance(rule, Loss):
             threshold = round(rule.probability * LOSS_SCALE)
             if threshold >= LOSS_SCALE:
-                lines.append("drop")
+                lines.append(f"{_IP} drop")
             elif threshold > 0:
-                lines.append(f"numgen random mod {LOSS_SCALE} < {threshold} drop")
+                lines.append(f"{_IP} numgen random mod {LOSS_SCALE} < {threshold} drop")
         elif rule.direction in ("both", "in" if hook == "ingress" else "out"):
-            lines.append(f"ip {addr} {{ {', '.join(rule.peers)} }} drop" if rule.peers else "drop")
+            lines.append(f"ip {addr} {{ {', '.join(rule.peers)} }} drop" if rule.peers else f"{_IP} drop")
     body = "".join(f"\t\t{line}\n" for line in lines)
     return (f"\tchain {hook} {{\n\t\ttype filter hook {hook} device \"{WIRE}\" priority filter; "
             f"policy accept;\n{body}\t}}\n")
