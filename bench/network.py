@@ -10,8 +10,10 @@ Rows (medians over the rounds; targets from issue 10):
                    "marginal" is the cost of one more node: (build(max n) - build(min n)) /
                    (max n - min n). Most of it is the kernel's (netns add ~15 ms, veths).
   close            Network.close() for the largest n (every namespace removed).
-  enter(i)         a process started with preexec_fn=net.enter(i) minus one started without
-                   (/bin/true, 20 each): the price of starting inside a node's namespace.
+  start in a node  a process started with preexec_fn=net.enter(i) minus one started without
+                   (/bin/true, 20 each): the price of starting inside a node's namespace. A
+                   preexec_fn forces a full fork of the parent (a torch-sized parent: ~25 ms),
+                   so an nsenter --net=<namespace_path(i)> wrapper is measured beside it.
   partition        call -> packets dropped: node 0 sends a numbered UDP datagram to node 1
                    every ~0.2 ms, stamped with time.monotonic() at send; partition(1, [0])
                    is called at t0; the row is (send stamp of the last datagram node 1 got)
@@ -27,6 +29,7 @@ Cluster. Needs root, ip/tc/nft; prints why and exits 2 otherwise.
 from __future__ import annotations
 
 import argparse
+import shutil
 import socket
 import statistics
 import subprocess
@@ -93,17 +96,24 @@ def bench_setup(sizes: list[int], rounds: int) -> tuple[dict, dict, list[float]]
     return netns, loop, closes
 
 
-def bench_enter(net: Network, samples: int = 20) -> float:
-    def start(preexec) -> float:
+def bench_enter(net: Network, samples: int = 20) -> tuple[float, float | None]:
+    """Extra cost of starting /bin/true in node 0: by ``preexec_fn=enter(0)`` (forces a full
+    fork of this process) and by an ``nsenter --net=PATH`` wrapper (vfork + one more exec;
+    None without nsenter)."""
+    def start(argv: list[str], preexec=None) -> float:
         t0 = time.monotonic()
-        subprocess.run(["/bin/true"], preexec_fn=preexec, check=True)
+        subprocess.run(argv, preexec_fn=preexec, check=True)
         return time.monotonic() - t0
 
-    inside, outside = [], []
+    inside, outside, wrapped = [], [], []
+    nsenter = shutil.which("nsenter")
     for _ in range(samples):
-        inside.append(start(net.enter(0)))
-        outside.append(start(None))
-    return statistics.median(inside) - statistics.median(outside)
+        inside.append(start(["/bin/true"], net.enter(0)))
+        outside.append(start(["/bin/true"]))
+        if nsenter:
+            wrapped.append(start([nsenter, f"--net={net.namespace_path(0)}", "/bin/true"]))
+    base = statistics.median(outside)
+    return statistics.median(inside) - base, (statistics.median(wrapped) - base) if wrapped else None
 
 
 class Stream:
@@ -188,7 +198,7 @@ def main() -> int:
     print(f"# network bench: {args.rounds} rounds, sizes {sizes}", file=sys.stderr)
     netns, loop, closes = bench_setup(sizes, args.rounds)
     with Network(2, "netns") as net:
-        enter_cost = bench_enter(net)
+        enter_cost, nsenter_cost = bench_enter(net)
         faults = bench_faults(net, args.rounds)
 
     rows = []
@@ -204,7 +214,8 @@ def main() -> int:
         rows.append([f"setup, marginal node ({lo}->{hi})", fmt_ms(marginal), "-", "<= 50 ms",
                      verdict(marginal, SETUP_TARGET_S)])
     rows.append([f"close (n={sizes[-1]})", fmt_ms(median(closes)), "-", "-", "-"])
-    rows.append(["enter(i): start inside a namespace, extra", fmt_ms(enter_cost), "-", "-", "-"])
+    rows.append(["start in a node: preexec_fn=enter(i), extra", fmt_ms(enter_cost), "-", "-", "-"])
+    rows.append(["start in a node: nsenter --net wrapper, extra", fmt_ms(nsenter_cost), "-", "-", "-"])
     partition = median(faults["partition"])
     rows.append(["partition: call -> packets dropped", fmt_ms(partition),
                  f"call {fmt_ms(median(faults['partition call']))}", "<= 10 ms",

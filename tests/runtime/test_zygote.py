@@ -193,7 +193,7 @@ def test_a_shared_zygote_forks_workers_into_their_agents_network_namespace(tmp_p
             env={**os.environ, "HARNESS_ZYGOTE": server.path, "TMPDIR": str(tmp_path)})
         assert out.returncode == 0, out.stderr
         lines = [line for line in out.stdout.splitlines() if line.startswith("WORKER")]
-        ino = os.stat(f"/run/netns/{net.namespace(0)}").st_ino
+        ino = os.stat(net.namespace_path(0)).st_ino
         assert ino != os.stat("/proc/self/ns/net").st_ino
         expected = f"WORKER ppid={server.process.pid} ino={ino} ifaces=eth0,lo bound=yes"
         assert lines == [expected, expected], out.stdout

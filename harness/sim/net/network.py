@@ -134,6 +134,13 @@ class Network:
         self._check_node(node)
         return f"{self._prefix}n{node}" if self.mode == "netns" else None
 
+    def namespace_path(self, node: int) -> str | None:
+        """``/run/netns/<name>`` of node ``node``: hand it to a child that joins by itself
+        (``harness.procs.join_netns(path)`` first thing, or ``nsenter --net=PATH``), which
+        avoids the full fork a ``preexec_fn`` forces on a large parent."""
+        name = self.namespace(node)
+        return os.path.join(names.NETNS_DIR, name) if name else None
+
     @property
     def store_namespace(self) -> str | None:
         return f"{self._prefix}store" if self.mode == "netns" else None
