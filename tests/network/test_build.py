@@ -125,3 +125,21 @@ def test_leftovers_of_a_dead_owner_are_swept_and_a_live_owners_are_not(needs_net
                 if stream and not stream.closed:
                     stream.close()
         delete_namespaces(_present(dead_names + live_names))
+
+
+def test_every_address_inside_is_ours_or_loopback(net):
+    """198.18.0.0/15 on eth0 and loopback on lo: no IPv6 link-local, nothing on the switch."""
+    import json
+
+    loopback = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+    hosts = [net.namespace(i) for i in range(3)] + [net.store_namespace]
+    for name in [*hosts, net.switch_namespace]:
+        out = subprocess.run(["ip", "-n", name, "-j", "addr"], capture_output=True, text=True, check=True)
+        for link in json.loads(out.stdout):
+            for info in link.get("addr_info", []):
+                addr = ipaddress.ip_address(info["local"])
+                allowed = loopback if link["ifname"] == "lo" else (NETNS_RANGE,)
+                assert any(addr in r for r in allowed), (name, link["ifname"], str(addr))
+        routes = subprocess.run(["ip", "-n", name, "-j", "route"], capture_output=True, text=True,
+                                check=True)
+        assert all(r["dst"] == str(NETNS_RANGE) for r in json.loads(routes.stdout)), (name, routes.stdout)

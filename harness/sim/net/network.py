@@ -211,10 +211,14 @@ class Network:
         (one for all namespaces, one for the switch, one per host, those in parallel):
         starting them is most of the cost."""
         self._add_namespaces(["sw"] * switch + [h for h, _ in hosts])
-        bridge = f"link add {_BRIDGE} type bridge\nlink set {_BRIDGE} up\n" if switch else ""
+        # addrgenmode none: no IPv6 link-local addresses anywhere (the only addresses are
+        # ours from 198.18.0.0/15, and no IPv6 path slips past the IPv4 fault rules)
+        bridge = (f"link add {_BRIDGE} type bridge\nlink set {_BRIDGE} addrgenmode none\n"
+                  f"link set {_BRIDGE} up\n") if switch else ""
         self._ip("sw", bridge + "".join(
             f"link add p{h} type veth peer name {rules.WIRE} netns {self._prefix}{h}\n"
-            f"link set p{h} master {_BRIDGE}\nlink set p{h} up\n" for h, _ in hosts))
+            f"link set p{h} addrgenmode none\nlink set p{h} master {_BRIDGE}\nlink set p{h} up\n"
+            for h, _ in hosts))
         prefix_len = NETNS_RANGE.prefixlen
         procs = [(h, subprocess.Popen(
             ["ip", "-n", self._prefix + h, "-batch", "-"], stdin=subprocess.PIPE,
@@ -222,7 +226,7 @@ class Network:
         failures = []
         for (host, proc), (_, addr) in zip(procs, hosts):  # all configure at once
             script = (f"link set lo up\naddr add {addr}/{prefix_len} dev {rules.WIRE}\n"
-                      f"link set {rules.WIRE} up\n")
+                      f"link set {rules.WIRE} addrgenmode none\nlink set {rules.WIRE} up\n")
             _, err = proc.communicate(script)
             if proc.returncode != 0:
                 failures.append(f"{host}: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
