@@ -2,7 +2,7 @@
 
 Also the process primitives the rest of the project builds on (the simulation starts its
 node agents and store servers with them): children that die with their parent, signalling
-a process group, a process identity that survives pid reuse, and the zygote server (a warm
+a process group, a process identity that survives pid reuse, joining a network namespace, and the zygote server (a warm
 interpreter that has imported torch and forks workers).
 """
 
@@ -14,12 +14,12 @@ from harness.procs._handles import (
     signal_process_group,
 )
 from harness.procs._logs import LogsSpecs, render_prefix
-from harness.procs._prctl import die_with_parent, set_pdeathsig
+from harness.procs._prctl import die_with_parent, join_netns, same_netns, set_pdeathsig
 from harness.procs._std import Std
 from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 
 __all__ = [
     "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
-    "ZygoteServerProcess", "die_with_parent", "is_same_process", "process_start_time",
-    "process_state", "render_prefix", "set_pdeathsig", "signal_process_group",
+    "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
+    "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
 ]

@@ -5,7 +5,12 @@ pays neither, and a restart reuses the same zygote. One zygote can serve many ag
 (the harness shares one per process tree), so:
 
 * agents talk to it over a ``SOCK_SEQPACKET`` unix socket: one message per request, the
-  worker's stdin/stdout/stderr passed along as file descriptors (``SCM_RIGHTS``);
+  worker's stdin/stdout/stderr passed along as file descriptors (``SCM_RIGHTS``). The
+  socket is a file in a private 0700 directory, not an abstract name: abstract names
+  belong to a network namespace, and agents may live in other namespaces than the zygote;
+* a worker runs in its agent's network namespace, as a spawned one would: the zygote
+  learns the agent's pid from the connection (``SO_PEERCRED``), and a child forked for an
+  agent in another namespace joins it (``setns``) before any of its code runs;
 * the zygote is the workers' parent: it reaps them (sweeping each process group with
   SIGKILL *before* the reap, while the group id cannot be reused) and reports every exit
   code to the agent that asked for the worker;
@@ -32,6 +37,7 @@ import sys
 import traceback
 
 from harness.procs._handles import signal_process_group
+from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
 
@@ -59,12 +65,6 @@ def recv_message(sock: socket.socket) -> tuple[dict | None, list[int]]:
     return json.loads(data), fds
 
 
-def socket_address(name: str) -> str | bytes:
-    """``@name`` is a Linux abstract socket (no file to leak when the zygote is SIGKILLed;
-    access is checked by peer uid instead of file mode); anything else is a path."""
-    return b"\0" + name[1:].encode() if name.startswith("@") else name
-
-
 def make_socket() -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
@@ -86,6 +86,7 @@ class _Zygote:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
         self.owner: dict[int, socket.socket] = {}  # worker pid -> agent connection
         self.clients: set[socket.socket] = set()
+        self.netns: dict[socket.socket, int] = {}  # agent connection -> its netns fd, when not ours
 
     def run(self) -> None:
         signal.set_wakeup_fd(self.wake_w)
@@ -94,12 +95,14 @@ class _Zygote:
             for key, _ in self.selector.select():
                 if key.data == "accept":
                     conn, _ = self.listener.accept()
-                    if not _same_user(conn):  # it runs code on request: our uid only
+                    pid, uid = _peer(conn)
+                    if uid != os.getuid():  # it runs code on request: our uid only
                         conn.close()
                         continue
                     conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
                     self.clients.add(conn)
                     self.selector.register(conn, selectors.EVENT_READ, "client")
+                    self.note_netns(conn, pid)
                 elif key.data == "sigchld":
                     try:
                         os.read(self.wake_r, 4096)
@@ -135,10 +138,25 @@ class _Zygote:
                 except OSError:
                     pass
 
+    def note_netns(self, conn: socket.socket, agent_pid: int) -> None:
+        """Keep a handle on the agent's network namespace when it is not ours. Taken at
+        connect time, while the agent is certainly alive (its pid cannot have been reused)."""
+        try:
+            fd = os.open(f"/proc/{agent_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return  # no /proc or no permission: workers stay where the zygote is
+        if same_netns(fd):
+            os.close(fd)
+        else:
+            self.netns[conn] = fd
+
     def drop(self, conn: socket.socket) -> None:
         """The agent is gone: its workers must follow."""
         self.selector.unregister(conn)
         self.clients.discard(conn)
+        fd = self.netns.pop(conn, None)
+        if fd is not None:
+            os.close(fd)
         conn.close()
         for pid, owner in self.owner.items():
             if owner is conn:
@@ -173,7 +191,7 @@ class _Zygote:
             send_message(conn, {"op": "error", "id": request["id"], "message": f"fork failed: {e}"})
             return
         if pid == 0:
-            self.become_worker(request, fds)  # never returns
+            self.become_worker(request, fds, self.netns.get(conn))  # never returns
         try:
             os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
         except OSError:
@@ -183,13 +201,18 @@ class _Zygote:
         self.owner[pid] = conn  # registered first: if the reply fails, drop() kills it
         send_message(conn, {"op": "spawned", "id": request["id"], "pid": pid})
 
-    def become_worker(self, request: dict, fds: list[int]) -> None:
+    def become_worker(self, request: dict, fds: list[int], netns: int | None) -> None:
         code = 1
         try:
             os.setpgid(0, 0)
-            from harness.procs._prctl import set_pdeathsig
-
             set_pdeathsig(signal.SIGKILL)
+            if netns is not None:  # before anything of the worker's runs or opens a socket
+                try:
+                    join_netns(netns)
+                except OSError as e:
+                    os.write(fds[2] if len(fds) > 2 else 2,
+                             f"[zygote] cannot join the agent's network namespace: {e}\n".encode())
+                    os._exit(1)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             for fd, target in zip(fds, (0, 1, 2)):
@@ -198,7 +221,7 @@ class _Zygote:
             self.selector.close()
             for sock in (self.listener, *self.clients):
                 sock.close()
-            for fd in (*fds, self.wake_r, self.wake_w):
+            for fd in (*fds, *self.netns.values(), self.wake_r, self.wake_w):
                 if fd not in keep:
                     _close(fd)
             code = run_as_main(request)
@@ -211,10 +234,11 @@ class _Zygote:
             _exit_like_python(code)
 
 
-def _same_user(conn: socket.socket) -> bool:
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process that connected."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid == os.getuid()
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
 
 
 def _close(fd: int) -> None:
@@ -341,16 +365,13 @@ def _exit_like_python(code: int) -> None:
 
 def serve(path: str, ready_fd: int | None = None) -> None:
     """Import torch, listen on ``path``, then serve forever (dies with its parent)."""
-    from harness.procs._prctl import set_pdeathsig
-
     set_pdeathsig(signal.SIGKILL)
     import torch  # noqa: F401  the whole point: pay for it once
     import torch.distributed  # noqa: F401
 
     listener = make_socket()
-    listener.bind(socket_address(path))
-    if not path.startswith("@"):
-        os.chmod(path, 0o600)
+    listener.bind(path)
+    os.chmod(path, 0o600)
     listener.listen(64)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")

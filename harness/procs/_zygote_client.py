@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
-import secrets
+import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 from harness.errors import ElasticError
-from harness.procs._handles import WorkerProcess
+from harness.procs._handles import WorkerProcess, process_state
 from harness.procs._prctl import die_with_parent
-from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message, socket_address
+from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message
 
 __all__ = ["Zygote", "ZygoteError", "ZygoteProcess", "python_target"]
 
@@ -45,8 +47,12 @@ class ZygoteServerProcess:
     """A private zygote process, started by (and dying with) this process."""
 
     def __init__(self) -> None:
-        # abstract socket: nothing on disk, so nothing left behind even after SIGKILL
-        self.path = f"@elastic-zygote-{os.getpid()}-{secrets.token_hex(8)}"
+        # a path (reachable from every network namespace, unlike an abstract name) in a
+        # directory only we can enter; it carries our pid so a later starter can remove it
+        # if we are SIGKILLed before close()
+        _sweep_socket_dirs()
+        self._dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=_socket_base())
+        self.path = os.path.join(self._dir, "sock")
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
         self.process = subprocess.Popen(
@@ -88,6 +94,37 @@ class ZygoteServerProcess:
             # later (subprocess reaps on its next start) or by init once we are gone
             self.process.kill()
             self.process.poll()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+_DIR_PREFIX = "elastic-zygote-"
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path less its terminating NUL
+
+
+def _socket_base() -> str:
+    """The temp dir, unless a socket path under it would be too long to bind."""
+    base = tempfile.gettempdir()
+    longest = os.path.join(base, f"{_DIR_PREFIX}{2 ** 22}-xxxxxxxx", "sock")
+    return base if len(longest) <= _SUN_PATH_MAX else "/tmp"
+
+
+def _sweep_socket_dirs() -> None:
+    """Remove socket dirs of ours whose zygote starter is dead (it was SIGKILLed)."""
+    for base in {tempfile.gettempdir(), "/tmp"}:
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            match = re.fullmatch(rf"{_DIR_PREFIX}(\d+)-\w+", name)
+            path = os.path.join(base, name)
+            if match is None or process_state(int(match.group(1))) not in (None, "Z"):
+                continue
+            try:
+                if os.lstat(path).st_uid == os.getuid():
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass
 
 
 class Zygote:
@@ -116,7 +153,7 @@ class Zygote:
                 self._server.wait_ready()
             sock = make_socket()
             try:
-                sock.connect(socket_address(self.path))
+                sock.connect(self.path)
             except OSError as e:
                 sock.close()
                 raise ZygoteError(f"cannot reach the zygote at {self.path}: {e.strerror}") from None

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from harness.procs._zygote_client import Zygote, ZygoteServerProcess, python_target
 from tests.conftest import SCRIPTS, run_elastic
@@ -123,7 +124,7 @@ def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_pa
     """An agent SIGTERMed right after asking for a worker used to crash the shared zygote
     (BrokenPipeError on the reply), taking every other node's workers with it."""
 
-    from harness.procs._zygote import make_socket, send_message, socket_address
+    from harness.procs._zygote import make_socket, send_message
 
     server = ZygoteServerProcess()
     try:
@@ -132,7 +133,7 @@ def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_pa
         script.write_text("import os\nos.write(1, b'HELLO\\n')\n")
         for _ in range(3):
             rude = make_socket()
-            rude.connect(socket_address(server.path))
+            rude.connect(server.path)
             with open(os.devnull, "wb") as null:
                 fd = null.fileno()
                 send_message(rude, {"op": "spawn", "id": 1, "target": str(script), "args": [],
@@ -140,7 +141,7 @@ def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_pa
                                     "sys_path": []}, [fd, fd, fd])
             rude.close()  # gone before the zygote replies
             garbage = make_socket()
-            garbage.connect(socket_address(server.path))
+            garbage.connect(server.path)
             send_message(garbage, {"op": "spawn"})  # no id, no target
             garbage.close()
         zygote = Zygote(server.path)
@@ -154,4 +155,48 @@ def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_pa
         zygote.close()
         assert server.process.poll() is None
     finally:
+        server.close()
+
+
+_NETNS_WORKER = """\
+import os, socket, sys
+ino = os.stat("/proc/self/ns/net").st_ino
+names = sorted(name for _, name in socket.if_nameindex())
+probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    probe.bind((sys.argv[1], 0))
+    bound = "yes"
+except OSError:
+    bound = "no"
+print(f"WORKER ppid={os.getppid()} ino={ino} ifaces={','.join(names)} bound={bound}", flush=True)
+"""
+
+
+def test_a_shared_zygote_forks_workers_into_their_agents_network_namespace(tmp_path):
+    """An agent in another network namespace reaches the shared zygote (a socket path, not
+    an abstract name, which would not cross namespaces) and gets workers that live in the
+    agent's namespace, not the zygote's: they see its interface and own its address."""
+    from harness.sim.net import Network, netns_missing
+
+    if netns_missing():
+        pytest.skip(f"needs {'; '.join(netns_missing())}")
+    script = tmp_path / "where.py"
+    script.write_text(_NETNS_WORKER)
+    server = ZygoteServerProcess()
+    net = Network(1, "netns")
+    try:
+        server.wait_ready()
+        out = subprocess.run(
+            [sys.executable, "-m", "harness.run", "--standalone", "--start-method=zygote",
+             "--nproc-per-node=2", str(script), net.address(0)],
+            capture_output=True, text=True, timeout=90, preexec_fn=net.enter(0),
+            env={**os.environ, "HARNESS_ZYGOTE": server.path, "TMPDIR": str(tmp_path)})
+        assert out.returncode == 0, out.stderr
+        lines = [line for line in out.stdout.splitlines() if line.startswith("WORKER")]
+        ino = os.stat(net.namespace_path(0)).st_ino
+        assert ino != os.stat("/proc/self/ns/net").st_ino
+        expected = f"WORKER ppid={server.process.pid} ino={ino} ifaces=eth0,lo bound=yes"
+        assert lines == [expected, expected], out.stdout
+    finally:
+        net.close()
         server.close()

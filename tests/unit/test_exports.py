@@ -22,8 +22,8 @@ PINNED = {
     "harness.net": {"PortReservation", "fqdn", "split_endpoint"},
     "harness.procs": {
         "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
-        "ZygoteServerProcess", "die_with_parent", "is_same_process", "process_start_time",
-        "process_state", "render_prefix", "set_pdeathsig", "signal_process_group",
+        "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
+        "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
     },
     "harness.events": {"EVENTS_ENV", "NODE_ENV", "EventWriter", "NullEventWriter",
                        "event_writer_from_env"},
