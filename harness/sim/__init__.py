@@ -10,6 +10,7 @@ the zygote clusters share by choice), ``node_main`` (a node's agent process), ``
 (where the rendezvous store lives), ``scheduler`` (fires scheduled faults), ``faults`` (faults
 and triggers as data), ``schema`` and ``checks`` (the one definition of every option, fault
 kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``
-(GPU slices per node), ``progress`` (``report_step``, the line a worker adds) and
+(GPU slices per node), ``net`` (nodes as network hosts: namespaces on a bridge, and the
+network's faults), ``progress`` (``report_step``, the line a worker adds) and
 ``bytecode`` (node agents import the runtime from bytecode).
 """
