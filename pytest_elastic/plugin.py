@@ -118,7 +118,10 @@ class _XdistSeed:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return config.stash[SETTINGS_KEY].header()
+    # what network="auto" (the default) gives on this machine: a probe, ~30 ms once
+    from harness.sim.net import resolve_mode
+
+    return f"{config.stash[SETTINGS_KEY].header()} network={resolve_mode('auto')}"
 
 
 def settings_of(config: pytest.Config) -> Settings:

@@ -41,7 +41,7 @@ class Cluster:
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
-                 pool: WarmPool | None = None):
+                 pool: WarmPool | None = None, network: str = "auto"):
         from harness.run import parse_min_max_nnodes
 
         self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
@@ -64,6 +64,10 @@ class Cluster:
         self.chaos = chaos  # harness.sim.chaos.ChaosConfig: a seeded fault schedule per job
         self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
         self._gpu_plan: Any = None
+        from harness.sim.net import resolve_mode
+
+        #: "netns" or "loopback": what ``network`` ("auto" too) resolved to on this machine
+        self.network = resolve_mode(network)
         # a private pool unless the caller shares one: either way, one owner closes it
         self.pool, self._owns_pool = resolve_pool(pool)
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
@@ -191,7 +195,7 @@ class Cluster:
 
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "
-                f"jobs={len(self.jobs)})")
+                f"network={self.network}, jobs={len(self.jobs)})")
 
 
 class _NameMaker:

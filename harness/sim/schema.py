@@ -123,6 +123,9 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("gpus", None, "GPUs to split between nodes: a count, device ids, or None to detect",
         GPUS, example=0),
     Key("pool", None, "a harness.WarmPool shared across clusters (None: the cluster's own)"),
+    Key("network", "auto", "nodes as network hosts: 'netns' (a namespace and address each; "
+        "network faults), 'loopback' (127.0.1.x, no network faults) or 'auto' (netns where "
+        "possible)", one_of("auto", "netns", "loopback")),
 )
 
 #: cluster options the plugin provides itself, so neither the marker nor a scenario takes them

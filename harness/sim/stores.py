@@ -17,6 +17,11 @@ handle on the store with ``close()`` (end of job) and ``kill()`` (store-host los
 
 Store-host loss (``Job.kill_store_host()``) is ``kill()`` on the handle: SIGKILL of the
 store process, or of node 0 (agent and workers) when node 0 hosts the store.
+
+Where nodes are network hosts (``Cluster(network="netns")``) the store server and etcd run
+in the network's store namespace at its own address, and node 0's store listens on node 0's
+address; a fresh namespace has every port free, so fixed ports replace the reservations
+loopback needs.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from harness.errors import ConfigError, ElasticError
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
 
-#: the loopback address every store the harness runs listens on (node 0's address too)
+#: the loopback address every store the harness runs listens on in loopback mode
 STORE_ADDR = "127.0.0.1"
+#: ports inside namespaces the harness made (nothing else can hold them there)
+NETNS_STORE_PORT, NETNS_ETCD_PEER_PORT = 29400, 29401
 _READY_TIMEOUT = 15.0
 _STOP_GRACE = 5.0
 _ETCD_BACKENDS = ("etcd", "etcd-v2")
@@ -113,10 +120,10 @@ class StoreProcess:
 class NodeHostedStore:
     """The store inside node ``node``'s agent; the harness only keeps its port reserved."""
 
-    def __init__(self, job: Any, node: int, reservation: PortReservation):
+    def __init__(self, job: Any, node: int, reservation: PortReservation | None, endpoint: str):
         self._job = job
         self.node = node
-        self.endpoint = f"{STORE_ADDR}:{reservation.port}"
+        self.endpoint = endpoint
         self._reservation = reservation
 
     def kill(self) -> None:
@@ -125,7 +132,8 @@ class NodeHostedStore:
             self._job._signal_node_processes(self.node, signal.SIGKILL)
 
     def close(self) -> None:
-        self._reservation.release()
+        if self._reservation is not None:
+            self._reservation.release()
 
     def describe(self) -> str:
         return f"the store in node {self.node}'s agent at {self.endpoint}"
@@ -137,18 +145,30 @@ class NodeHostedStore:
 # -- the three setups ---------------------------------------------------------------------
 
 
-def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
+def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen:
+    """A store process: a child of the harness that dies with it, in the store's namespace
+    when the nodes are network hosts."""
     from harness.procs import die_with_parent
 
     parent = os.getpid()
-    log_path = os.path.join(job.directory, "store.log")
+    enter = job.network.enter_store()
+
+    def preexec() -> None:
+        die_with_parent(parent)
+        if enter is not None:
+            enter()
+
     with open(log_path, "wb") as log:
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "harness.rendezvous.store_server", "--host", STORE_ADDR,
-             "--port", "0"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
-            start_new_session=True, preexec_fn=lambda: die_with_parent(parent),
-        )
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout if stdout else log,
+                                stderr=log, start_new_session=True, preexec_fn=preexec)
+
+
+def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
+    host = job.network.store_address
+    port = NETNS_STORE_PORT if job.network.mode == "netns" else 0
+    log_path = os.path.join(job.directory, "store.log")
+    popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
+                         "--port", str(port)], log_path, subprocess.PIPE)
     try:
         port = _read_port(popen, log_path)
     except BaseException:
@@ -157,7 +177,7 @@ def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
         raise
     finally:
         popen.stdout.close()
-    endpoint = f"{STORE_ADDR}:{port}"
+    endpoint = f"{host}:{port}"
     store = StoreProcess("store_server", popen, endpoint)
     return {"backend": "c10d", "endpoint": endpoint, "configs": {"is_host": False}}, store
 
@@ -180,38 +200,39 @@ def _read_port(popen: subprocess.Popen, log_path: str) -> int:
 
 
 def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
-    reservation = PortReservation()
-    store = NodeHostedStore(job, 0, reservation)
+    if job.network.mode == "netns":
+        store = NodeHostedStore(job, 0, None, f"{job.network.address(0)}:{NETNS_STORE_PORT}")
+    else:
+        reservation = PortReservation()
+        store = NodeHostedStore(job, 0, reservation, f"{STORE_ADDR}:{reservation.port}")
     return {"backend": "c10d", "endpoint": store.endpoint, "configs": {"is_host": False},
             "host_configs": {"is_host": True}}, store
 
 
 def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
-    from harness.procs import die_with_parent
-
     binary = shutil.which("etcd")
     if binary is None:
         raise ConfigError("rdzv_backend", backend,
                           "needs the etcd server binary on PATH (Debian: apt-get install "
                           "etcd-server), or use rdzv_backend='c10d'")
-    client, peer = PortReservation(STORE_ADDR), PortReservation(STORE_ADDR)
+    host = job.network.store_address
+    reservations: list[PortReservation] = []
+    if job.network.mode == "netns":
+        client_port, peer_port = NETNS_STORE_PORT, NETNS_ETCD_PEER_PORT
+    else:
+        reservations = [PortReservation(host), PortReservation(host)]
+        client_port, peer_port = (r.port for r in reservations)
     data_dir = os.path.join(job.directory, "etcd")
     log_path = os.path.join(job.directory, "etcd.log")
-    client_url, peer_url = f"http://{STORE_ADDR}:{client.port}", f"http://{STORE_ADDR}:{peer.port}"
-    parent = os.getpid()
-    with open(log_path, "wb") as log:
-        popen = subprocess.Popen(
-            [binary, "--data-dir", data_dir, "--name", "harness",
-             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"harness={peer_url}"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            preexec_fn=lambda: die_with_parent(parent),
-        )
-    endpoint = f"{STORE_ADDR}:{client.port}"
-    store = StoreProcess("etcd", popen, endpoint, [client, peer], data_dir)
+    client_url, peer_url = f"http://{host}:{client_port}", f"http://{host}:{peer_port}"
+    popen = _spawn(job, [binary, "--data-dir", data_dir, "--name", "harness",
+                         "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+                         "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                         "--initial-cluster", f"harness={peer_url}"], log_path, None)
+    endpoint = f"{host}:{client_port}"
+    store = StoreProcess("etcd", popen, endpoint, reservations, data_dir)
     try:
-        _wait_listening(popen, STORE_ADDR, client.port, log_path)
+        job.network.call_in_store(lambda: _wait_listening(popen, host, client_port, log_path))
     except BaseException:
         store.close()
         raise

@@ -31,9 +31,12 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_ELASTIC_TIMEOUT", "33")
     pytester.makeini("[pytest]\nelastic_start_method = spawn\nelastic_timeout = 44\n")
     result = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=7", "--co")
-    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s"])
+    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s network=*"])
     result = pytester.runpytest_subprocess("--elastic-timeout=5", "--co")
-    result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s"])
+    result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s network=*"])
+    from harness.sim.net import resolve_mode  # the header says what "auto" gives here
+
+    assert f"network={resolve_mode('auto')}" in result.stdout.str()
 
 
 def test_bad_settings_are_usage_errors(pytester):

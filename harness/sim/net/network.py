@@ -26,6 +26,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
+T = TypeVar("T")
+
 from harness.errors import ConfigError, ElasticError
 from harness.procs import join_netns
 from harness.sim.net import names, rules
@@ -175,6 +177,31 @@ class Network:
             raise NetworkError("the network is closed")
         fd = self._fds[host]
         return lambda: join_netns(fd)
+
+    def call_in_store(self, fn: Callable[[], T]) -> T:
+        """``fn()`` run from inside the store's namespace (directly in loopback mode): the
+        harness's own way to check a store it started, since the root namespace has no
+        route into the network. A network namespace is per thread, so a short-lived thread
+        joins it and this process stays where it is."""
+        if self.mode != "netns":
+            return fn()
+        fd = self._fds["store"]
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                join_netns(fd)
+                outcome.append((True, fn()))
+            except BaseException as e:  # handed to the caller below, whatever it is
+                outcome.append((False, e))
+
+        thread = threading.Thread(target=run, name="in-store-netns", daemon=True)
+        thread.start()
+        thread.join()
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
 
     # -- building ------------------------------------------------------------------------
 
