@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from harness.sim import schema
-from harness.sim.faults import Fault, HealthyThenAfter, ScheduledFault, fault_class
+from harness.sim.faults import Fault, Heal, HealthyThenAfter, ScheduledFault, fault_class
 
 __all__ = ["FAULT_KINDS", "ChaosConfig", "HealthyThenAfter", "derive_seed", "generate_schedule",
            "parse_fault_kinds"]
@@ -78,6 +78,11 @@ def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nod
             nodes += 1
             alive.append(nodes - 1)
         schedule.append(ScheduledFault(fault, _trigger(delay)))
+        if row.heal_after is not None:  # a lasting fault: healed before the job can end
+            low, high = row.heal_after
+            lasts = round(low + rng.random() * (high - low), 3)
+            schedule.append(ScheduledFault(Heal(node=node), HealthyThenAfter(seconds=lasts), after_previous=True))
+            delay = round(delay + lasts, 3)
     return schedule
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
-           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS"]
+           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,9 @@ GPUS = Check(lambda v: v is None or (_is_int(v) and v >= 0)
              "must be a GPU count (int >= 0), a list of device ids, or None (detect)")
 ARGS = list_of(Check(lambda v: isinstance(v, (str, int, float)) and not isinstance(v, bool), ""),
                "strings (or numbers)")
+PEERS = Check(lambda v: v in ("all", "store") or (isinstance(v, (list, tuple)) and bool(v)
+                                                 and all(_is_int(x) and x >= 0 for x in v)),
+              'must be "all", "store" or a non-empty list of node indices')
+PROBABILITY = Check(lambda v: _is_number(v) and 0 <= v <= 1, "must be a number in [0, 1]")
+RATE = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v[:1].isdigit()),
+             'must be a rate like "1mbit", "500kbit" or bits per second (an int > 0)')

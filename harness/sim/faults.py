@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Fault", "WorkerCrash", "WorkerHang", "AgentKill", "NodeKill", "NodeLeave", "NodeJoin",
-    "NodeFreeze", "StoreHostLoss",
+    "NodeFreeze", "StoreHostLoss", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
     "Trigger", "Immediately", "After", "HealthyThenAfter", "OnState", "AtStep", "OnWorldSize",
     "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class",
 ]
@@ -135,6 +135,75 @@ class StoreHostLoss(Fault):
 
     def apply(self, job: "Job") -> None:
         job.kill_store_host()
+
+
+# network faults: need Cluster(network="netns"); each lasts until a Heal (or the job's end)
+
+
+@dataclass(frozen=True)
+class Partition(Fault):
+    """Node ``node``'s packets to and from ``peers`` ("all", "store" or a list of nodes)
+    are silently dropped; ``direction`` "in"/"out" cuts one way only."""
+
+    kind: ClassVar[str] = "partition"
+    is_failure: ClassVar[bool] = False
+    node: int = 0
+    peers: Any = "all"  # "all" | "store" | [node, ...]
+    direction: str = "both"
+
+    def apply(self, job: "Job") -> None:
+        peers = self.peers if isinstance(self.peers, str) else list(self.peers)
+        job.partition(self.node, peers=peers, direction=self.direction)
+
+
+@dataclass(frozen=True)
+class Heal(Fault):
+    """End node ``node``'s network faults (``node=None``: every node's)."""
+
+    kind: ClassVar[str] = "heal"
+    is_failure: ClassVar[bool] = False
+    node: int | None = None
+
+    def apply(self, job: "Job") -> None:
+        job.heal(self.node)
+
+
+@dataclass(frozen=True)
+class PacketLoss(Fault):
+    """Each of node ``node``'s packets is dropped with ``probability``, both ways."""
+
+    kind: ClassVar[str] = "packet_loss"
+    is_failure: ClassVar[bool] = False
+    node: int = 0
+    probability: float = 0.05
+
+    def apply(self, job: "Job") -> None:
+        job.packet_loss(self.node, self.probability)
+
+
+@dataclass(frozen=True)
+class Bandwidth(Fault):
+    """Node ``node``'s link is limited to ``rate`` ("1mbit", or bits per second)."""
+
+    kind: ClassVar[str] = "bandwidth"
+    is_failure: ClassVar[bool] = False
+    node: int = 0
+    rate: Any = "1mbit"
+
+    def apply(self, job: "Job") -> None:
+        job.bandwidth(self.node, self.rate)
+
+
+@dataclass(frozen=True)
+class LinkDown(Fault):
+    """Node ``node``'s cable is pulled (its interface loses carrier)."""
+
+    kind: ClassVar[str] = "link_down"
+    is_failure: ClassVar[bool] = False
+    node: int = 0
+
+    def apply(self, job: "Job") -> None:
+        job.link_down(self.node)
 
 
 # -- when ---------------------------------------------------------------------------------

@@ -52,8 +52,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
-from harness.sim.checks import (ARGS, BOOL, GPUS, NNODES, STR_TABLE, TABLE, TEXT, Check, integer,
-                                list_of, number, one_of, optional)
+from harness.sim.checks import (ARGS, BOOL, GPUS, NNODES, PEERS, PROBABILITY, RATE, STR_TABLE, TABLE,
+                                TEXT, Check, integer, list_of, number, one_of, optional)
 
 __all__ = [
     "Key", "FaultKind", "TriggerForm",
@@ -193,6 +193,9 @@ class FaultKind:
     membership: int = 0
     #: parameter -> values chaos draws from (``node``/``local_rank`` it always fills)
     chaos_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    #: a fault that lasts: chaos follows it with a ``heal`` of its node, this many seconds
+    #: later (drawn from the range), so every job ends healed and its outcome is decidable
+    heal_after: tuple[float, float] | None = None
 
 
 FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
@@ -214,6 +217,25 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("node_freeze", "NodeFreeze", (NODE,), "a whole node is SIGSTOPped (frozen, not dead)",
               chaos="freeze", membership=-1),
     FaultKind("store_host_loss", "StoreHostLoss", (), "the process hosting the rendezvous store dies"),
+    # network faults (Cluster(network="netns")); chaos heals each before the job ends
+    FaultKind("partition", "Partition",
+              (NODE, Key("peers", "all", 'whom the node loses: "all", "store" or [node, ...]', PEERS,
+                         example="store"),
+               Key("direction", "both", "which packets are dropped", one_of("both", "in", "out"),
+                   example="in")),
+              "a node's packets to/from its peers are silently dropped (no RST, no FIN)",
+              chaos="partition", membership=-1, chaos_choices={"peers": ("store", "all")},
+              heal_after=(1.0, 4.0)),
+    FaultKind("heal", "Heal", (Key("node", None, "the node to heal (none: every node)",
+                                   optional(integer(0)), example=1),),
+              "a node's network faults end (partition, loss, bandwidth, link down)"),
+    FaultKind("packet_loss", "PacketLoss",
+              (NODE, Key("probability", 0.05, "chance each packet is dropped", PROBABILITY)),
+              "a share of a node's packets is dropped", chaos="loss",
+              chaos_choices={"probability": (0.02, 0.05)}, heal_after=(2.0, 5.0)),
+    FaultKind("bandwidth", "Bandwidth",
+              (NODE, Key("rate", "1mbit", "the link's rate", RATE, example="500kbit")), "a node's link is slowed"),
+    FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)"),
 )}
 
 

@@ -1,0 +1,48 @@
+"""Chaos with network faults: every lasting fault it draws is healed before the job can end,
+and network faults are data like the others (spec <-> fault, kinds in --elastic-faults)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.sim import chaos
+from harness.sim.faults import Heal, PacketLoss, Partition, from_spec, to_spec
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_partition_and_loss_is_followed_by_a_heal_of_its_node(seed):
+    schedule = chaos.generate_schedule(seed, ("partition", "loss", "worker"), min_nodes=1, max_nodes=3,
+                                       nproc_per_node=1, max_restarts=4, initial_nodes=3)
+    for i, entry in enumerate(schedule):
+        if isinstance(entry.fault, (Partition, PacketLoss)):
+            heal = schedule[i + 1]
+            assert isinstance(heal.fault, Heal) and heal.fault.node == entry.fault.node
+            assert heal.after_previous  # armed only once the fault itself fired
+
+
+def test_chaos_kinds_include_partition_and_loss():
+    assert {"partition", "loss"} <= set(chaos.FAULT_KINDS)
+    assert chaos.parse_fault_kinds("partition,loss") == ("partition", "loss")
+
+
+def test_network_fault_specs_round_trip():
+    for spec in ({"kind": "partition", "node": 1, "peers": [0, 2], "direction": "in", "after": 1.0},
+                 {"kind": "partition", "node": 2, "peers": "store", "after": 0.5},
+                 {"kind": "heal", "node": 1, "after": 3.0, "after_previous": True},
+                 {"kind": "heal", "after": 3.0},
+                 {"kind": "packet_loss", "node": 2, "probability": 0.5, "after": 0.1},
+                 {"kind": "bandwidth", "node": 1, "rate": "500kbit", "after": 0.1},
+                 {"kind": "link_down", "node": 1, "after": 0.1}):
+        assert to_spec(from_spec(spec)) == spec
+
+
+@pytest.mark.parametrize("spec, says", [
+    ({"kind": "partition", "peers": "everyone"}, "peers"),
+    ({"kind": "partition", "direction": "sideways"}, "direction"),
+    ({"kind": "packet_loss", "probability": 1.5}, "probability"),
+    ({"kind": "bandwidth", "rate": "fast"}, "rate"),
+])
+def test_bad_network_fault_specs_name_the_key(spec, says):
+    with pytest.raises(ConfigError, match=says):
+        from_spec(spec)
