@@ -285,6 +285,31 @@ class Proc:
         self.reader.join(timeout=5)
 
 
+def become_subreaper() -> None:
+    """Orphans of the bench's processes (a worker whose agent died first) are re-parented
+    to the bench rather than to init, so ``reap_orphans`` can still end them by pid."""
+    import ctypes
+
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans() -> None:
+    """SIGKILL and reap every process still a child of the bench (after Proc.stop, only
+    orphans the bench inherited as subreaper can be left)."""
+    while True:
+        children = [int(c) for t in Path(f"/proc/{os.getpid()}/task").glob("*/children")
+                    for c in t.read_text().split()]
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -325,6 +350,7 @@ class SideBySide:
     def __init__(self, net: Network, runtime: str, how: str):
         self.net, self.runtime, self.how = net, runtime, how
         self.log: list[str] = []  # every line its processes wrote (shown with --verbose)
+        self.error: str | None = None  # why it could not start
         self.procs: list[Proc] = []
         self.steps: list[Step] = []
         self._lock = threading.Lock()
@@ -405,13 +431,13 @@ def trial(net: Network, groups: list[SideBySide], peers: str, limit: float,
     """Every runtime at once in the same namespaces: one partition of node 2 hits all of
     them at the same instant, under the same load; then one heal."""
     outs = [Outcome(g.runtime, peers) for g in groups]
-    wait_all([g.ready for g in groups], startup_limit)
+    wait_all([g.ready for g in groups if g.error is None], startup_limit)
     live: list[tuple[SideBySide, Outcome]] = []
     for g, out in zip(groups, outs, strict=True):
-        if g.ready():
+        if g.error is None and g.ready():
             live.append((g, out))
         else:
-            out.started, out.note = False, f"no full world within {startup_limit:.0f} s"
+            out.started, out.note = False, g.error or f"no full world within {startup_limit:.0f} s"
     if not live:
         return outs
     with_pids = {id(g): {s.pid for s in g.steps} for g, _ in live}
@@ -455,19 +481,25 @@ def side_by_side(runtimes: list[str], peers: str, limit: float, startup_limit: f
                  verbose: bool) -> list[Outcome]:
     """One trial: a fresh 3-node network, every runtime started in it, node 2 partitioned
     from ``peers`` then healed; everything the trial started is gone when it returns."""
-    with Network(NODES, "netns") as net:
-        groups = [SideBySide(net, r, how) for r in runtimes]
-        try:
-            for g in groups:
-                g.start()
-            return trial(net, groups, peers, limit, startup_limit)
-        finally:
-            for g in groups:
-                g.close()
-                if verbose:
-                    shown = [line for line in g.log if not line.startswith("BENCH step")]
-                    print(f"# --- {g.runtime}, peers={peers}: {len(g.log) - len(shown)} step lines; "
-                          f"the rest:\n{''.join(shown)}", file=sys.stderr)
+    try:
+        with Network(NODES, "netns") as net:
+            groups = [SideBySide(net, r, how) for r in runtimes]
+            try:
+                for g in groups:
+                    try:
+                        g.start()
+                    except (OSError, RuntimeError) as e:  # shown in the table; the others go on
+                        g.error = f"{type(e).__name__}: {e}"
+                return trial(net, groups, peers, limit, startup_limit)
+            finally:
+                for g in groups:
+                    g.close()
+                    if verbose:
+                        shown = [line for line in g.log if not line.startswith("BENCH step")]
+                        print(f"# --- {g.runtime}, peers={peers}: {len(g.log) - len(shown)} step "
+                              f"lines; the rest:\n{''.join(shown)}", file=sys.stderr)
+    finally:
+        reap_orphans()
 
 
 def fmt_resume(value: float | None, limit: float, note: str = "") -> str:
@@ -544,6 +576,7 @@ def main() -> int:
               file=sys.stderr)
         return 2
     isolate_tmpdir()  # torchrun's torchelastic_* dirs, the zygotes' sockets: removed at exit
+    become_subreaper()
     started = time.monotonic()
     sizes = sorted({int(n) for n in nodes.split(",")})
     print(f"# network bench: {rounds} rounds, sizes {sizes}", file=sys.stderr)
