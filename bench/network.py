@@ -390,7 +390,7 @@ class SideBySide:
             self.procs.append(agent)
 
     def _collect(self, proc: Proc) -> None:
-        while proc.popen.poll() is None or not proc.lines.empty():
+        while proc.reader.is_alive() or not proc.lines.empty():  # orphaned workers too
             try:
                 line = proc.lines.get(timeout=0.2)
             except queue.Empty:
@@ -399,8 +399,12 @@ class SideBySide:
             if parts[:2] != ["BENCH", "step"]:
                 continue
             f = dict(p.split("=", 1) for p in parts[2:] if "=" in p)
+            try:
+                step = Step(int(f["node"]), int(f["world"]), int(f["pid"]), float(f["ts"]))
+            except (KeyError, ValueError):  # a torn line (a worker killed mid-write)
+                continue
             with self._lock:
-                self.steps.append(Step(int(f["node"]), int(f["world"]), int(f["pid"]), float(f["ts"])))
+                self.steps.append(step)
 
     def ready(self) -> bool:
         """Every node stepped in the full world, and a few steps since (gloo warm)."""
@@ -416,7 +420,6 @@ class SideBySide:
     def close(self) -> None:
         for proc in reversed(self.procs):  # agents first (they stop their workers), store last
             proc.stop(grace=3.0)
-
 
 
 def wait_all(conds: list[Callable[[], bool]], limit: float) -> None:
