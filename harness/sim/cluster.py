@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from typing import Any, Callable
@@ -163,8 +164,8 @@ class Cluster:
 
     def __del__(self) -> None:
         # an unclosed cluster still owns processes: end them rather than leak them
-        if getattr(self, "_closed", True):
-            return
+        if getattr(self, "_closed", True) or sys.is_finalizing():
+            return  # at interpreter exit PDEATHSIG ends our processes, finalizers the rest
         warnings.warn(f"{self!r} was never closed; killing what it started (use `with "
                       "Cluster(...)` or call close())", ResourceWarning, stacklevel=2)
         try:

@@ -32,6 +32,8 @@ from harness.sim.faults import (
     write_exit_order,
 )
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
+from harness.sim.job_network import NetworkFaults
+from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.scheduler import FaultScheduler
 from harness.sim.timeline import Timeline
 
@@ -87,8 +89,9 @@ class NodeProcess:
             return None
 
 
-class Job:
-    """A running job: its nodes, its timeline, and the faults you can inject."""
+class Job(NetworkFaults):
+    """A running job: its nodes, its timeline, and the faults you can inject (process faults
+    here, network faults from ``NetworkFaults``)."""
 
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
@@ -107,6 +110,8 @@ class Job:
         self._harness_events = EventWriter(self.events_path, "harness", self.run_id)
         self._rdzv: dict[str, Any] | None = None
         self._store: Any = None
+        #: the nodes' network (built with the first node: the store lives in it too)
+        self.network: Network = None  # type: ignore[assignment]
         self._scheduler: FaultScheduler | None = None
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
@@ -139,7 +144,11 @@ class Job:
         cluster = self.cluster
         index = len(self.nodes)
         name = cluster._names.next(index)
-        addr = f"127.0.0.{index + 1}"
+        if self.network is None:  # every node slot's host at once: joins find theirs ready
+            self.network = Network(cluster.max_nodes, mode=cluster.network)
+        while self.network.nnodes <= index:  # an extra node, past max_nodes
+            self.network.add_node()
+        addr = self.network.address(index)
         directory = os.path.join(self.directory, f"node{index}")
         os.makedirs(os.path.join(directory, "tmp"))
         rdzv = self._rendezvous_settings()
@@ -170,15 +179,24 @@ class Job:
             env.setdefault("OMP_NUM_THREADS", "1")
         if cluster.start_method == "zygote":
             env["HARNESS_ZYGOTE"] = cluster.zygote_path()
+        if self.network.mode == "netns":
+            env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
         from harness.procs import die_with_parent
 
         parent = os.getpid()
+        enter = self.network.enter(index)
+
+        def preexec() -> None:  # dies with the harness; lives in its node's network
+            die_with_parent(parent)
+            if enter is not None:
+                enter()
+
         log = open(os.path.join(directory, "agent.log"), "wb")
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "harness.sim.node_main", spec_path], env=env, cwd=os.getcwd(),
                 stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
-                preexec_fn=lambda: die_with_parent(parent),
+                preexec_fn=preexec,
             )
         finally:
             log.close()
@@ -453,6 +471,8 @@ class Job:
         if self._store is not None:
             self._store.close()
             self._store = None
+        if self.network is not None:  # after every process in it: a live one pins a namespace
+            self.network.close()
         return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
     def __repr__(self) -> str:

@@ -81,15 +81,16 @@ def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd):
         # one agent per node: its own loopback address and a readable (seeded) name
         names = [job.node_name(i) for i in (0, 1)]
         assert len(set(names)) == 2 and all(re.fullmatch(r"[a-z]+-\d", n) for n in names)
-        assert [job.nodes[i].addr for i in (0, 1)] == ["127.0.0.1", "127.0.0.2"]
+        addresses = [job.node_address(i) for i in (0, 1)]  # each node its own host
+        assert [job.nodes[i].addr for i in (0, 1)] == addresses and len(set(addresses)) == 2
         starts = job.timeline.events("worker_start")
         assert sorted(s["rank"] for s in starts) == [0, 1, 2, 3]
         by_node = {n: sorted(s["rank"] for s in starts if s["node"] == n) for n in names}
         assert sorted(by_node.values()) == [[0, 1], [2, 3]]
         assert job.timeline.world_sizes() == [4]
         [rdzv] = {e["master_addr"] for e in job.timeline.events("rendezvous")}
-        assert rdzv.startswith("127.0.0.")
-        assert job._store.describe().startswith("store_server at 127.0.0.1:")
+        assert rdzv in addresses
+        assert job._store.describe().startswith(f"store_server at {job.network.store_address}:")
     out = capfd.readouterr().out
     sums = sorted(re.findall(r"SUM rank=(\d) world=4 value=(\S+)", out))
     assert sums == [("0", "10"), ("1", "10"), ("2", "10"), ("3", "10")], out
@@ -364,8 +365,7 @@ def test_everything_dies_with_a_killed_harness(tmp_path):
         cluster = Cluster(nnodes=2, nproc_per_node=1)
         job = cluster.launch({SLEEPER!r})
         job.wait_for_state(WorkerState.HEALTHY, timeout=60)
-        import harness.sim.cluster as hc
-        pids = [hc._zygote.process.pid, job._store.pid] + [n.pid for n in job.nodes.values()]
+        pids = [cluster.pool.pid, job._store.pid] + [n.pid for n in job.nodes.values()]
         pids += [p for i in job.nodes for p in job.worker_pids(i).values()]
         os.write(1, ("PIDS " + " ".join(map(str, pids)) + "\\n").encode())
         time.sleep(120)

@@ -7,6 +7,7 @@ owner's pid; a dead owner's leftovers are swept), ``probe`` (``"auto"`` -> netns
 
 from harness.sim.net.network import NETNS_RANGE, Network, NetworkChange, NetworkError
 from harness.sim.net.probe import MODES, netns_missing, resolve_mode
+from harness.sim.net.rules import WIRE as NODE_INTERFACE
 
-__all__ = ["MODES", "NETNS_RANGE", "Network", "NetworkChange", "NetworkError", "netns_missing",
+__all__ = ["MODES", "NETNS_RANGE", "NODE_INTERFACE", "Network", "NetworkChange", "NetworkError", "netns_missing",
            "resolve_mode"]
