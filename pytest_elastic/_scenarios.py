@@ -109,6 +109,7 @@ class ScenarioItem(pytest.Item):
             import dataclasses
 
             chaos = dataclasses.replace(chaos, max_faults=max(0, job_spec.get("max_restarts", 3) - own))
+        _skip_without_netns(job_spec, self.spec.get("fault", []))
         cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
         self._elastic_record = record = ElasticRecord(cluster, settings, seed)
         try:
@@ -141,6 +142,23 @@ class ScenarioItem(pytest.Item):
         return self.path, 0, f"scenario: {self.name}"
 
 
+#: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
+NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
+
+
+def _skip_without_netns(job: dict, faults: list[dict]) -> None:
+    """A scenario that needs network namespaces is skipped, saying what is missing, where
+    they cannot be made (not root, no nft...), as the network tests are."""
+    wants = job.get("network") == "netns" or any(f.get("kind") in NETWORK_FAULT_KINDS for f in faults)
+    if not wants or job.get("network") == "loopback":
+        return
+    from harness.sim.net import netns_missing
+
+    missing = netns_missing()
+    if missing:
+        pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
+
+
 def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
     from pytest_elastic._report import timeline_chart
 
@@ -158,7 +176,8 @@ def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, 
     if "restarts" in expect and not chaotic and restarts != expect["restarts"]:
         problems.append(f"{restarts} restart(s), expected {expect['restarts']}")
     if "faults_fired" in expect:
-        fired = [f["fault"] for f in job.timeline.faults()]
+        # a heal is a scheduled entry too: it fired when its ``heal`` event was recorded
+        fired = [f["fault"] for f in job.timeline.faults()] + ["heal"] * len(job.timeline.events("heal"))
         if len(fired) < expect["faults_fired"]:
             problems.append(f"{len(fired)} fault(s) fired {fired}, expected {expect['faults_fired']}")
     if expect.get("no_lost_steps") and steps:

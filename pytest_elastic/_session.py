@@ -110,6 +110,12 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
         kwargs = cluster_kwargs(item.nodeid, item.get_closest_marker("elastic"), settings)
     except SettingError as e:
         pytest.fail(str(e), pytrace=False)
+    if kwargs.get("network") == "netns":
+        from harness.sim.net import netns_missing
+
+        missing = netns_missing()
+        if missing:
+            pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
     chaos, seed = _chaos(settings, item.nodeid)
     cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool())
     record = ElasticRecord(cluster, settings, seed)
