@@ -364,15 +364,22 @@ def _exit_like_python(code: int) -> None:
 
 
 def serve(path: str, ready_fd: int | None = None) -> None:
-    """Import torch, listen on ``path``, then serve forever (dies with its parent)."""
-    set_pdeathsig(signal.SIGKILL)
-    import torch  # noqa: F401  the whole point: pay for it once
-    import torch.distributed  # noqa: F401
+    """Listen on ``path``, import torch, then serve forever (dies with its parent).
 
+    It listens *before* the import (and says ``listening``, then ``ready``, on
+    ``ready_fd``): agents may connect and ask for workers at once, their requests wait in
+    the backlog, so the ~1 s torch import overlaps the agents' own start and rendezvous
+    instead of preceding them."""
+    set_pdeathsig(signal.SIGKILL)
     listener = make_socket()
     listener.bind(path)
     os.chmod(path, 0o600)
-    listener.listen(64)
+    listener.listen(512)  # a whole simulated cluster may connect before the first accept
+    if ready_fd is not None:
+        os.write(ready_fd, b"listening\n")
+    import torch  # noqa: F401  the whole point: pay for it once
+    import torch.distributed  # noqa: F401
+
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)

@@ -64,25 +64,49 @@ class ZygoteServerProcess:
         )
         os.close(write_fd)
         self._ready_fd = read_fd
+        self._said: set[bytes] = set()  # lines read from the zygote: listening, ready
+        self._pending = b""
+
+    def wait_listening(self, timeout: float = _START_TIMEOUT) -> None:
+        """Until the zygote accepts connections (it has not imported torch yet: requests
+        made now are answered once it has)."""
+        self._wait_for(b"listening\n", timeout)
 
     def wait_ready(self, timeout: float = _START_TIMEOUT) -> None:
-        if self._ready_fd < 0:
+        """Until the zygote has imported torch and serves."""
+        self._wait_for(b"listening\n", timeout)
+        self._wait_for(b"ready\n", timeout)
+
+    def _wait_for(self, line: bytes, timeout: float) -> None:
+        if self._ready_fd < 0 or line in self._said:
             return
         import selectors
 
+        deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
             sel.register(self._ready_fd, selectors.EVENT_READ)
-            ready = sel.select(timeout)
-        data = os.read(self._ready_fd, 16) if ready else b""
-        os.close(self._ready_fd)
-        self._ready_fd = -1
-        if data != b"ready\n":
-            code = self.process.poll()
-            self.close()
-            if code is not None:
-                raise ZygoteError(f"the zygote exited with code {code} before it was ready "
-                                  "(its error is on stderr above)")
-            raise ZygoteError(f"the zygote was not ready within {timeout:g}s")
+            while line not in self._said:
+                if not sel.select(max(0.0, deadline - time.monotonic())):
+                    break
+                data = os.read(self._ready_fd, 64)
+                if not data:
+                    break
+                self._pending += data
+                while b"\n" in self._pending:
+                    said, _, self._pending = self._pending.partition(b"\n")
+                    self._said.add(said + b"\n")
+        if line in self._said:
+            if line == b"ready\n":
+                os.close(self._ready_fd)
+                self._ready_fd = -1
+            return
+        code = self.process.poll()
+        self.close()
+        what = line.decode().strip()
+        if code is not None:
+            raise ZygoteError(f"the zygote exited with code {code} before it was {what} "
+                              "(its error is on stderr above)")
+        raise ZygoteError(f"the zygote was not {what} within {timeout:g}s")
 
     def close(self) -> None:
         if self._ready_fd >= 0:
@@ -184,11 +208,13 @@ class Zygote:
                    "module": module, "callable": is_callable, "env": env, "cwd": os.getcwd(),
                    "sys_path": sys.path}
         send_message(self._connect(), request, list(stdio))
-        deadline = time.monotonic() + _REPLY_TIMEOUT
+        # the first answer may wait for the zygote's torch import (it listens before it)
+        limit = _START_TIMEOUT if self._next_id == 1 else _REPLY_TIMEOUT
+        deadline = time.monotonic() + limit
         while True:
             message = self._read(max(0.0, deadline - time.monotonic()))
             if message is None:
-                raise ZygoteError(f"the zygote did not answer a spawn within {_REPLY_TIMEOUT:g}s")
+                raise ZygoteError(f"the zygote did not answer a spawn within {limit:g}s")
             if message.get("id") == self._next_id:
                 if message["op"] == "spawned":
                     return int(message["pid"])

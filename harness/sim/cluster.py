@@ -159,8 +159,9 @@ class Cluster:
             raise InvariantViolation(problems, job.timeline)
 
     def zygote_path(self) -> str:
-        """Socket path of the zygote this cluster's workers are forked from."""
-        return self.pool.path()
+        """Socket path of the zygote this cluster's workers are forked from (as soon as it
+        listens: node agents need not wait for its torch import)."""
+        return self.pool.address()
 
     def __del__(self) -> None:
         # an unclosed cluster still owns processes: end them rather than leak them

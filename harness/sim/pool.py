@@ -46,6 +46,15 @@ class WarmPool:
         self._server.wait_ready()
         return self._server.path
 
+    def address(self) -> str:
+        """The socket path as soon as the zygote listens, before its torch import is done:
+        agents started now connect at once and are served once it is (their start and
+        rendezvous overlap the import)."""
+        self.start()
+        assert self._server is not None
+        self._server.wait_listening()
+        return self._server.path
+
     @property
     def pid(self) -> int | None:
         """The zygote's pid while it runs (for leak checks and benchmarks), else None."""

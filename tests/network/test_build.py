@@ -143,3 +143,18 @@ def test_every_address_inside_is_ours_or_loopback(net):
         routes = subprocess.run(["ip", "-n", name, "-j", "route"], capture_output=True, text=True,
                                 check=True)
         assert all(r["dst"] == str(NETNS_RANGE) for r in json.loads(routes.stdout)), (name, routes.stdout)
+
+
+def test_every_host_knows_every_other_hosts_mac_from_the_start(net):
+    """No ARP on the simulated network: every namespace has a permanent neighbour entry for
+    every other host (a node added later too, both ways), so neither a loaded machine's late
+    ARP replies nor a partition can leave a host unresolved."""
+    node = net.add_node()
+    hosts = {f"n{i}": net.address(i) for i in range(net.nnodes)} | {"store": net.store_address}
+    for host in hosts:
+        namespace = net.store_namespace if host == "store" else net.namespace(int(host[1:]))
+        out = subprocess.run(["ip", "-n", namespace, "neigh", "show", "nud", "permanent"],
+                             capture_output=True, text=True, check=True).stdout
+        known = {line.split()[0] for line in out.splitlines() if line.strip()}
+        assert known == set(hosts.values()) - {hosts[host]}, (host, out)
+    assert net.address(node) in known

@@ -104,6 +104,23 @@ def test_shared_zygote_kills_only_the_dead_agents_workers(tmp_path):
         server.close()
 
 
+def test_agents_may_ask_a_zygote_that_listens_but_still_imports_torch(tmp_path):
+    """The zygote listens before its torch import: an agent that connects then is served
+    once the import is done (this is what lets node agents start without waiting for it)."""
+    server = ZygoteServerProcess()
+    try:
+        server.wait_listening()
+        env = {**os.environ, "HARNESS_ZYGOTE": server.path, "TMPDIR": str(tmp_path)}
+        out = subprocess.run([sys.executable, "-m", "harness.run", "--standalone", "--start-method=zygote",
+                              "--nproc-per-node=2", "--max-restarts=2", str(SCRIPTS / "crash_once.py")],
+                             capture_output=True, text=True, env=env, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert sorted(re.findall(r"SUM rank=(\d) attempt=1 value=2", out.stdout)) == ["0", "1"]
+        server.wait_ready()  # and it did finish its import meanwhile
+    finally:
+        server.close()
+
+
 def test_zygote_dies_with_its_starter(tmp_path):
     """A private zygote (and so its workers) go away when the agent is SIGKILLed."""
     agent = subprocess.Popen(
