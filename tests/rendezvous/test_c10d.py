@@ -118,7 +118,9 @@ def test_env_per_rank(nodes):
 
 
 def test_one_node_of_one_to_two(nodes):
-    agent = nodes(*c10d_args(free_port(), "1:2", "solo"), LOOP, "--finish-world=1")
+    # a lone node of a MIN<MAX job waits out the first round's last call (shortened here)
+    agent = nodes(*c10d_args(free_port(), "1:2", "solo", "--rdzv-conf=last_call_timeout=1"),
+                  LOOP, "--finish-world=1")
     assert agent.wait(60) == 0, agent.output
     assert starts(agent, 1)
 
@@ -144,9 +146,10 @@ def test_scale_down(nodes, how):
 
 def test_scale_up(nodes):
     port = free_port()
-    first = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    conf = "--rdzv-conf=last_call_timeout=1"  # the first round forms with one node
+    first = nodes(*c10d_args(port, "1:3", "up", conf), LOOP, "--finish-world=2")
     first.wait_for("world=1")
-    second = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    second = nodes(*c10d_args(port, "1:3", "up", conf), LOOP, "--finish-world=2")
     assert second.wait(60) == 0, second.output
     assert first.wait(60) == 0, first.output
     assert starts(first, 2) and starts(second, 2)
