@@ -458,12 +458,13 @@ class C10dRendezvousHandler(RendezvousHandler):
         contact = self._contact
         if contact.failed():
             reason = (f"fenced: no answer from the rendezvous store at {self._endpoint} for "
-                      f"{contact.silent_for():.1f}s (the keep-alive bound is "
-                      f"{contact.bound:g}s); the other nodes are re-forming without this one")
+                      f"{contact.silent_for():.1f}s (the keep-alive bound, "
+                      f"heartbeat_timeout={contact.bound:g}s, after which the others go on "
+                      f"without this node)")
             with self._lock:
                 self._fence_reason = reason
                 self._wakeup.notify_all()
-            log.warning("rendezvous %s: %s", self._run_id, reason)
+            log.info("rendezvous %s: %s", self._run_id, reason)  # the agent says it louder
             self._signal()
         elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
             raise StoreConnectionError(
