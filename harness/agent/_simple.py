@@ -235,7 +235,9 @@ class SimpleElasticAgent(ElasticAgent):
                           round=self._round)
         while not handler.wait_unfenced(group.spec.monitor_interval + 1.0):
             self._last_progress = time.monotonic()  # alive, deliberately idle
-        self._events.emit("unfenced", fenced_for=round(fence.end(), 3),
+        lasted = fence.end()
+        log.warning("the rendezvous store answers again after %.1fs fenced; rejoining", lasted)
+        self._events.emit("unfenced", fenced_for=round(lasted, 3),
                           restart_count=self.restart_count, round=self._round)
         self._initialize_workers(group)
 

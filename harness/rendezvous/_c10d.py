@@ -326,7 +326,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         try:
             self._client.wait([self._seq_key(seq + 1)], max(timeout, 0.001))
         except StoreTimeoutError:
-            pass
+            if not getattr(self._client, "connected", True):
+                raise  # not even the cancel was answered: the store is silent
 
     def _signal(self) -> None:
         with self._lock:
@@ -448,8 +449,8 @@ class C10dRendezvousHandler(RendezvousHandler):
                 self._fence_reason = None
                 self._signaled = False
                 self._wakeup.notify_all()
-            log.warning("rendezvous %s: the store at %s answers again after %.1fs; "
-                        "rejoining", self._run_id, self._endpoint, silent)
+            log.info("rendezvous %s: the store at %s answers again after %.1fs",
+                     self._run_id, self._endpoint, silent)
             self._signal()
 
     def _no_answer(self, error: BaseException) -> None:
@@ -639,16 +640,23 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._await_store(machine.deadline)
         while True:
             self._raise_if_broken()
-            raw, state = self._read()
-            step = machine.step(state, self._dead_now(), self._meta())
+            try:
+                raw, state = self._read()
+                step = machine.step(state, self._dead_now(), self._meta())
+                if step.kind == "write":
+                    assert step.state is not None
+                    self._cas(raw, state, step.state)
+                elif step.kind == "wait":
+                    self._wait_change(state.seq, step.wait_for)
+            except StoreTimeoutError as e:  # no answer: wait out a fence, reconnect, re-read
+                log.info("rendezvous %s: %s; retrying", self._run_id, e)
+                self._await_store(machine.deadline, renew=True)
+                continue
             if step.kind == "finish":
                 return self._finish(state)
-            if step.kind == "write":
-                assert step.state is not None
-                self._cas(raw, state, step.state)
-            elif step.kind == "wait":
-                self._wait_change(state.seq, step.wait_for)
-            elif step.kind == "closed":
+            if step.kind in ("write", "wait"):
+                continue
+            if step.kind == "closed":
                 raise RendezvousClosedError(
                     f"rendezvous {self._run_id!r} is closed: {state.close_reason or 'the job is over'}"
                     f"{'' if machine.last_round is not None else '; this node came too late to join it'}")
@@ -679,16 +687,21 @@ class C10dRendezvousHandler(RendezvousHandler):
                 self._wakeup.wait(remaining)
             return self._fence_reason is None
 
-    def _await_store(self, deadline: float) -> None:
-        """Before a rendezvous: wait out a fence (nothing can be decided without the
-        store), then renew the main connection, which may have gone stale meanwhile."""
+    def _await_store(self, deadline: float, renew: bool = False) -> None:
+        """Wait out a fence (nothing can be decided without the store), then renew the
+        main connection if it may have gone stale meanwhile (or ``renew``: a request on
+        it went unanswered, so the stream is out of step)."""
         while self.fence_reason() is not None:
             self._raise_if_broken()
             if time.monotonic() > deadline:
                 raise RendezvousConnectionError(self.fence_reason() or "fenced")
             self.wait_unfenced(min(1.0, max(0.0, deadline - time.monotonic())))
         self._raise_if_broken()
-        if self._contact.fences != self._client_fences:
+        if renew or self._contact.fences != self._client_fences:
+            if time.monotonic() > deadline:
+                raise RendezvousTimeoutError(
+                    f"rendezvous {self._run_id!r}: the store at {self._endpoint} did not "
+                    f"answer within join_timeout={self._settings.join_timeout:g}s")
             self._client_fences = self._contact.fences
             old, self._client = self._client, self._client.clone()
             old.close()

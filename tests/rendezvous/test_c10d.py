@@ -6,8 +6,6 @@ import json
 import pickle
 import re
 import signal
-import subprocess
-import sys
 
 import pytest
 

@@ -91,3 +91,21 @@ def test_survivors_reform_when_a_peer_goes_silent_without_rst_or_fin(nodes):
             kill_node(b)
     assert any(l.startswith("START") and "world=1 " in l and "restart=0" in l for l in a.lines)
     assert any("lost " in l for l in a.lines), a.output  # declared gone, not a restart
+
+
+def test_a_store_frozen_during_the_rendezvous_is_waited_out(nodes):
+    """The first agent waits for its peer when the store freezes: its requests go
+    unanswered (``read_timeout`` shortened here from 60 s), it is fenced, and once the
+    store thaws it reconnects and the round forms with the late peer."""
+    with store_process() as store:
+        args = c10d_args(store.port, "2", "frozen-join",
+                         "--rdzv-conf=is_host=false,read_timeout=2", "--max-restarts=0")
+        a = nodes(*args, LOOP, "--finish-world=2")
+        time.sleep(3.0)  # a is in next_rendezvous, waiting for a second node
+        store.freeze()
+        a.wait_for("fenced", timeout=30)
+        time.sleep(2.5)  # longer than read_timeout: a request of a's main thread times out
+        store.thaw()
+        b = nodes(*args, LOOP, "--finish-world=2")
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    assert "retrying" in a.output  # the unanswered request did not end the rendezvous
