@@ -755,6 +755,9 @@ class C10dRendezvousHandler(RendezvousHandler):
         if self._left:
             return
         self._left = True
+        if self.fence_reason() is not None:  # the others already count this node out
+            log.info("leaving rendezvous %s while fenced: nothing to withdraw", self._run_id)
+            return
         try:
             self._withdraw(leaving=True)
         except RendezvousError as e:
@@ -762,7 +765,9 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def shutdown(self) -> bool:
         clean = True
-        if not self._left and self._store_lost is None:
+        if not self._left and self._store_lost is None and self.fence_reason() is not None:
+            clean = False  # cannot reach the store to close it; the others count us out
+        elif not self._left and self._store_lost is None:
             try:
                 self.set_closed(f"the job ended on {self._name}")
             except RendezvousError as e:

@@ -16,7 +16,7 @@ import time
 import psutil
 
 from tests.rendezvous.conftest import LOOP, c10d_args, kill_node
-from tests.rendezvous.store_proc import store_process
+from tests.rendezvous.store_proc import proxy_to, store_process
 
 
 def worker_pids(node) -> set[int]:
@@ -109,3 +109,39 @@ def test_a_store_frozen_during_the_rendezvous_is_waited_out(nodes):
         b = nodes(*args, LOOP, "--finish-world=2")
         assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
     assert "retrying" in a.output  # the unanswered request did not end the rendezvous
+
+
+def test_a_node_cut_off_from_the_store_fences_and_rejoins_as_a_new_member(nodes, tmp_path):
+    """Only node b loses the store (its traffic goes through a relay the test freezes);
+    the peers still reach each other. a declares b gone and goes on alone; b stops its
+    workers and starts none; once b reaches the store again it rejoins and the world
+    grows back to two."""
+    release = tmp_path / "release"
+    with store_process() as store, proxy_to(store.port) as relay:
+        def agent(port: int, name: str):
+            args = c10d_args(port, "1:2", "cut", "--rdzv-conf=is_host=false", "--max-restarts=0")
+            env = {"HARNESS_EVENTS": str(tmp_path / f"{name}.jsonl"), "HARNESS_NODE": name}
+            return nodes(*args, LOOP, "--finish-world=2", f"--until={release}",
+                         "--max-seconds=120", env=env)
+
+        a, b = agent(store.port, "a"), agent(relay.port, "b")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+        b_workers = worker_pids(b)
+        relay.freeze()
+        b.wait_for("fenced: no answer", timeout=30)
+        a.wait_for("world=1", timeout=60)  # a went on alone
+        deadline = time.monotonic() + 30
+        while alive(b_workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(b_workers), b.output
+        assert worker_pids(b) == b_workers  # none started while cut off
+        release.touch()
+        relay.thaw()
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    assert len([l for l in a.lines if l.startswith("START") and "world=2 " in l]) == 2
+    assert [l for l in b.lines if l.startswith("START")][-1].count("world=2 ") == 1
+    assert all("restart=0" in l for l in a.lines + b.lines if l.startswith("START"))
+    kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
+    assert kinds.count("fenced") == 1 and kinds.count("unfenced") == 1
+    assert "fenced" not in [e["kind"] for e in events(tmp_path / "a.jsonl")]
