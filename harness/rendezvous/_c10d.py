@@ -160,7 +160,7 @@ def is_local_host(host: str) -> bool:
         theirs = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
-    return bool(mine & theirs) or any(a.startswith("127.") or a == "::1" for a in theirs)
+    return bool(mine & theirs) or any(str(a).startswith("127.") or a == "::1" for a in theirs)
 
 
 def _someone_listens(host: str, port: int) -> bool:
