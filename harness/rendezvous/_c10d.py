@@ -27,8 +27,9 @@ Liveness, two layers:
   checks these sockets synchronously, so a worker failure caused by a dead peer is
   recognised as a membership change (no restart used up).
 
-Fencing: a node whose keeper has had no answer from the store for ``heartbeat_timeout``
-(the bound after which its peers declare it dead) is *fenced* (``fence_reason()``): its
+Fencing: a node whose keeper has had no answer from the store for one keep-alive
+interval less than ``heartbeat_timeout`` (the silence after which its peers declare it
+dead) is *fenced* (``fence_reason()``): its
 peers are re-forming the world without it, so the agent stops its workers and starts
 none until the store answers again; then it rejoins as a new member. A store that
 *refuses* or *closes* connections is gone (fatal, as below); one that does not answer
@@ -225,9 +226,12 @@ class C10dRendezvousHandler(RendezvousHandler):
             min_nodes=params.min_nodes, max_nodes=params.max_nodes,
             last_call_timeout=s.last_call_timeout, join_timeout=s.join_timeout,
             poll=2 * s.keep_alive_interval), clock)
-        # the agent hosting the store is never cut off from it: it never fences
+        # A node fences one keep-alive interval before its peers can declare it dead
+        # (they need more than heartbeat_timeout of silence since they *saw* its last
+        # beat), so its workers are stopping before a smaller world can form. The agent
+        # hosting the store is never cut off from it: it never fences.
         self._contact = StoreContact(clock, float("inf") if self._server is not None
-                                     else s.heartbeat_timeout)
+                                     else s.heartbeat_timeout - s.keep_alive_interval)
         self._client_fences = 0  # fences the main connection has been renewed after
         self._fence_reason: str | None = None
 
@@ -357,13 +361,14 @@ class C10dRendezvousHandler(RendezvousHandler):
                         self._stopped.wait(s.keep_alive_interval)
                         continue
                 try:
+                    client.set_timeout(self._op_timeout())
                     seq = self._beat(client, peers)
                     try:
                         client.wait([self._seq_key(seq + 1)], s.keep_alive_interval)
                     except StoreTimeoutError:
-                        if getattr(client, "connected", True):
-                            continue  # no news within the interval: the normal case
-                        raise  # not even the cancel was answered
+                        if not getattr(client, "connected", True):
+                            raise  # not even the cancel was answered
+                    self._answered()  # news, or the cancel of a wait without news
                 except StoreTimeoutError as e:
                     client.close()
                     client = None
@@ -385,10 +390,10 @@ class C10dRendezvousHandler(RendezvousHandler):
                 client.close()
 
     def _op_timeout(self) -> float:
-        """How long the keeper waits for one answer: well inside the fencing bound, so
-        a store that stopped answering is noticed in time (and a slow answer is retried
-        on a fresh connection before it counts)."""
-        return max(self._settings.heartbeat_timeout / 2, 0.05)
+        """How long the keeper waits for one answer: half the keep-alive bound (a slow
+        answer is retried on a fresh connection before it counts), and never past the
+        moment the fence is due."""
+        return self._contact.request_timeout(max(self._settings.heartbeat_timeout / 2, 0.05))
 
     def _keeper_client(self) -> Any:
         """A fresh connection for the keeper; None if the store does not answer (yet).
@@ -423,6 +428,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         """One keep-alive round: bump our heartbeat, read the state and the peers'
         heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
         client.add(self._hb_key, 1)
+        self._answered()
         raw, state = self._read(client)
         watched = [n for n in dict.fromkeys(
             state.participants + state.expected + state.waiting
@@ -459,9 +465,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         contact = self._contact
         if contact.failed():
             reason = (f"fenced: no answer from the rendezvous store at {self._endpoint} for "
-                      f"{contact.silent_for():.1f}s (the keep-alive bound, "
-                      f"heartbeat_timeout={contact.bound:g}s, after which the others go on "
-                      f"without this node)")
+                      f"{contact.silent_for():.1f}s (its peers go on without this node "
+                      f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
             with self._lock:
                 self._fence_reason = reason
                 self._wakeup.notify_all()

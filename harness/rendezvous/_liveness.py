@@ -87,9 +87,9 @@ class StoreContact:
     """Has this node reached the store lately? The fencing decision.
 
     ``ok()`` after every answered store request, ``failed()`` after one that got no
-    answer in time. A node that has had no answer for ``bound`` seconds (the keep-alive
-    bound after which its peers declare it dead) is *fenced*: its peers are re-forming
-    the world without it, so its workers must stop and none may start until the store
+    answer in time. A node that has had no answer for ``bound`` seconds (the handler
+    uses one keep-alive interval less than the silence after which its peers declare it
+    dead) is *fenced*: its peers are about to re-form the world without it, so its workers must stop and none may start until the store
     answers again. A failure is only counted once a request really went unanswered, so
     a node that simply did not ask (its thread was starved) is never fenced for it.
     """
@@ -107,6 +107,14 @@ class StoreContact:
 
     def silent_for(self) -> float:
         return self._clock.now() - self.last_ok
+
+    def request_timeout(self, cap: float, floor: float = 0.05) -> float:
+        """How long the next request may wait for its answer: at most ``cap``, and no
+        later than the moment the silence reaches the bound (so the fence is decided on
+        time, not a whole request timeout late), but never less than ``floor``."""
+        if self.fenced_at is not None:
+            return cap
+        return max(floor, min(cap, self.bound - self.silent_for()))
 
     def ok(self) -> bool:
         """The store answered; True if that ends a fence."""

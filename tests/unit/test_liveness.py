@@ -165,3 +165,33 @@ def test_waiting_nodes_do_not_count_at_max_nodes_or_in_a_barrier():
     assert reason(live_waiting=["c"], for_barrier=True) is None
     assert reason(dead={"a"}, for_barrier=True) == "lost host-a"
     assert reason(fenced="fenced: x", for_barrier=True) == "fenced: x"
+
+
+def test_request_timeout_ends_when_the_fence_is_due():
+    clock = FakeClock()
+    contact = StoreContact(clock, 0.7)
+    assert contact.request_timeout(0.4) == 0.4  # plenty of time left
+    clock.advance(0.5)
+    assert abs(contact.request_timeout(0.4) - 0.2) < 1e-9  # only until the bound
+    clock.advance(0.5)
+    assert contact.request_timeout(0.4) == 0.05  # past it: the floor, to ask at all
+    contact.failed()
+    assert contact.request_timeout(0.4) == 0.4  # fenced: patient retries
+
+
+def test_a_node_fences_a_keep_alive_interval_before_its_peers_can_declare_it_dead():
+    """Same fake clock for one node's contact and its peer's watch: the node's last
+    answered beat is what the peer saw last; the fence must come first."""
+    clock = FakeClock()
+    interval, timeout = 0.1, 0.8
+    contact = StoreContact(clock, timeout - interval)  # what the handler uses
+    peer = PeerWatch(clock, interval, timeout)
+    peer.observe([("n", b"5")])  # the peer sees the node's last beat at once
+    fenced_at = dead_at = None
+    for tick in range(1, 20):
+        clock.advance(0.05)
+        if fenced_at is None and contact.failed():
+            fenced_at = tick
+        if dead_at is None and "n" in peer.observe([("n", b"5")]).dead:
+            dead_at = tick
+    assert fenced_at is not None and dead_at is not None and fenced_at < dead_at
