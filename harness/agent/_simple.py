@@ -21,16 +21,32 @@ from harness.agent._api import (
     WorkerSpec,
     WorkerState,
 )
+from harness.agent._decide import (
+    Action,
+    FenceClock,
+    Tick,
+    decide,
+    exit_barrier_needed,
+    needs_membership_check,
+)
 from harness.agent._ranks import assign_worker_ranks
 from harness.errors import ElasticError, SignalException
 from harness.events import NullEventWriter
 from harness.rendezvous import RendezvousGracefulExitError
+from harness.rendezvous._liveness import MONOTONIC
 
 __all__ = ["SimpleElasticAgent"]
 
 log = logging.getLogger(__name__)
 
 _BARRIER_PREFIX = "torchelastic/agent/terminal_state"
+
+
+def _fence_reason(handler: Any) -> str | None:
+    """Why ``handler``'s node is cut off from its store (None: it is not, or the backend
+    has no store to be cut off from)."""
+    probe = getattr(handler, "fence_reason", None)
+    return probe() if probe is not None else None
 
 
 class SimpleElasticAgent(ElasticAgent):
@@ -163,38 +179,67 @@ class SimpleElasticAgent(ElasticAgent):
             self._last_progress = time.monotonic()
             result = self._monitor_workers(group)
             state = result.state
-            if state == WorkerState.SUCCEEDED:
-                self._set_state(state)
+            if state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
+                self._set_state(state)  # recorded before the (possibly slow) verdict below
+            fenced = _fence_reason(spec.rdzv_handler)
+            changed = (fenced is None and needs_membership_check(state)
+                       and spec.rdzv_handler.membership_changed())
+            decision = decide(Tick(state, changed, fenced), self._remaining_restarts)
+            action = decision.action
+            if action is Action.WAIT:
+                continue
+            self._set_state(state)
+            if action is Action.SUCCEED:
                 self._exit_barrier()
                 return result
-            if state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
-                self._set_state(state)
-                if spec.rdzv_handler.membership_changed():
+            if action is Action.FENCE:
+                self._fence(group, decision.cause)
+            elif action is Action.REFORM:
+                if decision.cause == "failure":
                     log.info("[%s] workers failed after the membership changed; re-rendezvous "
                              "without using a restart", role)
-                    self._events.emit("membership_change", restart_count=self.restart_count,
-                                      cause="failure")
-                    self._restart_workers(group)
-                    continue
-                if self._remaining_restarts > 0:
-                    log.info("[%s] worker group %s; %d/%d restarts left", role, state.value,
-                             self._remaining_restarts, spec.max_restarts)
-                    self._remaining_restarts -= 1
-                    self._restart_workers(group)
-                    continue
+                else:
+                    log.info("[%s] the membership changed; restarting with the new world", role)
+                self._events.emit("membership_change", restart_count=self.restart_count,
+                                  cause=decision.cause)
+                self._restart_workers(group)
+            elif action is Action.RESTART:
+                log.info("[%s] worker group %s; %d/%d restarts left", role, state.value,
+                         self._remaining_restarts, spec.max_restarts)
+                self._remaining_restarts -= 1
+                self._restart_workers(group)
+            elif action is Action.GIVE_UP:
                 self._stop_workers(group)
                 self._set_state(WorkerState.FAILED)
                 log.error("[%s] worker group failed; all %d restarts used", role, spec.max_restarts)
                 return RunResult(WorkerState.FAILED, failures=result.failures)
-            if state == WorkerState.HEALTHY:
-                if spec.rdzv_handler.membership_changed():
-                    log.info("[%s] the membership changed; restarting with the new world", role)
-                    self._events.emit("membership_change", restart_count=self.restart_count,
-                                      cause="membership")
-                    self._restart_workers(group)
-                continue
-            self._set_state(state)
-            raise ElasticError(f"[{role}] worker group is in state {state.value}; giving up")
+            else:
+                raise ElasticError(f"[{role}] worker group is in state {state.value}; giving up")
+
+    # -- fencing -----------------------------------------------------------------------
+
+    _clock: Any = MONOTONIC  # the fence timer's clock (a FakeClock in tests)
+
+    def _fence(self, group: WorkerGroup, reason: str) -> None:
+        """Cut off from the rendezvous store for the keep-alive bound: the others are
+        re-forming without this node, so its workers stop now (they must not go on in a
+        world that no longer exists) and none start until the store answers; then the
+        node rejoins as a new member, or learns that the job has ended."""
+        handler = group.spec.rdzv_handler
+        fence = FenceClock(self._clock)
+        fence.begin()
+        log.warning("%s; stopping the workers until the store answers", reason)
+        self._stop_workers(group)
+        self._set_state(WorkerState.STOPPED)
+        self._events.emit("fenced", reason=reason, restart_count=self.restart_count,
+                          round=self._round)
+        while not handler.wait_unfenced(group.spec.monitor_interval + 1.0):
+            self._last_progress = time.monotonic()  # alive, deliberately idle
+        lasted = fence.end()
+        log.warning("the rendezvous store answers again after %.1fs fenced; rejoining", lasted)
+        self._events.emit("unfenced", fenced_for=round(lasted, 3),
+                          restart_count=self.restart_count, round=self._round)
+        self._initialize_workers(group)
 
     def last_progress(self) -> float:
         """Monotonic time the control loop last made progress (the health check reads it;
@@ -209,8 +254,11 @@ class SimpleElasticAgent(ElasticAgent):
         """Wait (bounded) until every node is done, so no node's store vanishes early."""
         group = self._worker_group
         store = self._store
+        fenced = _fence_reason(group.spec.rdzv_handler) is not None
         size = group.group_world_size or 1
-        if store is None or size <= 1:
+        if not exit_barrier_needed(store is not None, size, fenced):
+            if fenced:
+                log.warning("skipping the exit barrier: this node cannot reach the store")
             return
         started = time.monotonic()
         self._in_exit_barrier = True

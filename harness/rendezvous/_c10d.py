@@ -8,10 +8,11 @@ How a round forms (all state is one JSON document, ``_state.RendezvousState``, w
   stop their workers and call ``next_rendezvous``. The first one to do so opens the next
   round, listing the survivors and the waiting nodes as *expected*.
 * A forming round completes as soon as ``max_nodes`` joined, or ``min_nodes`` joined and
-  every live expected node has, or ``last_call_timeout`` passed since ``min_nodes`` were in
+  every live expected node has, or the last call ran out since ``min_nodes`` were in
   (measured by each participant on its own monotonic clock: no node ever compares its
-  clock with another's). So recovery from a loss or a join never waits for a last call;
-  only the very first formation of a ``MIN<MAX`` job does.
+  clock with another's). The first formation waits ``last_call_timeout`` (torch's 30 s),
+  so agents started seconds apart form one world; recovery from a loss or a join never
+  waits for a last call. The decisions live in ``_round.RoundMachine`` (no I/O).
 * Waits are event-driven: every write sets ``seq/<n>``, and waiters block in a store
   ``wait`` on the next one (bounded slices), never in a fixed sleep.
 
@@ -25,6 +26,14 @@ Liveness, two layers:
   of it within milliseconds, before their gloo collectives fail. ``membership_changed``
   checks these sockets synchronously, so a worker failure caused by a dead peer is
   recognised as a membership change (no restart used up).
+
+Fencing: a node whose keeper has had no answer from the store for one keep-alive
+interval less than ``heartbeat_timeout`` (the silence after which its peers declare it
+dead) is *fenced* (``fence_reason()``): its
+peers are re-forming the world without it, so the agent stops its workers and starts
+none until the store answers again; then it rejoins as a new member. A store that
+*refuses* or *closes* connections is gone (fatal, as below); one that does not answer
+is unreachable (fenced, retried). The decisions live in ``_liveness`` (no I/O).
 
 Graceful leave: ``leave()`` (the launcher calls it when the agent is stopped by a signal)
 drops the node from the state and opens the next round at once. ``shutdown()`` otherwise
@@ -67,6 +76,19 @@ from harness.rendezvous._api import (
     RendezvousStoreInfo,
     RendezvousTimeoutError,
 )
+from harness.rendezvous._liveness import (
+    MONOTONIC,
+    Clock,
+    PeerWatch,
+    StoreContact,
+    change_reason,
+)
+from harness.rendezvous._round import (
+    RoundMachine,
+    RoundRules,
+    closed_state,
+    withdrawn_state,
+)
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import (
     StoreClient,
@@ -88,7 +110,7 @@ class C10dSettings:
     """``--rdzv-conf`` knobs of the c10d backend, resolved once."""
 
     join_timeout: float = 600.0
-    last_call_timeout: float = 1.0
+    last_call_timeout: float = 30.0
     close_timeout: float = 30.0
     keep_alive_interval: float = 0.1
     heartbeat_timeout: float = 0.8
@@ -139,7 +161,7 @@ def is_local_host(host: str) -> bool:
         theirs = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
-    return bool(mine & theirs) or any(a.startswith("127.") or a == "::1" for a in theirs)
+    return bool(mine & theirs) or any(str(a).startswith("127.") or a == "::1" for a in theirs)
 
 
 def _someone_listens(host: str, port: int) -> bool:
@@ -173,8 +195,10 @@ class C10dRendezvousHandler(RendezvousHandler):
     """Dynamic (elastic) rendezvous on a TCPStore; see the module docstring."""
 
     def __init__(self, params: RendezvousParameters, settings: C10dSettings | None = None,
-                 backend_name: str = "c10d", default_port: int = DEFAULT_PORT):
+                 backend_name: str = "c10d", default_port: int = DEFAULT_PORT, *,
+                 clock: Clock = MONOTONIC):
         self._params = params
+        self._clock = clock
         self._settings = settings or C10dSettings.from_params(params)
         self._backend_name = backend_name
         self._run_id = params.run_id
@@ -197,6 +221,19 @@ class C10dRendezvousHandler(RendezvousHandler):
 
         self._server: StoreServer | None = None
         self._client = self._open_store(host, port)
+        s = self._settings
+        self._machine = RoundMachine(self._node, RoundRules(
+            min_nodes=params.min_nodes, max_nodes=params.max_nodes,
+            last_call_timeout=s.last_call_timeout, join_timeout=s.join_timeout,
+            poll=2 * s.keep_alive_interval), clock)
+        # A node fences one keep-alive interval before its peers can declare it dead
+        # (they need more than heartbeat_timeout of silence since they *saw* its last
+        # beat), so its workers are stopping before a smaller world can form. The agent
+        # hosting the store is never cut off from it: it never fences.
+        self._contact = StoreContact(clock, float("inf") if self._server is not None
+                                     else s.heartbeat_timeout - s.keep_alive_interval)
+        self._client_fences = 0  # fences the main connection has been renewed after
+        self._fence_reason: str | None = None
 
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
@@ -209,8 +246,6 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._live_tried: set[str] = set()
         self._running_round: int | None = None
         self._running_members: list[str] = []
-        self._last_round: int | None = None
-        self._joined_round: int | None = None
         self._reservation: PortReservation | None = None
         self._closed_seen = False
         self._left = False
@@ -295,7 +330,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         try:
             self._client.wait([self._seq_key(seq + 1)], max(timeout, 0.001))
         except StoreTimeoutError:
-            pass
+            if not getattr(self._client, "connected", True):
+                raise  # not even the cancel was answered: the store is silent
 
     def _signal(self) -> None:
         with self._lock:
@@ -315,47 +351,28 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def _keep(self) -> None:
         s = self._settings
-        try:
-            client = self._client.clone()
-        except StoreConnectionError as e:
-            self._lose_store(e)
-            return
-        seen: dict[str, tuple[bytes, float]] = {}
-        previous = time.monotonic()
+        peers = PeerWatch(self._clock, s.keep_alive_interval, s.heartbeat_timeout)
+        client: Any = None
         try:
             while not self._stopped.is_set():
+                if client is None:
+                    client = self._keeper_client()
+                    if client is None:  # unreachable: fenced (or soon), try again
+                        self._stopped.wait(s.keep_alive_interval)
+                        continue
                 try:
-                    client.add(self._hb_key, 1)
-                    raw, state = self._read(client)
-                    watched = [n for n in dict.fromkeys(
-                        state.participants + state.expected + state.waiting
-                        + self._running_members) if n != self._node]
-                    peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
-                    values = peek([self._hb(n) for n in watched]) if watched else []
-                    now = time.monotonic()
-                    starved = now - previous > max(3 * s.keep_alive_interval, s.heartbeat_timeout / 2)
-                    previous = now
-                    for node, value in zip(watched, values):
-                        old = seen.get(node)
-                        if old is None or old[0] != value or starved:
-                            seen[node] = (value, now)
-                    stale = {n: now - seen[n][1] for n in watched}
-                    self._connect_live(state, watched)
-                    dead = {n for n, age in stale.items() if age > s.heartbeat_timeout}
-                    dead |= {n for n, v in zip(watched, values) if v == b""}  # lease expired
-                    dead |= self._sock_dead()
-                    with self._lock:
-                        self._snapshot = state
-                        self._state_error = None
-                        self._dead = dead & set(watched)
-                        self._suspects = {n for n, age in stale.items()
-                                          if age > 2.5 * s.keep_alive_interval} - dead
-                        self._wakeup.notify_all()
-                    self._maybe_signal()
+                    client.set_timeout(self._op_timeout())
+                    seq = self._beat(client, peers)
                     try:
-                        client.wait([self._seq_key(state.seq + 1)], s.keep_alive_interval)
+                        client.wait([self._seq_key(seq + 1)], s.keep_alive_interval)
                     except StoreTimeoutError:
-                        pass
+                        if not getattr(client, "connected", True):
+                            raise  # not even the cancel was answered
+                    self._answered()  # news, or the cancel of a wait without news
+                except StoreTimeoutError as e:
+                    client.close()
+                    client = None
+                    self._no_answer(e)
                 except RendezvousStateError as e:
                     with self._lock:
                         self._state_error = e
@@ -369,7 +386,97 @@ class C10dRendezvousHandler(RendezvousHandler):
                 log.warning("rendezvous keeper stopped: %s: %s", type(e).__name__, e)
                 self._lose_store(e)
         finally:
-            client.close()
+            if client is not None:
+                client.close()
+
+    def _op_timeout(self) -> float:
+        """How long the keeper waits for one answer: half the keep-alive bound (a slow
+        answer is retried on a fresh connection before it counts), and never past the
+        moment the fence is due."""
+        return self._contact.request_timeout(max(self._settings.heartbeat_timeout / 2, 0.05))
+
+    def _keeper_client(self) -> Any:
+        """A fresh connection for the keeper; None if the store does not answer (yet).
+        Raises ``StoreConnectionError`` if nothing listens there any more (refused):
+        the store is gone, not just out of reach."""
+        timeout = self._op_timeout()
+        if isinstance(self._client, StoreClient):
+            host, port = self._client.host, self._client.port
+            try:
+                socket.create_connection((host, port), timeout=timeout).close()
+            except ConnectionRefusedError as e:
+                raise StoreConnectionError(f"the rendezvous store at {self._endpoint} refused "
+                                           f"the connection: {e.strerror}") from None
+            except OSError as e:
+                self._no_answer(e)
+                return None
+            try:
+                client: Any = StoreClient(host, port, timeout=timeout, connect_timeout=timeout)
+            except (StoreTimeoutError, StoreConnectionError) as e:
+                self._no_answer(e)
+                return None
+            return client
+        try:
+            client = self._client.clone()  # another store (etcd): its own connect logic
+        except (StoreTimeoutError, StoreConnectionError) as e:
+            self._no_answer(e)
+            return None
+        client.set_timeout(timeout)
+        return client
+
+    def _beat(self, client: Any, peers: PeerWatch) -> int:
+        """One keep-alive round: bump our heartbeat, read the state and the peers'
+        heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
+        client.add(self._hb_key, 1)
+        self._answered()
+        raw, state = self._read(client)
+        watched = [n for n in dict.fromkeys(
+            state.participants + state.expected + state.waiting
+            + self._running_members) if n != self._node]
+        peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
+        values = peek([self._hb(n) for n in watched]) if watched else []
+        self._answered()
+        verdict = peers.observe(zip(watched, values))
+        self._connect_live(state, watched)
+        dead = set(verdict.dead) | self._sock_dead()
+        with self._lock:
+            self._snapshot = state
+            self._state_error = None
+            self._dead = dead & set(watched)
+            self._suspects = set(verdict.suspects) - dead
+            self._wakeup.notify_all()
+        self._maybe_signal()
+        return state.seq
+
+    def _answered(self) -> None:
+        silent = self._contact.silent_for()
+        if self._contact.ok():
+            with self._lock:
+                self._fence_reason = None
+                self._signaled = False
+                self._wakeup.notify_all()
+            log.info("rendezvous %s: the store at %s answers again after %.1fs",
+                     self._run_id, self._endpoint, silent)
+            self._signal()
+
+    def _no_answer(self, error: BaseException) -> None:
+        """A request got no answer: fence once silent for the bound, give up (fatal)
+        after ``join_timeout`` of silence."""
+        contact = self._contact
+        if contact.failed():
+            reason = (f"fenced: no answer from the rendezvous store at {self._endpoint} for "
+                      f"{contact.silent_for():.1f}s (its peers go on without this node "
+                      f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
+            with self._lock:
+                self._fence_reason = reason
+                self._wakeup.notify_all()
+            log.info("rendezvous %s: %s", self._run_id, reason)  # the agent says it louder
+            self._signal()
+        elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
+            raise StoreConnectionError(
+                f"no answer from the rendezvous store at {self._endpoint} for "
+                f"{contact.silent_for():.0f}s (join_timeout={self._settings.join_timeout:g}s): "
+                f"{error}")
 
     def _lose_store(self, error: BaseException) -> None:
         self._store_lost = self._store_lost_message(error)
@@ -432,23 +539,11 @@ class C10dRendezvousHandler(RendezvousHandler):
             self._signal()
 
     def _change_reason_locked(self, for_barrier: bool) -> str | None:
-        if self._store_lost is not None:
-            return self._store_lost
-        state, running = self._snapshot, self._running_round
-        if state is None or running is None:
-            return None
-        if state.closed:
-            return f"the rendezvous was closed ({state.close_reason or 'job over'})"
-        if state.round != running:
-            return f"round {state.round} began ({state.cause})"
-        dead = [n for n in self._running_members if n in self._dead]
-        if dead:
-            return "lost " + ", ".join(state.name(n) for n in dead)
-        if for_barrier:
-            return None
-        if len(self._running_members) < self._params.max_nodes and self._live_waiting_locked():
-            return f"{len(self._live_waiting_locked())} node(s) waiting to join"
-        return None
+        return change_reason(
+            state=self._snapshot, running_round=self._running_round,
+            running_members=self._running_members, dead=self._dead,
+            live_waiting=self._live_waiting_locked(), max_nodes=self._params.max_nodes,
+            store_lost=self._store_lost, fenced=self._fence_reason, for_barrier=for_barrier)
 
     def _live_waiting_locked(self) -> list[str]:
         state = self._snapshot
@@ -516,11 +611,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         deadline = time.monotonic() + self._settings.close_timeout
         while time.monotonic() < deadline:
             raw, state = self._read()
-            if state.closed:
-                return
-            new = state.copy()
-            new.closed, new.close_reason = True, reason
-            if self._cas(raw, state, new):
+            new = closed_state(state, reason)
+            if new is None or self._cas(raw, state, new):
                 return
 
     def round_abandoned(self, round_: int) -> str | None:
@@ -540,7 +632,6 @@ class C10dRendezvousHandler(RendezvousHandler):
     # -- next_rendezvous ----------------------------------------------------------------
 
     def next_rendezvous(self) -> RendezvousInfo:
-        s = self._settings
         self._raise_if_broken()
         with self._lock:
             self._running_round = None
@@ -549,99 +640,82 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._drain()
         self._release_port()
         self._reservation = PortReservation()
-        started = time.monotonic()
-        deadline = started + s.join_timeout
-        last_call: tuple[int, float] | None = None
+        machine = self._machine
+        machine.begin()
+        self._await_store(machine.deadline)
         while True:
             self._raise_if_broken()
-            raw, state = self._read()
-            if state.closed:
+            try:
+                raw, state = self._read()
+                step = machine.step(state, self._dead_now(), self._meta())
+                if step.kind == "write":
+                    assert step.state is not None
+                    self._cas(raw, state, step.state)
+                elif step.kind == "wait":
+                    self._wait_change(state.seq, step.wait_for)
+            except StoreTimeoutError as e:  # no answer: wait out a fence, reconnect, re-read
+                log.info("rendezvous %s: %s; retrying", self._run_id, e)
+                self._await_store(machine.deadline, renew=True)
+                continue
+            if step.kind == "finish":
+                return self._finish(state)
+            if step.kind in ("write", "wait"):
+                continue
+            if step.kind == "closed":
                 raise RendezvousClosedError(
-                    f"rendezvous {self._run_id!r} is closed ({state.close_reason or 'job over'})")
-            now = time.monotonic()
-            if now > deadline:
+                    f"rendezvous {self._run_id!r} is closed: {state.close_reason or 'the job is over'}"
+                    f"{'' if machine.last_round is not None else '; this node came too late to join it'}")
+            else:
                 self._withdraw()
                 raise RendezvousTimeoutError(
                     f"rendezvous {self._run_id!r} at {self._endpoint} did not complete within "
-                    f"join_timeout={s.join_timeout:g}s: {len(state.participants)} node(s) joined, "
-                    f"--nnodes needs {self._params.min_nodes}")
-            me = self._node
-            new: RendezvousState | None = None
-            wait_for = 2 * s.keep_alive_interval
-            if state.complete:
-                if me in state.participants and state.round == self._joined_round \
-                        and state.round != self._last_round:
-                    return self._finish(state)
-                if me in state.participants:
-                    new = self._open_next_round(state)
-                elif me not in state.waiting:
-                    new = state.copy()
-                    new.waiting.append(me)
-                    new.nodes[me] = self._meta()
-            elif me not in state.participants:
-                new = state.copy()
-                new.participants.append(me)
-                new.waiting = [n for n in new.waiting if n != me]
-                new.nodes[me] = self._meta()
-                self._joined_round = state.round
-                if len(new.participants) >= self._params.max_nodes:
-                    self._complete(new)
-            else:
-                self._joined_round = state.round
-                dead = self._dead_now()
-                if dead & (set(state.participants) | set(state.expected)):
-                    new = state.copy()
-                    new.participants = [n for n in new.participants if n not in dead]
-                    new.expected = [n for n in new.expected if n not in dead]
-                else:
-                    n = len(state.participants)
-                    if n >= self._params.min_nodes:
-                        if last_call is None or last_call[0] != state.round:
-                            last_call = (state.round, now)
-                        all_in = bool(state.expected) and all(
-                            e in state.participants for e in state.expected)
-                        left = s.last_call_timeout - (now - last_call[1])
-                        if n >= self._params.max_nodes or all_in or left <= 0:
-                            new = state.copy()
-                            self._complete(new)
-                        else:
-                            wait_for = min(wait_for, left)
-                    else:
-                        last_call = None
-            if new is not None:
-                self._cas(raw, state, new)
-                continue
-            self._wait_change(state.seq, min(wait_for, max(0.0, deadline - now)))
+                    f"join_timeout={self._settings.join_timeout:g}s: {len(state.participants)} "
+                    f"node(s) joined, --nnodes needs {self._params.min_nodes}")
+
+    # -- fencing ------------------------------------------------------------------------
+
+    def fence_reason(self) -> str | None:
+        """Why this node is fenced (cut off from the store for the keep-alive bound: its
+        workers must stop, none may start), or None when it is not."""
+        with self._lock:
+            return self._fence_reason
+
+    def wait_unfenced(self, timeout: float) -> bool:
+        """Block up to ``timeout`` s until this node is no longer fenced (or the store is
+        lost for good: then the next call raises); True when it is not fenced."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._fence_reason is not None and self._store_lost is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._wakeup.wait(remaining)
+            return self._fence_reason is None
+
+    def _await_store(self, deadline: float, renew: bool = False) -> None:
+        """Wait out a fence (nothing can be decided without the store), then renew the
+        main connection if it may have gone stale meanwhile (or ``renew``: a request on
+        it went unanswered, so the stream is out of step)."""
+        while self.fence_reason() is not None:
+            self._raise_if_broken()
+            if time.monotonic() > deadline:
+                raise RendezvousConnectionError(self.fence_reason() or "fenced")
+            self.wait_unfenced(min(1.0, max(0.0, deadline - time.monotonic())))
+        self._raise_if_broken()
+        if renew or self._contact.fences != self._client_fences:
+            if time.monotonic() > deadline:
+                raise RendezvousTimeoutError(
+                    f"rendezvous {self._run_id!r}: the store at {self._endpoint} did not "
+                    f"answer within join_timeout={self._settings.join_timeout:g}s")
+            self._client_fences = self._contact.fences
+            old, self._client = self._client, self._client.clone()
+            old.close()
 
     def _dead_now(self) -> set[str]:
         self._sock_dead_into_dead()
         dead = self._sock_dead()
         with self._lock:
             return set(self._dead) | dead
-
-    def _complete(self, state: RendezvousState) -> None:
-        expected, joined = state.expected, state.participants
-        state.participants = sorted(joined, key=lambda n: (
-            expected.index(n) if n in expected else len(expected), joined.index(n)))
-        state.complete = True
-        state.expected = []
-
-    def _open_next_round(self, state: RendezvousState) -> RendezvousState:
-        dead = self._dead_now()
-        survivors = [n for n in state.participants if n not in dead]
-        waiting = [n for n in state.waiting if n not in dead and n not in survivors]
-        new = state.copy()
-        new.round += 1
-        new.complete = False
-        new.cause = ("death" if len(survivors) < len(state.participants)
-                     else "join" if waiting else "restart")
-        new.expected = survivors + waiting
-        new.participants = [self._node]
-        new.waiting = []
-        new.nodes = {n: m for n, m in state.nodes.items() if n in new.expected}
-        new.nodes[self._node] = self._meta()
-        self._joined_round = new.round
-        return new
 
     def _finish(self, state: RendezvousState) -> RendezvousInfo:
         rank = state.participants.index(self._node)
@@ -652,10 +726,10 @@ class C10dRendezvousHandler(RendezvousHandler):
                 f"({state.name(state.participants[0])}) published no master port")
         if rank != 0:
             self._release_port()
+        self._machine.finished(state)
         with self._lock:
             self._running_round = state.round
             self._running_members = list(state.participants)
-            self._last_round = state.round
             self._snapshot = state
             self._signaled = False
         self._drain()
@@ -674,25 +748,10 @@ class C10dRendezvousHandler(RendezvousHandler):
         """Remove this node from the state; a leaving participant of a running round
         opens the next round for the others at once."""
         deadline = time.monotonic() + min(self._settings.close_timeout, 5.0)
-        me = self._node
         while time.monotonic() < deadline:
             raw, state = self._read()
-            if state.closed or (me not in state.participants and me not in state.waiting
-                                and me not in state.expected):
-                return
-            new = state.copy()
-            running = state.complete and me in state.participants
-            new.participants = [n for n in new.participants if n != me]
-            new.expected = [n for n in new.expected if n != me]
-            new.waiting = [n for n in new.waiting if n != me]
-            new.nodes.pop(me, None)
-            if running and leaving:
-                new.round += 1
-                new.complete = False
-                new.cause = "leave"
-                new.expected = new.participants + new.waiting
-                new.participants, new.waiting = [], []
-            if self._cas(raw, state, new):
+            new = withdrawn_state(state, self._node, leaving)
+            if new is None or self._cas(raw, state, new):
                 return
 
     def leave(self) -> None:
@@ -701,6 +760,9 @@ class C10dRendezvousHandler(RendezvousHandler):
         if self._left:
             return
         self._left = True
+        if self.fence_reason() is not None:  # the others already count this node out
+            log.info("leaving rendezvous %s while fenced: nothing to withdraw", self._run_id)
+            return
         try:
             self._withdraw(leaving=True)
         except RendezvousError as e:
@@ -708,7 +770,9 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def shutdown(self) -> bool:
         clean = True
-        if not self._left and self._store_lost is None:
+        if not self._left and self._store_lost is None and self.fence_reason() is not None:
+            clean = False  # cannot reach the store to close it; the others count us out
+        elif not self._left and self._store_lost is None:
             try:
                 self.set_closed(f"the job ended on {self._name}")
             except RendezvousError as e:

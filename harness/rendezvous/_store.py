@@ -114,6 +114,11 @@ class StoreClient:
         state = "connected" if self._sock is not None else "closed"
         return f"StoreClient({self.address}, {state})"
 
+    @property
+    def connected(self) -> bool:
+        """False once a request timed out or failed (the stream was dropped): reconnect."""
+        return self._sock is not None
+
     def clone(self) -> "StoreClient":
         """A second connection to the same store (for another thread)."""
         return StoreClient(self.host, self.port, self.timeout, self._connect_timeout)

@@ -6,8 +6,6 @@ import json
 import pickle
 import re
 import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -20,6 +18,7 @@ from harness.rendezvous import (
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import StoreClient, StoreServer
 from tests.conftest import run_elastic
+from tests.rendezvous.store_proc import store_process
 from tests.rendezvous.conftest import (
     ALLREDUCE, ALWAYS_FAIL, ENV_DUMP, LOOP, c10d_args, free_port, kill_node,
 )
@@ -118,7 +117,9 @@ def test_env_per_rank(nodes):
 
 
 def test_one_node_of_one_to_two(nodes):
-    agent = nodes(*c10d_args(free_port(), "1:2", "solo"), LOOP, "--finish-world=1")
+    # a lone node of a MIN<MAX job waits out the first round's last call (shortened here)
+    agent = nodes(*c10d_args(free_port(), "1:2", "solo", "--rdzv-conf=last_call_timeout=1"),
+                  LOOP, "--finish-world=1")
     assert agent.wait(60) == 0, agent.output
     assert starts(agent, 1)
 
@@ -144,9 +145,10 @@ def test_scale_down(nodes, how):
 
 def test_scale_up(nodes):
     port = free_port()
-    first = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    conf = "--rdzv-conf=last_call_timeout=1"  # the first round forms with one node
+    first = nodes(*c10d_args(port, "1:3", "up", conf), LOOP, "--finish-world=2")
     first.wait_for("world=1")
-    second = nodes(*c10d_args(port, "1:3", "up"), LOOP, "--finish-world=2")
+    second = nodes(*c10d_args(port, "1:3", "up", conf), LOOP, "--finish-world=2")
     assert second.wait(60) == 0, second.output
     assert first.wait(60) == 0, first.output
     assert starts(first, 2) and starts(second, 2)
@@ -187,11 +189,9 @@ def test_store_host_loss_is_a_clear_fast_error(nodes):
 
 
 def test_standalone_store_survives_losing_any_node(nodes):
-    store = subprocess.Popen([sys.executable, "-m", "harness.rendezvous.store_server", "--port", "0"],
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(store.stdout.readline().split()[1])
-        args = c10d_args(port, "1:2", "standalone", "--rdzv-conf=is_host=false", "--max-restarts=0")
+    with store_process() as store:
+        args = c10d_args(store.port, "1:2", "standalone", "--rdzv-conf=is_host=false",
+                         "--max-restarts=0")
         a = nodes(*args, LOOP, "--finish-world=1")
         b = nodes(*args, LOOP, "--finish-world=1")
         a.wait_for("world=2")
@@ -199,9 +199,39 @@ def test_standalone_store_survives_losing_any_node(nodes):
         kill_node(a)  # either node; neither hosts the store
         assert b.wait(60) == 0, b.output
         assert starts(b, 1)
-    finally:
-        store.terminate()
-        store.wait(10)
+
+
+# -- the first round's last call (issue 11 item 5) ----------------------------------------
+
+
+def test_staggered_start_forms_one_world(nodes):
+    """Agents started seconds apart (pods) form one world, as under torchrun: the first
+    round waits torch's 30 s last call instead of closing with the first node alone."""
+    import time
+
+    port = free_port()
+    a = nodes(*c10d_args(port, "1:2", "stagger"), LOOP, "--finish-world=2", "--max-seconds=20")
+    a.wait_for("hosting the rendezvous store")
+    time.sleep(1.5)  # more than our old 1 s last call
+    b = nodes(*c10d_args(port, "1:2", "stagger"), LOOP, "--finish-world=2", "--max-seconds=20")
+    assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    for agent in (a, b):
+        rounds = [l for l in agent.lines if re.search(r"round \d+ complete", l)]
+        assert len(rounds) == 1 and "round 0 complete" in rounds[0], agent.output
+        assert " of 2 (" in rounds[0] and starts(agent, 2), agent.output
+
+
+def test_a_late_agent_of_an_ended_job_says_so_in_one_line(nodes):
+    with store_process() as store:
+        args = c10d_args(store.port, "1:2", "ended", "--rdzv-conf=is_host=false,last_call_timeout=0.5")
+        first = nodes(*args, ENV_DUMP)
+        assert first.wait(60) == 0, first.output
+        late = nodes(*args, ENV_DUMP)
+        assert late.wait(60) == 1, late.output
+    errors = [l for l in late.lines if l.startswith("elastic-run: error")]
+    assert len(errors) == 1, late.output
+    assert "is closed: the job ended" in errors[0] and "came too late" in errors[0]
+    assert "Traceback" not in late.output
 
 
 def test_peer_dying_during_exit_barrier_does_not_hold_the_survivor(nodes, tmp_path):

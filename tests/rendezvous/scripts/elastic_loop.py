@@ -3,6 +3,7 @@
 Runs until WORLD_SIZE equals ``--finish-world`` (then a few steps and exit 0); in any
 other world it keeps stepping (bounded by ``--max-seconds``) so a test can change the
 membership while it runs. ``--crash-rank R``: rank R exits 1 on restart 0 after START.
+``--until FILE``: finishing also waits until FILE exists (the test says when).
 """
 import argparse
 import os
@@ -16,11 +17,13 @@ p = argparse.ArgumentParser()
 p.add_argument("--finish-world", type=int, required=True)
 p.add_argument("--crash-rank", type=int, default=-1)
 p.add_argument("--max-seconds", type=float, default=60)
+p.add_argument("--until", default=None)
 a = p.parse_args()
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
-print(f"START rank={rank} world={world} restart={restart} group={os.environ['GROUP_RANK']}", flush=True)
+print(f"START rank={rank} world={world} restart={restart} group={os.environ['GROUP_RANK']} "
+      f"pid={os.getpid()}", flush=True)
 if rank == a.crash_rank and restart == "0":
     time.sleep(0.3)
     sys.exit(1)
@@ -30,7 +33,7 @@ steps = 0
 while time.monotonic() < deadline:
     dist.all_reduce(t)
     steps += 1
-    if world == a.finish_world and steps >= 5:
+    if world == a.finish_world and steps >= 5 and (a.until is None or os.path.exists(a.until)):
         break
     time.sleep(0.1)
 print(f"DONE rank={rank} world={world} restart={restart}", flush=True)

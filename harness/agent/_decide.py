@@ -1,0 +1,113 @@
+"""The agent's decisions, free of processes and sockets.
+
+``SimpleElasticAgent``'s control loop wakes (a worker exited, membership news, the
+monitor interval), looks at its workers and its rendezvous, and must choose one thing.
+``decide`` is that choice, a pure function of what was seen; ``FenceClock`` times a
+fence on an injected clock; ``exit_barrier_needed`` says whether the end-of-job barrier
+can help. ``tests/unit/test_agent_decide.py`` covers every combination without a process.
+
+Precedence, and why:
+1. workers **succeeded** — done, whatever else happened (their results are final);
+2. **fenced** (cut off from the rendezvous store for the keep-alive bound) — the others
+   re-form without this node, so its workers must stop now and none may start until the
+   store answers; no restart is charged: nothing failed here;
+3. **membership changed** (a peer died or left, a node waits to join, a new round began)
+   — re-rendezvous without charging a restart, even if workers failed meanwhile: the
+   failure is the consequence of the change (a collective with a dead peer fails);
+4. workers **failed/unhealthy** — restart if restarts remain, else give up;
+5. **healthy** — keep waiting.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from harness.agent._api import WorkerState
+
+__all__ = ["Action", "Decision", "FenceClock", "Tick", "decide", "exit_barrier_needed"]
+
+
+class Action(enum.Enum):
+    WAIT = "wait"  # healthy: wait for the next change
+    SUCCEED = "succeed"  # workers done: exit barrier, return the result
+    FENCE = "fence"  # stop workers, start none until the store answers, then rejoin
+    REFORM = "reform"  # re-rendezvous with the new membership; no restart used
+    RESTART = "restart"  # workers failed: use one restart
+    GIVE_UP = "give_up"  # workers failed, no restarts left
+    INVALID = "invalid"  # a worker state the loop cannot act on
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What the loop saw on one wake-up."""
+
+    state: WorkerState
+    membership_changed: bool = False
+    fenced: str | None = None  # the handler's fence reason
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    cause: str = ""  # REFORM: "failure" | "membership"; FENCE: the reason
+
+
+_FAILED = (WorkerState.UNHEALTHY, WorkerState.FAILED)
+
+
+def needs_membership_check(state: WorkerState) -> bool:
+    """Whether ``decide`` looks at ``Tick.membership_changed`` for this worker state (the
+    check may block up to the heartbeat timeout for a verdict on a late peer)."""
+    return state in _FAILED or state == WorkerState.HEALTHY
+
+
+def decide(tick: Tick, remaining_restarts: int) -> Decision:
+    """One control-loop decision (see the module docstring for the precedence)."""
+    state = tick.state
+    if state == WorkerState.SUCCEEDED:
+        return Decision(Action.SUCCEED)
+    if tick.fenced is not None and (state in _FAILED or state == WorkerState.HEALTHY):
+        return Decision(Action.FENCE, tick.fenced)
+    if state in _FAILED:
+        if tick.membership_changed:
+            return Decision(Action.REFORM, "failure")
+        if remaining_restarts > 0:
+            return Decision(Action.RESTART)
+        return Decision(Action.GIVE_UP)
+    if state == WorkerState.HEALTHY:
+        if tick.membership_changed:
+            return Decision(Action.REFORM, "membership")
+        return Decision(Action.WAIT)
+    return Decision(Action.INVALID)
+
+
+def exit_barrier_needed(has_store: bool, group_world_size: int, fenced: bool) -> bool:
+    """The exit barrier keeps a node's store alive until every node is done; it needs a
+    store, more than one node, and a store this node can reach (a fenced node would only
+    sit out the barrier's timeout)."""
+    return has_store and group_world_size > 1 and not fenced
+
+
+class _Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class FenceClock:
+    """When this node's fence began, and for how long it has lasted (for the events)."""
+
+    def __init__(self, clock: _Clock):
+        self._clock = clock
+        self.since: float | None = None
+
+    def begin(self) -> None:
+        if self.since is None:
+            self.since = self._clock.now()
+
+    def end(self) -> float:
+        """The fence is over: how long it lasted (0 if none was on)."""
+        if self.since is None:
+            return 0.0
+        lasted, self.since = self._clock.now() - self.since, None
+        return lasted

@@ -1,0 +1,160 @@
+"""Liveness decisions of the c10d rendezvous, free of I/O: peers' keep-alive expiry, this
+node's own contact with the store (fencing), and why a running round is over.
+
+The keeper thread of ``C10dRendezvousHandler`` does the I/O (heartbeats, reads) and
+feeds what it saw to these objects; they decide on an injected clock, so the rules are
+unit-tested with a fake one (``tests/unit/test_liveness.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from harness.rendezvous._state import RendezvousState
+
+__all__ = ["MONOTONIC", "Clock", "PeerWatch", "PeerVerdict", "StoreContact", "change_reason"]
+
+
+class Clock(Protocol):
+    """What these decisions need of a clock: ``harness.timer.FakeClock`` in tests."""
+
+    def now(self) -> float: ...
+
+
+class _Monotonic:
+    """``time.monotonic`` as a ``Clock`` (the timer package's clock would cost every agent
+    ~80 ms of imports for one method)."""
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def __repr__(self) -> str:
+        return "MONOTONIC"
+
+
+MONOTONIC: Clock = _Monotonic()
+
+
+@dataclass(frozen=True)
+class PeerVerdict:
+    dead: frozenset[str]  # heartbeat still for heartbeat_timeout, or its lease expired
+    suspects: frozenset[str]  # heartbeat late (> 2.5 intervals) but not dead yet
+
+
+class PeerWatch:
+    """Keep-alive expiry of peers, judged on *our* clock only.
+
+    Each peer bumps a counter every ``interval``; a peer whose counter did not move for
+    ``timeout`` seconds of our observation time is dead. No node ever compares its clock
+    with another's. If our own observer was starved (a long gap between two of its
+    observations: the host was overloaded, or we could not reach the store), every
+    peer's clock restarts instead of blaming them all for our own absence.
+    """
+
+    def __init__(self, clock: Clock, interval: float, timeout: float):
+        self._clock = clock
+        self.interval = interval
+        self.timeout = timeout
+        self._seen: dict[str, tuple[bytes, float]] = {}
+        self._previous = clock.now()
+
+    @property
+    def starvation_gap(self) -> float:
+        return max(3 * self.interval, self.timeout / 2)
+
+    def observe(self, counters: Iterable[tuple[str, bytes]]) -> PeerVerdict:
+        """``counters``: (peer, its heartbeat value now; ``b""`` = its key is gone)."""
+        now = self._clock.now()
+        starved = now - self._previous > self.starvation_gap
+        self._previous = now
+        dead, suspects = set(), set()
+        for node, value in counters:
+            old = self._seen.get(node)
+            if old is None or old[0] != value or starved:
+                self._seen[node] = old = (value, now)
+            age = now - old[1]
+            if age > self.timeout or value == b"":
+                dead.add(node)
+            elif age > 2.5 * self.interval:
+                suspects.add(node)
+        return PeerVerdict(frozenset(dead), frozenset(suspects))
+
+
+class StoreContact:
+    """Has this node reached the store lately? The fencing decision.
+
+    ``ok()`` after every answered store request, ``failed()`` after one that got no
+    answer in time. A node that has had no answer for ``bound`` seconds (the handler
+    uses one keep-alive interval less than the silence after which its peers declare it
+    dead) is *fenced*: its peers are about to re-form the world without it, so its workers must stop and none may start until the store
+    answers again. A failure is only counted once a request really went unanswered, so
+    a node that simply did not ask (its thread was starved) is never fenced for it.
+    """
+
+    def __init__(self, clock: Clock, bound: float):
+        self._clock = clock
+        self.bound = bound
+        self.last_ok = clock.now()
+        self.fenced_at: float | None = None
+        self.fences = 0  # how many times this node was fenced (a generation counter)
+
+    @property
+    def fenced(self) -> bool:
+        return self.fenced_at is not None
+
+    def silent_for(self) -> float:
+        return self._clock.now() - self.last_ok
+
+    def request_timeout(self, cap: float, floor: float = 0.05) -> float:
+        """How long the next request may wait for its answer: at most ``cap``, and no
+        later than the moment the silence reaches the bound (so the fence is decided on
+        time, not a whole request timeout late), but never less than ``floor``."""
+        if self.fenced_at is not None:
+            return cap
+        return max(floor, min(cap, self.bound - self.silent_for()))
+
+    def ok(self) -> bool:
+        """The store answered; True if that ends a fence."""
+        self.last_ok = self._clock.now()
+        if self.fenced_at is None:
+            return False
+        self.fenced_at = None
+        return True
+
+    def failed(self) -> bool:
+        """A request went unanswered; True if this begins a fence."""
+        if self.fenced_at is not None or self.silent_for() < self.bound:
+            return False
+        self.fenced_at = self._clock.now()
+        self.fences += 1
+        return True
+
+
+def change_reason(*, state: RendezvousState | None, running_round: int | None,
+                  running_members: list[str], dead: set[str] | frozenset[str],
+                  live_waiting: list[str], max_nodes: int, store_lost: str | None = None,
+                  fenced: str | None = None, for_barrier: bool = False) -> str | None:
+    """Why the round this node runs is over (None: it is not). ``for_barrier``: only
+    reasons that make a wait inside the round pointless (a newcomer waiting to join
+    does not: the round may still finish)."""
+    if store_lost is not None:
+        return store_lost
+    if fenced is not None:
+        return fenced
+    if state is None or running_round is None:
+        return None
+    if state.closed:
+        return f"the rendezvous was closed ({state.close_reason or 'job over'})"
+    if state.round != running_round:
+        return f"round {state.round} began ({state.cause})"
+    lost = [n for n in running_members if n in dead]
+    if lost:
+        return "lost " + ", ".join(state.name(n) for n in lost)
+    if for_barrier:
+        return None
+    if len(running_members) < max_nodes and live_waiting:
+        return f"{len(live_waiting)} node(s) waiting to join"
+    return None

@@ -1,0 +1,215 @@
+"""The c10d round state machine: what one node writes next, decided without any I/O.
+
+``C10dRendezvousHandler.next_rendezvous`` is a loop of *read the state, decide, write it
+with compare-and-set or wait for the next change*. This module is the *decide* part,
+a plain object with an injected clock, so every rule can be unit-tested with a fake
+clock (``tests/unit/test_round.py``) instead of processes and sleeps:
+
+* **join** — a forming round takes a node that is not in it; a complete round puts a
+  newcomer on the waiting list; a participant of a complete round it has already run
+  opens the next round (survivors and live waiting nodes are *expected*).
+* **close** — a forming round completes as soon as ``max_nodes`` joined, or ``min_nodes``
+  joined and every expected node has, or the *last call* ran out since ``min_nodes``
+  were in (each node measures it on its own clock; no cross-node clock comparison).
+* **last call** — the first formation of a job (round 0) waits ``last_call_timeout``
+  (torch's 30 s by default) so agents started seconds apart form one world; later
+  rounds know who to expect and wait at most ``RECOVERY_LAST_CALL`` for expected
+  nodes that are alive but slow (node-loss recovery closes as soon as all are in).
+* **expiry** — dead participants/expected nodes are dropped from a forming round.
+* **leave/close** — pure state transitions used by ``leave()`` and ``shutdown()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.rendezvous._liveness import Clock
+from harness.rendezvous._state import RendezvousState
+
+__all__ = [
+    "RECOVERY_LAST_CALL",
+    "RoundRules",
+    "RoundMachine",
+    "Step",
+    "closed_state",
+    "complete_round",
+    "withdrawn_state",
+]
+
+#: the longest a round after the first waits for expected nodes that are alive but have
+#: not joined yet (a survivor slow to stop its workers); node loss itself never waits
+RECOVERY_LAST_CALL = 1.0
+
+
+@dataclass(frozen=True)
+class RoundRules:
+    """The knobs the decisions depend on (resolved from ``C10dSettings`` and the params)."""
+
+    min_nodes: int
+    max_nodes: int
+    last_call_timeout: float = 30.0
+    join_timeout: float = 600.0
+    poll: float = 0.2  # longest wait for news before looking again
+
+    def last_call_for(self, round_: int) -> float:
+        """Round 0 is the first formation: torch's last call. Later rounds expect a known
+        set of nodes, so the last call only bounds the wait for slow survivors."""
+        if round_ == 0:
+            return self.last_call_timeout
+        return min(self.last_call_timeout, RECOVERY_LAST_CALL)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decision: ``kind`` is ``finish`` (the round is ours: return it), ``write``
+    (compare-and-set ``state``), ``wait`` (block up to ``wait_for`` s for a change),
+    ``closed`` (the job ended) or ``timeout`` (join_timeout passed)."""
+
+    kind: str
+    state: RendezvousState | None = None
+    wait_for: float = 0.0
+
+
+class RoundMachine:
+    """One node's path through the rounds of a job.
+
+    Long-lived (one per handler): it remembers the round it joined and the last round it
+    ran, so a participant of a round it already ran knows to open the next one. Each
+    ``next_rendezvous`` call starts an attempt with ``begin()`` and then feeds every
+    state it reads to ``step()``.
+    """
+
+    def __init__(self, node: str, rules: RoundRules, clock: Clock):
+        self.node = node
+        self.rules = rules
+        self._clock = clock
+        self.joined_round: int | None = None
+        self.last_round: int | None = None
+        self.deadline = clock.now() + rules.join_timeout
+        self._last_call: tuple[int, float] | None = None
+
+    def begin(self) -> None:
+        """A new ``next_rendezvous`` call: a fresh join deadline and last call."""
+        self.deadline = self._clock.now() + self.rules.join_timeout
+        self._last_call = None
+
+    def finished(self, state: RendezvousState) -> None:
+        """The node runs ``state``'s round now."""
+        self.last_round = state.round
+
+    def last_call_left(self, state: RendezvousState) -> float | None:
+        """Seconds left of the last call of ``state``'s round as this node measures it
+        (None: it has not started: fewer than ``min_nodes`` are in)."""
+        if self._last_call is None or self._last_call[0] != state.round:
+            return None
+        return self.rules.last_call_for(state.round) - (self._clock.now() - self._last_call[1])
+
+    def step(self, state: RendezvousState, dead: set[str], meta: dict[str, Any]) -> Step:
+        """Decide what to do about ``state`` (just read). ``dead``: nodes this node
+        believes gone; ``meta``: what to publish about itself when it joins."""
+        rules, me = self.rules, self.node
+        if state.closed:
+            return Step("closed")
+        now = self._clock.now()
+        if now > self.deadline:
+            return Step("timeout")
+        wait = Step("wait", wait_for=min(rules.poll, max(0.0, self.deadline - now)))
+        if state.complete:
+            if me in state.participants:
+                if state.round == self.joined_round and state.round != self.last_round:
+                    return Step("finish", state)
+                return Step("write", self._open_next_round(state, dead, meta))
+            if me in state.waiting:
+                return wait
+            new = state.copy()
+            new.waiting.append(me)
+            new.nodes[me] = dict(meta)
+            return Step("write", new)
+        self.joined_round = state.round
+        if me not in state.participants:
+            new = state.copy()
+            new.participants.append(me)
+            new.waiting = [n for n in new.waiting if n != me]
+            new.nodes[me] = dict(meta)
+            if len(new.participants) >= rules.max_nodes:
+                complete_round(new)
+            return Step("write", new)
+        gone = dead & (set(state.participants) | set(state.expected))
+        if gone:
+            new = state.copy()
+            new.participants = [n for n in new.participants if n not in gone]
+            new.expected = [n for n in new.expected if n not in gone]
+            return Step("write", new)
+        joined = len(state.participants)
+        if joined < rules.min_nodes:
+            self._last_call = None
+            return wait
+        if self._last_call is None or self._last_call[0] != state.round:
+            self._last_call = (state.round, now)
+        all_in = bool(state.expected) and all(e in state.participants for e in state.expected)
+        left = self.last_call_left(state)
+        assert left is not None
+        if joined >= rules.max_nodes or all_in or left <= 0:
+            new = state.copy()
+            complete_round(new)
+            return Step("write", new)
+        return Step("wait", wait_for=min(wait.wait_for, left))
+
+    def _open_next_round(self, state: RendezvousState, dead: set[str],
+                         meta: dict[str, Any]) -> RendezvousState:
+        survivors = [n for n in state.participants if n not in dead]
+        waiting = [n for n in state.waiting if n not in dead and n not in survivors]
+        new = state.copy()
+        new.round += 1
+        new.complete = False
+        new.cause = ("death" if len(survivors) < len(state.participants)
+                     else "join" if waiting else "restart")
+        new.expected = survivors + waiting
+        new.participants = [self.node]
+        new.waiting = []
+        new.nodes = {n: m for n, m in state.nodes.items() if n in new.expected}
+        new.nodes[self.node] = dict(meta)
+        self.joined_round = new.round
+        return new
+
+
+def complete_round(state: RendezvousState) -> None:
+    """Fix the participants (in place): expected nodes first, in their old order, so
+    survivors keep their ranks; newcomers after them in joining order."""
+    expected, joined = state.expected, state.participants
+    state.participants = sorted(joined, key=lambda n: (
+        expected.index(n) if n in expected else len(expected), joined.index(n)))
+    state.complete = True
+    state.expected = []
+
+
+def closed_state(state: RendezvousState, reason: str) -> RendezvousState | None:
+    """``state`` closed for ``reason``; None if it already is."""
+    if state.closed:
+        return None
+    new = state.copy()
+    new.closed, new.close_reason = True, reason
+    return new
+
+
+def withdrawn_state(state: RendezvousState, node: str, leaving: bool) -> RendezvousState | None:
+    """``state`` without ``node``; None if it is not in it (or the job is over). A
+    participant of a running round that is ``leaving`` opens the next round for the
+    others at once (they need not wait for its heartbeat to expire)."""
+    if state.closed or (node not in state.participants and node not in state.waiting
+                        and node not in state.expected):
+        return None
+    new = state.copy()
+    running = state.complete and node in state.participants
+    new.participants = [n for n in new.participants if n != node]
+    new.expected = [n for n in new.expected if n != node]
+    new.waiting = [n for n in new.waiting if n != node]
+    new.nodes.pop(node, None)
+    if running and leaving:
+        new.round += 1
+        new.complete = False
+        new.cause = "leave"
+        new.expected = new.participants + new.waiting
+        new.participants, new.waiting = [], []
+    return new

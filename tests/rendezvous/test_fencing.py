@@ -1,0 +1,147 @@
+"""Fencing with real agents: a node that cannot reach the rendezvous store for the
+keep-alive bound stops its workers, starts none, and rejoins when the store answers.
+
+The store is a standalone store server that the test freezes with SIGSTOP: it keeps
+its sockets (no RST, no FIN) but answers nothing, which is what a partition looks like
+to the agents. (Network-namespace partitions come with the simulation's netns mode.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+
+import psutil
+
+from tests.rendezvous.conftest import LOOP, c10d_args, kill_node
+from tests.rendezvous.store_proc import proxy_to, store_process
+
+
+def worker_pids(node) -> set[int]:
+    return {int(m.group(1)) for line in node.lines if (m := re.search(r"^START .*pid=(\d+)", line))}
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {p for p in pids if psutil.pid_exists(p)
+            and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}
+
+
+def events(path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def test_a_frozen_store_fences_every_agent_and_the_job_finishes_after_it_thaws(nodes, tmp_path):
+    release = tmp_path / "release"
+    with store_process() as store:
+        agents = []
+        for i in range(2):
+            args = c10d_args(store.port, "2", "fence", "--rdzv-conf=is_host=false",
+                             "--max-restarts=0")
+            env = {"HARNESS_EVENTS": str(tmp_path / f"events{i}.jsonl"), "HARNESS_NODE": f"n{i}"}
+            agents.append(nodes(*args, LOOP, "--finish-world=2", f"--until={release}",
+                                "--max-seconds=120", env=env))
+        for agent in agents:
+            agent.wait_for("START")
+        first_workers = [worker_pids(a) for a in agents]
+        assert all(first_workers)
+
+        store.freeze()
+        for agent in agents:
+            agent.wait_for("fenced: no answer from the rendezvous store", timeout=30)
+        # the fenced agents stopped their workers (the store still answers nothing)
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in first_workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(p) for p in first_workers), [a.output for a in agents]
+        time.sleep(1.0)  # and start none while they cannot reach the store
+        assert [len(worker_pids(a)) for a in agents] == [len(p) for p in first_workers]
+        assert all(a.proc.poll() is None for a in agents)
+
+        release.touch()
+        store.thaw()  # they rejoin and finish
+        rcs = [a.wait(90) for a in agents]
+        assert rcs == [0, 0], "\n".join(a.output for a in agents)
+    for i, agent in enumerate(agents):
+        assert len(worker_pids(agent)) > len(first_workers[i]), agent.output  # new workers
+        kinds = [e["kind"] for e in events(tmp_path / f"events{i}.jsonl")]
+        assert "fenced" in kinds and "unfenced" in kinds
+        assert kinds.index("fenced") < kinds.index("unfenced")
+        assert "restart=0" in [l for l in agent.lines if l.startswith("START")][-1]  # not charged
+
+
+def test_survivors_reform_when_a_peer_goes_silent_without_rst_or_fin(nodes):
+    """A frozen node (agent and workers SIGSTOPped) keeps every socket open: no reset, no
+    EOF. The survivor must still declare it gone (its heartbeat stops) and go on alone."""
+    with store_process() as store:
+        args = c10d_args(store.port, "1:2", "silent", "--rdzv-conf=is_host=false",
+                         "--max-restarts=0")
+        a = nodes(*args, LOOP, "--finish-world=1", "--max-seconds=120")
+        b = nodes(*args, LOOP, "--finish-world=1", "--max-seconds=120")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+        b.signal_group(signal.SIGSTOP)
+        try:
+            assert a.wait(90) == 0, a.output
+        finally:
+            kill_node(b)
+    assert any(l.startswith("START") and "world=1 " in l and "restart=0" in l for l in a.lines)
+    assert any("lost " in l for l in a.lines), a.output  # declared gone, not a restart
+
+
+def test_a_store_frozen_during_the_rendezvous_is_waited_out(nodes):
+    """The first agent waits for its peer when the store freezes: its requests go
+    unanswered (``read_timeout`` shortened here from 60 s), it is fenced, and once the
+    store thaws it reconnects and the round forms with the late peer."""
+    with store_process() as store:
+        args = c10d_args(store.port, "2", "frozen-join",
+                         "--rdzv-conf=is_host=false,read_timeout=2", "--max-restarts=0")
+        a = nodes(*args, LOOP, "--finish-world=2")
+        time.sleep(3.0)  # a is in next_rendezvous, waiting for a second node
+        store.freeze()
+        a.wait_for("fenced", timeout=30)
+        time.sleep(2.5)  # longer than read_timeout: a request of a's main thread times out
+        store.thaw()
+        b = nodes(*args, LOOP, "--finish-world=2")
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    assert "retrying" in a.output  # the unanswered request did not end the rendezvous
+
+
+def test_a_node_cut_off_from_the_store_fences_and_rejoins_as_a_new_member(nodes, tmp_path):
+    """Only node b loses the store (its traffic goes through a relay the test freezes);
+    the peers still reach each other. a declares b gone and goes on alone; b stops its
+    workers and starts none; once b reaches the store again it rejoins and the world
+    grows back to two."""
+    release = tmp_path / "release"
+    with store_process() as store, proxy_to(store.port) as relay:
+        def agent(port: int, name: str):
+            args = c10d_args(port, "1:2", "cut", "--rdzv-conf=is_host=false", "--max-restarts=0")
+            env = {"HARNESS_EVENTS": str(tmp_path / f"{name}.jsonl"), "HARNESS_NODE": name}
+            return nodes(*args, LOOP, "--finish-world=2", f"--until={release}",
+                         "--max-seconds=120", env=env)
+
+        a, b = agent(store.port, "a"), agent(relay.port, "b")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+        b_workers = worker_pids(b)
+        relay.freeze()
+        b.wait_for("fenced: no answer", timeout=30)
+        a.wait_for("world=1", timeout=60)  # a went on alone
+        deadline = time.monotonic() + 30
+        while alive(b_workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(b_workers), b.output
+        assert worker_pids(b) == b_workers  # none started while cut off
+        release.touch()
+        relay.thaw()
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    assert len([l for l in a.lines if l.startswith("START") and "world=2 " in l]) == 2
+    assert [l for l in b.lines if l.startswith("START")][-1].count("world=2 ") == 1
+    assert all("restart=0" in l for l in a.lines + b.lines if l.startswith("START"))
+    kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
+    assert kinds.count("fenced") == 1 and kinds.count("unfenced") == 1
+    assert "fenced" not in [e["kind"] for e in events(tmp_path / "a.jsonl")]

@@ -1,0 +1,151 @@
+"""``SimpleElasticAgent``'s control loop wired to a scripted rendezvous and scripted
+workers: what it does on each decision (restart, re-form, fence, give up), without a
+process or a socket. The decisions themselves are in ``test_agent_decide.py``."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Callable
+
+from harness.agent import RunResult, WorkerSpec, WorkerState
+from harness.agent._simple import SimpleElasticAgent
+from harness.rendezvous import RendezvousInfo, RendezvousStoreInfo
+
+S = WorkerState
+
+
+class Handler:
+    """The rendezvous as the agent sees it; the test flips ``changed`` and ``fenced``."""
+
+    def __init__(self, unfence_after: int = 0):
+        self.rounds = 0
+        self.changed = False
+        self.fenced: str | None = None
+        self.unfence_after = unfence_after  # wait_unfenced calls that time out first
+        self.waits = 0
+
+    def get_run_id(self) -> str:
+        return "loop"
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        assert self.fenced is None, "rendezvous while fenced"
+        self.rounds += 1
+        self.changed = False
+        return RendezvousInfo(store=None, rank=0, world_size=1,
+                              bootstrap_store_info=RendezvousStoreInfo("h", 1), round=self.rounds)
+
+    def membership_changed(self) -> bool:
+        return self.changed
+
+    def fence_reason(self) -> str | None:
+        return self.fenced
+
+    def wait_unfenced(self, timeout: float) -> bool:
+        self.waits += 1
+        if self.waits > self.unfence_after:
+            self.fenced = None
+        return self.fenced is None
+
+
+class Events:
+    enabled = True
+
+    def __init__(self) -> None:
+        self.kinds: list[str] = []
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.kinds.append(kind)
+
+
+Step = tuple[WorkerState, Callable[[Handler], None]]
+
+
+def nothing(handler: Handler) -> None:
+    pass
+
+
+def fence(handler: Handler) -> None:
+    handler.fenced = "fenced: no answer for 0.9s"
+
+
+def change(handler: Handler) -> None:
+    handler.changed = True
+
+
+class ScriptedAgent(SimpleElasticAgent):
+    """Workers whose state on each tick is scripted; every action is logged."""
+
+    def __init__(self, handler: Handler, script: list[Step], max_restarts: int = 0):
+        spec = WorkerSpec(role="r", local_world_size=1, rdzv_handler=handler,
+                          entrypoint="python", max_restarts=max_restarts)
+        self.events = Events()
+        super().__init__(spec, events=self.events)
+        self.handler = handler
+        self.script = iter(script)
+        self.log: list[str] = []
+
+    def _start_workers(self, worker_group: Any) -> dict[int, Any]:
+        self.log.append(f"start@{self.handler.rounds}")
+        return {0: 1}
+
+    def _stop_workers(self, worker_group: Any) -> None:
+        self.log.append("stop")
+
+    def _monitor_workers(self, worker_group: Any) -> RunResult:
+        state, effect = next(self.script)
+        effect(self.handler)
+        return RunResult(state)
+
+    def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
+        self.log.append("shutdown")
+
+    def _wait_for_change(self, worker_group: Any, timeout: float) -> None:
+        pass
+
+
+def test_fenced_agent_stops_workers_waits_then_rejoins_without_a_restart():
+    handler = Handler(unfence_after=2)
+    agent = ScriptedAgent(handler, [(S.HEALTHY, nothing), (S.HEALTHY, fence),
+                                    (S.SUCCEEDED, nothing)])
+    result = agent.run()
+    assert result.state is S.SUCCEEDED
+    assert agent.log == ["start@1", "stop", "start@2", "shutdown"]
+    assert handler.waits == 3  # it waited (bounded slices) until the store answered
+    assert agent.restart_count == 0
+    kinds = agent.events.kinds
+    assert kinds.index("fenced") < kinds.index("unfenced") < kinds.index("result")
+
+
+def test_fence_wins_over_a_failure_and_a_membership_change():
+    handler = Handler()
+
+    def fail_everything(h: Handler) -> None:
+        fence(h)
+        change(h)
+
+    agent = ScriptedAgent(handler, [(S.FAILED, fail_everything), (S.SUCCEEDED, nothing)],
+                          max_restarts=1)
+    assert agent.run().state is S.SUCCEEDED
+    assert agent.restart_count == 0 and "membership_change" not in agent.events.kinds
+    assert "fenced" in agent.events.kinds
+
+
+def test_failure_after_a_membership_change_reforms_without_a_restart():
+    agent = ScriptedAgent(Handler(), [(S.FAILED, change), (S.SUCCEEDED, nothing)])
+    assert agent.run().state is S.SUCCEEDED
+    assert agent.log == ["start@1", "stop", "start@2", "shutdown"]
+    assert agent.restart_count == 0 and "membership_change" in agent.events.kinds
+
+
+def test_failures_use_restarts_then_give_up():
+    agent = ScriptedAgent(Handler(), [(S.FAILED, nothing), (S.FAILED, nothing)], max_restarts=1)
+    assert agent.run().state is S.FAILED
+    assert agent.log == ["start@1", "stop", "start@2", "stop", "shutdown"]
+    assert agent.restart_count == 1
+
+
+def test_healthy_ticks_do_nothing_until_success():
+    agent = ScriptedAgent(Handler(), [(S.HEALTHY, nothing)] * 3 + [(S.SUCCEEDED, fence)])
+    assert agent.run().state is S.SUCCEEDED  # success wins even when fenced at the end
+    assert agent.log == ["start@1", "shutdown"]
+    assert "fenced" not in agent.events.kinds

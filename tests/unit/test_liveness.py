@@ -1,0 +1,197 @@
+"""Keep-alive expiry, fencing and "why is this round over" (``harness.rendezvous._liveness``)
+on a fake clock."""
+
+from __future__ import annotations
+
+from harness.rendezvous._liveness import PeerWatch, StoreContact, change_reason
+from harness.rendezvous._state import RendezvousState
+from harness.timer import FakeClock
+
+INTERVAL, TIMEOUT = 0.1, 0.8
+
+
+def watch() -> tuple[FakeClock, PeerWatch]:
+    clock = FakeClock()
+    return clock, PeerWatch(clock, INTERVAL, TIMEOUT)
+
+
+# -- peers' keep-alive expiry --------------------------------------------------------------
+
+
+def test_a_peer_whose_counter_moves_stays_alive():
+    clock, peers = watch()
+    for beat in range(20):
+        clock.advance(INTERVAL)
+        verdict = peers.observe([("b", str(beat).encode())])
+        assert not verdict.dead and not verdict.suspects
+
+
+def test_a_silent_peer_is_suspect_then_dead_after_the_timeout():
+    clock, peers = watch()
+    peers.observe([("b", b"1")])
+    clock.advance(0.2)
+    assert not peers.observe([("b", b"1")]).suspects
+    clock.advance(0.1)  # 0.3 s > 2.5 intervals
+    verdict = peers.observe([("b", b"1")])
+    assert verdict.suspects == {"b"} and not verdict.dead
+    for _ in range(5):
+        clock.advance(0.1)
+        verdict = peers.observe([("b", b"1")])
+    assert verdict.dead == {"b"} and not verdict.suspects  # 0.8 s of silence
+
+
+def test_dead_exactly_at_the_bound_is_not_yet_dead():
+    clock = FakeClock(start=0.0)
+    peers = PeerWatch(clock, 0.125, 1.0)  # binary fractions: exact sums
+    peers.observe([("b", b"1")])
+    for _ in range(8):
+        clock.advance(0.125)
+        verdict = peers.observe([("b", b"1")])
+    assert clock.now() == 1.0 and "b" not in verdict.dead  # strictly more than the bound
+    clock.advance(0.125)
+    assert "b" in peers.observe([("b", b"1")]).dead
+
+
+def test_a_vanished_heartbeat_key_is_dead_at_once():
+    _, peers = watch()
+    assert peers.observe([("b", b"")]).dead == {"b"}
+
+
+def test_a_starved_observer_does_not_blame_its_peers():
+    clock, peers = watch()
+    peers.observe([("b", b"1"), ("c", b"1")])
+    clock.advance(5.0)  # our own thread did not run for 5 s
+    verdict = peers.observe([("b", b"1"), ("c", b"1")])
+    assert not verdict.dead and not verdict.suspects
+    for beat in range(9):  # but a peer silent for the bound after that is dead
+        clock.advance(0.1)
+        verdict = peers.observe([("b", b"1"), ("c", str(beat).encode())])
+    assert verdict.dead == {"b"}
+
+
+def test_a_new_peer_starts_with_a_fresh_clock():
+    clock, peers = watch()
+    clock.advance(0.1)
+    peers.observe([])
+    clock.advance(0.1)
+    assert not peers.observe([("late", b"7")]).dead
+
+
+# -- fencing: this node's contact with the store -------------------------------------------
+
+
+def test_fenced_once_silent_for_the_bound_and_a_request_went_unanswered():
+    clock = FakeClock()
+    contact = StoreContact(clock, TIMEOUT)
+    clock.advance(0.5)
+    assert not contact.failed() and not contact.fenced  # silent 0.5 s: not yet
+    clock.advance(0.4)
+    assert contact.failed() and contact.fenced and contact.fences == 1
+    assert not contact.failed()  # a fence begins once
+    assert contact.fences == 1
+
+
+def test_silence_without_an_unanswered_request_never_fences():
+    clock = FakeClock()
+    contact = StoreContact(clock, TIMEOUT)
+    clock.advance(60.0)  # the thread did not even ask (starved)
+    assert not contact.fenced
+    assert not contact.ok()  # and the next answer is no transition
+
+
+def test_an_answer_ends_the_fence_and_counts_it():
+    clock = FakeClock()
+    contact = StoreContact(clock, TIMEOUT)
+    clock.advance(1.0)
+    contact.failed()
+    clock.advance(3.0)
+    assert contact.silent_for() == 4.0
+    assert contact.ok() and not contact.fenced and contact.silent_for() == 0.0
+    clock.advance(0.5)
+    assert not contact.failed()  # silence is counted from the last answer
+    clock.advance(0.4)
+    assert contact.failed() and contact.fences == 2
+
+
+def test_an_infinite_bound_never_fences():
+    clock = FakeClock()
+    contact = StoreContact(clock, float("inf"))  # the agent that hosts the store
+    clock.advance(1e6)
+    assert not contact.failed() and not contact.fenced
+
+
+# -- why the running round is over ---------------------------------------------------------
+
+
+def running(**kw) -> RendezvousState:
+    base = dict(run_id="j", round=2, complete=True, participants=["a", "b"],
+                nodes={"a": {"name": "host-a"}, "b": {"name": "host-b"}})
+    base.update(kw)
+    return RendezvousState(**base)
+
+
+def reason(state=None, **kw):
+    args = dict(state=state or running(), running_round=2, running_members=["a", "b"],
+                dead=set(), live_waiting=[], max_nodes=3)
+    args.update(kw)
+    return change_reason(**args)
+
+
+def test_nothing_changed():
+    assert reason() is None
+
+
+def test_not_running_means_no_change():
+    assert reason(running_round=None) is None
+    assert change_reason(state=None, running_round=2, running_members=[], dead=set(),
+                         live_waiting=[], max_nodes=2) is None
+
+
+def test_each_reason_in_order_of_precedence():
+    assert reason(store_lost="lost it", fenced="fenced: x") == "lost it"
+    assert reason(fenced="fenced: x", dead={"b"}) == "fenced: x"
+    assert "closed (over)" in reason(running(closed=True, close_reason="over"))
+    assert reason(running(round=3, cause="leave")) == "round 3 began (leave)"
+    assert reason(dead={"b"}) == "lost host-b"
+    assert reason(live_waiting=["c"]) == "1 node(s) waiting to join"
+
+
+def test_a_dead_node_outside_the_round_is_no_change():
+    assert reason(dead={"z"}) is None
+
+
+def test_waiting_nodes_do_not_count_at_max_nodes_or_in_a_barrier():
+    assert reason(live_waiting=["c"], max_nodes=2) is None
+    assert reason(live_waiting=["c"], for_barrier=True) is None
+    assert reason(dead={"a"}, for_barrier=True) == "lost host-a"
+    assert reason(fenced="fenced: x", for_barrier=True) == "fenced: x"
+
+
+def test_request_timeout_ends_when_the_fence_is_due():
+    clock = FakeClock()
+    contact = StoreContact(clock, 0.7)
+    assert contact.request_timeout(0.4) == 0.4  # plenty of time left
+    clock.advance(0.5)
+    assert abs(contact.request_timeout(0.4) - 0.2) < 1e-9  # only until the bound
+    clock.advance(0.5)
+    assert contact.request_timeout(0.4) == 0.05  # past it: the floor, to ask at all
+    contact.failed()
+    assert contact.request_timeout(0.4) == 0.4  # fenced: patient retries
+
+
+def test_a_node_fences_a_keep_alive_interval_before_its_peers_can_declare_it_dead():
+    """Same fake clock for one node's contact and its peer's watch: the node's last
+    answered beat is what the peer saw last; the fence must come first."""
+    clock = FakeClock()
+    interval, timeout = 0.1, 0.8
+    contact = StoreContact(clock, timeout - interval)  # what the handler uses
+    peer = PeerWatch(clock, interval, timeout)
+    peer.observe([("n", b"5")])  # the peer sees the node's last beat at once
+    fenced_at = dead_at = None
+    for tick in range(1, 20):
+        clock.advance(0.05)
+        if fenced_at is None and contact.failed():
+            fenced_at = tick
+        if dead_at is None and "n" in peer.observe([("n", b"5")]).dead:
+            dead_at = tick
+    assert fenced_at is not None and dead_at is not None and fenced_at < dead_at

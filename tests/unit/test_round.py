@@ -1,0 +1,323 @@
+"""The c10d round state machine (``harness.rendezvous._round``) on a fake clock.
+
+Several nodes share one ``RendezvousState`` here exactly as they do through the store:
+each reads the current state, decides, and its write (if any) becomes the new state.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.rendezvous._round import (
+    RECOVERY_LAST_CALL,
+    RoundMachine,
+    RoundRules,
+    Step,
+    closed_state,
+    complete_round,
+    withdrawn_state,
+)
+from harness.rendezvous._state import RendezvousState
+from harness.timer import FakeClock
+
+
+class World:
+    """Nodes sharing one state, as through the store (writes are applied in order)."""
+
+    def __init__(self, rules: RoundRules):
+        self.clock = FakeClock()
+        self.rules = rules
+        self.state = RendezvousState(run_id="job")
+        self.machines: dict[str, RoundMachine] = {}
+        self.dead: set[str] = set()
+
+    def node(self, name: str) -> RoundMachine:
+        machine = RoundMachine(name, self.rules, self.clock)
+        self.machines[name] = machine
+        return machine
+
+    def step(self, name: str) -> Step:
+        """One read-decide-write of ``name``; returns what it decided."""
+        step = self.machines[name].step(self.state, self.dead, {"name": name, "addr": "h"})
+        if step.kind == "write":
+            assert step.state is not None
+            step.state.seq = self.state.seq + 1
+            self.state = step.state
+        if step.kind == "finish":
+            self.machines[name].finished(self.state)
+        return step
+
+    def start(self, *names: str) -> None:
+        """Agents start (``next_rendezvous`` begins) at this clock reading."""
+        for name in names:
+            self.node(name).begin()
+
+    def again(self, *names: str) -> None:
+        """Running nodes call ``next_rendezvous`` again (restart, change)."""
+        for name in names:
+            self.machines[name].begin()
+
+    def alone(self, name: str) -> None:
+        """``name`` forms round 0 by itself once the last call ran out, and runs it."""
+        self.start(name)
+        self.step(name)
+        self.step(name)
+        self.clock.advance(self.rules.last_call_for(0) + 0.5)
+        assert self.step(name).kind == "write" and self.state.complete
+        assert self.step(name).kind == "finish"
+
+    def settle(self, *names: str, limit: int = 20) -> dict[str, str]:
+        """Step every node until none writes; a node that finished its round stops
+        (its agent would now run workers). Each node's last decision."""
+        last: dict[str, str] = {}
+        for _ in range(limit):
+            wrote = False
+            for name in names:
+                if last.get(name) == "finish":
+                    continue
+                step = self.step(name)
+                last[name] = step.kind
+                wrote |= step.kind == "write"
+            if not wrote:
+                return last
+        raise AssertionError(f"no fixed point after {limit} passes: {self.state}")
+
+
+def rules(min_nodes: int = 1, max_nodes: int = 2, last_call: float = 30.0) -> RoundRules:
+    return RoundRules(min_nodes=min_nodes, max_nodes=max_nodes, last_call_timeout=last_call,
+                      join_timeout=600.0, poll=0.2)
+
+
+def form(world: World, *names: str) -> None:
+    world.start(*names)
+    assert set(world.settle(*names).values()) == {"finish"}, world.state
+
+
+# -- first formation -------------------------------------------------------------------
+
+
+def test_round_closes_as_soon_as_max_nodes_joined():
+    w = World(rules(1, 2))
+    w.start("a", "b")
+    assert w.step("a").kind == "write"  # a joins
+    assert not w.state.complete
+    assert w.step("b").kind == "write"  # b joins: max reached, complete at once
+    assert w.state.complete and w.state.participants == ["a", "b"]
+    assert w.step("a").kind == "finish" and w.step("b").kind == "finish"
+
+
+def test_first_round_waits_the_full_last_call_for_staggered_starts():
+    w = World(rules(1, 2, last_call=30.0))
+    w.start("a")
+    w.step("a")  # joins; min reached: the last call starts
+    step = w.step("a")
+    assert step.kind == "wait" and step.wait_for <= 0.2
+    w.clock.advance(2.0)  # b starts two seconds later (issue 11 item 5)
+    assert w.step("a").kind == "wait" and not w.state.complete
+    w.start("b")
+    w.settle("a", "b")
+    assert w.state.complete and w.state.participants == ["a", "b"]
+
+
+def test_first_round_last_call_closes_a_lone_node_when_it_runs_out():
+    w = World(rules(1, 3, last_call=30.0))
+    w.start("a")
+    w.step("a")
+    w.step("a")
+    w.clock.advance(29.9)
+    assert w.step("a").kind == "wait"
+    assert w.machines["a"].last_call_left(w.state) == pytest.approx(0.1)
+    w.clock.advance(0.2)
+    assert w.step("a").kind == "write" and w.state.complete
+    assert w.state.participants == ["a"]
+
+
+def test_last_call_wait_is_never_longer_than_what_is_left():
+    w = World(rules(1, 3, last_call=0.05))
+    w.start("a")
+    w.step("a")
+    step = w.step("a")
+    assert step.kind == "wait" and step.wait_for == pytest.approx(0.05)
+
+
+def test_a_short_configured_last_call_applies_to_the_first_round():
+    w = World(rules(1, 3, last_call=1.0))
+    w.alone("a")
+    assert w.clock.now() == 1001.5
+
+
+def test_no_last_call_below_min_nodes():
+    w = World(rules(2, 3, last_call=1.0))
+    w.start("a")
+    w.step("a")
+    w.clock.advance(100.0)
+    assert w.step("a").kind == "wait"  # alone, below min: waits however long
+    assert w.machines["a"].last_call_left(w.state) is None
+    w.start("b")
+    w.step("b")
+    assert w.step("a").kind == "wait"  # the last call starts only now
+    w.clock.advance(1.01)
+    assert w.step("a").kind == "write" and w.state.complete
+
+
+def test_join_timeout():
+    w = World(rules(2, 2))
+    w.start("a")
+    w.step("a")
+    w.clock.advance(600.1)
+    assert w.step("a").kind == "timeout"
+
+
+def test_closed_rendezvous_is_reported_to_a_late_node():
+    w = World(rules(1, 2))
+    w.state = closed_state(w.state, "the job ended on x")
+    w.start("late")
+    assert w.step("late").kind == "closed"
+
+
+# -- a running job: newcomers, restarts, losses ----------------------------------------
+
+
+def test_newcomer_joins_a_running_round_via_the_waiting_list():
+    w = World(rules(1, 3, last_call=1.0))
+    w.alone("a")
+    w.start("b")
+    assert w.step("b").kind == "write" and w.state.waiting == ["b"]
+    assert w.step("b").kind == "wait"  # on the waiting list, nothing to do
+    # a sees the waiting node (the handler's membership_changed) and re-rendezvous
+    w.again("a")
+    assert w.step("a").kind == "write"
+    assert w.state.round == 1 and w.state.expected == ["a", "b"] and w.state.cause == "join"
+    assert w.step("b").kind == "write"  # joins (a joiner completes only at max_nodes)
+    assert w.step("b").kind == "write"  # every expected node is in: complete, no last call
+    assert w.state.complete and w.state.participants == ["a", "b"]
+    assert w.clock.now() == 1001.5
+
+
+def test_restart_round_closes_once_every_survivor_rejoined():
+    w = World(rules(1, 2))
+    form(w, "a", "b")
+    w.again("a", "b")
+    assert w.step("b").kind == "write"  # b opens round 1
+    assert w.state.cause == "restart" and w.state.participants == ["b"]
+    w.step("a")
+    assert w.state.complete and w.state.round == 1
+    assert w.state.participants == ["a", "b"]  # old order kept: ranks stay stable
+
+
+def test_node_loss_round_closes_without_waiting_for_the_dead():
+    w = World(rules(1, 3, last_call=30.0))
+    w.start("a", "b", "c")
+    assert set(w.settle("a", "b", "c").values()) == {"finish"}
+    w.dead = {"c"}
+    w.again("a", "b")
+    w.step("a")
+    assert w.state.cause == "death" and w.state.expected == ["a", "b"]
+    w.step("b")  # joins
+    w.step("b")  # every live expected node is in: complete
+    assert w.state.complete and w.state.participants == ["a", "b"]
+    assert w.clock.now() == 1000.0  # no time passed: no last call was waited for
+
+
+def test_an_expected_node_that_dies_while_the_round_forms_is_dropped():
+    w = World(rules(1, 3, last_call=30.0))
+    w.start("a", "b", "c")
+    assert set(w.settle("a", "b", "c").values()) == {"finish"}
+    w.again("a", "b", "c")
+    w.step("a")  # opens round 1 expecting a, b, c
+    w.step("b")
+    assert not w.state.complete
+    w.dead = {"c"}
+    assert w.step("a").kind == "write" and w.state.expected == ["a", "b"]
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a", "b"]
+
+
+def test_later_rounds_wait_at_most_the_recovery_last_call_for_slow_survivors():
+    w = World(rules(1, 3, last_call=30.0))
+    w.start("a", "b", "c")
+    assert set(w.settle("a", "b", "c").values()) == {"finish"}
+    w.again("a")
+    w.step("a")  # round 1 expects a, b, c; b and c are alive but slow
+    assert w.step("a").kind == "wait"
+    assert w.machines["a"].last_call_left(w.state) == pytest.approx(RECOVERY_LAST_CALL)
+    w.clock.advance(RECOVERY_LAST_CALL + 0.01)
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a"]
+    assert w.rules.last_call_for(0) == 30.0 and w.rules.last_call_for(1) == RECOVERY_LAST_CALL
+
+
+def test_recovery_last_call_never_exceeds_a_shorter_configured_one():
+    assert rules(last_call=0.3).last_call_for(5) == 0.3
+
+
+def test_a_participant_does_not_finish_the_same_round_twice():
+    w = World(rules(1, 2))
+    form(w, "a", "b")
+    w.again("a")
+    step = w.step("a")  # a ran round 0 already: it must open round 1, not return round 0
+    assert step.kind == "write" and w.state.round == 1
+
+
+def test_a_dead_waiting_node_is_not_expected_in_the_next_round():
+    w = World(rules(1, 3, last_call=1.0))
+    w.alone("a")
+    w.start("b")
+    w.step("b")
+    w.dead = {"b"}
+    w.again("a")
+    w.step("a")
+    assert w.state.expected == ["a"] and w.state.cause == "restart"
+
+
+# -- pure transitions --------------------------------------------------------------------
+
+
+def test_complete_round_puts_expected_first_then_newcomers_in_join_order():
+    state = RendezvousState(run_id="j", participants=["new1", "b", "new2", "a"],
+                            expected=["a", "b"])
+    complete_round(state)
+    assert state.participants == ["a", "b", "new1", "new2"]
+    assert state.complete and state.expected == []
+
+
+def test_closed_state_is_idempotent():
+    state = RendezvousState(run_id="j")
+    closed = closed_state(state, "over")
+    assert closed is not None and closed.closed and closed.close_reason == "over"
+    assert closed_state(closed, "again") is None
+    assert not state.closed  # the input is never modified
+
+
+def test_withdraw_of_a_running_participant_opens_the_next_round():
+    state = RendezvousState(run_id="j", round=3, complete=True, participants=["a", "b", "c"],
+                            waiting=["d"], nodes={n: {"name": n} for n in "abcd"})
+    new = withdrawn_state(state, "b", leaving=True)
+    assert new is not None
+    assert (new.round, new.complete, new.cause) == (4, False, "leave")
+    assert new.expected == ["a", "c", "d"] and new.participants == [] and "b" not in new.nodes
+
+
+def test_withdraw_without_leaving_only_removes_the_node():
+    state = RendezvousState(run_id="j", round=2, participants=["a", "b"], expected=["a", "b"])
+    new = withdrawn_state(state, "b", leaving=False)
+    assert new is not None and new.round == 2
+    assert new.participants == ["a"] and new.expected == ["a"]
+
+
+def test_withdraw_of_an_absent_node_or_from_a_closed_rendezvous_writes_nothing():
+    assert withdrawn_state(RendezvousState(run_id="j", participants=["a"]), "b", True) is None
+    closed = RendezvousState(run_id="j", participants=["b"], closed=True)
+    assert withdrawn_state(closed, "b", leaving=True) is None
+
+
+def test_the_first_round_last_call_defaults_to_torchs_and_is_configurable():
+    from harness.rendezvous import RendezvousParameters
+    from harness.rendezvous._c10d import C10dSettings
+
+    params = RendezvousParameters(backend="c10d", endpoint="h:1", run_id="r", min_nodes=1,
+                                  max_nodes=2)
+    assert C10dSettings.from_params(params).last_call_timeout == 30.0
+    params = RendezvousParameters(backend="c10d", endpoint="h:1", run_id="r", min_nodes=1,
+                                  max_nodes=2, last_call_timeout="0.5")
+    assert C10dSettings.from_params(params).last_call_timeout == 0.5
