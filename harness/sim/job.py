@@ -157,7 +157,10 @@ class Job(NetworkFaults):
             min_nodes=cluster.min_nodes, max_nodes=cluster.max_nodes,
             nproc_per_node=cluster.nproc_per_node, run_id=self.run_id, role="default",
             rdzv_endpoint=rdzv["endpoint"], rdzv_backend=rdzv["backend"],
-            rdzv_configs={**rdzv["configs"], **(rdzv.get("host_configs", {}) if index == 0 else {}),
+            # the harness knows how many nodes it starts: no 30 s first-round last call
+            # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
+            rdzv_configs={"last_call_timeout": 1.0, **rdzv["configs"],
+                          **(rdzv.get("host_configs", {}) if index == 0 else {}),
                           **cluster.rdzv_conf}, max_restarts=cluster.max_restarts,
             monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
             local_addr=addr, shutdown_timeout=cluster.shutdown_timeout,
