@@ -118,8 +118,6 @@ def explain_failures(final: list[dict], events: list[dict], label: Callable[[Has
             lines.append("other failed ranks:")
             for failure in ordered[1:]:
                 lines.extend(f"  {line}" for line in _one(failure))
-    else:
-        lines.append("no rank failed in the job's final round")
     if earlier:
         lines.append(f"worker failures the job restarted after ({len(earlier)}):")
         lines.extend(earlier[:20])

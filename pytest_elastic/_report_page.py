@@ -185,8 +185,10 @@ def build_page(title: str, model: Model, events: list[dict], *, nproc: int = 0, 
              f"<h1>{html.escape(title)}</h1><div class='figures'>{''.join(head)}</div>"]
     if replay:
         parts.append(f"<p>Reproduce: <code class='replay'>{html.escape(replay)}</code></p>")
-    if failures:
+    if failures and outcome in ("failed", "FAILED"):
         parts.append(f"<h2>Why it failed</h2><pre class='failure' id='failures'>{html.escape(failures)}</pre>")
+    elif failures:
+        parts.append(f"<h2>Worker failures it recovered from</h2><pre id='failures'>{html.escape(failures)}</pre>")
     if extra:
         parts.append(f"<pre class='failure'>{html.escape(extra)}</pre>")
     parts += ["<h2>Timeline</h2>", _legend(), f"<div class='scroll'>{timeline_svg}</div>",
