@@ -70,7 +70,8 @@ th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}
 td{padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;color:#fff;font-weight:600;font-size:12px}
 .passed{background:#2e9e4f}.failed{background:#d62f2f}
-code{background:#f4f5f7;padding:1px 4px;font-size:11px;user-select:all;word-break:break-all}
+code{background:#f4f5f7;padding:1px 4px;font-size:11px;user-select:all;word-break:break-all;color:#555}
+td div{margin-top:3px}
 .summary{margin:8px 0 14px;font-size:13px}.summary div{margin:2px 0}
 """
 
@@ -84,7 +85,8 @@ def _row_html(row: dict) -> str:
     kinds = ", ".join(sorted(set(row["fault_kinds"])))
     det, rec = row["detection_s"], row["recovery_s"]
     seed = "" if row["seed"] is None else str(row["seed"])
-    return (f"<tr><td>{link} {more}</td>"
+    replay_html = f"<div><code>{html.escape(replay)}</code></div>" if replay else ""
+    return (f"<tr><td data-v='{name}'>{link} {more}{replay_html}</td>"
             f"<td data-v='{html.escape(row['outcome'])}'><span class='badge {html.escape(row['outcome'])}'>"
             f"{html.escape(row['outcome'])}</span></td>"
             f"<td data-v='{row['faults']}' title='{html.escape(kinds)}'>{row['faults']}"
@@ -92,7 +94,7 @@ def _row_html(row: dict) -> str:
             f"<td>{row['restarts']}</td>"
             f"<td data-v='{det['median'] if det['median'] is not None else -1}'>{_ms(det['median'])} / {_ms(det['p95'])}</td>"
             f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
-            f"<td>{html.escape(seed)}</td><td><code>{html.escape(replay)}</code></td></tr>")
+            f"<td>{html.escape(seed)}</td></tr>")
 
 
 def write_index(directory: str, stats: list[dict], summary_lines: list[str], settings: Any) -> str:
@@ -109,12 +111,12 @@ def write_index(directory: str, stats: list[dict], summary_lines: list[str], set
         json.dump(summary, fp, indent=1, default=str)
     head = "".join(f"<div>{html.escape(line)}</div>" for line in summary_lines)
     columns = ["test", "outcome", "faults", "restarts", "detection ms (median / p95)",
-               "recovery ms (median / p95)", "chaos seed", "replay"]
+               "recovery ms (median / p95)", "chaos seed"]
     header = "".join(f"<th data-k='{i}'>{html.escape(c)}</th>" for i, c in enumerate(columns))
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>elastic report</title>"
             f"<style>{_CSS}</style></head><body><h1>Elastic tests: {len(rows)} "
             f"({summary['failed']} failed)</h1><div class='summary'>{head}</div>"
-            f"<p>Click a column to sort; a test's name opens its timeline. Also as <a href='{SUMMARY}'>"
+            f"<p>Click a column to sort; a test's name opens its timeline, the line under it replays it. Also as <a href='{SUMMARY}'>"
             f"{SUMMARY}</a>.</p><table id='tests'><thead><tr>{header}</tr></thead><tbody>"
             f"{''.join(_row_html(r) for r in rows)}</tbody></table><script>{_SCRIPT}</script></body></html>")
     path = os.path.join(directory, INDEX)

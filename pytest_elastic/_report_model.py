@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import bisect
 import signal
+from collections import defaultdict
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Callable, Hashable, Iterable
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
-           "fault_text", "LASTING_FAULTS", "KILL_FAULTS"]
+           "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
 
 #: faults that last until something ends them (a heal, an end event, a duration, the job's end)
 LASTING_FAULTS = frozenset({"partition", "packet_loss", "bandwidth", "link_down", "node_freeze",
                             "worker_hang"})
-#: faults after which the target node is gone for good
+#: faults after which the target node is gone for good (a leaving node: once its agent's last event is out)
 KILL_FAULTS = frozenset({"node_kill", "agent_kill"})
+LEAVE_FAULTS = frozenset({"node_leave"})
 #: fault kinds that end lasting faults instead of starting one
 _ENDING_FAULTS = frozenset({"heal", "fault_end"})
 _DISTURBED = frozenset({"FAILED", "STOPPED", "UNHEALTHY"})
@@ -91,12 +94,11 @@ def labeler(timeline: Any, events: list[dict]) -> Callable[[Hashable], str]:
     """node key -> display label: ``Timeline.label`` when it has one, else what ``node_start``
     events say, else ``str(node)``."""
     names: dict[Hashable, str] = {}
-    for e in events:
-        if e.get("kind") == "node_start":
-            key = e.get("target_node", e.get("index"))
-            name = e.get("label") or e.get("name")
-            if key is not None and name:
-                names[key] = str(name)
+    for e in [e for e in events if e.get("kind") == "node_start"]:
+        key = e.get("target_node", e.get("index"))
+        name = e.get("label") or e.get("name")
+        if key is not None and name:
+            names[key] = str(name)
     method = getattr(timeline, "label", None)
 
     def label(node: Hashable) -> str:
@@ -176,6 +178,19 @@ def _signal_text(code: Any) -> str:
     return str(code)
 
 
+def _steps(found: list[dict], t0: float) -> tuple[dict[Any, list[tuple[float, int, int]]], int]:
+    """rank -> [(t, step, pid)] and the highest step: most of a long job's events are steps,
+    so they take the C-speed path (itemgetter) unless one lacks a field."""
+    try:
+        rows = list(map(itemgetter("rank", "mono", "step", "pid"), found))
+    except KeyError:
+        rows = [(e.get("rank"), e.get("mono", t0), int(e.get("step", 0)), e.get("pid", 0)) for e in found]
+    by_rank: dict[Any, list[tuple[float, int, int]]] = defaultdict(list)
+    for rank, mono, step, pid in rows:
+        by_rank[rank].append((mono - t0, step, pid))
+    return dict(by_rank), max((r[2] for r in rows), default=0)
+
+
 def _worker_extra(start: dict, pid: Any, code: Any) -> tuple:
     return (start.get("rank"), start.get("local_rank"), pid, code, start.get("round"))
 
@@ -191,8 +206,6 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
     open_workers: dict[tuple[Hashable, Any], tuple[float, dict]] = {}
     rounds: dict[Any, Round] = {}
     faults: list[Fault] = []
-    steps: dict[Any, list[tuple[float, int, int]]] = {}
-    max_step = 0
     results: list[str] = []
 
     def lane(node: Hashable) -> Lane:
@@ -201,19 +214,11 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
             found = lanes[node] = Lane(node, label(node))
         return found
 
+    steps, max_step = _steps([e for e in events if e.get("kind") == "step"], t0)
+    events = [e for e in events if e.get("kind") != "step"]  # the rest need no step
     for e in events:
         kind = e.get("kind")
         t = e.get("mono", t0) - t0
-        if kind == "step":  # most events: the cheapest path
-            step = int(e.get("step", 0))
-            if step > max_step:
-                max_step = step
-            rank = e.get("rank")
-            found = steps.get(rank)
-            if found is None:
-                found = steps[rank] = []
-            found.append((t, step, e.get("pid", 0)))
-            continue
         node = e.get("node")
         if kind == "fault":
             faults.append(Fault(t, str(e.get("fault", "?")), e.get("target_node"), e))
@@ -258,6 +263,8 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
 
 def _place_faults(events: list[dict], faults: list[Fault], lanes: list[Lane], end: float) -> None:
     """Latencies, the end of every lasting fault, dead nodes."""
+    t0 = events[0].get("mono", 0.0) if events else 0.0
+    last_seen = {e.get("node"): e.get("mono", t0) - t0 for e in events}  # time-ordered: the last wins
     for fault, (detection, recovery) in zip(faults, fault_latencies(events)):
         fault.detection, fault.recovery = detection, recovery
     for i, fault in enumerate(faults):
@@ -275,6 +282,8 @@ def _place_faults(events: list[dict], faults: list[Fault], lanes: list[Lane], en
             continue
         if fault.kind in KILL_FAULTS and target.dead_at is None:
             target.dead_at, target.dead_by = fault.at, fault.kind
+        elif fault.kind in LEAVE_FAULTS and target.dead_at is None:
+            target.dead_at, target.dead_by = max(fault.at, last_seen.get(target.key, fault.at)), fault.kind
         if fault.end is not None and fault.kind not in _ENDING_FAULTS:
             target.faults.append(Span(fault.at, fault.end, fault.kind, fault_text(fault)))
     for ln in lanes:
@@ -305,9 +314,8 @@ def _clip(lane: Lane, at: float) -> None:
         span.end = min(span.end, at)
     for spans in lane.workers.values():
         for span in spans:
-            if span.cls == "running" and span.end > at:
+            if span.cls == "running" and span.end > at:  # ran normally until its node died
                 span.end = at
-                span.cls = "killed"
                 span.text = span.text.replace("still running", f"killed with its node at {at:.2f}s")
 
 

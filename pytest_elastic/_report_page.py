@@ -40,7 +40,7 @@ svg .fault-marker{fill:#d62f2f;stroke:#fff;stroke-width:.5;cursor:pointer}
 svg .fault-span{fill:#d62f2f;fill-opacity:.55;cursor:pointer}
 svg .fault-span.on-lane{fill:url(#hatch);fill-opacity:.25;stroke:#d62f2f;stroke-width:1}
 svg .detect{fill:#f08c00;fill-opacity:.18;pointer-events:none}svg .recover{fill:#f5c542;fill-opacity:.16;pointer-events:none}
-svg .dead{fill:url(#hatch);fill-opacity:.8}svg .dead-label{fill:#fff;font-weight:600;pointer-events:none}
+svg .dead{fill:url(#hatch);fill-opacity:.8}svg .dead.left{fill-opacity:.35}svg .dead-label{fill:#fff;font-weight:600;pointer-events:none}
 svg .step-line{fill:none;stroke-width:1.2;stroke-opacity:.85}
 svg .lane:hover .label{font-weight:700}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:6px 0}
@@ -57,7 +57,7 @@ _JS = """
 const ROWS=JSON.parse(document.getElementById('rows-data').textContent);
 const FAULTS=JSON.parse(document.getElementById('faults-data').textContent);
 const tip=document.getElementById('tip'),details=document.getElementById('details');
-const NAMES={ok:'exited 0',stopped:'stopped by its agent',failed:'failed',running:'running at the end',killed:'killed with its node'};
+const NAMES={ok:'exited 0',stopped:'stopped by its agent',failed:'failed',running:'running at the end (or until its node died)'};
 document.querySelectorAll('svg title').forEach(t=>{t.parentNode.setAttribute('data-tip',t.textContent);t.remove();});
 function timeAt(svg,ev){const p=svg.createSVGPoint();p.x=ev.clientX;p.y=ev.clientY;
   const q=p.matrixTransform(svg.getScreenCTM().inverse());return (q.x-LABEL_W)*DURATION/PLOT_W;}
@@ -115,7 +115,7 @@ def _legend() -> str:
               '<span><i class="sw" style="background:rgba(240,140,0,.35)"></i>fault → detected</span>',
               '<span><i class="sw" style="background:rgba(245,197,66,.35)"></i>detected → recovered</span>',
               '<span><i class="sw" style="background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)">'
-              '</i>node dead (killed by the harness)</span>',
+              '</i>node dead (killed by the harness; paler: left)</span>',
               '<span><svg width="12" height="10"><path d="M6 1l-5 9h10z" fill="#2e9e4f"/></svg>heal (a lasting '
               'fault ended)</span>',
               '<span><svg width="12" height="10"><line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" '

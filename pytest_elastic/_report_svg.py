@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any
 
-from pytest_elastic._report_model import Fault, Lane, Model, Span, fault_text
+from pytest_elastic._report_model import LEAVE_FAULTS, Fault, Lane, Model, Span, fault_text
 
 __all__ = ["render_timeline", "render_steps", "STATE_COLOURS", "WORKER_COLOURS", "LABEL_W", "PLOT_W"]
 
@@ -24,8 +24,7 @@ _WORKER_H = 5
 _GAP = 5
 STATE_COLOURS = {"INIT": "#9aa5b1", "HEALTHY": "#2e9e4f", "UNHEALTHY": "#f08c00", "STOPPED": "#f5c542",
                  "SUCCEEDED": "#2f6fd6", "FAILED": "#d62f2f", "UNKNOWN": "#8e44ad"}
-WORKER_COLOURS = {"running": "#7cc48f", "ok": "#7aa6ea", "stopped": "#b8b8b8", "failed": "#e35d5d",
-                  "killed": "#555555"}
+WORKER_COLOURS = {"running": "#7cc48f", "ok": "#7aa6ea", "stopped": "#b8b8b8", "failed": "#e35d5d"}
 
 
 class _Scale:
@@ -51,18 +50,17 @@ def _fmt_time(t: float) -> str:
 
 def _span_path(spans: list[Span], scale: _Scale, y: float, h: float, min_w: float = 0.8) -> str:
     """Adjacent spans merged; every span at least ``min_w`` px wide so a short one shows."""
-    parts: list[str] = []
-    last_x = last_end = -1.0
+    boxes: list[list[float]] = []
+    k, left = scale.k, LABEL_W
     for span in spans:
-        x = scale.x(span.start)
-        x2 = max(scale.x(span.end), x + min_w)
-        if parts and x <= last_end + 0.05:  # touches the previous one: extend it
-            last_end = max(last_end, x2)
-            parts[-1] = f"M{last_x:.1f} {y:g}h{last_end - last_x:.1f}v{h:g}h{last_x - last_end:.1f}z"
-            continue
-        last_x, last_end = x, x2
-        parts.append(f"M{x:.1f} {y:g}h{x2 - x:.1f}v{h:g}h{x - x2:.1f}z")
-    return "".join(parts)
+        x = left + span.start * k
+        x2 = max(left + span.end * k, x + min_w)
+        if boxes and x <= boxes[-1][1] + 0.05:  # touches the previous one: extend it
+            if x2 > boxes[-1][1]:
+                boxes[-1][1] = x2
+        else:
+            boxes.append([x, x2])
+    return "".join(f"M{x:.1f} {y:g}h{x2 - x:.1f}v{h:g}h{x - x2:.1f}z" for x, x2 in boxes)
 
 
 def _by_class(spans: list[Span]) -> dict[str, list[Span]]:
@@ -99,9 +97,9 @@ def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict], npr
                    f'width="{x2 - x:.1f}" height="{wy - y + 2:g}"><title>{html.escape(span.text)}</title></rect>')
     if lane.dead_at is not None:
         x = scale.x(lane.dead_at)
-        out.append(f'<rect class="dead" x="{x:.1f}" y="{y:g}" width="{LABEL_W + PLOT_W - x:.1f}" '
+        out.append(f'<rect class="dead {"left" if lane.dead_by in LEAVE_FAULTS else "killed"}" x="{x:.1f}" y="{y:g}" width="{LABEL_W + PLOT_W - x:.1f}" '
                    f'height="{wy - y:g}"><title>{html.escape(lane.label)}: {lane.dead_by} at '
-                   f'{lane.dead_at:.3f}s, dead from then on</title></rect>')
+                   f'{lane.dead_at:.3f}s, gone from then on</title></rect>')
         out.append(f'<text class="dead-label" x="{x + 3:.1f}" y="{y + _NODE_H - 2:g}">✝ {lane.dead_by}</text>')
     out.append("</g>")
     return "".join(out), wy + _GAP
@@ -147,8 +145,8 @@ def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
         lanes_svg.append(svg)
     bottom = y
     height = bottom + 20
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline" class="timeline" '
-           f'width="{LABEL_W + PLOT_W + 20}" height="{height:g}" data-duration="{model.duration:.3f}">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline" class="timeline" {_size(height)} '
+           f'data-duration="{model.duration:.3f}">',
            '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#444"/>'
            '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>']
@@ -188,6 +186,12 @@ def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
     return "".join(out), rows
 
 
+def _size(height: float) -> str:
+    """Drawn at its natural size, shrunk to fit a narrower window (never stretched)."""
+    width = LABEL_W + PLOT_W + 20
+    return f'width="{width}" height="{height:g}" viewBox="0 0 {width} {height:g}" style="max-width:100%;height:auto"'
+
+
 def _rank_colour(rank: Any) -> str:
     r = rank if isinstance(rank, int) else hash(rank)
     return f"hsl({(r * 137.508) % 360:.0f},65%,42%)"
@@ -195,14 +199,13 @@ def _rank_colour(rank: Any) -> str:
 
 def render_steps(model: Model, height: int = 180) -> str:
     """Step progress per rank: one line each, broken where the rank's process changed;
-    at most one point per 2 px so a 10-minute job stays small."""
+    at most one point per 3 px so a 10-minute job stays small and quick."""
     if not model.steps:
         return '<p class="muted">No step progress: the workers did not call <code>harness.report_step</code>.</p>'
     scale = _Scale(model.duration)
     top, plot_h = 10, height - 30
     k = plot_h / max(model.max_step, 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="steps" class="steps" width="{LABEL_W + PLOT_W + 20}" '
-           f'height="{height}">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="steps" class="steps" {_size(height)}>',
            f'<text class="row-label" x="4" y="{top + 10}">step</text>'
            f'<text class="tick-label" x="{LABEL_W - 6}" y="{top + 4}" text-anchor="end">{model.max_step}</text>'
            f'<text class="tick-label" x="{LABEL_W - 6}" y="{top + plot_h}" text-anchor="end">0</text>'
@@ -216,7 +219,7 @@ def render_steps(model: Model, height: int = 180) -> str:
             x = LABEL_W + t * kx
             if pid != last_pid:
                 parts.append(f"M{x:.1f} {base - step * k:.1f}")
-            elif x - last_x >= 2 or i == final or points[i + 1][2] != pid:
+            elif x - last_x >= 3 or i == final or points[i + 1][2] != pid:
                 parts.append(f"L{x:.1f} {base - step * k:.1f}")
             else:
                 continue

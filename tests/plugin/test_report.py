@@ -89,10 +89,14 @@ def test_a_killed_node_is_dead_from_that_moment():
     dead = {lane.key: lane.dead_at for lane in model.lanes}
     assert dead == {"a-0": None, "b-1": 2}
     lane = model.lanes[1]
-    assert lane.states[-1].end == 2 and lane.workers[0][0].cls == "killed"
+    assert lane.states[-1].end == 2 and lane.workers[0][0].end == 2
     assert _by_class(_svgs(write_page(events))["timeline"], "dead")
     chart = timeline_chart(events, width=40)
     assert re.search(r"b-1 \|=+_+\|", chart), chart
+    left = build_model([*events[:-1], _event(6, "harness", "fault", fault="node_leave", target_node="a-0"),
+                        _event(6.5, "a-0", "worker_exit", local_rank=0, rank=0, worker_pid=8, exitcode=-15),
+                        _event(9, "b-1", "membership_change")])
+    assert (left.lanes[0].dead_at, left.lanes[0].dead_by) == (6.5, "node_leave")  # once its agent is done
 
 
 def test_labels_come_from_the_timeline_then_node_start_events_then_the_key():
