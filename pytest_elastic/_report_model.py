@@ -30,6 +30,7 @@ _DISTURBED = frozenset({"FAILED", "STOPPED", "UNHEALTHY"})
 _RECOVERED = frozenset({"HEALTHY", "SUCCEEDED"})
 _REACTIONS = frozenset({"state", "worker_exit", "membership_change"})
 _HARNESS = "harness"
+_WORKER_STATES = frozenset({"UNKNOWN", "INIT", "HEALTHY", "UNHEALTHY", "STOPPED", "SUCCEEDED", "FAILED"})
 
 
 @dataclass
@@ -224,6 +225,10 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
             faults.append(Fault(t, str(e.get("fault", "?")), e.get("target_node"), e))
         elif node == _HARNESS or node is None:
             continue
+        elif kind == "state" and e.get("state") not in _WORKER_STATES:
+            gone = lane(node)  # the harness's terminal entry for a node it killed, froze or removed
+            if gone.dead_at is None:
+                gone.dead_at, gone.dead_by = t, str(e.get("state")).lower()
         elif kind == "state":
             states = lane(node).states
             if states:

@@ -97,6 +97,9 @@ def test_a_killed_node_is_dead_from_that_moment():
                         _event(6.5, "a-0", "worker_exit", local_rank=0, rank=0, worker_pid=8, exitcode=-15),
                         _event(9, "b-1", "membership_change")])
     assert (left.lanes[0].dead_at, left.lanes[0].dead_by) == (6.5, "node_leave")  # once its agent is done
+    terminal = build_model([*events, _event(8.5, "a-0", "state", state="KILLED")])  # a harness terminal entry
+    assert (terminal.lanes[0].dead_at, terminal.lanes[0].dead_by) == (8.5, "killed")
+    assert [s.cls for s in terminal.lanes[0].states] == ["HEALTHY", "STOPPED", "HEALTHY", "SUCCEEDED"]
 
 
 def test_labels_come_from_the_timeline_then_node_start_events_then_the_key():
@@ -157,7 +160,9 @@ def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path):
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "40", "0.02")
         job.inject(NodeKill(node=1), AtStep(step=10, rank=0))
         assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
-        killed = job.node_name(1)
+        events = job.timeline.events()
+        (fault,) = [e for e in events if e["kind"] == "fault"]
+        killed = labeler(job.timeline, events)(fault["target_node"])
         path = tmp_path / "real.html"
         write_html(str(path), "real", job.timeline, nproc=1)
     svg = _svgs(path.read_text())["timeline"]
