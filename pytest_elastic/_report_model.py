@@ -13,7 +13,7 @@ import signal
 from collections import defaultdict
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable, cast
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
@@ -153,8 +153,8 @@ def fault_latencies(events: list[dict]) -> list[tuple[float | None, float | None
 
 def _node_order(keys: Iterable[Hashable]) -> list[Hashable]:
     ordered = list(dict.fromkeys(keys))
-    if all(isinstance(k, int) for k in ordered):
-        return sorted(ordered)
+    if all(isinstance(k, int) for k in ordered):  # indexes: in order, whatever order they spoke in
+        return sorted(ordered, key=lambda k: cast(int, k))
     return ordered
 
 

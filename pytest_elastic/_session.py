@@ -126,6 +126,13 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         _write_html(item, record)
 
 
+def _replay(item: pytest.Item, record: ElasticRecord) -> str:
+    """The command that runs this test again as it ran (its chaos seed included)."""
+    if record.chaos_seed is not None:
+        return reproduction_line(item.nodeid, record.settings)
+    return f"pytest '{item.nodeid}'"
+
+
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
     from pytest_elastic._report import explain_job, write_html
@@ -133,24 +140,21 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     if item.nodeid in SCHEDULE_OVERRIDES:
         return  # a shrinking re-run: the pages show the run that failed
 
-    directory = record.settings.report_dir
+    directory = str(record.settings.report_dir)
     os.makedirs(directory, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
     props = dict(p for p in item.user_properties if isinstance(p, tuple) and len(p) == 2)
-    replay = (reproduction_line(item.nodeid, record.settings) if record.chaos_seed is not None
-              else f"pytest '{item.nodeid}'")
-    info = {"outcome": props.get("elastic_outcome"), "seed": record.settings.seed if record.chaos_seed is not None
-            else None, "replay": replay, "index": "index.html"}
+    info = {"outcome": props.get("elastic_outcome"), "replay": _replay(item, record), "index": "index.html",
+            "seed": record.settings.seed if record.chaos_seed is not None else None}
     pages = []
     for i, job in enumerate(record.cluster.jobs):
-        name = f"{safe}.job{i}.html"
-        failures = explain_job(job, record.failures.get(i))
-        write_html(os.path.join(directory, name), f"{item.nodeid} — job {i}", job.timeline,
-                   "\n".join(record.problems), info=dict(info, restarts=max(job.timeline.restart_counts().values(),
-                                                                             default=0)),
-                   failures=failures, nproc=record.cluster.nproc_per_node)
-        pages.append(name)
-    item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages), ("elastic_replay", replay)])
+        pages.append(f"{safe}.job{i}.html")
+        restarts = max(job.timeline.restart_counts().values(), default=0)
+        write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
+                   "\n".join(record.problems), info={**info, "restarts": restarts},
+                   failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
+    item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
+                                 ("elastic_replay", info["replay"])])
 
 
 def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
@@ -171,8 +175,8 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         if why:
             report.sections.append((f"elastic failures (job {i}, {job.run_id})", why))
         chart = timeline_chart(job.timeline)
-        if record.chaos_seed is None:
-            chart += f"\nreproduce with:\n  pytest '{item.nodeid}'"
+        if record.chaos_seed is None:  # else the chaos section below ends with it
+            chart += f"\nreproduce with:\n  {_replay(item, record)}"
         report.sections.append((f"elastic timeline (job {i}, {job.run_id})", chart))
     if record.chaos_seed is not None:
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]

@@ -22,7 +22,7 @@ def _svgs(page: str) -> dict[str, ET.Element]:
     found = {}
     for match in re.finditer(r"<svg .*?</svg>", page, re.S):
         element = ET.fromstring(match.group(0))
-        found[element.get("id")] = element
+        found[element.get("id", "")] = element
     return found
 
 

@@ -45,7 +45,7 @@ class Browser:
             os.dup2(write, 4)
 
         self.proc = subprocess.Popen(  # close_fds would close 3 and 4 after wire() ran
-            [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
+            [str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"],
             preexec_fn=wire, close_fds=False, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         os.close(to_child)
