@@ -27,7 +27,16 @@ def _latency(values: list[float]) -> dict[str, float | None]:
     return {"median": round(statistics.median(ordered), 4), "p95": round(p95, 4), "n": len(ordered)}
 
 
-def index_rows(stats: list[dict]) -> list[dict]:
+def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
+    """The replay line of a shrunk failure's minimal schedule (JSON in the properties)."""
+    if not schedule or settings is None:
+        return None
+    from pytest_elastic._session import reproduction_line
+
+    return reproduction_line(test, settings, schedule=str(schedule))
+
+
+def index_rows(stats: list[dict], settings: Any = None) -> list[dict]:
     """One row per elastic test (the last report of a test wins: a shrinking re-run's)."""
     rows: dict[str, dict] = {}
     for s in stats:
@@ -43,7 +52,8 @@ def index_rows(stats: list[dict]) -> list[dict]:
             "recovery_s": _latency(list(s.get("elastic_recovery_latencies", []))),
             "seed": s.get("elastic_seed"), "test_seed": s.get("elastic_test_seed"),
             "replay": s.get("elastic_replay"), "minimal_faults": s.get("elastic_minimal_faults"),
-            "minimal_replay": s.get("elastic_minimal_schedule"), "pages": list(s.get("elastic_pages", [])),
+            "minimal_replay": _minimal_replay(test, s.get("elastic_minimal_schedule"), settings),
+            "pages": list(s.get("elastic_pages", [])),
         }
     return sorted(rows.values(), key=lambda r: (r["outcome"] != "failed", r["test"]))
 
@@ -99,7 +109,7 @@ def _row_html(row: dict) -> str:
 
 def write_index(directory: str, stats: list[dict], summary_lines: list[str], settings: Any) -> str:
     """Write ``index.html`` and ``summary.json`` into ``directory``; the index's path."""
-    rows = index_rows(stats)
+    rows = index_rows(stats, settings)
     os.makedirs(directory, exist_ok=True)
     summary = {"chaos": bool(getattr(settings, "chaos", False)), "seed": getattr(settings, "seed", None),
                "tests": len(rows), "failed": sum(1 for r in rows if r["outcome"] == "failed"),

@@ -171,3 +171,29 @@ def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path):
     dead = [lane for lane in lanes if _by_class(lane, "dead")]
     assert [lane.get("data-node") for lane in dead] == [str(killed)]
     assert len(_by_class(svg, "fault-marker")) == 1 and len(_by_class(svg, "round")) >= 2
+
+
+def test_index_and_summary_json_carry_every_test(tmp_path):
+    from pytest_elastic._report_index import write_index
+    from pytest_elastic._settings import Settings
+
+    settings = Settings(chaos=True, seed=9)
+    stats = [{"elastic_test": "t.py::test_ok", "elastic_outcome": "passed", "elastic_fault_count": 2,
+              "elastic_faults": "worker_kill; node_kill", "elastic_restarts": 1, "elastic_seed": 9,
+              "elastic_detection_latencies": [0.02, 0.04], "elastic_recovery_latencies": [0.2],
+              "elastic_replay": "pytest 't.py::test_ok' --elastic-chaos --elastic-seed=9",
+              "elastic_pages": ["t.py_test_ok.job0.html", "t.py_test_ok.job1.html"]},
+             {"elastic_test": "t.py::test_bad", "elastic_outcome": "failed", "elastic_fault_count": 1,
+              "elastic_faults": "worker_kill", "elastic_minimal_faults": 1, "elastic_minimal_schedule": "[[1]]",
+              "elastic_pages": ["t.py_test_bad.job0.html"]}]
+    index = write_index(str(tmp_path), stats, ["elastic tests: 2 (1 failed)"], settings)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["test"] for r in summary["results"]] == ["t.py::test_bad", "t.py::test_ok"]  # failures first
+    ok = summary["results"][1]
+    assert ok["detection_s"] == {"median": 0.03, "p95": 0.04, "n": 2} and ok["fault_kinds"] == ["worker_kill", "node_kill"]
+    assert summary["results"][0]["minimal_replay"] == \
+        "pytest 't.py::test_bad' --elastic-chaos --elastic-seed=9 --elastic-schedule='[[1]]'"
+    assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)
+    page = open(index).read()
+    assert "href='t.py_test_ok.job0.html'" in page and "href='t.py_test_ok.job1.html'>job 1<" in page
+    assert page.count("<th data-k=") == 7 and "--elastic-schedule=&#x27;[[1]]&#x27;" in page
