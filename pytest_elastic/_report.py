@@ -44,12 +44,11 @@ def _chart(model: Any, width: int) -> str:
     for lane in lanes:
         row = [" "] * width
         for state in lane.states:
-            char = _STATE_CHARS.get(state.cls, "?")
-            for c in range(column(state.start), column(state.end) + 1):
-                row[c] = char
+            first, last = column(state.start), column(state.end)
+            row[first:last + 1] = _STATE_CHARS.get(state.cls, "?") * (last + 1 - first)
         if lane.dead_at is not None:
-            for c in range(column(lane.dead_at) + 1, width):
-                row[c] = "_"
+            first = column(lane.dead_at) + 1
+            row[first:] = "_" * (width - first)
         lines.append(f"{lane.label:>{name_w}} |{''.join(row)}|")
     marks = [" "] * width
     for fault in model.faults:

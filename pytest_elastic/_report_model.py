@@ -12,6 +12,7 @@ import bisect
 import signal
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import islice
 from operator import itemgetter
 from typing import Any, Callable, Hashable, Iterable, cast
 
@@ -141,7 +142,7 @@ def fault_latencies(events: list[dict]) -> list[tuple[float | None, float | None
         detection = reaction_times[i] - start if i < len(reaction_times) else None
         recovery = None
         disturbed = False
-        for t, state in states[bisect.bisect_right(state_times, start):]:
+        for t, state in islice(states, bisect.bisect_right(state_times, start), None):  # no copy
             if state in _DISTURBED:
                 disturbed = True
             elif disturbed and state in _RECOVERED:
