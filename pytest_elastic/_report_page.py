@@ -31,7 +31,11 @@ pre.failure{background:#fff1f0;border-left:4px solid #d62f2f}
 code.replay{background:#f4f5f7;padding:2px 6px;font-size:12px;user-select:all}
 .scroll{overflow-x:auto;border:1px solid #e3e6ea;border-radius:4px}
 svg text{font-size:11px;font-family:ui-monospace,Menlo,Consolas,monospace;fill:#333}
-svg .label{text-anchor:end}svg .row-label{fill:#777}svg .tick{stroke:#e9ecef}svg .tick-label{fill:#888;text-anchor:middle}
+svg .label,svg .y-label{text-anchor:end}svg .labels-bg{fill:#fff}
+svg .zoom line,svg .step-line{vector-effect:non-scaling-stroke}svg:not(.zoomed) .minor{display:none}
+.zoomctl{font-size:12px;margin:4px 0}.zoomctl button{font-size:12px;padding:1px 7px;margin-left:3px;cursor:pointer;
+border:1px solid #c5cad1;background:#fff;border-radius:3px}.zoomctl button.on{background:#1d232a;color:#fff}
+svg .row-label{fill:#777}svg .tick{stroke:#e9ecef}svg .tick-label{fill:#888;text-anchor:middle}
 svg .row{fill:transparent}svg .st,svg .wk{pointer-events:none}
 svg .round-line{stroke:#6c63ff;stroke-dasharray:2 3;stroke-width:1;pointer-events:none}svg .round-label{fill:#6c63ff;font-size:10px}
 svg .round-hit{fill:#6c63ff}
@@ -42,7 +46,6 @@ svg .fault-span.on-lane{fill:url(#hatch);fill-opacity:.25;stroke:#d62f2f;stroke-
 svg .detect{fill:#f08c00;fill-opacity:.18;pointer-events:none}svg .recover{fill:#f5c542;fill-opacity:.16;pointer-events:none}
 svg .dead{fill:url(#hatch);fill-opacity:.8}svg .dead.left{fill-opacity:.35}svg .dead-label{fill:#fff;font-weight:600;pointer-events:none}
 svg .step-line{fill:none;stroke-width:1.2;stroke-opacity:.85}
-svg .lane:hover .label{font-weight:700}
 .legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:6px 0}
 .legend span{display:inline-flex;align-items:center;gap:4px}.sw{display:inline-block;width:14px;height:10px;border-radius:2px}
 #tip{position:fixed;pointer-events:none;background:#1d232a;color:#fff;font-size:12px;padding:4px 7px;border-radius:4px;
@@ -59,11 +62,29 @@ const FAULTS=JSON.parse(document.getElementById('faults-data').textContent);
 const tip=document.getElementById('tip'),details=document.getElementById('details');
 const NAMES={ok:'exited 0',stopped:'stopped by its agent',failed:'failed',running:'running at the end (or until its node died)'};
 document.querySelectorAll('svg title').forEach(t=>{t.parentNode.setAttribute('data-tip',t.textContent);t.remove();});
+let ZOOM=1;
 function timeAt(svg,ev){const p=svg.createSVGPoint();p.x=ev.clientX;p.y=ev.clientY;
-  const q=p.matrixTransform(svg.getScreenCTM().inverse());return (q.x-LABEL_W)*DURATION/PLOT_W;}
+  const q=p.matrixTransform(svg.getScreenCTM().inverse());return (q.x-LABEL_W)*DURATION/(PLOT_W*ZOOM);}
 function find(spans,t){let lo=0,hi=spans.length-1,best=null;while(lo<=hi){const m=(lo+hi)>>1;
   if(spans[m][0]<=t){best=m;lo=m+1;}else hi=m-1;}
-  if(best===null)return null;const s=spans[best];return t<=s[1]+DURATION/PLOT_W?s:null;}
+  if(best===null)return null;const s=spans[best];return t<=s[1]+DURATION/(PLOT_W*ZOOM)?s:null;}
+function stick(box){const svg=box.querySelector('svg.zoomable');if(!svg)return;
+  const k=svg.viewBox.baseVal.width/svg.getBoundingClientRect().width;
+  svg.querySelectorAll('g.labels').forEach(g=>g.setAttribute('transform','translate('+(box.scrollLeft*k)+',0)'));}
+function setZoom(z){
+  const boxes=[...document.querySelectorAll('.scroll')];
+  const centre=boxes.map(b=>(b.scrollLeft+b.clientWidth/2)/b.scrollWidth);ZOOM=z;
+  document.querySelectorAll('svg.zoomable').forEach(svg=>{
+    const w=LABEL_W+PLOT_W*z+20,h=svg.getAttribute('height');
+    svg.setAttribute('width',w);svg.setAttribute('viewBox','0 0 '+w+' '+h);svg.style.maxWidth=z>1?'none':'100%';
+    svg.classList.toggle('zoomed',z>=4);
+    svg.querySelectorAll('g.zoom').forEach(g=>g.setAttribute('transform','matrix('+z+',0,0,1,'+LABEL_W*(1-z)+',0)'));
+    svg.querySelectorAll('g.pin > [data-x]').forEach(el=>
+      el.setAttribute('transform','translate('+(el.getAttribute('data-x')-LABEL_W)*(z-1)+',0)'));});
+  boxes.forEach((b,i)=>{b.scrollLeft=centre[i]*b.scrollWidth-b.clientWidth/2;stick(b);});
+  document.querySelectorAll('.zoomctl button').forEach(b=>b.classList.toggle('on',+b.dataset.z===z));}
+document.querySelectorAll('.zoomctl button').forEach(b=>b.addEventListener('click',()=>setZoom(+b.dataset.z)));
+document.querySelectorAll('.scroll').forEach(b=>b.addEventListener('scroll',()=>stick(b)));
 function fmt(row,s){const when=s[0].toFixed(3)+'s \\u2192 '+s[1].toFixed(3)+'s';
   if(row.kind==='state')return row.node+': '+s[2]+' (round '+s[3]+', restart '+s[4]+')\\n'+when;
   return row.node+' local rank '+row.local_rank+': rank '+s[3]+', pid '+s[5]+', round '+s[7]+
@@ -191,7 +212,9 @@ def build_page(title: str, model: Model, events: list[dict], *, nproc: int = 0, 
         parts.append(f"<h2>Worker failures it recovered from</h2><pre id='failures'>{html.escape(failures)}</pre>")
     if extra:
         parts.append(f"<pre class='failure'>{html.escape(extra)}</pre>")
-    parts += ["<h2>Timeline</h2>", _legend(), f"<div class='scroll'>{timeline_svg}</div>",
+    zoom = "".join(f"<button data-z='{z}'{' class=on' if z == 1 else ''}>{z}×</button>" for z in (1, 2, 4, 8, 16))
+    parts += ["<h2>Timeline</h2>", _legend(), f"<div class='zoomctl'>zoom along time:{zoom}</div>",
+              f"<div class='scroll'>{timeline_svg}</div>",
               "<p class='muted'>Hover for details; click to pin them below.</p><pre id='details'></pre>",
               "<h2>Step progress per rank</h2>", f"<div class='scroll'>{render_steps(model)}</div>",
               "<h2>Faults</h2>", _fault_table(model)]

@@ -35,8 +35,8 @@ class _Scale:
         return LABEL_W + t * self.k
 
 
-def _ticks(duration: float) -> list[float]:
-    raw = duration / 10
+def _ticks(duration: float, count: int = 10) -> list[float]:
+    raw = duration / count
     power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
     return [i * step for i in range(int(duration / step) + 1)]
@@ -74,11 +74,23 @@ def _row_data(spans: list[Span]) -> list[list[Any]]:
     return [[round(s.start, 3), round(s.end, 3), s.cls, *s.extra] for s in spans]
 
 
-def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict], nproc: int) -> tuple[str, float]:
+class _Layers:
+    """Where each element goes: ``zoom`` is stretched along time by the page's zoom, ``pin``
+    elements (markers, labels at a time) only move with it so they keep their shape, and
+    ``labels`` (node names) stay put at the left while the plot scrolls."""
+
+    def __init__(self) -> None:
+        self.zoom: list[str] = []
+        self.pin: list[str] = []
+        self.labels: list[str] = []
+
+
+def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict], nproc: int,
+          layers: _Layers) -> float:
+    layers.labels.append(f'<text class="label" x="{LABEL_W - 6}" y="{y + _NODE_H - 2:g}">'
+                         f'{html.escape(lane.label)}</text>')
     out = [f'<g class="lane" data-lane="{index}" data-node="{html.escape(lane.label)}">',
-           f'<text class="label" x="{LABEL_W - 6}" y="{y + _NODE_H - 2:g}">{html.escape(lane.label)}</text>']
-    out.append(f'<rect class="row" data-row="{len(rows)}" x="{LABEL_W}" y="{y:g}" width="{PLOT_W}" '
-               f'height="{_NODE_H}"/>')
+           f'<rect class="row" data-row="{len(rows)}" x="{LABEL_W}" y="{y:g}" width="{PLOT_W}" height="{_NODE_H}"/>']
     rows.append({"kind": "state", "node": lane.label, "spans": _row_data(lane.states)})
     for cls, spans in _by_class(lane.states).items():
         out.append(f'<path class="st st-{html.escape(cls)}" d="{_span_path(spans, scale, y, _NODE_H)}"/>')
@@ -97,26 +109,28 @@ def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict], npr
                    f'width="{x2 - x:.1f}" height="{wy - y + 2:g}"><title>{html.escape(span.text)}</title></rect>')
     if lane.dead_at is not None:
         x = scale.x(lane.dead_at)
-        out.append(f'<rect class="dead {"left" if lane.dead_by in LEAVE_FAULTS else "killed"}" x="{x:.1f}" y="{y:g}" width="{LABEL_W + PLOT_W - x:.1f}" '
+        kind = "left" if lane.dead_by in LEAVE_FAULTS else "killed"
+        out.append(f'<rect class="dead {kind}" x="{x:.1f}" y="{y:g}" width="{LABEL_W + PLOT_W - x:.1f}" '
                    f'height="{wy - y:g}"><title>{html.escape(lane.label)}: {lane.dead_by} at '
                    f'{lane.dead_at:.3f}s, gone from then on</title></rect>')
-        out.append(f'<text class="dead-label" x="{x + 3:.1f}" y="{y + _NODE_H - 2:g}">✝ {lane.dead_by}</text>')
+        layers.pin.append(f'<text class="dead-label" data-x="{x:.1f}" x="{x + 3:.1f}" y="{y + _NODE_H - 2:g}">'
+                          f'✝ {lane.dead_by}</text>')
     out.append("</g>")
-    return "".join(out), wy + _GAP
+    layers.zoom.append("".join(out))
+    return wy + _GAP
 
 
-def _fault_marker(fault: Fault, index: int, scale: _Scale, bottom: float) -> str:
+def _fault(fault: Fault, index: int, scale: _Scale, bottom: float, layers: _Layers) -> None:
     x = scale.x(fault.at)
     title = html.escape(fault_text(fault))
     cls = html.escape(fault.kind)
-    parts = [f'<line class="fault-line" x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP - 4}" y2="{bottom:g}"/>']
+    layers.zoom.append(f'<line class="fault-line" x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP - 4}" y2="{bottom:g}"/>')
     if fault.end is not None and fault.end > fault.at:
         x2 = scale.x(fault.end)
-        parts.append(f'<rect class="fault-span f-{cls}" data-f="{index}" x="{x:.1f}" y="{_TOP - 13}" '
-                     f'width="{max(x2 - x, 2):.1f}" height="6"><title>{title}</title></rect>')
-    parts.append(f'<path class="fault-marker f-{cls}" data-f="{index}" d="M{x:.1f} {_TOP - 4}l-5 -9h10z">'
-                 f'<title>{title}</title></path>')
-    return "".join(parts)
+        layers.zoom.append(f'<rect class="fault-span f-{cls}" data-f="{index}" x="{x:.1f}" y="{_TOP - 13}" '
+                           f'width="{max(x2 - x, 2):.1f}" height="6"><title>{title}</title></rect>')
+    layers.pin.append(f'<path class="fault-marker f-{cls}" data-f="{index}" data-x="{x:.1f}" '
+                      f'd="M{x:.1f} {_TOP - 4}l-5 -9h10z"><title>{title}</title></path>')
 
 
 def _shading(fault: Fault, scale: _Scale, bottom: float) -> str:
@@ -134,56 +148,63 @@ def _shading(fault: Fault, scale: _Scale, bottom: float) -> str:
     return "".join(out)
 
 
-def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
-    """The SVG and the rows its tooltips search (``rows[i]`` for ``data-row=i``)."""
-    scale = _Scale(model.duration)
-    rows: list[dict] = []
-    lanes_svg = []
-    y = float(_TOP + 4)
-    for index, lane in enumerate(model.lanes):
-        svg, y = _lane(lane, index, y, scale, rows, nproc)
-        lanes_svg.append(svg)
-    bottom = y
-    height = bottom + 20
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline" class="timeline" {_size(height)} '
-           f'data-duration="{model.duration:.3f}">',
-           '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-           'patternTransform="rotate(45)"><rect width="6" height="6" fill="#444"/>'
-           '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>']
-    out.append('<g class="axis">')
-    for t in _ticks(model.duration):
-        x = scale.x(t)
-        out.append(f'<line class="tick" x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP - 30}" y2="{bottom:g}"/>'
-                   f'<text class="tick-label" x="{x:.1f}" y="{_TOP - 33}">{_fmt_time(t)}</text>')
-    out.append('<text class="row-label" x="4" y="{0}">rounds</text><text class="row-label" x="4" y="{1}">'
-               'faults</text>'.format(_TOP - 18, _TOP - 5))
-    out.append("</g>")
-    out.append('<g class="shading">' + "".join(_shading(f, scale, bottom) for f in model.faults) + "</g>")
-    out.append('<g class="rounds">')
+def _rounds(model: Model, scale: _Scale, layers: _Layers) -> None:
     last_label = -1e9
     for i, rnd in enumerate(model.rounds):
         x = scale.x(rnd.at)
         title = html.escape(f"rendezvous round {rnd.round}: world size {rnd.world_size}, "
                             f"{rnd.nodes} node(s), at {rnd.at:.3f}s")
-        out.append(f'<g class="round" data-round="{i}"><line class="round-line" x1="{x:.1f}" x2="{x:.1f}" '
-                   f'y1="{_TOP - 26}" y2="{_TOP - 14}"/>')
+        parts = [f'<g class="round" data-round="{i}" data-x="{x:.1f}"><line class="round-line" x1="{x:.1f}" '
+                 f'x2="{x:.1f}" y1="{_TOP - 26}" y2="{_TOP - 14}"/>']
         label = f"ws={rnd.world_size}"
         if x - last_label > 7 * len(label) + 6:  # labels that would overlap are left to the tooltip
-            out.append(f'<text class="round-label" x="{x + 2:.1f}" y="{_TOP - 18}">{html.escape(label)}</text>')
+            parts.append(f'<text class="round-label" x="{x + 2:.1f}" y="{_TOP - 18}">{html.escape(label)}</text>')
             last_label = x
-        out.append(f'<rect class="round-hit" x="{x - 2:.1f}" y="{_TOP - 26}" width="4" height="10">'
-                   f'<title>{title}</title></rect></g>')
-    out.append("</g>")
-    out.extend(lanes_svg)
-    out.append('<g class="faults">' + "".join(_fault_marker(f, i, scale, bottom)
-                                             for i, f in enumerate(model.faults)))
+        parts.append(f'<rect class="round-hit" x="{x - 2:.1f}" y="{_TOP - 26}" width="4" height="10">'
+                     f'<title>{title}</title></rect></g>')
+        layers.pin.append("".join(parts))
+
+
+def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
+    """The SVG and the rows its tooltips search (``rows[i]`` for ``data-row=i``)."""
+    scale = _Scale(model.duration)
+    rows: list[dict] = []
+    layers = _Layers()
+    lanes = _Layers()  # drawn above the shading: their own zoom layer
+    y = float(_TOP + 4)
+    for index, lane in enumerate(model.lanes):
+        y = _lane(lane, index, y, scale, rows, nproc, lanes)
+    bottom = y
+    major = _ticks(model.duration)
+    minor = [t for t in _ticks(model.duration, 80) if min(abs(t - m) for m in major) > 1e-9]
+    for ticks, cls in ((major, ""), (minor, " minor")):  # minor ticks show when zoomed in
+        for t in ticks:
+            x = scale.x(t)
+            layers.zoom.append(f'<line class="tick{cls}" x1="{x:.1f}" x2="{x:.1f}" y1="{_TOP - 30}" y2="{bottom:g}"/>')
+            layers.pin.append(f'<text class="tick-label{cls}" data-x="{x:.1f}" x="{x:.1f}" y="{_TOP - 33}">'
+                              f'{_fmt_time(t)}</text>')
+    layers.zoom.extend(_shading(f, scale, bottom) for f in model.faults)
+    _rounds(model, scale, layers)
+    layers.zoom.extend(lanes.zoom)
+    layers.pin.extend(lanes.pin)
+    for i, fault in enumerate(model.faults):
+        _fault(fault, i, scale, bottom, layers)
     for end in model.ends:  # heals: a green mark where a lasting fault ended
         x = scale.x(end.at)
-        out.append(f'<path class="fault-end" d="M{x:.1f} {_TOP - 13}l-4 7h8z"><title>'
-                   f'{html.escape(fault_text(end))}</title></path>')
-    out.append("</g>")
-    out.append("</svg>")
-    return "".join(out), rows
+        layers.pin.append(f'<path class="fault-end" data-x="{x:.1f}" d="M{x:.1f} {_TOP - 13}l-4 7h8z"><title>'
+                          f'{html.escape(fault_text(end))}</title></path>')
+    height = bottom + 20
+    return "".join([
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="timeline" class="timeline zoomable" {_size(height)} '
+        f'data-duration="{model.duration:.3f}">',
+        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#444"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>',
+        f'<g class="zoom">{"".join(layers.zoom)}</g><g class="pin">{"".join(layers.pin)}</g>',
+        f'<g class="labels"><rect class="labels-bg" x="0" y="0" width="{LABEL_W - 2}" height="{height:g}"/>',
+        f'<text class="row-label" x="4" y="{_TOP - 18}">rounds</text>'
+        f'<text class="row-label" x="4" y="{_TOP - 5}">faults</text>{"".join(lanes.labels)}</g>',
+        "</svg>"]), rows
 
 
 def _size(height: float) -> str:
@@ -205,11 +226,9 @@ def render_steps(model: Model, height: int = 180) -> str:
     scale = _Scale(model.duration)
     top, plot_h = 10, height - 30
     k = plot_h / max(model.max_step, 1)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="steps" class="steps" {_size(height)}>',
-           f'<text class="row-label" x="4" y="{top + 10}">step</text>'
-           f'<text class="tick-label" x="{LABEL_W - 6}" y="{top + 4}" text-anchor="end">{model.max_step}</text>'
-           f'<text class="tick-label" x="{LABEL_W - 6}" y="{top + plot_h}" text-anchor="end">0</text>'
-           f'<line class="tick" x1="{LABEL_W}" x2="{LABEL_W + PLOT_W}" y1="{top + plot_h}" y2="{top + plot_h}"/>']
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" id="steps" class="steps zoomable" {_size(height)}>',
+           f'<g class="zoom"><line class="tick" x1="{LABEL_W}" x2="{LABEL_W + PLOT_W}" y1="{top + plot_h}" '
+           f'y2="{top + plot_h}"/>']
     for rank in sorted(model.steps, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else str(r))):
         parts: list[str] = []
         points = model.steps[rank]
@@ -227,5 +246,8 @@ def render_steps(model: Model, height: int = 180) -> str:
         out.append(f'<path class="step-line" data-rank="{html.escape(str(rank))}" stroke="{_rank_colour(rank)}" '
                    f'd="{"".join(parts)}"><title>rank {html.escape(str(rank))}: up to step '
                    f'{max(s for _, s, _ in points)}</title></path>')
-    out.append("</svg>")
+    out.append(f'</g><g class="labels"><rect class="labels-bg" x="0" y="0" width="{LABEL_W - 2}" height="{height}"/>'
+               f'<text class="row-label" x="4" y="{top + 10}">step</text>'
+               f'<text class="y-label" x="{LABEL_W - 6}" y="{top + 4}">{model.max_step}</text>'
+               f'<text class="y-label" x="{LABEL_W - 6}" y="{top + plot_h}">0</text></g></svg>')
     return "".join(out)

@@ -2,8 +2,8 @@
 driven over the DevTools protocol on ``--remote-debugging-pipe`` with the stdlib only.
 
 Fails on any console error or uncaught exception; checks that lanes, markers and rounds
-are in the DOM, that hovering a lane and clicking a fault show details, that the index
-sorts; saves screenshots. Skipped, saying why, where no Chromium is installed.
+are in the DOM, that hovering a lane and clicking a fault show details, that zooming along
+time keeps node labels in view and tooltips right, that the index sorts; saves screenshots. Skipped, saying why, where no Chromium is installed.
 """
 
 from __future__ import annotations
@@ -182,6 +182,18 @@ def test_page_in_chromium_has_lanes_markers_and_working_details(browser, tmp_pat
     assert '"fault":' in browser.js("document.getElementById('details').textContent")
     browser.screenshot(tmp_path / "report.png")
     assert (tmp_path / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    x, y = _centre(browser, ".zoomctl button[data-z='8']")
+    browser.mouse("mousePressed", x, y)
+    browser.mouse("mouseReleased", x, y)
+    zoomed = browser.js("(()=>{const s=document.getElementById('timeline'),b=s.parentNode;b.scrollLeft=3000;"
+                        "b.dispatchEvent(new Event('scroll'));return [s.getAttribute('width'),"
+                        "s.querySelector('g.labels').getAttribute('transform'),"
+                        "s.querySelector('.fault-marker').getAttribute('transform')];})()")
+    assert zoomed[0] == str(150 + 1200 * 8 + 20) and zoomed[1].startswith("translate(3000") and zoomed[2], zoomed
+    _, y = _centre(browser, "svg#timeline .lane rect.row")
+    browser.mouse("mouseMoved", 700, y)  # still a tooltip for what is under the mouse, zoomed and scrolled
+    assert "host-00" in browser.js("document.getElementById('tip').textContent")
+    browser.screenshot(tmp_path / "report-zoomed.png")
     assert browser.errors() == []
 
 
