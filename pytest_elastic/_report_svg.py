@@ -201,7 +201,8 @@ def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#444"/>'
         '<line x1="0" y1="0" x2="0" y2="6" stroke="#999" stroke-width="2"/></pattern></defs>',
         f'<g class="zoom">{"".join(layers.zoom)}</g><g class="pin">{"".join(layers.pin)}</g>',
-        f'<g class="labels"><rect class="labels-bg" x="0" y="0" width="{LABEL_W - 2}" height="{height:g}"/>',
+        f'<g class="labels"><rect class="labels-bg" x="0" y="{_TOP - 30}" width="{LABEL_W - 2}" '  # below the times
+        f'height="{height - _TOP + 30:g}"/>',
         f'<text class="row-label" x="4" y="{_TOP - 18}">rounds</text>'
         f'<text class="row-label" x="4" y="{_TOP - 5}">faults</text>{"".join(lanes.labels)}</g>',
         "</svg>"]), rows
