@@ -2,51 +2,61 @@
 
 from __future__ import annotations
 
-import html
 import json
 import statistics
 from typing import Any
 
-__all__ = ["timeline_chart", "session_summary", "write_html", "job_stats"]
+__all__ = ["timeline_chart", "session_summary", "write_html", "job_stats", "explain_job"]
 
 _STATE_CHARS = {"INIT": "i", "HEALTHY": "=", "UNHEALTHY": "~", "STOPPED": "s", "SUCCEEDED": "+",
                 "FAILED": "X", "UNKNOWN": "?"}
-_LEGEND = "legend: i init, = healthy, ~ unhealthy, s stopped, X failed, + succeeded, ! fault"
+_LEGEND = "legend: i init, = healthy, ~ unhealthy, s stopped, X failed, + succeeded, ! fault, _ dead (killed)"
+
+
+def _events_of(source: Any) -> tuple[list[dict], Any]:
+    """A ``Timeline`` or a plain event list (synthetic input): its events and label function."""
+    from pytest_elastic._report_model import labeler
+
+    events = source.events() if hasattr(source, "events") else list(source)
+    return events, labeler(source, events)
 
 
 def timeline_chart(timeline: Any, width: int = 64) -> str:
-    """Per node, the worker group's state over time; faults marked with '!'."""
-    events = timeline.events()
-    states = [e for e in events if e.get("kind") == "state"]
-    faults = [e for e in events if e.get("kind") == "fault"]
-    if not states:
+    """Per node, the worker group's state over time; faults marked with '!', a node the
+    harness killed blank ('_') from that moment."""
+    from pytest_elastic._report_model import build_model
+
+    events, label = _events_of(timeline)
+    return _chart(build_model(events, label), width)
+
+
+def _chart(model: Any, width: int) -> str:
+    lanes = [lane for lane in model.lanes if lane.states]
+    if not lanes:
         return "(no state events)"
-    t0 = min(e["mono"] for e in events)
-    t1 = max(e["mono"] for e in events)
-    span = max(t1 - t0, 1e-3)
-    nodes = list(dict.fromkeys(e["node"] for e in states))
-    label = max(len(n) for n in nodes + ["faults"])
-    lines = [f"{'':>{label}}  0s{'':>{width - 10}}{span:6.2f}s"]
+    span = model.duration
+    name_w = max(len(n) for n in [lane.label for lane in lanes] + ["faults"])
+    lines = [f"{'':>{name_w}}  0s{'':>{width - 10}}{span:6.2f}s"]
 
     def column(t: float) -> int:
-        return min(width - 1, int((t - t0) / span * (width - 1)))
+        return min(width - 1, int(t / span * (width - 1)))
 
-    for node in nodes:
+    for lane in lanes:
         row = [" "] * width
-        mine = [e for e in states if e["node"] == node]
-        for i, event in enumerate(mine):
-            end = mine[i + 1]["mono"] if i + 1 < len(mine) else t1
-            char = _STATE_CHARS.get(event["state"], "?")
-            for c in range(column(event["mono"]), column(end) + 1):
-                row[c] = char
-        lines.append(f"{node:>{label}} |{''.join(row)}|")
+        for state in lane.states:
+            first, last = column(state.start), column(state.end)
+            row[first:last + 1] = _STATE_CHARS.get(state.cls, "?") * (last + 1 - first)
+        if lane.dead_at is not None:
+            first = column(lane.dead_at) + 1
+            row[first:] = "_" * (width - first)
+        lines.append(f"{lane.label:>{name_w}} |{''.join(row)}|")
     marks = [" "] * width
-    for fault in faults:
-        marks[column(fault["mono"])] = "!"
-    lines.append(f"{'faults':>{label}} |{''.join(marks)}|")
-    for fault in faults:
-        detail = {k: v for k, v in fault.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
-        lines.append(f"{'':>{label}}  ! {fault['mono'] - t0:6.3f}s {fault['fault']} {json.dumps(detail)}")
+    for fault in model.faults:
+        marks[column(fault.at)] = "!"
+    lines.append(f"{'faults':>{name_w}} |{''.join(marks)}|")
+    for fault in model.faults:
+        detail = {k: v for k, v in fault.event.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
+        lines.append(f"{'':>{name_w}}  ! {fault.at:6.3f}s {fault.kind} {json.dumps(detail, default=str)}")
     lines.append(_LEGEND)
     return "\n".join(lines)
 
@@ -87,17 +97,27 @@ def session_summary(stats: list[dict], settings: Any) -> list[str]:
     return lines
 
 
-def write_html(path: str, title: str, timeline: Any, extra: str = "") -> None:
-    """A self-contained HTML page: the chart, the fault table and every event."""
-    chart = html.escape(timeline_chart(timeline, width=100))
-    rows = "".join(
-        f"<tr><td>{e.get('mono', 0):.3f}</td><td>{html.escape(str(e.get('node')))}</td>"
-        f"<td>{html.escape(str(e.get('kind')))}</td><td>{html.escape(json.dumps(e, default=str))}</td></tr>"
-        for e in timeline.events())
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            "<style>body{font-family:sans-serif}pre{background:#f4f4f4;padding:1em}"
-            "td{font-family:monospace;font-size:12px;padding:0 .5em;vertical-align:top}</style></head>"
-            f"<body><h1>{html.escape(title)}</h1><pre>{chart}</pre><pre>{html.escape(extra)}</pre>"
-            f"<table><tr><th>t</th><th>node</th><th>kind</th><th>event</th></tr>{rows}</table></body></html>")
+def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict | None = None,
+               failures: str = "", nproc: int = 0) -> dict[str, Any]:
+    """A self-contained HTML page for one job (see ``_report_page``); returns its figures
+    for the session index."""
+    from pytest_elastic._report_model import build_model
+    from pytest_elastic._report_page import build_page, page_figures
+
+    events, label = _events_of(timeline)
+    model = build_model(events, label)
+    page = build_page(title, model, events, nproc=nproc, info=info, failures=failures,
+                      chart=_chart(model, width=100), extra=extra)
     with open(path, "w", encoding="utf-8") as fp:
         fp.write(page)
+    return page_figures(model)
+
+
+def explain_job(job: Any, captured: list[dict] | None = None) -> str:
+    """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
+    with tracebacks) or else what its timeline's results say."""
+    from pytest_elastic._report_failures import explain_failures, failures_from_events
+
+    events, label = _events_of(job.timeline)
+    final = captured if captured else failures_from_events(events, label)
+    return explain_failures(final, events, label)

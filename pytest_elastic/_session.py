@@ -33,6 +33,8 @@ class ElasticRecord:
     problems: list[str] = field(default_factory=list)
     #: phase -> ids of the chaos entries still pending (not fired) when its report was made
     pending_ids: dict[str, set[int]] = field(default_factory=dict)
+    #: job index -> its failed ranks, read while the job's files exist (``_report_failures``)
+    failures: dict[int, list] = field(default_factory=dict)
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
@@ -152,17 +154,35 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         _write_html(item, record)
 
 
+def _replay(item: pytest.Item, record: ElasticRecord) -> str:
+    """The command that runs this test again as it ran (its chaos seed included)."""
+    if record.chaos_seed is not None:
+        return reproduction_line(item.nodeid, record.settings)
+    return f"pytest '{item.nodeid}'"
+
+
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
-    from pytest_elastic._report import write_html
+    """One page per job, and what the session index needs in the test's properties."""
+    from pytest_elastic._report import explain_job, write_html
 
     if item.nodeid in SCHEDULE_OVERRIDES:
         return  # a shrinking re-run: the pages show the run that failed
 
-    os.makedirs(record.settings.report_dir, exist_ok=True)
+    directory = str(record.settings.report_dir)
+    os.makedirs(directory, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
+    props = dict(p for p in item.user_properties if isinstance(p, tuple) and len(p) == 2)
+    info = {"outcome": props.get("elastic_outcome"), "replay": _replay(item, record), "index": "index.html",
+            "seed": record.settings.seed if record.chaos_seed is not None else None}
+    pages = []
     for i, job in enumerate(record.cluster.jobs):
-        path = os.path.join(record.settings.report_dir, f"{safe}.job{i}.html")
-        write_html(path, f"{item.nodeid} — job {i}", job.timeline, "\n".join(record.problems))
+        pages.append(f"{safe}.job{i}.html")
+        restarts = max(job.timeline.restart_counts().values(), default=0)
+        write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
+                   "\n".join(record.problems), info={**info, "restarts": restarts},
+                   failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
+    item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
+                                 ("elastic_replay", info["replay"])])
 
 
 def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
@@ -170,12 +190,22 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         record.call_failed = True
     if record.chaos_seed is not None:  # what had not fired yet cannot explain this outcome
         record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.pending_faults()}
+    if report.when == "call" and (report.failed or record.settings.report_dir):
+        from pytest_elastic._report_failures import collect_failures
+
+        record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}
     if not report.failed:
         return
-    from pytest_elastic._report import timeline_chart
+    from pytest_elastic._report import explain_job, timeline_chart
 
     for i, job in enumerate(record.cluster.jobs):
-        report.sections.append((f"elastic timeline (job {i}, {job.run_id})", timeline_chart(job.timeline)))
+        why = explain_job(job, record.failures.get(i))
+        if why:
+            report.sections.append((f"elastic failures (job {i}, {job.run_id})", why))
+        chart = timeline_chart(job.timeline)
+        if record.chaos_seed is None:  # else the chaos section below ends with it
+            chart += f"\nreproduce with:\n  {_replay(item, record)}"
+        report.sections.append((f"elastic timeline (job {i}, {job.run_id})", chart))
     if record.chaos_seed is not None:
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
         unfired = [entry.describe() for job in record.cluster.jobs for entry in job.pending_faults()]

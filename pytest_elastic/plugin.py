@@ -35,7 +35,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--elastic-chaos-overload", action="store_true", default=None,
                     help="let chaos inject more worker failures than max_restarts allows")
     group.addoption("--elastic-report", default=None, metavar="DIR",
-                    help="write an HTML timeline per elastic test into DIR")
+                    help="write a drawn HTML timeline per elastic test, index.html and summary.json into DIR")
     group.addoption("--elastic-start-method", default=None, metavar="METHOD",
                     help=f"default worker start method ({', '.join(schema.START_METHODS)})")
     group.addoption("--elastic-timeout", type=float, default=None, metavar="SECONDS",
@@ -227,9 +227,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     from pytest_elastic._report import session_summary
 
+    settings = config.stash[SETTINGS_KEY]
+    lines = session_summary(_STATS, settings)
     terminalreporter.write_sep("=", "elastic summary")
-    for line in session_summary(_STATS, config.stash[SETTINGS_KEY]):
+    for line in lines:
         terminalreporter.write_line(line)
+    if settings.report_dir and not hasattr(config, "workerinput"):  # the controller ties the pages together
+        from pytest_elastic._report_index import write_index
+
+        terminalreporter.write_line(f"elastic report: {write_index(settings.report_dir, _STATS, lines, settings)}")
 
 
 # -- scenario files ------------------------------------------------------------------------

@@ -1,0 +1,126 @@
+"""Why ranks failed, root cause first (as ``ChildFailedError``'s summary orders them).
+
+Two sources: the job's own results while its files still exist (``ProcessFailure`` with
+the error file's traceback: torch's ``@record`` or ours), else the ``result`` events in
+its timeline (message, exit code, no traceback). Worker exits the job restarted after are
+listed under the final failures.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Callable, Hashable
+
+__all__ = ["collect_failures", "failures_from_events", "explain_failures", "TRACEBACK_LINES"]
+
+#: lines of an error file's traceback shown per rank (its head and its innermost frames)
+TRACEBACK_LINES = 12
+_STOPPED_BY_AGENT = (0, -15)
+
+
+def _exit_text(code: Any) -> str:
+    if isinstance(code, int) and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"signal {-code} (exit code {code})"
+    return f"exit code {code}"
+
+
+def _callstack(message: Any) -> str:
+    if isinstance(message, dict):
+        extra = message.get("extraInfo")
+        if isinstance(extra, dict):
+            return str(extra.get("py_callstack") or "")
+    return ""
+
+
+def collect_failures(job: Any) -> list[dict]:
+    """The failed ranks of ``job`` from its nodes' results (call while its files exist)."""
+    try:
+        result = job.result()
+    except Exception:  # a half-written result of a killed node: the timeline still has the rest
+        return []
+    found = []
+    for index, run in sorted(result.run_results.items()):
+        node = job.nodes.get(index)
+        for rank, failure in run.failures.items():
+            found.append({"node": getattr(node, "name", str(index)), "node_index": index, "rank": rank,
+                          "local_rank": failure.local_rank, "pid": failure.pid, "exitcode": failure.exitcode,
+                          "message": failure.summary(), "traceback": _callstack(failure.message),
+                          "error_file": failure.error_file, "timestamp_ns": failure.timestamp_ns})
+    return found
+
+
+def failures_from_events(events: list[dict], label: Callable[[Hashable], str] = str) -> list[dict]:
+    """The failed ranks the nodes' ``result`` events name (no tracebacks: those stay in files)."""
+    found = []
+    for e in events:
+        result = e.get("result") if e.get("kind") == "result" else None
+        if not isinstance(result, dict):
+            continue
+        for rank, failure in (result.get("failures") or {}).items():
+            found.append({"node": label(e.get("node")), "node_index": e.get("node"), "rank": rank,
+                          "local_rank": failure.get("local_rank"), "pid": failure.get("pid"),
+                          "exitcode": failure.get("exitcode"), "message": failure.get("message", ""),
+                          "traceback": "", "error_file": failure.get("error_file", ""),
+                          "timestamp_ns": failure.get("timestamp_ns", 0)})
+    return found
+
+
+def _earlier(events: list[dict], final: list[dict], label: Callable[[Hashable], str]) -> list[str]:
+    pids = {f.get("pid") for f in final}
+    lines = []
+    t0 = events[0].get("mono", 0.0) if events else 0.0
+    for e in events:
+        if e.get("kind") == "worker_exit" and e.get("exitcode") not in _STOPPED_BY_AGENT \
+                and e.get("worker_pid") not in pids:
+            lines.append(f"  {e.get('mono', t0) - t0:8.3f}s  rank {e.get('rank')} (local rank {e.get('local_rank')}) "
+                         f"on node {label(e.get('node'))}: {_exit_text(e.get('exitcode'))}")
+    return lines
+
+
+def _traceback_lines(text: str) -> list[str]:
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) <= TRACEBACK_LINES:
+        return lines
+    head, tail = 2, TRACEBACK_LINES - 3
+    return [*lines[:head], f"... ({len(lines) - head - tail} lines) ...", *lines[-tail:]]
+
+
+def _one(failure: dict) -> list[str]:
+    node = failure["node"]
+    index = failure.get("node_index")
+    where = f"node {node}" if index is None or str(index) == str(node) else f"node {node} (index {index})"
+    message = failure.get("message") or ""
+    lines = [f"rank {failure['rank']} (local rank {failure['local_rank']}) on {where}: "
+             f"{_exit_text(failure['exitcode'])}, pid {failure.get('pid')}"]
+    if message:
+        lines.append(f"  {message}")
+    lines.extend(f"    {line}" for line in _traceback_lines(failure.get("traceback") or ""))
+    if failure.get("error_file") and failure.get("error_file") != "<N/A>" and not failure.get("traceback"):
+        lines.append(f"    (error file {failure['error_file']} was not kept)")
+    return lines
+
+
+def explain_failures(final: list[dict], events: list[dict], label: Callable[[Hashable], str] = str) -> str:
+    """Root cause (the first failure in time) first, the other failed ranks, then the worker
+    failures the job had restarted after. Empty when nothing failed."""
+    earlier = _earlier(events, final, label)
+    if not final and not earlier:
+        return ""
+    lines: list[str] = []
+    if final:
+        ordered = sorted(final, key=lambda f: (f.get("timestamp_ns") or 0, str(f["rank"])))
+        lines.append("root cause (first observed failure):")
+        lines.extend(f"  {line}" for line in _one(ordered[0]))
+        if len(ordered) > 1:
+            lines.append("other failed ranks:")
+            for failure in ordered[1:]:
+                lines.extend(f"  {line}" for line in _one(failure))
+    if earlier:
+        lines.append(f"worker failures the job restarted after ({len(earlier)}):")
+        lines.extend(earlier[:20])
+        if len(earlier) > 20:
+            lines.append(f"  ... and {len(earlier) - 20} more (see the timeline)")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""The session's pages tied together: ``DIR/index.html`` (sortable) and ``DIR/summary.json``.
+
+Built by the controller at the end of the session from the ``elastic_*`` user properties
+every elastic test's teardown report carries (under xdist they travel with the reports),
+so it covers the tests every worker ran.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import statistics
+from typing import Any
+
+__all__ = ["index_rows", "write_index", "INDEX", "SUMMARY"]
+
+INDEX = "index.html"
+SUMMARY = "summary.json"
+
+
+def _latency(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"median": None, "p95": None, "n": 0}
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return {"median": round(statistics.median(ordered), 4), "p95": round(p95, 4), "n": len(ordered)}
+
+
+def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
+    """The replay line of a shrunk failure's minimal schedule (JSON in the properties)."""
+    if not schedule or settings is None:
+        return None
+    from pytest_elastic._session import reproduction_line
+
+    return reproduction_line(test, settings, schedule=str(schedule))
+
+
+def index_rows(stats: list[dict], settings: Any = None) -> list[dict]:
+    """One row per elastic test (the last report of a test wins: a shrinking re-run's)."""
+    rows: dict[str, dict] = {}
+    for s in stats:
+        test = s.get("elastic_test")
+        if not test:
+            continue
+        faults = [f for f in str(s.get("elastic_faults", "")).split("; ") if f]
+        rows[test] = {
+            "test": test, "outcome": s.get("elastic_outcome", "?"), "jobs": s.get("elastic_jobs", 0),
+            "faults": s.get("elastic_fault_count", len(faults)), "fault_kinds": faults,
+            "recovered": s.get("elastic_recovered", 0), "restarts": s.get("elastic_restarts", 0),
+            "detection_s": _latency(list(s.get("elastic_detection_latencies", []))),
+            "recovery_s": _latency(list(s.get("elastic_recovery_latencies", []))),
+            "seed": s.get("elastic_seed"), "test_seed": s.get("elastic_test_seed"),
+            "replay": s.get("elastic_replay"), "minimal_faults": s.get("elastic_minimal_faults"),
+            "minimal_replay": _minimal_replay(test, s.get("elastic_minimal_schedule"), settings),
+            "pages": list(s.get("elastic_pages", [])),
+        }
+    return sorted(rows.values(), key=lambda r: (r["outcome"] != "failed", r["test"]))
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:.0f}"
+
+
+_SCRIPT = """
+document.querySelectorAll('th[data-k]').forEach((th,col)=>th.addEventListener('click',()=>{
+  const body=document.querySelector('#tests tbody'),rows=[...body.rows],down=th.dataset.dir!=='asc';
+  document.querySelectorAll('th[data-k]').forEach(h=>delete h.dataset.dir);th.dataset.dir=down?'asc':'desc';
+  const key=r=>{const c=r.cells[col];const v=c.dataset.v!==undefined?c.dataset.v:c.textContent;
+    const n=parseFloat(v);return isNaN(n)?v.toLowerCase():n;};
+  rows.sort((a,b)=>{const x=key(a),y=key(b);return (x<y?-1:x>y?1:0)*(down?1:-1);});
+  rows.forEach(r=>body.appendChild(r));}));
+"""
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 20px;color:#1d232a}
+h1{font-size:19px}table{border-collapse:collapse;font-size:13px}
+th{cursor:pointer;text-align:left;background:#f4f5f7;padding:4px 8px;user-select:none;white-space:nowrap}
+th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}
+td{padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
+.badge{display:inline-block;padding:0 7px;border-radius:9px;color:#fff;font-weight:600;font-size:12px}
+.passed{background:#2e9e4f}.failed{background:#d62f2f}
+code{background:#f4f5f7;padding:1px 4px;font-size:11px;user-select:all;word-break:break-all;color:#555}
+td div{margin-top:3px}
+.summary{margin:8px 0 14px;font-size:13px}.summary div{margin:2px 0}
+"""
+
+
+def _row_html(row: dict) -> str:
+    pages = row["pages"]
+    name = html.escape(row["test"])
+    link = f"<a href='{html.escape(pages[0])}'>{name}</a>" if pages else name
+    more = " ".join(f"<a href='{html.escape(p)}'>job {i}</a>" for i, p in enumerate(pages) if i) if len(pages) > 1 else ""
+    replay = row.get("minimal_replay") or row.get("replay") or ""
+    kinds = ", ".join(sorted(set(row["fault_kinds"])))
+    det, rec = row["detection_s"], row["recovery_s"]
+    seed = "" if row["seed"] is None else str(row["seed"])
+    replay_html = f"<div><code>{html.escape(replay)}</code></div>" if replay else ""
+    return (f"<tr><td data-v='{name}'>{link} {more}{replay_html}</td>"
+            f"<td data-v='{html.escape(row['outcome'])}'><span class='badge {html.escape(row['outcome'])}'>"
+            f"{html.escape(row['outcome'])}</span></td>"
+            f"<td data-v='{row['faults']}' title='{html.escape(kinds)}'>{row['faults']}"
+            f"{' (' + html.escape(kinds) + ')' if kinds else ''}</td>"
+            f"<td>{row['restarts']}</td>"
+            f"<td data-v='{det['median'] if det['median'] is not None else -1}'>{_ms(det['median'])} / {_ms(det['p95'])}</td>"
+            f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
+            f"<td>{html.escape(seed)}</td></tr>")
+
+
+def write_index(directory: str, stats: list[dict], summary_lines: list[str], settings: Any) -> str:
+    """Write ``index.html`` and ``summary.json`` into ``directory``; the index's path."""
+    rows = index_rows(stats, settings)
+    os.makedirs(directory, exist_ok=True)
+    summary = {"chaos": bool(getattr(settings, "chaos", False)), "seed": getattr(settings, "seed", None),
+               "tests": len(rows), "failed": sum(1 for r in rows if r["outcome"] == "failed"),
+               "faults": sum(r["faults"] for r in rows), "restarts": sum(r["restarts"] for r in rows),
+               "detection_s": _latency([v for s in stats for v in s.get("elastic_detection_latencies", [])]),
+               "recovery_s": _latency([v for s in stats for v in s.get("elastic_recovery_latencies", [])]),
+               "summary": summary_lines, "results": rows}
+    with open(os.path.join(directory, SUMMARY), "w", encoding="utf-8") as fp:
+        json.dump(summary, fp, indent=1, default=str)
+    head = "".join(f"<div>{html.escape(line)}</div>" for line in summary_lines)
+    columns = ["test", "outcome", "faults", "restarts", "detection ms (median / p95)",
+               "recovery ms (median / p95)", "chaos seed"]
+    header = "".join(f"<th data-k='{i}'>{html.escape(c)}</th>" for i, c in enumerate(columns))
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>elastic report</title>"
+            f"<style>{_CSS}</style></head><body><h1>Elastic tests: {len(rows)} "
+            f"({summary['failed']} failed)</h1><div class='summary'>{head}</div>"
+            f"<p>Click a column to sort; a test's name opens its timeline, the line under it replays it. Also as <a href='{SUMMARY}'>"
+            f"{SUMMARY}</a>.</p><table id='tests'><thead><tr>{header}</tr></thead><tbody>"
+            f"{''.join(_row_html(r) for r in rows)}</tbody></table><script>{_SCRIPT}</script></body></html>")
+    path = os.path.join(directory, INDEX)
+    with open(path, "w", encoding="utf-8") as fp:
+        fp.write(page)
+    return path

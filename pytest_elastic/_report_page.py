@@ -1,0 +1,234 @@
+"""One test's page: header figures, failures first, the drawn timeline, steps, legend, tables.
+
+Self-contained (inline CSS, SVG and a small script; nothing fetched), so it opens from a CI
+artifact. The script only adds tooltips and click-to-pin details: the drawing is static SVG.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import statistics
+from typing import Any
+
+from pytest_elastic._report_model import Model, fault_text
+from pytest_elastic._report_svg import LABEL_W, PLOT_W, STATE_COLOURS, WORKER_COLOURS, render_steps, render_timeline
+
+__all__ = ["build_page", "page_figures", "EVENT_ROWS_LIMIT"]
+
+#: the raw event table keeps the first events of a long job (the page stays small)
+EVENT_ROWS_LIMIT = 1500
+_SKIP = ("ts", "mono", "node", "pid", "run_id", "kind")
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 20px;color:#1d232a;background:#fff}
+h1{font-size:19px;margin:0 0 6px;word-break:break-all}h2{font-size:15px;margin:18px 0 6px}
+.badge{display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;font-weight:600;font-size:13px}
+.SUCCEEDED,.passed{background:#2e9e4f}.FAILED,.failed{background:#d62f2f}.unfinished,.skipped{background:#888}
+.figures{display:flex;flex-wrap:wrap;gap:6px 22px;margin:8px 0;font-size:13px}.figures b{font-size:15px}
+pre{background:#f4f5f7;padding:8px 10px;overflow:auto;font-size:12px;line-height:1.35}
+pre.failure{background:#fff1f0;border-left:4px solid #d62f2f}
+code.replay{background:#f4f5f7;padding:2px 6px;font-size:12px;user-select:all}
+.scroll{overflow-x:auto;border:1px solid #e3e6ea;border-radius:4px}
+svg text{font-size:11px;font-family:ui-monospace,Menlo,Consolas,monospace;fill:#333}
+svg .label,svg .y-label{text-anchor:end}svg .labels-bg{fill:#fff}
+svg .zoom line,svg .step-line{vector-effect:non-scaling-stroke}svg:not(.zoomed) .minor{display:none}
+.zoomctl{font-size:12px;margin:4px 0}.zoomctl button{font-size:12px;padding:1px 7px;margin-left:3px;cursor:pointer;
+border:1px solid #c5cad1;background:#fff;border-radius:3px}.zoomctl button.on{background:#1d232a;color:#fff}
+svg .row-label{fill:#777}svg .tick{stroke:#e9ecef}svg .tick-label{fill:#888;text-anchor:middle}
+svg .row{fill:transparent}svg .st,svg .wk{pointer-events:none}
+svg .round-line{stroke:#6c63ff;stroke-dasharray:2 3;stroke-width:1;pointer-events:none}svg .round-label{fill:#6c63ff;font-size:10px}
+svg .round-hit{fill:#6c63ff}
+svg .fault-line{stroke:#d62f2f;stroke-opacity:.22;pointer-events:none}svg .fault-end{fill:#2e9e4f;cursor:pointer}
+svg .fault-marker{fill:#d62f2f;stroke:#fff;stroke-width:.5;cursor:pointer}
+svg .fault-span{fill:#d62f2f;fill-opacity:.55;cursor:pointer}
+svg .fault-span.on-lane{fill:url(#hatch);fill-opacity:.25;stroke:#d62f2f;stroke-width:1}
+svg .detect{fill:#f08c00;fill-opacity:.18;pointer-events:none}svg .recover{fill:#f5c542;fill-opacity:.16;pointer-events:none}
+svg .dead{fill:url(#hatch);fill-opacity:.8}svg .dead.left{fill-opacity:.35}svg .dead-label{fill:#fff;font-weight:600;pointer-events:none}
+svg .step-line{fill:none;stroke-width:1.2;stroke-opacity:.85}
+.legend{display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px;margin:6px 0}
+.legend span{display:inline-flex;align-items:center;gap:4px}.sw{display:inline-block;width:14px;height:10px;border-radius:2px}
+#tip{position:fixed;pointer-events:none;background:#1d232a;color:#fff;font-size:12px;padding:4px 7px;border-radius:4px;
+max-width:520px;display:none;z-index:9;white-space:pre-wrap}
+#details{min-height:1.5em}
+table{border-collapse:collapse;font-size:12px}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+td.mono{font-family:ui-monospace,Menlo,Consolas,monospace}.muted{color:#888}
+"""
+
+_JS = """
+(function(){
+const ROWS=JSON.parse(document.getElementById('rows-data').textContent);
+const FAULTS=JSON.parse(document.getElementById('faults-data').textContent);
+const tip=document.getElementById('tip'),details=document.getElementById('details');
+const NAMES={ok:'exited 0',stopped:'stopped by its agent',failed:'failed',running:'running at the end (or until its node died)'};
+document.querySelectorAll('svg title').forEach(t=>{t.parentNode.setAttribute('data-tip',t.textContent);t.remove();});
+let ZOOM=1;
+function timeAt(svg,ev){const p=svg.createSVGPoint();p.x=ev.clientX;p.y=ev.clientY;
+  const q=p.matrixTransform(svg.getScreenCTM().inverse());return (q.x-LABEL_W)*DURATION/(PLOT_W*ZOOM);}
+function find(spans,t){let lo=0,hi=spans.length-1,best=null;while(lo<=hi){const m=(lo+hi)>>1;
+  if(spans[m][0]<=t){best=m;lo=m+1;}else hi=m-1;}
+  if(best===null)return null;const s=spans[best];return t<=s[1]+DURATION/(PLOT_W*ZOOM)?s:null;}
+function stick(box){const svg=box.querySelector('svg.zoomable');if(!svg)return;
+  const k=svg.viewBox.baseVal.width/svg.getBoundingClientRect().width;
+  svg.querySelectorAll('g.labels').forEach(g=>g.setAttribute('transform','translate('+(box.scrollLeft*k)+',0)'));}
+function setZoom(z){
+  const boxes=[...document.querySelectorAll('.scroll')];
+  const centre=boxes.map(b=>(b.scrollLeft+b.clientWidth/2)/b.scrollWidth);ZOOM=z;
+  document.querySelectorAll('svg.zoomable').forEach(svg=>{
+    const w=LABEL_W+PLOT_W*z+20,h=svg.getAttribute('height');
+    svg.setAttribute('width',w);svg.setAttribute('viewBox','0 0 '+w+' '+h);svg.style.maxWidth=z>1?'none':'100%';
+    svg.classList.toggle('zoomed',z>=4);
+    svg.querySelectorAll('g.zoom').forEach(g=>g.setAttribute('transform','matrix('+z+',0,0,1,'+LABEL_W*(1-z)+',0)'));
+    svg.querySelectorAll('g.pin > [data-x]').forEach(el=>
+      el.setAttribute('transform','translate('+(el.getAttribute('data-x')-LABEL_W)*(z-1)+',0)'));});
+  boxes.forEach((b,i)=>{b.scrollLeft=centre[i]*b.scrollWidth-b.clientWidth/2;stick(b);});
+  document.querySelectorAll('.zoomctl button').forEach(b=>b.classList.toggle('on',+b.dataset.z===z));}
+document.querySelectorAll('.zoomctl button').forEach(b=>b.addEventListener('click',()=>setZoom(+b.dataset.z)));
+document.querySelectorAll('.scroll').forEach(b=>b.addEventListener('scroll',()=>stick(b)));
+function fmt(row,s){const when=s[0].toFixed(3)+'s \\u2192 '+s[1].toFixed(3)+'s';
+  if(row.kind==='state')return row.node+': '+s[2]+' (round '+s[3]+', restart '+s[4]+')\\n'+when;
+  return row.node+' local rank '+row.local_rank+': rank '+s[3]+', pid '+s[5]+', round '+s[7]+
+    '\\n'+(NAMES[s[2]]||s[2])+(s[6]===null||s[6]===undefined?'':' (exit '+s[6]+')')+'\\n'+when;}
+function describe(el,ev){
+  if(el.dataset.row!==undefined){const svg=el.ownerSVGElement,row=ROWS[+el.dataset.row],s=find(row.spans,timeAt(svg,ev));
+    return s?fmt(row,s):null;}
+  const tipped=el.closest('[data-tip]');return tipped?tipped.getAttribute('data-tip'):null;}
+document.querySelectorAll('svg').forEach(svg=>{
+  svg.addEventListener('mousemove',ev=>{const text=describe(ev.target,ev);
+    if(!text){tip.style.display='none';return;}tip.textContent=text;tip.style.display='block';
+    tip.style.left=Math.min(ev.clientX+14,window.innerWidth-540)+'px';tip.style.top=(ev.clientY+14)+'px';});
+  svg.addEventListener('mouseleave',()=>{tip.style.display='none';});
+  svg.addEventListener('click',ev=>{const el=ev.target;let text=describe(el,ev);
+    const f=el.closest('[data-f]');if(f)text=JSON.stringify(FAULTS[+f.dataset.f],null,1);
+    if(text)details.textContent=text;});
+});
+})();
+"""
+
+
+def _colour_css() -> str:
+    rules = [f"svg .st-{name}{{fill:{colour}}}" for name, colour in STATE_COLOURS.items()]
+    rules += [f"svg .wk-{name}{{fill:{colour}}}" for name, colour in WORKER_COLOURS.items()]
+    return "svg .st{fill:#8e44ad}" + "".join(rules)  # unknown states (a terminal entry): purple
+
+
+def _median_ms(values: list[float]) -> str:
+    return f"{statistics.median(values) * 1000:.0f} ms" if values else "–"
+
+
+def page_figures(model: Model) -> dict[str, Any]:
+    """The numbers the page header and the session index share."""
+    detection = [f.detection for f in model.faults if f.detection is not None]
+    recovery = [f.recovery for f in model.faults if f.recovery is not None]
+    return {"outcome": model.outcome, "nodes": len(model.lanes), "duration_s": round(model.duration, 3),
+            "faults": [f.kind for f in model.faults], "rounds": len(model.rounds),
+            "world_sizes": [r.world_size for r in model.rounds], "detection_s": detection,
+            "recovery_s": recovery, "max_step": model.max_step}
+
+
+def _legend() -> str:
+    items = [f'<span><i class="sw" style="background:{c}"></i>{html.escape(s)}</span>'
+             for s, c in STATE_COLOURS.items()]
+    items += [f'<span><i class="sw" style="background:{c};height:5px"></i>worker {html.escape(n)}</span>'
+              for n, c in WORKER_COLOURS.items()]
+    items += ['<span><svg width="12" height="10"><path d="M6 10l-5 -9h10z" fill="#d62f2f"/></svg>fault</span>',
+              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>lasting fault (partition, freeze, ...)</span>',
+              '<span><i class="sw" style="background:rgba(240,140,0,.35)"></i>fault → detected</span>',
+              '<span><i class="sw" style="background:rgba(245,197,66,.35)"></i>detected → recovered</span>',
+              '<span><i class="sw" style="background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)">'
+              '</i>node dead (killed by the harness; paler: left)</span>',
+              '<span><svg width="12" height="10"><path d="M6 1l-5 9h10z" fill="#2e9e4f"/></svg>heal (a lasting '
+              'fault ended)</span>',
+              '<span><svg width="12" height="10"><line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" '
+              'stroke-dasharray="2 2"/></svg>rendezvous round (ws = world size)</span>']
+    return f'<div class="legend" id="legend">{"".join(items)}</div>'
+
+
+def _fault_table(model: Model) -> str:
+    if not model.faults:
+        return '<p class="muted">No faults were injected into this job.</p>'
+    rows = []
+    for i, f in enumerate(model.faults):
+        det = f"{f.detection * 1000:.0f} ms" if f.detection is not None else "–"
+        rec = f"{f.recovery * 1000:.0f} ms" if f.recovery is not None else "–"
+        until = f"{f.end:.3f}s" if f.end is not None and f.end > f.at else ""
+        rows.append(f'<tr data-f="{i}"><td>{f.at:.3f}s</td><td>{html.escape(f.kind)}</td>'
+                    f'<td>{html.escape(str(f.target)) if f.target is not None else ""}</td><td>{until}</td>'
+                    f'<td>{det}</td><td>{rec}</td><td class="mono">{html.escape(fault_text(f))}</td></tr>')
+    return ("<table class='faults'><tr><th>at</th><th>fault</th><th>target</th><th>until</th>"
+            f"<th>detected</th><th>recovered</th><th>details</th></tr>{''.join(rows)}</table>")
+
+
+def _event_table(events: list[dict], t0: float) -> str:
+    shown = [e for e in events if e.get("kind") != "step"][:EVENT_ROWS_LIMIT]
+    rows = "".join(
+        f"<tr><td>{e.get('mono', t0) - t0:.3f}</td><td>{html.escape(str(e.get('node')))}</td>"
+        f"<td>{html.escape(str(e.get('kind')))}</td><td class='mono'>"
+        f"{html.escape(json.dumps({k: v for k, v in e.items() if k not in _SKIP}, default=str))}</td></tr>"
+        for e in shown)
+    steps = sum(1 for e in events if e.get("kind") == "step")
+    note = f"{len(shown)} of {len(events) - steps} events (step events are drawn above, not listed)"
+    return (f"<details><summary>Every event ({note})</summary><table><tr><th>t (s)</th><th>node</th>"
+            f"<th>kind</th><th>fields</th></tr>{rows}</table></details>")
+
+
+def _json_script(element_id: str, value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=str).replace("</", "<\\/")
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def build_page(title: str, model: Model, events: list[dict], *, nproc: int = 0, info: dict | None = None,
+               failures: str = "", chart: str = "", extra: str = "") -> str:
+    """``info``: outcome (of the test), seed, replay line, index link; ``failures``: the
+    per-rank explanation (shown first when the test failed)."""
+    info = info or {}
+    timeline_svg, rows = render_timeline(model, nproc)
+    figures = page_figures(model)
+    outcome = str(info.get("outcome") or model.outcome)
+    restarts = info.get("restarts")
+    replay = info.get("replay")
+    head = [f'<span><span class="badge {html.escape(outcome)}">{html.escape(outcome)}</span></span>',
+            f'<span>job <b>{html.escape(model.outcome)}</b></span>',
+            f"<span><b>{figures['nodes']}</b> nodes</span>",
+            f"<span><b>{model.duration:.1f}</b> s</span>",
+            f"<span><b>{len(model.faults)}</b> faults</span>",
+            f"<span><b>{figures['rounds']}</b> rendezvous rounds "
+            f"(world sizes {html.escape(_sizes(figures['world_sizes']))})</span>",
+            f"<span>detection median <b>{_median_ms(figures['detection_s'])}</b></span>",
+            f"<span>recovery median <b>{_median_ms(figures['recovery_s'])}</b></span>"]
+    if restarts is not None:
+        head.insert(4, f"<span><b>{restarts}</b> restarts</span>")
+    if info.get("seed") is not None:
+        head.append(f"<span>chaos seed <b>{html.escape(str(info['seed']))}</b></span>")
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{_CSS}{_colour_css()}</style></head><body>",
+             (f"<p><a href='{html.escape(info['index'])}'>← all tests</a></p>" if info.get("index") else ""),
+             f"<h1>{html.escape(title)}</h1><div class='figures'>{''.join(head)}</div>"]
+    if replay:
+        parts.append(f"<p>Reproduce: <code class='replay'>{html.escape(replay)}</code></p>")
+    if failures and outcome in ("failed", "FAILED"):
+        parts.append(f"<h2>Why it failed</h2><pre class='failure' id='failures'>{html.escape(failures)}</pre>")
+    elif failures:
+        parts.append(f"<h2>Worker failures it recovered from</h2><pre id='failures'>{html.escape(failures)}</pre>")
+    if extra:
+        parts.append(f"<pre class='failure'>{html.escape(extra)}</pre>")
+    zoom = "".join(f"<button data-z='{z}'{' class=on' if z == 1 else ''}>{z}×</button>" for z in (1, 2, 4, 8, 16))
+    parts += ["<h2>Timeline</h2>", _legend(), f"<div class='zoomctl'>zoom along time:{zoom}</div>",
+              f"<div class='scroll'>{timeline_svg}</div>",
+              "<p class='muted'>Hover for details; click to pin them below.</p><pre id='details'></pre>",
+              "<h2>Step progress per rank</h2>", f"<div class='scroll'>{render_steps(model)}</div>",
+              "<h2>Faults</h2>", _fault_table(model)]
+    if chart:
+        parts.append(f"<details><summary>Text chart</summary><pre>{html.escape(chart)}</pre></details>")
+    parts.append(_event_table(events, model.t0))
+    parts += ["<div id='tip'></div>", _json_script("rows-data", rows),
+              _json_script("faults-data", [f.event for f in model.faults]),
+              f"<script>const LABEL_W={LABEL_W},PLOT_W={PLOT_W},DURATION={model.duration:.6f};{_JS}</script>",
+              "</body></html>"]
+    return "".join(parts)
+
+
+def _sizes(sizes: list[Any]) -> str:
+    if len(sizes) > 12:
+        return " → ".join(map(str, sizes[:6])) + f" → … ({len(sizes) - 9} more) → " + " → ".join(map(str, sizes[-3:]))
+    return " → ".join(map(str, sizes)) or "none"

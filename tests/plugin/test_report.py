@@ -1,0 +1,199 @@
+"""The drawn report from event lists: synthetic ones (any size, both node identities) and a
+real ``harness.Cluster`` run. The page's SVG is parsed as XML, so a malformed drawing fails."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_elastic._report import timeline_chart, write_html
+from pytest_elastic._report_failures import explain_failures, failures_from_events
+from pytest_elastic._report_model import build_model, fault_latencies, labeler
+from pytest_elastic._report_synth import synthetic_events
+from tests.conftest import SCRIPTS
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _svgs(page: str) -> dict[str, ET.Element]:
+    found = {}
+    for match in re.finditer(r"<svg .*?</svg>", page, re.S):
+        element = ET.fromstring(match.group(0))
+        found[element.get("id", "")] = element
+    return found
+
+
+def _by_class(root: ET.Element, cls: str) -> list[ET.Element]:
+    return [e for e in root.iter() if cls in (e.get("class") or "").split()]
+
+
+def _event(t: float, node, kind: str, **fields) -> dict:
+    return {"ts": t, "mono": t, "node": node, "pid": 1, "run_id": "r", "kind": kind, **fields}
+
+
+@pytest.mark.parametrize("int_nodes", [False, True], ids=["named-nodes", "indexed-nodes"])
+def test_page_draws_lanes_workers_rounds_faults_and_steps(tmp_path, int_nodes):
+    events = synthetic_events(nodes=6, nproc=2, duration=60, faults=8, seed=3, int_nodes=int_nodes)
+    path = tmp_path / "page.html"
+    figures = write_html(str(path), "synthetic", events, nproc=2)
+    page = path.read_text()
+    svgs = _svgs(page)
+    timeline = svgs["timeline"]
+    lanes = _by_class(timeline, "lane")
+    assert len(lanes) == 6
+    faults = [e for e in events if e["kind"] == "fault" and e["fault"] != "heal"]
+    assert len({m.get("data-f") for m in _by_class(timeline, "fault-marker")}) == len(faults) == len(figures["faults"])
+    rounds = {(e["round"]) for e in events if e["kind"] == "rendezvous"}
+    assert len(_by_class(timeline, "round")) == len(rounds) == figures["rounds"]
+    assert _by_class(timeline, "st-HEALTHY") and _by_class(timeline, "wk-stopped")
+    assert len(_by_class(svgs["steps"], "step-line")) == 12  # one per rank
+    assert 'id="legend"' in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    if int_nodes:  # indexes are shown by the label the harness gave them
+        assert [lane.get("data-node") for lane in lanes] == [f"host-{i:02d}" for i in range(6)]
+
+
+def test_lasting_faults_are_spans_that_end_at_their_heal_or_duration():
+    events = [_event(0, 0, "state", state="HEALTHY"), _event(0, 1, "state", state="HEALTHY"),
+              _event(1, "harness", "fault", fault="partition", target_node=1, peers="store"),
+              _event(2, "harness", "fault", fault="packet_loss", target_node=0, duration=1.5),
+              _event(3, "harness", "fault", fault="heal", target_node=1),
+              _event(4, "harness", "fault", fault="link_down", target_node=0),
+              _event(10, 0, "state", state="SUCCEEDED")]
+    model = build_model(events)
+    spans = {(f.kind, f.at, f.end) for f in model.faults}
+    assert spans == {("partition", 1, 3), ("packet_loss", 2, 3.5), ("link_down", 4, 10)}
+    assert [f.kind for f in model.ends] == ["heal"]
+    svg = _svgs(write_page(events))["timeline"]
+    assert {e.get("class") for e in _by_class(svg, "fault-span") if "on-lane" not in e.get("class")} == {
+        "fault-span f-partition", "fault-span f-packet_loss", "fault-span f-link_down"}
+    assert len(_by_class(svg, "fault-end")) == 1
+
+
+def write_page(events: list[dict]) -> str:
+    from pytest_elastic._report_model import build_model as build
+    from pytest_elastic._report_page import build_page
+
+    return build_page("t", build(events), events)
+
+
+def test_a_killed_node_is_dead_from_that_moment():
+    events = [_event(0, "a-0", "state", state="HEALTHY"), _event(0, "b-1", "state", state="HEALTHY"),
+              _event(0.1, "b-1", "worker_start", local_rank=0, rank=1, worker_pid=7, round=0),
+              _event(2, "harness", "fault", fault="node_kill", target_node="b-1"),
+              _event(2.1, "a-0", "state", state="STOPPED"), _event(2.5, "a-0", "state", state="HEALTHY"),
+              _event(8, "a-0", "state", state="SUCCEEDED")]
+    model = build_model(events)
+    dead = {lane.key: lane.dead_at for lane in model.lanes}
+    assert dead == {"a-0": None, "b-1": 2}
+    lane = model.lanes[1]
+    assert lane.states[-1].end == 2 and lane.workers[0][0].end == 2
+    assert _by_class(_svgs(write_page(events))["timeline"], "dead")
+    chart = timeline_chart(events, width=40)
+    assert re.search(r"b-1 \|=+_+\|", chart), chart
+    left = build_model([*events[:-1], _event(6, "harness", "fault", fault="node_leave", target_node="a-0"),
+                        _event(6.5, "a-0", "worker_exit", local_rank=0, rank=0, worker_pid=8, exitcode=-15),
+                        _event(9, "b-1", "membership_change")])
+    assert (left.lanes[0].dead_at, left.lanes[0].dead_by) == (6.5, "node_leave")  # once its agent is done
+    terminal = build_model([*events, _event(8.5, "a-0", "state", state="KILLED")])  # a harness terminal entry
+    assert (terminal.lanes[0].dead_at, terminal.lanes[0].dead_by) == (8.5, "killed")
+    assert [s.cls for s in terminal.lanes[0].states] == ["HEALTHY", "STOPPED", "HEALTHY", "SUCCEEDED"]
+
+
+def test_labels_come_from_the_timeline_then_node_start_events_then_the_key():
+    events = [_event(0, "harness", "node_start", target_node=0, label="ada-0"), _event(0, 0, "state", state="INIT")]
+
+    class WithLabels:
+        def label(self, node):
+            if node == 1:
+                return "grace-1"
+            raise KeyError(node)
+
+    label = labeler(WithLabels(), events)
+    assert (label(0), label(1), label(2)) == ("ada-0", "grace-1", "2")
+
+
+def test_fast_latencies_match_the_timeline_definition(tmp_path):
+    from harness.sim.timeline import Timeline
+
+    events = synthetic_events(nodes=5, nproc=2, duration=120, faults=12, seed=5)
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    expected = [(f.detection_latency, f.recovery_latency) for f in Timeline(str(path)).faults()]
+    assert fault_latencies(events) == expected
+    assert any(d is not None for d, _ in expected) and any(r is not None for _, r in expected)
+
+
+def test_failures_put_the_root_cause_first_with_signal_names_and_traceback():
+    callstack = "Traceback (most recent call last):\n" + "".join(f'  File "x.py", line {i}\n' for i in range(30)) \
+        + "ValueError: boom\n"
+    final = [{"node": "b-1", "node_index": 1, "rank": 3, "local_rank": 1, "pid": 11, "exitcode": -9,
+              "message": "Signal 9 (SIGKILL) received by PID 11", "traceback": "", "timestamp_ns": 20},
+             {"node": "a-0", "node_index": 0, "rank": 0, "local_rank": 0, "pid": 10, "exitcode": 1,
+              "message": "ValueError: boom", "traceback": callstack, "timestamp_ns": 10}]
+    events = [_event(1, "a-0", "worker_exit", local_rank=1, rank=1, worker_pid=5, exitcode=2)]
+    text = explain_failures(final, events)
+    lines = text.splitlines()
+    assert lines[0] == "root cause (first observed failure):"
+    assert lines[1] == "  rank 0 (local rank 0) on node a-0 (index 0): exit code 1, pid 10"
+    assert lines[2] == "    ValueError: boom" and "ValueError: boom" in lines[-6]
+    assert "  rank 3 (local rank 1) on node b-1 (index 1): signal SIGKILL (exit code -9), pid 11" in lines
+    assert sum("line" in line for line in lines) < 12 and "... (" in text
+    assert "rank 1 (local rank 1) on node a-0: exit code 2" in text
+
+
+def test_failures_from_result_events():
+    events = [_event(1, 1, "result", result={"state": "FAILED", "failures": {"3": {
+        "local_rank": 1, "pid": 9, "exitcode": 1, "message": "RuntimeError: x", "timestamp_ns": 5}}})]
+    found = failures_from_events(events, lambda node: f"host-{node}")
+    assert found[0]["node"] == "host-1" and found[0]["rank"] == "3"
+    assert "rank 3 (local rank 1) on node host-1 (index 1): exit code 1" in explain_failures(found, events)
+
+
+def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path):
+    from harness import Cluster, WorkerState
+    from harness.faults import AtStep, NodeKill
+
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1) as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "40", "0.02")
+        job.inject(NodeKill(node=1), AtStep(step=10, rank=0))
+        assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
+        events = job.timeline.events()
+        (fault,) = [e for e in events if e["kind"] == "fault"]
+        killed = labeler(job.timeline, events)(fault["target_node"])
+        path = tmp_path / "real.html"
+        write_html(str(path), "real", job.timeline, nproc=1)
+    svg = _svgs(path.read_text())["timeline"]
+    lanes = _by_class(svg, "lane")
+    assert len(lanes) == 2
+    dead = [lane for lane in lanes if _by_class(lane, "dead")]
+    assert [lane.get("data-node") for lane in dead] == [str(killed)]
+    assert len(_by_class(svg, "fault-marker")) == 1 and len(_by_class(svg, "round")) >= 2
+
+
+def test_index_and_summary_json_carry_every_test(tmp_path):
+    from pytest_elastic._report_index import write_index
+    from pytest_elastic._settings import Settings
+
+    settings = Settings(chaos=True, seed=9)
+    stats = [{"elastic_test": "t.py::test_ok", "elastic_outcome": "passed", "elastic_fault_count": 2,
+              "elastic_faults": "worker_kill; node_kill", "elastic_restarts": 1, "elastic_seed": 9,
+              "elastic_detection_latencies": [0.02, 0.04], "elastic_recovery_latencies": [0.2],
+              "elastic_replay": "pytest 't.py::test_ok' --elastic-chaos --elastic-seed=9",
+              "elastic_pages": ["t.py_test_ok.job0.html", "t.py_test_ok.job1.html"]},
+             {"elastic_test": "t.py::test_bad", "elastic_outcome": "failed", "elastic_fault_count": 1,
+              "elastic_faults": "worker_kill", "elastic_minimal_faults": 1, "elastic_minimal_schedule": "[[1]]",
+              "elastic_pages": ["t.py_test_bad.job0.html"]}]
+    index = write_index(str(tmp_path), stats, ["elastic tests: 2 (1 failed)"], settings)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["test"] for r in summary["results"]] == ["t.py::test_bad", "t.py::test_ok"]  # failures first
+    ok = summary["results"][1]
+    assert ok["detection_s"] == {"median": 0.03, "p95": 0.04, "n": 2} and ok["fault_kinds"] == ["worker_kill", "node_kill"]
+    assert summary["results"][0]["minimal_replay"] == \
+        "pytest 't.py::test_bad' --elastic-chaos --elastic-seed=9 --elastic-schedule='[[1]]'"
+    assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)
+    page = open(index).read()
+    assert "href='t.py_test_ok.job0.html'" in page and "href='t.py_test_ok.job1.html'>job 1<" in page
+    assert page.count("<th data-k=") == 7 and "--elastic-schedule=&#x27;[[1]]&#x27;" in page
