@@ -124,6 +124,10 @@ class ScenarioItem(pytest.Item):
             _check_expectations(self.spec.get("expect", {}), job, result, steps, chaos is not None)
         except BaseException:
             record.call_failed = True
+            from pytest_elastic._report_failures import collect_failures
+
+            # the error files live in the cluster's temp dir: read them before close()
+            record.failures = {i: collect_failures(job) for i, job in enumerate(cluster.jobs)}
             raise
         finally:
             try:

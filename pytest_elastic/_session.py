@@ -190,7 +190,8 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         record.call_failed = True
     if record.chaos_seed is not None:  # what had not fired yet cannot explain this outcome
         record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.pending_faults()}
-    if report.when == "call" and (report.failed or record.settings.report_dir):
+    if report.when == "call" and (report.failed or record.settings.report_dir) and not record.failures:
+        # (a scenario collected them itself, before it closed its cluster and error files)
         from pytest_elastic._report_failures import collect_failures
 
         record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}

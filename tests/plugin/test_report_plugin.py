@@ -89,3 +89,31 @@ def test_without_the_option_the_report_does_no_work(pytester):
     result.assert_outcomes(passed=1)
     assert (pytester.path / "loaded.txt").read_text() == ""
     assert not list(pytester.path.rglob("*.html")) and not list(pytester.path.rglob("summary.json"))
+
+
+SCENARIO = """
+description = "rank 1 raises under @record"
+[job]
+script = "../raiser.py"
+nnodes = "1"
+nproc_per_node = 2
+max_restarts = 0
+[expect]
+state = "SUCCEEDED"
+"""
+
+
+def test_a_failing_scenario_shows_its_ranks_traceback(pytester):
+    """A scenario closes its cluster (and its error files) inside the test: it must read
+    the failures first, or its report has an exit code and no traceback."""
+    pytester.makepyfile(raiser=RAISER)
+    (pytester.mkdir("scenarios") / "raises.toml").write_text(SCENARIO)
+    result = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*elastic failures (job 0*",
+        "root cause (first observed failure):",
+        "  rank 1 (local rank 1) on node *: exit code 1, pid *",
+        "    ValueError: boom at step 4",
+        "      Traceback (most recent call last):",
+    ])
