@@ -24,6 +24,7 @@ from harness.errors import ConfigError, ElasticError
 from harness.sim.bytecode import ensure_compiled
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
+from harness.sim.net_invariants import unhealed_message
 from harness.sim.pool import WarmPool, resolve_pool
 
 __all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
@@ -137,6 +138,10 @@ class Cluster:
         self._closed = True
         leaks: list[str] = []
         finished = {id(job): job.finished() for job in self.jobs}
+        for job in self.jobs:  # reported, not failed: a test may mean to end partitioned
+            unhealed = unhealed_message(job.open_network_faults()) if job.network is not None else None
+            if unhealed:
+                warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
         for job in self.jobs:
             leaks.extend(job.terminate())
         for job in self.jobs:  # an agent that ended on its own must have removed its FIFOs

@@ -1,0 +1,98 @@
+"""Invariants of jobs whose network fails: no split brain, fenced nodes stop, faults healed.
+
+Pure functions over a job's events (``Timeline.events()``), so they are tested on event
+lists as well as on real partitioned jobs:
+
+* **no split brain** -- once a newer rendezvous round has made its first training step, no
+  worker of an older round makes one. A step event carries the worker's pid; the
+  ``worker_start`` event of that pid (on that node) says which round the worker belongs to.
+* **a node cut off from the store stops its workers** -- the workers a node had when it
+  lost the store (a ``partition`` of ``peers`` "store" or "all") have exited within the
+  keep-alive bound plus the stop grace, unless the partition healed first.
+* **every network fault was healed or reported** -- ``Cluster.close`` warns about faults
+  still in place (``unhealed_message``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterable
+
+__all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
+
+#: partitions that cut a node off from the rendezvous store
+STORE_LOSING_PEERS = ("store", "all")
+
+
+def _worker_rounds(events: Iterable[dict]) -> dict[tuple[Any, int], int]:
+    """(node, worker pid) -> the rendezvous round the worker was started for."""
+    return {(e.get("node"), e["worker_pid"]): int(e["round"]) for e in events
+            if e.get("kind") == "worker_start" and e.get("round") is not None}
+
+
+def split_brain(events: list[dict]) -> list[str]:
+    """Steps made by workers of a round older than one that is already training."""
+    rounds = _worker_rounds(events)
+    first_step: dict[int, float] = {}
+    stepped: list[tuple[float, int, dict]] = []
+    for event in events:
+        if event.get("kind") != "step":
+            continue
+        round_ = rounds.get((event.get("node"), event.get("pid")))
+        if round_ is None:
+            continue
+        stepped.append((event["mono"], round_, event))
+        first_step.setdefault(round_, event["mono"])
+    problems = []
+    for mono, round_, event in stepped:
+        newer = [r for r, t in first_step.items() if r > round_ and t < mono]
+        if newer:
+            r = min(newer)
+            problems.append(
+                f"split brain: rank {event.get('rank')} on node {event.get('node')} (round {round_}) made "
+                f"step {event.get('step')} {mono - first_step[r]:.3f}s after round {r} had begun training")
+    return problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
+
+
+def unfenced_workers(events: list[dict], bound: float) -> list[str]:
+    """Workers of a node cut off from the store still running ``bound`` seconds after the
+    cut (the keep-alive bound plus the stop grace): the node did not fence itself."""
+    starts: dict[Any, dict[int, float]] = defaultdict(dict)  # node -> worker pid -> started
+    exits: dict[tuple[Any, int], float] = {}
+    for event in events:
+        if event.get("kind") == "worker_start":
+            starts[event.get("node")][event["worker_pid"]] = event["mono"]
+        elif event.get("kind") == "worker_exit":
+            exits[(event.get("node"), event["worker_pid"])] = event["mono"]
+    end = events[-1]["mono"] if events else 0.0
+    problems = []
+    for i, event in enumerate(events):
+        if event.get("kind") != "fault" or event.get("fault") != "partition":
+            continue
+        if event.get("peers") not in STORE_LOSING_PEERS:
+            continue
+        node, cut = event.get("target_node"), event["mono"]
+        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
+                       and e.get("target_node") in (None, node)), None)
+        deadline = cut + bound
+        if (healed is not None and healed < deadline) or end < deadline:
+            continue  # healed (or the job ended) before the node had to fence
+        names = {node, str(node)} | {e.get("node") for e in events if e.get("kind") == "node_start"
+                                     and e.get("target_node") == node}
+        for name in names:
+            for pid, started in starts.get(name, {}).items():
+                stopped = exits.get((name, pid))
+                if started < cut and (stopped is None or stopped > deadline):
+                    when = "never" if stopped is None else f"{stopped - cut:.2f}s after the cut"
+                    problems.append(f"node {node} lost the store but its worker pid {pid} exited {when} "
+                                    f"(bound {bound:.2f}s): it did not fence itself")
+    return problems
+
+
+def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:
+    """What ``Cluster.close`` warns when a test left network faults in place."""
+    if not open_faults:
+        return None
+    parts = [f"node {node}: {', '.join(sorted(set(kinds)))}" for node, kinds in sorted(open_faults.items())]
+    return ("network faults still in place when the job ended (heal them in the test, or "
+            "expect their effect): " + "; ".join(parts))

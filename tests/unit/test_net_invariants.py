@@ -1,0 +1,62 @@
+"""Network invariants on event lists: split brain, fencing, unhealed faults."""
+
+from __future__ import annotations
+
+from harness.sim.net_invariants import split_brain, unfenced_workers, unhealed_message
+
+
+def start(node, pid, round_, t):
+    return {"kind": "worker_start", "node": node, "worker_pid": pid, "round": round_, "mono": t}
+
+
+def step(node, pid, n, t, rank=0):
+    return {"kind": "step", "node": node, "pid": pid, "step": n, "rank": rank, "mono": t}
+
+
+def exit_(node, pid, t):
+    return {"kind": "worker_exit", "node": node, "worker_pid": pid, "mono": t}
+
+
+def cut(node, t, peers="store"):
+    return {"kind": "fault", "fault": "partition", "target_node": node, "peers": peers, "mono": t,
+            "node": "harness"}
+
+
+def heal(node, t):
+    return {"kind": "heal", "target_node": node, "mono": t, "node": "harness"}
+
+
+def test_an_old_round_worker_stepping_after_the_new_round_trains_is_split_brain():
+    events = [start(0, 10, 0, 0.0), start(1, 11, 0, 0.0), step(0, 10, 1, 1.0), step(1, 11, 1, 1.0),
+              start(0, 20, 1, 2.0), step(0, 20, 2, 3.0),
+              step(1, 11, 2, 3.5, rank=1)]  # node 1 never learned of round 1
+    [problem] = split_brain(events)
+    assert "rank 1 on node 1 (round 0) made step 2 0.500s after round 1 had begun" in problem
+
+
+def test_rounds_that_follow_each_other_are_not_split_brain():
+    events = [start(0, 10, 0, 0.0), step(0, 10, 1, 1.0), exit_(0, 10, 1.5),
+              start(0, 20, 1, 2.0), step(0, 20, 2, 3.0)]
+    assert split_brain(events) == []
+
+
+def test_a_node_that_lost_the_store_must_stop_its_workers_within_the_bound():
+    events = [start(1, 11, 0, 0.0), cut(1, 1.0), step(1, 11, 5, 4.0), {"kind": "state", "mono": 9.0}]
+    [problem] = unfenced_workers(events, bound=2.0)
+    assert "node 1 lost the store but its worker pid 11 exited never" in problem
+    fenced = [start(1, 11, 0, 0.0), cut(1, 1.0), exit_(1, 11, 1.8), {"kind": "state", "mono": 9.0}]
+    assert unfenced_workers(fenced, bound=2.0) == []
+
+
+def test_no_fencing_is_owed_for_a_peer_partition_or_one_healed_in_time():
+    peer = [start(1, 11, 0, 0.0), cut(1, 1.0, peers=[0]), {"kind": "state", "mono": 9.0}]
+    assert unfenced_workers(peer, bound=2.0) == []
+    healed = [start(1, 11, 0, 0.0), cut(1, 1.0), heal(1, 1.5), {"kind": "state", "mono": 9.0}]
+    assert unfenced_workers(healed, bound=2.0) == []
+
+
+def test_unhealed_faults_are_named():
+    assert unhealed_message({}) is None
+    assert unhealed_message({1: ["partition"], 0: ["packet_loss", "bandwidth"]}) == (
+        "network faults still in place when the job ended (heal them in the test, or expect "
+        "their effect): node 0: bandwidth, packet_loss; node 1: partition")
