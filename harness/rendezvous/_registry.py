@@ -9,6 +9,7 @@ from harness.rendezvous._api import (
     RendezvousParameters,
     rendezvous_handler_registry,
 )
+from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._solo import SoloRendezvousHandler
 
 C10D_DEFAULT_PORT = 29400
@@ -25,7 +26,7 @@ def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
 
 def _create_c10d(params: RendezvousParameters) -> RendezvousHandler:
     if params.max_nodes == 1:
-        return SoloRendezvousHandler(params, "c10d")
+        return SoloRendezvousHandler(params, "c10d", use_agent_store=agent_store_enabled())
     if not params.endpoint:
         raise ConfigError("rdzv_endpoint", params.endpoint,
                           "is required for a multi-node c10d rendezvous (host[:port])",
