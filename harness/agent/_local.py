@@ -14,6 +14,7 @@ from harness.agent._simple import SimpleElasticAgent
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
+from harness.procs._logs import as_logs_specs
 
 __all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE"]
 
@@ -70,7 +71,7 @@ def _substitute_local_rank(args: tuple, local_rank: int) -> tuple:
 class LocalElasticAgent(SimpleElasticAgent):
     """Starts, watches (by waiting on exit descriptors) and stops local workers."""
 
-    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs | None = None,
+    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs | Any = None,
                  start_method: str = "spawn", exit_barrier_timeout: float = 300,
                  log_line_prefix_template: str | None = None, shutdown_timeout: float = 30,
                  health_check_server: Any = None,
@@ -88,7 +89,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                                            node_name or os.uname().nodename)
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout,
                          identical_workers=self._env.identical_workers, events=events)
-        self._logs_specs = logs_specs or LogsSpecs()
+        self._logs_specs = as_logs_specs(logs_specs)  # torch's LogsSpecs shape accepted too
         self._start_method = start_method
         self._log_line_prefix_template = log_line_prefix_template or self._env.log_line_prefix_template
         self._d_timeout = uninterruptible_state_timeout or self._env.uninterruptible_state_timeout
