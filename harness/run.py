@@ -22,9 +22,9 @@ from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalEx
 from harness.launch import LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
-    "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args", "determine_local_world_size",
-    "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
-    "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
+    "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
+    "determine_local_world_size", "elastic_launch", "get_args_parser", "launch_agent", "main",
+    "parse_args", "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
 ]
 
 log = logging.getLogger("harness.run")

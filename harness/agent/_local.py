@@ -16,7 +16,8 @@ from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
 
-__all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE"]
+__all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT",
+           "TORCHELASTIC_TIMER_FILE"]
 
 log = logging.getLogger(__name__)
 
