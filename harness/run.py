@@ -137,7 +137,8 @@ def parse_min_max_nnodes(nnodes: str) -> tuple[int, int]:
         elif len(parts) == 2:
             low, high = int(parts[0]), int(parts[1])
         else:
-            raise NnodesFormatError("nnodes", nnodes, "must be N or MIN:MAX", "--nnodes")
+            raise NnodesFormatError("nnodes", nnodes, "must be N or MIN:MAX with integers",
+                                    "--nnodes")
     except ValueError as e:
         if isinstance(e, NnodesFormatError):
             raise

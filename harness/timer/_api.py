@@ -241,8 +241,8 @@ class TimerServer(abc.ABC):
             self._stop_event.clear()
         if self._thread is not None or self._stopped:
             raise RuntimeError(f"{type(self).__name__} cannot be started again: "
-                               + ("its watchdog thread died" if self._thread is not None
-                                  else "stop() released its resources"))
+                               + ("stop() released its resources" if self._stopped
+                                  else "its watchdog thread died"))
         log.info("Starting %s: max_interval=%s, daemon=%s", type(self).__name__,
                  self._max_interval, self._daemon)
         self._unsubscribe = self._clock.subscribe(self._wake)
