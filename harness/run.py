@@ -293,7 +293,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
     if args.rdzv_backend == "static" and not endpoint:
         endpoint = f"{args.master_addr}:{args.master_port}" if args.master_port is not None else ""
     logs_specs_cls = _logs_specs_class(args.logs_specs)
-    redirects, tee = parse_std(args.redirects, "redirects"), parse_std(args.tee, "tee")
+    redirects: Any = parse_std(args.redirects, "redirects")
+    tee: Any = parse_std(args.tee, "tee")
     if logs_specs_cls is not LogsSpecs:  # a torchrun plugin: torch's LogsSpecs, torch's Std
         from torch.distributed.elastic.multiprocessing import Std as TorchStd
 
