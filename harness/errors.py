@@ -154,12 +154,14 @@ class ProcessFailure:
             data, problem = _read_error_file(self.error_file)
         else:
             self.error_file = NOT_AVAILABLE
+        stamp: int | None = None
         if data is not None:
             self.error_file_data = data
             self.message, self.timestamp_ns = self._message_and_time(data, self.error_file)
+            stamp = self._file_timestamp(data)
         elif problem is not None:
             self.message = f"{problem}; exit code {self.exitcode}"
-        self.timestamp = self.timestamp_ns // 1_000_000_000
+        self.timestamp = self.timestamp_ns // 1_000_000_000 if stamp is None else stamp
         if not self.message:
             if self.exitcode < 0:
                 self.message = (
@@ -182,6 +184,17 @@ class ProcessFailure:
                 except (KeyError, TypeError, ValueError):
                     pass  # torch's @record: 1-s stamp only; the file's mtime is finer
         return message, stamp_ns
+
+    @staticmethod
+    def _file_timestamp(data: dict) -> int | None:
+        """The seconds the file itself records, as torch reads them: top-level ``timestamp``
+        for a str message, ``extraInfo.timestamp`` for a dict one (None: not recorded)."""
+        message = data.get("message")
+        holder = message.get("extraInfo") if isinstance(message, dict) else data
+        try:
+            return int(holder["timestamp"])  # type: ignore[index]
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def signal_name(self) -> str:
         return _signal_name(self.exitcode)

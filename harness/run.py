@@ -22,9 +22,9 @@ from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalEx
 from harness.launch import LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
-    "LaunchConfig", "configure_logging", "config_from_args", "determine_local_world_size",
-    "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
-    "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
+    "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
+    "determine_local_world_size", "elastic_launch", "get_args_parser", "launch_agent", "main",
+    "parse_args", "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
 ]
 
 log = logging.getLogger("harness.run")
@@ -137,8 +137,11 @@ def parse_min_max_nnodes(nnodes: str) -> tuple[int, int]:
         elif len(parts) == 2:
             low, high = int(parts[0]), int(parts[1])
         else:
-            raise ValueError
-    except ValueError:
+            raise NnodesFormatError("nnodes", nnodes, "must be N or MIN:MAX with integers",
+                                    "--nnodes")
+    except ValueError as e:
+        if isinstance(e, NnodesFormatError):
+            raise
         raise ConfigError("nnodes", nnodes, "must be N or MIN:MAX with integers", "--nnodes") from None
     if low < 1:
         raise ConfigError("nnodes", nnodes, "must have MIN >= 1", "--nnodes")
@@ -197,6 +200,31 @@ def _local_ranks_filter(text: str) -> frozenset[int] | None:
         raise ConfigError("local_ranks_filter", text, "must be comma-separated integers like 0,1,2",
                           "--local-ranks-filter") from None
     return ranks
+
+
+LOGS_SPECS_GROUP = "torchrun.logs_specs"
+
+
+def _logs_specs_class(name: str | None) -> Any:
+    """``--logs-specs NAME``: the class torchrun would load from the ``torchrun.logs_specs``
+    entry point NAME (built like torch's: log_dir, redirects, tee, local_ranks_filter);
+    our ``LogsSpecs`` when no name is given."""
+    from harness.procs import LogsSpecs
+
+    if name is None:
+        return LogsSpecs
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=LOGS_SPECS_GROUP)
+    if name not in found.names:
+        known = ", ".join(sorted(found.names)) or "none installed"
+        raise ConfigError("logs_specs", name, f"is not a {LOGS_SPECS_GROUP!r} entry point ({known})",
+                          "--logs-specs")
+    try:
+        return found[name].load()
+    except Exception as e:  # a broken plugin is the user's to fix: say which and why
+        raise ConfigError("logs_specs", name, f"failed to load: {type(e).__name__}: {e}",
+                          "--logs-specs") from None
 
 
 def run_script_path(training_script: str, *training_script_args: str) -> None:
@@ -264,10 +292,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
     endpoint = args.rdzv_endpoint
     if args.rdzv_backend == "static" and not endpoint:
         endpoint = f"{args.master_addr}:{args.master_port}" if args.master_port is not None else ""
-    logs_specs = LogsSpecs(
-        log_dir=args.log_dir,
-        redirects=parse_std(args.redirects, "redirects"),
-        tee=parse_std(args.tee, "tee"),
+    logs_specs_cls = _logs_specs_class(args.logs_specs)
+    redirects: Any = parse_std(args.redirects, "redirects")
+    tee: Any = parse_std(args.tee, "tee")
+    if logs_specs_cls is not LogsSpecs:  # a torchrun plugin: torch's LogsSpecs, torch's Std
+        from torch.distributed.elastic.multiprocessing import Std as TorchStd
+
+        redirects, tee = TorchStd.from_str(args.redirects), TorchStd.from_str(args.tee)
+    logs_specs = logs_specs_cls(
+        log_dir=args.log_dir, redirects=redirects, tee=tee,
         local_ranks_filter=_local_ranks_filter(args.local_ranks_filter),
     )
     config = LaunchConfig(
@@ -371,30 +404,49 @@ def _copy_root_cause(error: ChildFailedError) -> None:
             pass
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``elastic-run``; returns (and exits with) torchrun's exit codes."""
+class NnodesFormatError(ConfigError, RuntimeError):
+    """``--nnodes`` with more than MIN:MAX; a RuntimeError too, as torch raises there."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``torch.distributed.run.main`` for Python callers: bad input raises (ConfigError, a
+    ValueError; NnodesFormatError, a RuntimeError, where torch raises one), a failed
+    worker group raises ``ChildFailedError``, a termination signal ``SignalException``."""
     configure_logging()
     args = parse_args(argv)
-    try:
-        config, cmd, cmd_args = config_from_args(args)
-    except ElasticError as e:
-        print(f"elastic-run: error: {e}", file=sys.stderr)
-        return 1
-    from harness.launch import _entrypoint_name
+    config, cmd, cmd_args = config_from_args(args)
+    from harness.launch import _entrypoint_name, run_agent
 
-    result = run_with_signal_handlers(config, cmd, cmd_args, "elastic-run")
-    if result is None:
-        return 1
+    previous = _install_handlers(_parse_signals(config.signals_to_handle))
+    try:
+        result = run_agent(config, cmd, cmd_args)
+    finally:
+        _restore_handlers(previous)
     if result.is_failed():
         error = ChildFailedError(_entrypoint_name(cmd, cmd_args), result.failures)
         _copy_root_cause(error)
-        print(f"ChildFailedError: {error}", file=sys.stderr)
+        raise error
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """The ``elastic-run`` console script: ``main`` with every error as one line on stderr
+    and torchrun's exit codes (0 success, 1 otherwise) instead of a traceback."""
+    try:
+        main(argv)
+    except ChildFailedError as e:
+        print(f"ChildFailedError: {e}", file=sys.stderr)
+        return 1
+    except SignalException as e:
+        print(f"elastic-run: stopped by {e.sigval.name}; workers were stopped", file=sys.stderr)
+        return 1
+    except ElasticError as e:
+        print(f"elastic-run: error: {e}", file=sys.stderr)
         return 1
     return 0
 
 
 def _cli() -> None:
-    sys.exit(main())
+    sys.exit(cli())
 
 
 if __name__ == "__main__":

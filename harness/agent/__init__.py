@@ -2,6 +2,7 @@
 
 from harness.agent._api import (
     DEFAULT_ROLE,
+    AgentEvent,
     ElasticAgent,
     RunResult,
     Worker,
@@ -10,16 +11,23 @@ from harness.agent._api import (
     WorkerState,
 )
 from harness.agent._health import HealthCheckServer, create_healthcheck_server
-from harness.agent._local import LocalElasticAgent
+from harness.agent._local import (
+    TORCHELASTIC_HEALTH_CHECK_PORT,
+    TORCHELASTIC_TIMER_FILE,
+    LocalElasticAgent,
+)
 from harness.agent._simple import SimpleElasticAgent
 
 __all__ = [
+    "AgentEvent",
     "DEFAULT_ROLE",
     "ElasticAgent",
     "HealthCheckServer",
     "LocalElasticAgent",
     "RunResult",
     "SimpleElasticAgent",
+    "TORCHELASTIC_HEALTH_CHECK_PORT",
+    "TORCHELASTIC_TIMER_FILE",
     "Worker",
     "WorkerGroup",
     "WorkerSpec",

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import abc
 import enum
-from dataclasses import dataclass, field
+import json
+import socket
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from harness.errors import ConfigError, ProcessFailure
@@ -17,6 +20,7 @@ __all__ = [
     "WorkerGroup",
     "RunResult",
     "ElasticAgent",
+    "AgentEvent",
 ]
 
 DEFAULT_ROLE = "default"
@@ -171,3 +175,34 @@ class ElasticAgent(abc.ABC):
     @abc.abstractmethod
     def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:
         """The (mutable) worker group of ``role``."""
+
+
+@dataclass
+class AgentEvent:
+    """torch's ``events.Event`` shape for the agent's final status (``get_event_succeeded``
+    / ``get_event_failed``): ``source`` is the plain string torch's str-enum compares equal
+    to, so no torch import is needed to build or read one."""
+
+    name: str
+    source: str
+    timestamp: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def for_group(cls, group: WorkerGroup, state: str, total_run_time: float, restarts: int,
+                  raw_error: str | None = None) -> "AgentEvent":
+        """The metadata torch's ``SimpleElasticAgent._construct_event`` records for the agent."""
+        spec = group.spec
+        metadata = {
+            "run_id": spec.rdzv_handler.get_run_id(), "global_rank": None,
+            "group_rank": group.group_rank, "worker_id": None, "role": spec.role,
+            "hostname": socket.getfqdn(), "state": state, "total_run_time": int(total_run_time),
+            "rdzv_backend": spec.rdzv_handler.get_backend(), "raw_error": raw_error,
+            "metadata": json.dumps({"group_world_size": group.group_world_size,
+                                    "entry_point": spec.get_entrypoint_name()}),
+            "agent_restarts": restarts, "duration_ms": None,
+        }
+        return cls(f"torchelastic.worker.status.{state}", "AGENT", int(time.time() * 1000), metadata)
+
+    def serialize(self) -> str:
+        return json.dumps(asdict(self))

@@ -4,11 +4,16 @@ torch's open-source server is a no-op. Ours answers ``GET /`` (any path) with 20
 JSON body while ``alive_callback()`` (the monotonic time of the agent loop's last
 progress) is less than ``timeout`` seconds old, else 503. The agent counts the exit
 barrier as progress, so a node waiting for slow peers stays healthy.
+
+A port that cannot be bound (taken by another agent or program) is one warning line and
+no server, never a failed job: the check is a monitoring aid, and torch's (a no-op)
+never fails a job either.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +22,8 @@ from typing import Callable
 from harness.errors import ConfigError
 
 __all__ = ["HealthCheckServer", "create_healthcheck_server"]
+
+log = logging.getLogger(__name__)
 
 
 class HealthCheckServer:
@@ -33,6 +40,7 @@ class HealthCheckServer:
         self._clock = clock
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.error: OSError | None = None  # why start() could not listen, if it could not
 
     @property
     def port(self) -> int:
@@ -61,7 +69,14 @@ class HealthCheckServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((self._host, self._port), Handler)
+        except OSError as e:
+            self.error = e
+            log.warning("health check: cannot listen on %s:%d (%s); running without a health "
+                        "check server (set TORCHELASTIC_HEALTH_CHECK_PORT to a free port)",
+                        self._host, self._port, e.strerror or e)
+            return
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="elastic-health",
                                         kwargs={"poll_interval": 0.2}, daemon=True)

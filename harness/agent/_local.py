@@ -14,8 +14,10 @@ from harness.agent._simple import SimpleElasticAgent
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
+from harness.procs._logs import as_logs_specs
 
-__all__ = ["LocalElasticAgent", "AgentEnv"]
+__all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT",
+           "TORCHELASTIC_TIMER_FILE"]
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +26,8 @@ WORKER_IDENTICAL_ENV = "TORCH_ELASTIC_WORKER_IDENTICAL"
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-HEALTH_CHECK_PORT_ENV = "TORCHELASTIC_HEALTH_CHECK_PORT"
+HEALTH_CHECK_PORT_ENV = TORCHELASTIC_HEALTH_CHECK_PORT = "TORCHELASTIC_HEALTH_CHECK_PORT"
+TORCHELASTIC_TIMER_FILE = "TORCHELASTIC_TIMER_FILE"  # torch's names for the two variables
 SIGNALS_TO_HANDLE_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 ENABLE_FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
 HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
@@ -69,7 +72,7 @@ def _substitute_local_rank(args: tuple, local_rank: int) -> tuple:
 class LocalElasticAgent(SimpleElasticAgent):
     """Starts, watches (by waiting on exit descriptors) and stops local workers."""
 
-    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs | None = None,
+    def __init__(self, spec: WorkerSpec, logs_specs: LogsSpecs | Any = None,
                  start_method: str = "spawn", exit_barrier_timeout: float = 300,
                  log_line_prefix_template: str | None = None, shutdown_timeout: float = 30,
                  health_check_server: Any = None,
@@ -87,7 +90,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                                            node_name or os.uname().nodename)
         super().__init__(spec, exit_barrier_timeout, shutdown_timeout,
                          identical_workers=self._env.identical_workers, events=events)
-        self._logs_specs = logs_specs or LogsSpecs()
+        self._logs_specs = as_logs_specs(logs_specs)  # torch's LogsSpecs shape accepted too
         self._start_method = start_method
         self._log_line_prefix_template = log_line_prefix_template or self._env.log_line_prefix_template
         self._d_timeout = uninterruptible_state_timeout or self._env.uninterruptible_state_timeout

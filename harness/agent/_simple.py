@@ -70,6 +70,23 @@ class SimpleElasticAgent(ElasticAgent):
         self._total_execution_time = 0.0
         self._last_progress = time.monotonic()
 
+    def get_event_succeeded(self) -> Any:
+        """torch's name: the agent-level ``SUCCEEDED`` event (an ``AgentEvent``)."""
+        from harness.agent._api import AgentEvent
+
+        return AgentEvent.for_group(self._worker_group, "SUCCEEDED", self._total_execution_time,
+                                    self._worker_group.spec.max_restarts - self._remaining_restarts)
+
+    def get_event_failed(self) -> Any:
+        """torch's name: the agent-level ``FAILED`` event, with the current traceback."""
+        import traceback
+
+        from harness.agent._api import AgentEvent
+
+        return AgentEvent.for_group(self._worker_group, "FAILED", self._total_execution_time,
+                                    self._worker_group.spec.max_restarts - self._remaining_restarts,
+                                    raw_error=traceback.format_exc())
+
     # -- the contract subclasses fill --------------------------------------------------
 
     def get_worker_group(self, role: str = DEFAULT_ROLE) -> WorkerGroup:

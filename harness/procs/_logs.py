@@ -16,7 +16,8 @@ from string import Template
 
 from harness.procs._std import Std, std_for_rank
 
-__all__ = ["LogsSpecs", "RankLogs", "AttemptLogs", "DEFAULT_PREFIX_TEMPLATE", "render_prefix"]
+__all__ = ["LogsSpecs", "RankLogs", "AttemptLogs", "DEFAULT_PREFIX_TEMPLATE", "TorchShapedLogsSpecs",
+           "as_logs_specs", "render_prefix"]
 
 DEFAULT_PREFIX_TEMPLATE = "[${role_name}${local_rank}]:"
 
@@ -98,3 +99,81 @@ class LogsSpecs:
         if self._owned and self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
         self._root, self._owned = None, False
+
+
+class TorchShapedLogsSpecs:
+    """Adapts an object with torch's ``LogsSpecs`` shape (``reify(envs)`` returning
+    ``stdouts``/``stderrs``/``tee_stdouts``/``tee_stderrs``/``error_files`` by local rank,
+    e.g. torch's ``DefaultLogsSpecs`` or a ``torchrun.logs_specs`` plugin) to ours.
+
+    ``envs`` carries what torch's agent would give (run id, restart count, ranks); what
+    the spec writes into it (``TORCHELASTIC_ERROR_FILE``) wins. Its directories are its
+    own and stay; only a scratch dir we make for callables' return values is removed.
+    """
+
+    def __init__(self, spec: object):
+        self.spec = spec
+        self._scratch: str | None = None
+
+    def __repr__(self) -> str:
+        return f"TorchShapedLogsSpecs({self.spec!r})"
+
+    def _scratch_dir(self, attempt: int, local_rank: int) -> str:
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="elastic_logs_")
+        path = os.path.join(self._scratch, f"attempt_{attempt}", str(local_rank))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def reify(self, run_id: str, attempt: int, role: str,
+              ranks: dict[int, int], prefix_template: str | None) -> AttemptLogs:
+        envs = {local: {"TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": str(attempt),
+                        "LOCAL_RANK": str(local), "RANK": str(rank), "ROLE_NAME": role}
+                for local, rank in ranks.items()}
+        dest = self.spec.reify(envs)  # type: ignore[attr-defined]
+
+        def files(name: str) -> dict[int, str]:
+            return dict(getattr(dest, name, None) or {})
+
+        outs, errs, tee_outs, tee_errs = (files(n) for n in ("stdouts", "stderrs", "tee_stdouts",
+                                                               "tee_stderrs"))
+        error_files = files("error_files")
+        logs = AttemptLogs(str(getattr(dest, "attempt_log_dir", "") or ""))
+        for local, rank in ranks.items():
+            error_file = envs[local].get("TORCHELASTIC_ERROR_FILE") or error_files.get(local, "")
+            directory = os.path.dirname(error_file) if error_file else ""
+            if not directory or not os.path.isdir(directory):
+                directory = self._scratch_dir(attempt, local)
+            tee = Std.NONE
+            if local in tee_outs:
+                tee |= Std.OUT
+            if local in tee_errs:
+                tee |= Std.ERR
+            logs.ranks[local] = RankLogs(
+                directory=directory, error_file=error_file or os.path.join(directory, "error.json"),
+                stdout_file=outs.get(local) or tee_outs.get(local),
+                stderr_file=errs.get(local) or tee_errs.get(local),
+                tee=tee, console=True, prefix=render_prefix(prefix_template, role, rank, local),
+            )
+        return logs
+
+    def cleanup(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        cleanup = getattr(self.spec, "cleanup", None)
+        if callable(cleanup):
+            cleanup()
+
+
+def as_logs_specs(spec: object | None) -> "LogsSpecs | TorchShapedLogsSpecs":
+    """Ours as is; ``None`` -> the default; anything else must have torch's shape."""
+    if spec is None:
+        return LogsSpecs()
+    if isinstance(spec, (LogsSpecs, TorchShapedLogsSpecs)):
+        return spec
+    if not callable(getattr(spec, "reify", None)):
+        from harness.errors import ConfigError
+
+        raise ConfigError("logs_specs", spec, "must have reify(envs) like torch's LogsSpecs")
+    return TorchShapedLogsSpecs(spec)

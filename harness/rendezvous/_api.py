@@ -25,8 +25,9 @@ __all__ = [
 ]
 
 
-class RendezvousError(ElasticError):
-    """Base of rendezvous failures."""
+class RendezvousError(ElasticError, RuntimeError):
+    """Base of rendezvous failures (a ``RuntimeError`` too: torch raises that where a
+    registry hands back a handler for another backend)."""
 
 
 class RendezvousClosedError(RendezvousError):
@@ -153,8 +154,10 @@ class RendezvousParameters:
         value = self.get(key, default)
         if value is None or isinstance(value, bool):
             return value
-        if isinstance(value, int):
-            return value != 0
+        if isinstance(value, int):  # torch: only 1 and 0 (2 or -1 is a typo, not True)
+            if value in (0, 1):
+                return value == 1
+            raise ConfigError(key, value, "must be a boolean (true/false/1/0)", "--rdzv-conf")
         text = str(value).strip().lower()
         if text in ("1", "true", "t", "yes", "y"):
             return True

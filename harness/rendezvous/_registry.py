@@ -9,10 +9,10 @@ from harness.rendezvous._api import (
     RendezvousParameters,
     rendezvous_handler_registry,
 )
+from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._solo import SoloRendezvousHandler
 
 C10D_DEFAULT_PORT = 29400
-STATIC_DEFAULT_PORT = 29500
 
 
 def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
@@ -23,9 +23,20 @@ def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
     )
 
 
+def _endpoint(params: RendezvousParameters, default_port: int) -> tuple[str, int]:
+    """``host[:port]`` of ``params.endpoint``; a malformed one is a one-line ConfigError
+    (a ValueError, as torch's) for every backend and node count."""
+    try:
+        return split_endpoint(params.endpoint, default_port)
+    except ValueError as e:
+        raise ConfigError("rdzv_endpoint", params.endpoint, str(e), "--rdzv-endpoint") from None
+
+
 def _create_c10d(params: RendezvousParameters) -> RendezvousHandler:
     if params.max_nodes == 1:
-        return SoloRendezvousHandler(params, "c10d")
+        if params.endpoint.strip():
+            _endpoint(params, C10D_DEFAULT_PORT)  # unused by one node, but a typo is a typo
+        return SoloRendezvousHandler(params, "c10d", use_agent_store=agent_store_enabled())
     if not params.endpoint:
         raise ConfigError("rdzv_endpoint", params.endpoint,
                           "is required for a multi-node c10d rendezvous (host[:port])",
@@ -36,13 +47,11 @@ def _create_c10d(params: RendezvousParameters) -> RendezvousHandler:
 
 
 def _create_static(params: RendezvousParameters) -> RendezvousHandler:
+    addr, port = _endpoint(params, -1)  # as torch: the port is required (--master-port)
+    if port == -1:
+        raise ConfigError("rdzv_endpoint", params.endpoint, "has no port (add --master-port)",
+                          "--rdzv-endpoint")
     if params.max_nodes == 1:
-        addr, port = None, None
-        if params.endpoint:
-            try:
-                addr, port = split_endpoint(params.endpoint, STATIC_DEFAULT_PORT)
-            except ValueError as e:
-                raise ConfigError("rdzv_endpoint", params.endpoint, str(e), "--rdzv-endpoint") from None
         return SoloRendezvousHandler(params, "static", master_addr=addr, master_port=port)
     return _multi_node_pending(params)
 

@@ -184,6 +184,8 @@ class TimerServer(abc.ABC):
     def _wake(self) -> None:
         """Interrupt ``_receive`` (stop, clock jumps)."""
 
+    _restartable = True  # False where ``_close`` releases what ``start`` cannot re-create
+
     def _close(self) -> None:
         """Release what the server holds (files, fds); called once by ``stop``."""
 
@@ -225,9 +227,22 @@ class TimerServer(abc.ABC):
     # ---- lifecycle ------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the watchdog thread (non-blocking)."""
+        """Start the watchdog thread (non-blocking).
+
+        As torch's: starting a running server is accepted (torch starts a second thread
+        that shares the first one's stop flag; one thread does the same work, so ours
+        keeps one), and a stopped server may be started again unless ``stop`` released
+        what it cannot re-create (``_restartable = False``)."""
+        if self.is_alive():
+            log.info("%s is already running; start() does nothing", type(self).__name__)
+            return
+        if self._stopped and self._restartable:
+            self._stopped, self._thread = False, None
+            self._stop_event.clear()
         if self._thread is not None or self._stopped:
-            raise RuntimeError(f"{type(self).__name__} can be started only once")
+            raise RuntimeError(f"{type(self).__name__} cannot be started again: "
+                               + ("stop() released its resources" if self._stopped
+                                  else "its watchdog thread died"))
         log.info("Starting %s: max_interval=%s, daemon=%s", type(self).__name__,
                  self._max_interval, self._daemon)
         self._unsubscribe = self._clock.subscribe(self._wake)
@@ -286,14 +301,15 @@ _active_lock = threading.Lock()
 _active_scopes: set[tuple[int, str]] = set()
 
 
-def configure(timer_client: TimerClient) -> None:
-    """Set the process-wide client ``expires`` uses. Must be called before ``expires``.
+def configure(timer_client: TimerClient | None) -> None:
+    """Set the process-wide client ``expires`` uses. Must be called before ``expires``;
+    ``None`` unsets it (``expires`` then raises RuntimeError, as torch's).
 
     Any object with ``acquire(scope_id, expiration_time)`` and ``release(scope_id)`` is
     accepted (torch's clients too).
     """
     global _timer_client
-    if not (callable(getattr(timer_client, "acquire", None))
+    if timer_client is not None and not (callable(getattr(timer_client, "acquire", None))
             and callable(getattr(timer_client, "release", None))):
         raise ConfigError("timer_client", timer_client, "must have acquire() and release() methods")
     _timer_client = timer_client

@@ -395,6 +395,8 @@ class FileTimerServer(HeapTimerServer):
             except BlockingIOError:  # already a wake-up pending
                 pass
 
+    _restartable = False  # stop() removes the FIFO its clients were given
+
     def _close(self) -> None:
         with self._fd_lock:
             self._closed = True

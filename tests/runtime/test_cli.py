@@ -32,7 +32,7 @@ def test_worker_environment(nproc):
         assert env["WORLD_SIZE"] == env["ROLE_WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == str(nproc)
         assert env["GROUP_RANK"] == "0" and env["GROUP_WORLD_SIZE"] == "1"
         assert env["TORCHELASTIC_RESTART_COUNT"] == "0" and env["TORCHELASTIC_MAX_RESTARTS"] == "0"
-        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert env["TORCHELASTIC_USE_AGENT_STORE"] == "True"  # the agent hosts it, as torch
         assert env["ROLE_NAME"] == "default"
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"attempt_0/{i}/error.json")
         assert env["OMP_NUM_THREADS"] == ("1" if nproc > 1 else None) or "OMP_NUM_THREADS" in os.environ

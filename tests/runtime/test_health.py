@@ -87,3 +87,25 @@ def test_exit_barrier_counts_as_progress():
         assert server.status()[0] is True
     finally:
         agent._shutdown()
+
+
+def test_a_taken_port_is_one_warning_and_the_job_runs_on(caplog):
+    """Two agents in one process asking for one health port: the second says so and runs."""
+    from harness.agent import LocalElasticAgent, WorkerSpec
+    from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        handler = get_rendezvous_handler(RendezvousParameters("c10d", "localhost:0", "hc", 1, 1))
+        spec = WorkerSpec(role="default", local_world_size=1, entrypoint=sys.executable,
+                          args=("-c", "pass"), rdzv_handler=handler, max_restarts=0)
+        agent = LocalElasticAgent(spec, env={**os.environ, "TORCHELASTIC_HEALTH_CHECK_PORT": str(port)})
+        try:
+            result = agent.run()
+        finally:
+            handler.shutdown()
+    assert not result.is_failed()
+    warnings = [r.getMessage() for r in caplog.records if "health check" in r.getMessage()]
+    assert len(warnings) == 1 and f":{port}" in warnings[0] and "\n" not in warnings[0]

@@ -459,15 +459,25 @@ def test_max_interval_is_checked(value):
         LocalTimerServer(queue.Queue(), max_interval=value)
 
 
-def test_start_twice_is_an_error():
+def test_start_twice_runs_one_watchdog_and_a_file_server_cannot_restart(tmp_path):
+    """As torch's: a second start() is accepted (we keep one thread); the FIFO server's
+    stop() removes its file, so starting it again is a one-line RuntimeError."""
+    from harness.timer import FileTimerServer
+
     server = LocalTimerServer(queue.Queue())
     server.start()
     try:
-        with pytest.raises(RuntimeError, match="only once"):
-            server.start()
+        thread = server._thread
+        server.start()
+        assert server._thread is thread and server.is_alive()
     finally:
         server.stop()
     server.stop()  # idempotent
+    fifo = FileTimerServer(str(tmp_path / "t.fifo"), "run", max_interval=0.01)
+    fifo.start()
+    fifo.stop()
+    with pytest.raises(RuntimeError, match="stop\\(\\) released its resources"):
+        fifo.start()
 
 
 def test_custom_server_on_the_abstract_base(w1):

@@ -124,3 +124,17 @@ def test_root_cause_is_the_earliest_with_sub_second_resolution(tmp_path):
 def test_child_failed_error_needs_failures():
     with pytest.raises(ValueError):
         ChildFailedError("x", {})
+
+
+@pytest.mark.parametrize("data", [
+    {"message": "plain text", "timestamp": 10},
+    {"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack": "", "timestamp": "10"}}},
+])
+def test_timestamp_comes_from_the_error_file_like_torch(tmp_path, data):
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure as TorchFailure
+
+    path = tmp_path / "error.json"
+    path.write_text(json.dumps(data))
+    ours, theirs = ProcessFailure(0, 1, 1, str(path)), TorchFailure(0, 1, 1, str(path))
+    assert ours.timestamp == theirs.timestamp == 10
+    assert ours.message == theirs.message

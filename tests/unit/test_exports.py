@@ -14,7 +14,8 @@ import pytest
 
 PINNED = {
     "harness.run": {  # DESIGN.md: main, LaunchConfig, elastic_launch, launch_agent
-        "LaunchConfig", "configure_logging", "config_from_args", "determine_local_world_size",
+        "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
+        "determine_local_world_size",
         "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
         "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
     },
