@@ -25,7 +25,7 @@ def timeline_chart(timeline: Any, width: int = 64) -> str:
     t1 = max(e["mono"] for e in events)
     span = max(t1 - t0, 1e-3)
     nodes = list(dict.fromkeys(e["node"] for e in states))
-    label = max(len(n) for n in nodes + ["faults"])
+    label = max(len(str(n)) for n in nodes + ["faults"])
     lines = [f"{'':>{label}}  0s{'':>{width - 10}}{span:6.2f}s"]
 
     def column(t: float) -> int:

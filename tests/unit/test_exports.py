@@ -25,8 +25,8 @@ PINNED = {
         "ZygoteServerProcess", "die_with_parent", "is_same_process", "process_start_time",
         "process_state", "render_prefix", "set_pdeathsig", "signal_process_group",
     },
-    "harness.events": {"EVENTS_ENV", "NODE_ENV", "EventWriter", "NullEventWriter",
-                       "event_writer_from_env"},
+    "harness.events": {"EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
+                       "event_writer_from_env", "node_key"},
 }
 
 
