@@ -5,8 +5,15 @@ and poke a Unix datagram socket at a filesystem path (``$HARNESS_EVENTS_WAKE``; 
 an abstract name, so it works across network namespaces). The reader blocks on that
 socket, a stop pipe and one pidfd per watched process (the node agents), and on each wake
 reads the new lines into the timeline. Whoever reads new lines (the reader, or a query
-that refreshed first) bumps ``generation`` and notifies one condition variable that all
-waiters (``wait_until``, the fault scheduler) block on.
+that refreshed first) bumps ``generation`` and notifies the condition variable that
+waiters on events (``wait_until``, the fault scheduler) block on. A watched process's exit
+(and ``notify(lifecycle=True)``: a fault failure, a frozen node) also bumps ``lifecycle``,
+which waiters that only care about exits (``Job.wait``) block on, so a training job's
+stream of step events does not wake them. The reader listens to the socket only while
+someone waits on events (``listening()``: the fault scheduler, ``wait_until``): with
+nobody to wake, a datagram costs the harness nothing (the socket's queue fills up, and
+the writers' non-blocking sends fail silently), and the timeline is still re-read every
+``SAFETY_S`` and on every query.
 
 The file is the truth: a lost datagram delays an event by at most ``SAFETY_S`` (the
 reader re-reads the file that often anyway), it never loses one.
@@ -14,6 +21,7 @@ reader re-reads the file that often anyway), it never loses one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import shutil
@@ -21,7 +29,7 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 from harness.sim.timeline import Timeline
 
@@ -50,10 +58,14 @@ class EventBus:
         self._sock.setblocking(False)
         self._poke_r, self._poke_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._poke_r, selectors.EVENT_READ)
-        self._cond = threading.Condition()
+        self._listening = False  # is the socket in the selector (someone waits on events)
+        self._subscribers = 0
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # every change
+        self._life_cond = threading.Condition(lock)  # exits and failures only
         self._generation = 0
+        self._lifecycle = 0
         self._closed = False
         self._lock = threading.Lock()  # guards the watch lists below
         self._new_watches: list[tuple[int, Callable[[], None]]] = []
@@ -71,27 +83,58 @@ class EventBus:
         """Bumped whenever something happened (new events, a watched exit, a poke)."""
         return self._generation
 
-    def notify(self) -> None:
+    def notify(self, lifecycle: bool = False) -> None:
+        """Wake the waiters on events; ``lifecycle``: those waiting for exits too."""
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
+            if lifecycle:
+                self._lifecycle += 1
+                self._life_cond.notify_all()
 
-    def wait_change(self, since: int, timeout: float) -> int:
-        """Block until ``generation`` differs from ``since`` (or ``timeout``); the new value."""
+    def _counter(self, lifecycle: bool) -> int:
+        return self._lifecycle if lifecycle else self._generation
+
+    def wait_change(self, since: int, timeout: float, lifecycle: bool = False) -> int:
+        """Block until the counter (``generation``, or ``lifecycle``) differs from ``since``
+        (or ``timeout``); its new value."""
         deadline = time.monotonic() + timeout
-        with self._cond:
-            while self._generation == since and not self._closed:
+        cond = self._life_cond if lifecycle else self._cond
+        with cond:
+            while self._counter(lifecycle) == since and not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                self._cond.wait(min(remaining, self._safety))
-            return self._generation
+                cond.wait(min(remaining, self._safety))
+            return self._counter(lifecycle)
 
-    def wait_until(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate()`` holds (re-checked on every change); False on timeout."""
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        """While inside, the reader wakes on every datagram (waiters on events use it)."""
+        with self._cond:
+            self._subscribers += 1
+            first = self._subscribers == 1
+        if first:
+            self._poke()  # the reader starts listening to the socket now
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._subscribers -= 1
+
+    def wait_until(self, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
+        """Block until ``predicate()`` holds, re-checked on every change (``lifecycle``:
+        only on exits and failures, for a predicate that depends on nothing else; the
+        safety period bounds the wait either way); False on timeout."""
+        if lifecycle:
+            return self._wait_until(predicate, timeout, True)
+        with self.listening():
+            return self._wait_until(predicate, timeout, False)
+
+    def _wait_until(self, predicate: Callable[[], bool], timeout: float, lifecycle: bool) -> bool:
         deadline = time.monotonic() + timeout
         while True:
-            seen = self._generation  # before the check: a change during it is not missed
+            seen = self._counter(lifecycle)  # before the check: a change during it is not missed
             if predicate():
                 return True
             remaining = deadline - time.monotonic()
@@ -99,7 +142,7 @@ class EventBus:
                 return False
             if self._closed:  # nothing will change any more: one last look
                 return predicate()
-            self.wait_change(seen, min(remaining, self._safety))
+            self.wait_change(seen, min(remaining, self._safety), lifecycle)
 
     # -- watching processes --------------------------------------------------------------
 
@@ -143,9 +186,20 @@ class EventBus:
 
     # -- the reader ----------------------------------------------------------------------
 
+    def _listen(self) -> None:
+        """Put the socket in the selector while someone waits on events, else take it out."""
+        want = self._subscribers > 0
+        if want and not self._listening:
+            self._drain_socket()  # what queued while nobody listened: the refresh reads it
+            self._selector.register(self._sock, selectors.EVENT_READ)
+        elif self._listening and not want:
+            self._selector.unregister(self._sock)
+        self._listening = want
+
     def _run(self) -> None:
         while True:
-            changed = False
+            changed = exited = False
+            self._listen()
             for key, _ in self._selector.select(self._safety):
                 if key.fileobj is self._sock:
                     self._drain_socket()
@@ -158,12 +212,15 @@ class EventBus:
                     _pid, on_exit = self._pidfds.pop(fd)
                     os.close(fd)
                     on_exit()
-                    changed = True
+                    exited = True
             if self._closed:
                 return
             self._take_watches()
-            changed = self._check_polled() or changed
-            if not self.timeline.refresh() and changed:  # refresh notifies when it read lines
+            exited = self._check_polled() or exited
+            if exited:
+                self.timeline.refresh()
+                self.notify(lifecycle=True)
+            elif not self.timeline.refresh() and changed:  # refresh notifies when it read lines
                 self.notify()
 
     def _drain_socket(self) -> None:
@@ -190,8 +247,8 @@ class EventBus:
         self._poke()
         if self._thread is not threading.current_thread():
             self._thread.join(5)
-        self.timeline.refresh()  # the last lines, read while the file still exists
-        self.notify()
+        self.timeline.close()  # the last lines, read while the file still exists
+        self.notify(lifecycle=True)
         self._selector.close()
         self._sock.close()
         for fd in self._pidfds:

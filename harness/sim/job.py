@@ -334,9 +334,10 @@ class Job:
             return False
         return state != WorkerState.HEALTHY or all(self.worker_pids(i) for i in targets)
 
-    def _wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Sleep on the event bus until ``predicate()`` or a fault failure (raised)."""
-        done = self.bus.wait_until(lambda: bool(self.failed_faults()) or predicate(), timeout)
+    def _wait(self, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
+        """Sleep on the event bus until ``predicate()`` or a fault failure (raised).
+        ``lifecycle``: the predicate depends on agent exits only (wake on nothing else)."""
+        done = self.bus.wait_until(lambda: bool(self.failed_faults()) or predicate(), timeout, lifecycle)
         self._raise_fault_failures()
         return done
 
@@ -510,7 +511,7 @@ class Job:
         with self._exit_lock:
             if node not in self._exits and node not in self._terminal:
                 self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
-        self.bus.notify()  # Job.wait no longer waits for it
+        self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
 
     def join_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
@@ -527,7 +528,7 @@ class Job:
         """Wait for every node agent to finish (nodes the harness froze excepted: they
         never will; close() kills them); the merged result. Raises ``FaultError`` as soon
         as a scheduled fault could not be applied."""
-        if not self._wait(lambda: not self._running(), timeout):
+        if not self._wait(lambda: not self._running(), timeout, lifecycle=True):
             running = self._running()
             raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; nodes "
                                f"{running} still running\n{self.timeline.format()}")

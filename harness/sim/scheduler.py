@@ -83,12 +83,13 @@ class FaultScheduler:
 
     def _run(self) -> None:
         bus = self._job.bus
-        while not self._stop.is_set():
-            seen = bus.generation  # before evaluating: nothing that happens during it is missed
-            next_at = self._fire_due()
-            timeout = SAFETY_S if next_at is None else min(SAFETY_S, next_at - time.monotonic())
-            if timeout > 0:
-                bus.wait_change(seen, timeout)
+        with bus.listening():
+            while not self._stop.is_set():
+                seen = bus.generation  # before evaluating: nothing that happens during it is missed
+                next_at = self._fire_due()
+                timeout = SAFETY_S if next_at is None else min(SAFETY_S, next_at - time.monotonic())
+                if timeout > 0:
+                    bus.wait_change(seen, timeout)
 
     def _fire_due(self) -> float | None:
         """Apply every entry whose trigger is met; the earliest time a time-based trigger
@@ -134,7 +135,7 @@ class FaultScheduler:
                 self._entries.remove(p)
             self._failures.append((p.entry, reason))
         self._job._harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
-        self._job.bus.notify()
+        self._job.bus.notify(lifecycle=True)  # Job.wait raises it
 
     def stop(self) -> None:
         self._stop.set()

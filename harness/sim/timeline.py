@@ -36,6 +36,15 @@ def _order(event: dict) -> tuple[float, float]:
     return (event.get("mono", 0.0), event.get("ts", 0.0))
 
 
+def _insert(events: list[dict], event: dict) -> None:
+    """Writers append in their own order: keep the merged view time-ordered (almost always
+    an append; never a re-sort of everything read so far)."""
+    if not events or _order(events[-1]) <= _order(event):
+        events.append(event)
+    else:
+        bisect.insort(events, event, key=_order)
+
+
 def _node_order(node: Hashable) -> tuple[bool, Any]:
     return (isinstance(node, str), str(node) if isinstance(node, str) else node)
 
@@ -65,6 +74,7 @@ class Timeline:
         self._labels: dict[Hashable, str] = {}
         self._offset = 0
         self._partial = b""
+        self._fd: int | None = None  # kept open while live (``close``): one pread per refresh
         self._listeners: list[Callable[[], None]] = []
 
     def add_listener(self, listener: Callable[[], None]) -> None:
@@ -80,13 +90,36 @@ class Timeline:
                 listener()
         return added
 
+    def close(self) -> None:
+        """Read what is left and let go of the file (queries keep answering from memory)."""
+        self.refresh()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = -1  # closed for good: no more reads
+
+    def _read_chunk(self) -> bytes:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return b""
+        if self._fd < 0:
+            return b""
+        parts = []
+        while True:
+            part = os.pread(self._fd, 1 << 20, self._offset + sum(map(len, parts)))
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None and fd >= 0:
+            os.close(fd)
+
     def _read_new(self) -> bool:
-        try:
-            with open(self.path, "rb") as fp:
-                fp.seek(self._offset)
-                chunk = fp.read()
-        except FileNotFoundError:
-            return False
+        chunk = self._read_chunk()
         if not chunk:
             return False  # refreshed on every query and wake: no work when nothing is new
         self._offset += len(chunk)
@@ -106,20 +139,18 @@ class Timeline:
         return added
 
     def _add(self, event: dict) -> None:
-        # writers append in their own order: insert where the merged view stays time-ordered
-        # (almost always at the end: no re-sort of everything read so far)
-        bisect.insort(self._events, event, key=_order)
         kind = event.get("kind")
-        bisect.insort(self._by_kind.setdefault(kind, []), event, key=_order)
+        _insert(self._events, event)
+        _insert(self._by_kind.setdefault(kind, []), event)
         if kind == "step":
-            bisect.insort(self._steps.setdefault(event.get("rank", -1), []), event, key=_order)
+            _insert(self._steps.setdefault(event.get("rank", -1), []), event)
         node = event.get("node")
         if node == HARNESS:
             if kind == "node_start":
                 target = event.get("target_node")
                 self._known.setdefault(target, None)
                 self._labels[target] = str(event.get("label", target))
-        elif isinstance(node, Hashable) and node is not None:
+        elif isinstance(node, (int, str)):
             self._known.setdefault(node, None)
 
     # -- nodes ---------------------------------------------------------------------------
