@@ -12,8 +12,8 @@ which waiters that only care about exits (``Job.wait``) block on, so a training 
 stream of step events does not wake them. The reader listens to the socket only while
 someone waits on events (``listening()``: the fault scheduler, ``wait_until``): with
 nobody to wake, a datagram costs the harness nothing (the socket's queue fills up, and
-the writers' non-blocking sends fail silently), and the timeline is still re-read every
-``SAFETY_S`` and on every query.
+the writers' non-blocking sends fail silently) and the reader sleeps until an exit or a
+new listener; queries still read every line written before them.
 
 The file is the truth: a lost datagram delays an event by at most ``SAFETY_S`` (the
 reader re-reads the file that often anyway), it never loses one.
@@ -200,7 +200,7 @@ class EventBus:
         while True:
             changed = exited = False
             self._listen()
-            for key, _ in self._selector.select(self._safety):
+            for key, _ in self._selector.select(self._safety if self._listening or self._polled else None):
                 if key.fileobj is self._sock:
                     self._drain_socket()
                 elif key.fileobj == self._poke_r:
@@ -220,8 +220,8 @@ class EventBus:
             if exited:
                 self.timeline.refresh()
                 self.notify(lifecycle=True)
-            elif not self.timeline.refresh() and changed:  # refresh notifies when it read lines
-                self.notify()
+            elif not (self._listening and self.timeline.refresh()) and changed:
+                self.notify()  # (a refresh that read lines notified already)
 
     def _drain_socket(self) -> None:
         while True:
