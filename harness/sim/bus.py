@@ -190,8 +190,9 @@ class EventBus:
         """Put the socket in the selector while someone waits on events, else take it out."""
         want = self._subscribers > 0
         if want and not self._listening:
-            self._drain_socket()  # what queued while nobody listened: the refresh reads it
+            self._drain_socket()  # what queued while nobody listened: read it from the file now
             self._selector.register(self._sock, selectors.EVENT_READ)
+            self.timeline.refresh()
         elif self._listening and not want:
             self._selector.unregister(self._sock)
         self._listening = want
@@ -199,7 +200,6 @@ class EventBus:
     def _run(self) -> None:
         while True:
             changed = exited = False
-            self._listen()
             for key, _ in self._selector.select(self._safety if self._listening or self._polled else None):
                 if key.fileobj is self._sock:
                     self._drain_socket()
@@ -216,6 +216,7 @@ class EventBus:
             if self._closed:
                 return
             self._take_watches()
+            self._listen()  # a new listener (poked): listen, and read what it may wait for
             exited = self._check_polled() or exited
             if exited:
                 self.timeline.refresh()
