@@ -275,7 +275,7 @@ class Job:
 
     def _await_exit(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded."""
-        self.bus.wait_until(lambda: node in self._exits, _REAP_S)
+        self.bus.wait_until(lambda: node in self._exits, _REAP_S, lifecycle=True)
 
     def _await_stop(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it

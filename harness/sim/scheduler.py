@@ -126,6 +126,7 @@ class FaultScheduler:
                 p.fired = True
                 if p.successor is not None:
                     p.successor.armed_at = time.monotonic()
+            self._job.bus.notify()  # waiters on pending_faults()
         return next_at
 
     def _fail(self, p: _Pending, error: Exception) -> None:
