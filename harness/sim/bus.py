@@ -10,7 +10,8 @@ waiters on events (``wait_until``, the fault scheduler) block on. A watched proc
 (and ``notify(lifecycle=True)``: a fault failure, a frozen node) also bumps ``lifecycle``,
 which waiters that only care about exits (``Job.wait``) block on, so a training job's
 stream of step events does not wake them. The reader listens to the socket only while
-someone waits on events (``listening()``: the fault scheduler, ``wait_until``): with
+someone waits on events (``listening()``: ``wait_until``, the fault scheduler while it
+has pending faults): with
 nobody to wake, a datagram costs the harness nothing (the socket's queue fills up, and
 the writers' non-blocking sends fail silently) and the reader sleeps until an exit or a
 new listener; queries still read every line written before them.
@@ -108,19 +109,26 @@ class EventBus:
                 cond.wait(min(remaining, self._safety))
             return self._counter(lifecycle)
 
-    @contextlib.contextmanager
-    def listening(self) -> Iterator[None]:
-        """While inside, the reader wakes on every datagram (waiters on events use it)."""
+    def subscribe(self) -> None:
+        """From now on (until ``unsubscribe``) the reader wakes on every datagram."""
         with self._cond:
             self._subscribers += 1
             first = self._subscribers == 1
         if first:
             self._poke()  # the reader starts listening to the socket now
+
+    def unsubscribe(self) -> None:
+        with self._cond:
+            self._subscribers -= 1
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        """While inside, the reader wakes on every datagram (waiters on events use it)."""
+        self.subscribe()
         try:
             yield
         finally:
-            with self._cond:
-                self._subscribers -= 1
+            self.unsubscribe()
 
     def wait_until(self, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
         """Block until ``predicate()`` holds, re-checked on every change (``lifecycle``:

@@ -379,6 +379,9 @@ class Job:
     # -- faults --------------------------------------------------------------------------
 
     def _fault(self, kind: str, **fields: Any) -> None:
+        """Record a fault the harness is about to apply (its target already resolved)."""
+        if self._scheduler is not None:
+            self._scheduler.fired_now()  # a scheduled one leaves pending_faults() first
         self._harness_events.emit("fault", fault=kind, **fields)
 
     def _check_local_rank(self, node: int, local_rank: int) -> None:
@@ -426,8 +429,9 @@ class Job:
         return self._scheduler.failures() if self._scheduler else []
 
     def unfired_faults(self) -> list[ScheduledFault]:
-        """Every scheduled fault that did not fire: pending, then failed."""
-        return self.pending_faults() + [entry for entry, _ in self.failed_faults()]
+        """Every scheduled fault that did not fire: pending, then failed before firing
+        (what the chaos report lists as not fired, and shrinking drops)."""
+        return self._scheduler.unfired() if self._scheduler else []
 
     def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
         """The worker exits with ``exit_code`` at its next ``report_step``."""

@@ -4,7 +4,9 @@ The thread sleeps on the job's event bus: it re-evaluates the triggers whenever 
 arrive (``OnState``, ``AtStep``, ``OnWorldSize``...) and at the next time a time-based
 trigger (``After``, ``HealthyThenAfter``) comes due, never on a polling tick.
 
-A fault is *fired* once its ``apply`` returned. One whose target is not there yet (a
+A fault is *fired* the moment the job records it (its ``fault`` event: ``fired_now``), or
+once its ``apply`` returned, whichever comes first, so no one sees the event of a fault
+still listed as pending. One whose target is not there yet (a
 worker between two rounds: ``TargetNotReady``) stays pending and is retried on the next
 event. Any other error while evaluating or applying it is a *failure*: the entry leaves
 the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
@@ -56,7 +58,8 @@ class FaultScheduler:
         self._last: _Pending | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._failures: list[tuple[ScheduledFault, str]] = []
+        self._failures: list[tuple[_Pending, str]] = []
+        self._applying: _Pending | None = None  # the entry this thread is applying now
         self._thread = threading.Thread(target=self._run, name=f"faults-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -79,17 +82,33 @@ class FaultScheduler:
     def failures(self) -> list[tuple[ScheduledFault, str]]:
         """(entry, reason) of every entry that could not be applied."""
         with self._lock:
-            return list(self._failures)
+            return [(p.entry, reason) for p, reason in self._failures]
+
+    def unfired(self) -> list[ScheduledFault]:
+        """Entries pending, then those that failed before they fired."""
+        with self._lock:
+            return [p.entry for p in self._entries] + [p.entry for p, _ in self._failures if not p.fired]
 
     def _run(self) -> None:
         bus = self._job.bus
-        with bus.listening():
+        listening = False  # the bus wakes on every event only while faults are pending
+        try:
             while not self._stop.is_set():
+                with self._lock:
+                    pending = bool(self._entries)
+                if pending and not listening:
+                    bus.subscribe()
+                elif listening and not pending:
+                    bus.unsubscribe()
+                listening = pending
                 seen = bus.generation  # before evaluating: nothing that happens during it is missed
                 next_at = self._fire_due()
                 timeout = SAFETY_S if next_at is None else min(SAFETY_S, next_at - time.monotonic())
                 if timeout > 0:
                     bus.wait_change(seen, timeout)
+        finally:
+            if listening:
+                bus.unsubscribe()
 
     def _fire_due(self) -> float | None:
         """Apply every entry whose trigger is met; the earliest time a time-based trigger
@@ -114,6 +133,7 @@ class FaultScheduler:
         for p in due:
             if self._stop.is_set():
                 break
+            self._applying = p
             try:
                 p.entry.fault.apply(self._job)
             except TargetNotReady:
@@ -121,20 +141,36 @@ class FaultScheduler:
             except Exception as e:  # recorded and raised by the job's waits, never dropped
                 self._fail(p, e)
                 continue
-            with self._lock:
-                self._entries.remove(p)
-                p.fired = True
-                if p.successor is not None:
-                    p.successor.armed_at = time.monotonic()
-            self._job.bus.notify()  # waiters on pending_faults()
+            finally:
+                self._applying = None
+            self._fired(p)
         return next_at
+
+    def fired_now(self) -> None:
+        """The job is recording a fault: if this thread is applying an entry, it has fired
+        (before the event is written, so the event never shows next to a pending entry)."""
+        p = self._applying
+        if p is not None and threading.current_thread() is self._thread:
+            self._fired(p)
+
+    def _fired(self, p: _Pending) -> None:
+        with self._lock:
+            if p.fired:
+                return
+            self._entries.remove(p)
+            p.fired = True
+            if p.successor is not None:
+                p.successor.armed_at = time.monotonic()
+        self._job.bus.notify()  # waiters on pending_faults()
 
     def _fail(self, p: _Pending, error: Exception) -> None:
         reason = f"{type(error).__name__}: {error}"
+        if p.fired:  # it acted, then failed: a failure to report, but it did fire
+            reason += " (after the fault was recorded as fired)"
         with self._lock:
             if p in self._entries:
                 self._entries.remove(p)
-            self._failures.append((p.entry, reason))
+            self._failures.append((p, reason))
         self._job._harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
         self._job.bus.notify(lifecycle=True)  # Job.wait raises it
 
