@@ -256,7 +256,7 @@ class Job:
                 except subprocess.TimeoutExpired:
                     return
             cause = self._harmed.get(node)
-            how = {"exitcode": code} if code >= 0 else {"exitcode": None, "signal": -code}
+            how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
             self._harness_events.emit("node_exit", target_node=node, cause=cause, **how)
             if cause is not None and node not in self._terminal:
                 self._record_terminal(node, cause, **how)
@@ -379,10 +379,13 @@ class Job:
     # -- faults --------------------------------------------------------------------------
 
     def _fault(self, kind: str, **fields: Any) -> None:
-        """Record a fault the harness is about to apply (its target already resolved)."""
-        if self._scheduler is not None:
-            self._scheduler.fired_now()  # a scheduled one leaves pending_faults() first
-        self._harness_events.emit("fault", fault=kind, **fields)
+        """Record a fault the harness is about to apply (its target already resolved); a
+        scheduled one leaves ``pending_faults()`` atomically with this write."""
+        if self._scheduler is None:
+            self._harness_events.emit("fault", fault=kind, **fields)
+            return
+        with self._scheduler.recording():
+            self._harness_events.emit("fault", fault=kind, **fields)
 
     def _check_local_rank(self, node: int, local_rank: int) -> None:
         self._node(node)

@@ -4,9 +4,10 @@ The thread sleeps on the job's event bus: it re-evaluates the triggers whenever 
 arrive (``OnState``, ``AtStep``, ``OnWorldSize``...) and at the next time a time-based
 trigger (``After``, ``HealthyThenAfter``) comes due, never on a polling tick.
 
-A fault is *fired* the moment the job records it (its ``fault`` event: ``fired_now``), or
-once its ``apply`` returned, whichever comes first, so no one sees the event of a fault
-still listed as pending. One whose target is not there yet (a
+A fault is *fired* the moment the job records it (its ``fault`` event, written inside
+``recording()``, under the lock ``pending()`` takes: no one sees the event of a fault still
+pending, nor a fault gone from pending whose event is not written yet), or once its
+``apply`` returned, whichever comes first. One whose target is not there yet (a
 worker between two rounds: ``TargetNotReady``) stays pending and is retried on the next
 event. Any other error while evaluating or applying it is a *failure*: the entry leaves
 the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
@@ -15,10 +16,11 @@ the schedule unfired, a ``fault_error`` event records it, and the job's waits ra
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from harness.errors import ConfigError, ElasticError
 from harness.sim.bus import SAFETY_S
@@ -146,22 +148,30 @@ class FaultScheduler:
             self._fired(p)
         return next_at
 
-    def fired_now(self) -> None:
-        """The job is recording a fault: if this thread is applying an entry, it has fired
-        (before the event is written, so the event never shows next to a pending entry)."""
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The job writes a fault's event inside: if this thread is applying an entry, the
+        entry fires, atomically with the write as ``pending()`` sees it."""
         p = self._applying
-        if p is not None and threading.current_thread() is self._thread:
-            self._fired(p)
+        if p is None or threading.current_thread() is not self._thread:
+            yield
+            return
+        with self._lock:
+            self._mark_fired(p)
+            yield
+        self._job.bus.notify()  # waiters on pending_faults()
 
     def _fired(self, p: _Pending) -> None:
         with self._lock:
-            if p.fired:
-                return
+            self._mark_fired(p)
+        self._job.bus.notify()  # waiters on pending_faults()
+
+    def _mark_fired(self, p: _Pending) -> None:
+        if not p.fired:
             self._entries.remove(p)
             p.fired = True
             if p.successor is not None:
                 p.successor.armed_at = time.monotonic()
-        self._job.bus.notify()  # waiters on pending_faults()
 
     def _fail(self, p: _Pending, error: Exception) -> None:
         reason = f"{type(error).__name__}: {error}"
