@@ -39,6 +39,29 @@ __all__ = ["EventBus", "SAFETY_S"]
 #: the longest a lost wake-up can delay an event (the reader's periodic re-read)
 SAFETY_S = 0.5
 _MAX_UNIX_PATH = 107
+_WAKE_PREFIX = "elastic_wake_"  # + the harness pid: what a killed harness left, the next removes
+
+
+def _remove_stale_wake_dirs() -> None:
+    """Remove short socket dirs (see ``EventBus``) of harness processes that died without
+    closing their bus (SIGKILL, ``os._exit``)."""
+    try:
+        names = os.listdir("/tmp")
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_WAKE_PREFIX):
+            continue
+        pid = name[len(_WAKE_PREFIX):].split("_", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or a reused pid: left for later)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join("/tmp", name), ignore_errors=True)
+        except PermissionError:
+            continue
 
 
 class EventBus:
@@ -50,8 +73,9 @@ class EventBus:
         self._safety = safety
         self._own_dir: str | None = None
         path = os.path.join(directory, "wake.sock")
+        _remove_stale_wake_dirs()
         if len(path.encode()) > _MAX_UNIX_PATH:  # a deep TMPDIR: bind somewhere short instead
-            self._own_dir = tempfile.mkdtemp(prefix="elastic_wake_", dir="/tmp")
+            self._own_dir = tempfile.mkdtemp(prefix=f"{_WAKE_PREFIX}{os.getpid()}_", dir="/tmp")
             path = os.path.join(self._own_dir, "wake.sock")
         self.wake_path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)

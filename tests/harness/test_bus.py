@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -171,3 +173,30 @@ def test_a_frozen_node_ends_its_timeline_and_wait_skips_it():
     assert exits[1]["cause"] == "node_freeze" and exits[1]["signal"] == signal.SIGKILL  # at close
     assert exits[0]["cause"] is None and exits[0]["exitcode"] == 0
     assert not os.path.exists(job.bus.wake_path)
+
+
+def test_a_deep_directory_binds_in_a_short_one_removed_at_close(tmp_path):
+    """Unix socket paths are limited to 107 bytes: a deep TMPDIR binds under /tmp, in a dir
+    named by the harness pid, removed by ``close`` (or by the next bus, once that pid died)."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    (deep / "events.jsonl").touch()
+    stale = tempfile.mkdtemp(prefix=f"elastic_wake_{_dead_pid()}_", dir="/tmp")
+    bus = EventBus(Timeline(str(deep / "events.jsonl")), str(deep))
+    try:
+        assert bus.wake_path.startswith(f"/tmp/elastic_wake_{os.getpid()}_")
+        assert not os.path.exists(stale)
+        writer = EventWriter(bus.timeline.path, 0, "r", wake=bus.wake_path)
+        writer.emit("state", state="INIT")
+        writer.close()
+        assert _read_by_the_reader(bus, 1)
+    finally:
+        bus.close()
+        shutil.rmtree(stale, ignore_errors=True)
+    assert not os.path.exists(os.path.dirname(bus.wake_path))
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
