@@ -18,6 +18,14 @@ Rows (targets from issue 5, for this 2-core machine):
      while the job runs, in a separate run (sampling costs CPU, so it is not timed).
      <= 4 GiB. torchrun is not run at this size: its reference is printed (~13 GB RSS:
      211 MB per agent and per worker).
+(4)  trigger latency (the event bus, issue 9): a 4 x 1 job trains (gloo all_reduce and
+     ``report_step`` every ~14 ms); faults scheduled ``AtStep(step=s, rank=0)`` for a dozen
+     steps run a probe ``apply`` that notes the time: the delay from the worker stamping
+     its step event to the fault being applied in the harness. Median <= 5 ms.
+(5)  the harness process's CPU (all its threads: the bus reader, ``Job.wait``) while a
+     4 x 1 job with no faults trains the same way, from every node HEALTHY to the
+     ``JobResult``: CPU seconds / wall seconds. <= 1 % of one core. Rows 4 and 5 run in a
+     fresh process each; the machine's other load makes both noisy.
 
 Ours and torchrun alternate round by round; the table shows medians, ratios, PASS/FAIL.
 Progress and failures go to stderr, the table to stdout.
@@ -49,6 +57,7 @@ from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio
 
 WORKER = str(HERE / "scripts" / "cluster_worker.py")
 TRIVIAL = str(HERE / "scripts" / "trivial.py")
+TRAIN = str(HERE / "scripts" / "train_steps.py")
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 JOB_TIMEOUT_S = 120.0
 TARGET_2X2_S = 2.5
@@ -56,6 +65,11 @@ TORCHRUN_EXPECTED_S = 7.0
 TARGET_BIG_S = 10.0
 TARGET_PSS_GIB = 4.0
 TORCHRUN_MB_PER_PROCESS = 211
+TARGET_TRIGGER_MS = 5.0
+TARGET_CPU_PCT = 1.0
+#: a step period that is no multiple of a polling period (10 ms polling once looked like
+#: 1 ms latency at a 20 ms period: the two timers stayed in phase)
+BUS_STEPS, BUS_DELAY_S, BUS_PROBES = 200, 0.0137, 12
 READY = re.compile(r"BENCH ready rank=(\d+) attempt=\d+ restarted=(\d) pid=(\d+) value=(\S+)")
 
 
@@ -209,10 +223,74 @@ def ours_big(tmp: str, nodes: int, sample_pss: bool) -> dict:
     return sample
 
 
+def _probe_fault():
+    """A fault whose ``apply`` only notes when it ran (the harness side of row 4)."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from harness.sim.faults import Fault
+
+    applied: list[tuple[int, float]] = []
+
+    @dataclass(frozen=True)
+    class Probe(Fault):
+        kind: ClassVar[str] = "probe"
+        step: int = 0
+
+        def apply(self, job) -> None:
+            applied.append((self.step, time.monotonic()))
+
+    return Probe, applied
+
+
+def _wakes() -> int:
+    """Voluntary context switches of every thread of this process so far: how often the
+    harness went to sleep and was woken (a polling loop shows here, whatever the load)."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/status") as fp:
+            for line in fp:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def ours_bus(tmp: str, probes: bool) -> dict:
+    """A 4 x 1 training job: the trigger latency of probe faults (``probes``), or the
+    harness process's CPU while it trains (no faults)."""
+    from harness import Cluster, WorkerState
+    from harness.faults import AtStep, ScheduledFault
+
+    out = os.path.join(tmp, f"out-{uuid.uuid4().hex}")
+    with Cluster(nnodes=4, nproc_per_node=1, max_restarts=0) as cluster:
+        with _stdout_to(out):
+            job = cluster.launch(TRAIN, str(BUS_STEPS), str(BUS_DELAY_S))
+        if probes:
+            Probe, applied = _probe_fault()
+            steps = [20 + 10 * i for i in range(BUS_PROBES)]
+            job.schedule([ScheduledFault(Probe(step=s), AtStep(step=s, rank=0)) for s in steps])
+        job.wait_for_state(WorkerState.HEALTHY, timeout=JOB_TIMEOUT_S)
+        cpu0, wall0, wakes0 = time.process_time(), time.monotonic(), _wakes()
+        result = job.wait(timeout=JOB_TIMEOUT_S)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        sample: dict = {"ok": result.state == WorkerState.SUCCEEDED, "detail": str(result.state),
+                        "wakes_per_s": (_wakes() - wakes0) / wall}
+        if probes:
+            stamped = {e["step"]: e["mono"] for e in reversed(job.timeline.steps(0))}
+            sample["latencies_ms"] = [(at - stamped[s]) * 1000 for s, at in applied if s in stamped]
+            sample["ok"] = sample["ok"] and len(sample["latencies_ms"]) == BUS_PROBES
+            sample["detail"] += f", {len(applied)}/{BUS_PROBES} probes applied"
+        else:
+            sample.update(cpu_s=cpu, wall=wall, cpu_pct=100 * cpu / wall)
+    return sample
+
+
 def child(kind: str, tmp: str, nodes: int) -> int:
     """``--child``: one job in this fresh process; prints ``RESULT <json>``."""
     if kind == "2x2":
         sample = ours_2x2(tmp)
+    elif kind in ("trigger", "cpu"):
+        sample = ours_bus(tmp, probes=(kind == "trigger"))
     else:
         sample = ours_big(tmp, nodes, sample_pss=(kind == "pss"))
     print("RESULT " + json.dumps(sample), flush=True)
@@ -313,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 rounds; one run each of rows 2-3")
     parser.add_argument("--no-torchrun", action="store_true", help="skip the torchrun side")
     parser.add_argument("--nodes", type=int, default=32, help="nodes of rows 2-3 (default 32)")
-    parser.add_argument("--child", choices=["2x2", "big", "pss"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["2x2", "big", "pss", "trigger", "cpu"], help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -333,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench/cluster.py: {runs} rounds of the 2x2 kill job (cold, warm"
           f"{', torchrun' if use_torchrun else ''}), {big_runs}+1 runs of {args.nodes}x1; "
           f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    samples: dict[str, list[dict]] = {"cold": [], "warm": [], "torchrun": [], "big": [], "pss": []}
+    samples: dict[str, list[dict]] = {"cold": [], "warm": [], "torchrun": [], "big": [], "pss": [],
+                                      "trigger": [], "cpu": []}
     global WARM_POOL
     from harness import WarmPool
 
@@ -363,6 +442,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {args.nodes}x1 PSS run: {pss.get('pss_mb', 0):.0f} MB over {pss.get('procs')} "
               f"processes ({pss.get('samples')} samples) "
               f"{'ok' if pss['ok'] else 'FAILED ' + pss['detail']}", file=sys.stderr)
+        for kind in ("trigger", "cpu"):
+            for i in range(big_runs):
+                sample = run_child(kind, tmp, args.nodes, env)
+                samples[kind].append(sample)
+                shown = (f"{median(sample.get('latencies_ms') or [0]):.2f} ms median"
+                         if kind == "trigger" else f"{sample.get('cpu_pct', 0):.2f} % CPU")
+                shown += f", {sample.get('wakes_per_s', 0):.0f} wakes/s"
+                print(f"  4x1 {kind} run {i + 1}/{big_runs}: {shown} "
+                      f"{'ok' if sample['ok'] else 'FAILED ' + sample['detail']}", file=sys.stderr)
     finally:
         WARM_POOL.close()
         leftovers = [n for n in os.listdir(tmp) if n.startswith("elastic_")]
@@ -374,6 +462,11 @@ def main(argv: list[str] | None = None) -> int:
     big, big_note = _walls(samples["big"])
     pss_gib = pss.get("pss_mb", 0) / 1024 if pss["ok"] else None
     torchrun_ref_gb = 2 * args.nodes * TORCHRUN_MB_PER_PROCESS / 1000
+    latencies = [v for s in samples["trigger"] if s["ok"] for v in s["latencies_ms"]]
+    trigger_ms = median(latencies) if latencies else None
+    cpu_pct = median([s["cpu_pct"] for s in samples["cpu"] if s["ok"]]) if any(
+        s["ok"] for s in samples["cpu"]) else None
+    wakes = {kind: median([s.get("wakes_per_s") for s in samples[kind] if s["ok"]]) for kind in ("trigger", "cpu")}
     rows = [
         ["(1) 2x2, 1 worker kill + recovery: start -> JobResult (cold)", fmt_s(cold) + cold_note,
          fmt_s(theirs) + theirs_note, fmt_ratio(ratio(cold, theirs)), f"<= {TARGET_2X2_S} s",
@@ -389,6 +482,13 @@ def main(argv: list[str] | None = None) -> int:
          "n/a" if pss_gib is None else f"{pss_gib:.2f} GiB",
          f"~{torchrun_ref_gb:.1f} GB RSS (reference)", "-", f"<= {TARGET_PSS_GIB} GiB",
          _verdict(pss_gib, TARGET_PSS_GIB)],
+        [f"(4) trigger latency: step event in a worker -> fault applied (median of {len(latencies)})",
+         "n/a" if trigger_ms is None else f"{trigger_ms:.2f} ms"
+         + (f" (max {max(latencies):.1f}; {wakes['trigger'] or 0:.0f} wakes/s)" if latencies else ""), "-", "-",
+         f"<= {TARGET_TRIGGER_MS:g} ms", _verdict(trigger_ms, TARGET_TRIGGER_MS)],
+        ["(5) harness process CPU while a 4x1 job trains", "n/a" if cpu_pct is None else
+         f"{cpu_pct:.2f} % ({wakes['cpu'] or 0:.0f} wakes/s)",
+         "-", "-", f"<= {TARGET_CPU_PCT:g} % of a core", _verdict(cpu_pct, TARGET_CPU_PCT)],
     ]
     print()
     print(f"medians of {runs} rounds (row 2: {big_runs} runs); torchrun with "

@@ -2,20 +2,38 @@
 
 Each event is a single ``os.write`` on an ``O_APPEND`` descriptor, so lines from
 concurrent agents never interleave (writes up to PIPE_BUF are atomic, larger ones are
-still appended whole on local filesystems). Agents never depend on a reader.
+still appended whole on local filesystems). The file is the durable record.
+
+A reader that wants to hear of new lines at once (the simulation's event bus) names a
+Unix datagram socket in ``$HARNESS_EVENTS_WAKE``: after each line the writer sends it one
+byte. The datagram carries no data, only "look again", so a lost one loses nothing (the
+reader re-reads the file on its own now and then). It is a filesystem-path socket, not an
+abstract one, so it reaches a reader in another network namespace. Writers never depend
+on a reader: no socket, a full queue or a dead reader are all silently ignored.
+
+``$HARNESS_NODE`` names the writer's node; an all-digit value is stamped as an integer
+(the simulation's node index), anything else as given (a host name).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from typing import Any
 
-__all__ = ["EVENTS_ENV", "NODE_ENV", "EventWriter", "NullEventWriter", "event_writer_from_env"]
+__all__ = ["EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
+           "event_writer_from_env", "node_key"]
 
 EVENTS_ENV = "HARNESS_EVENTS"
 NODE_ENV = "HARNESS_NODE"
+WAKE_ENV = "HARNESS_EVENTS_WAKE"
+
+
+def node_key(value: str) -> int | str:
+    """A node's key in the event stream: its integer index when ``value`` is one."""
+    return int(value) if value.isdigit() else value
 
 
 class NullEventWriter:
@@ -31,15 +49,21 @@ class NullEventWriter:
 
 
 class EventWriter:
-    """Appends events for one agent; ``node`` and ``run_id`` are stamped on every line."""
+    """Appends events for one agent; ``node`` and ``run_id`` are stamped on every line.
+    ``wake``: a datagram socket path poked after each line (see the module doc)."""
 
     enabled = True
 
-    def __init__(self, path: str, node: str, run_id: str = ""):
+    def __init__(self, path: str, node: int | str, run_id: str = "", wake: str | None = None):
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.node = node
         self.run_id = run_id
         self._pid = os.getpid()
+        self._wake_path = wake or None
+        self._wake: socket.socket | None = None
+        if self._wake_path:
+            self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._wake.setblocking(False)
 
     def emit(self, kind: str, **fields: Any) -> None:
         if self._fd is None:
@@ -51,12 +75,20 @@ class EventWriter:
         try:
             os.write(self._fd, line.encode())
         except OSError:
-            pass  # a full disk must not take the agent down
+            return  # a full disk must not take the agent down
+        if self._wake is not None:
+            try:
+                self._wake.sendto(b".", self._wake_path)
+            except OSError:
+                pass  # no reader, a full queue: the file still has the line
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        if self._wake is not None:
+            self._wake.close()
+            self._wake = None
 
 
 def event_writer_from_env(env: dict[str, str], run_id: str, default_node: str) -> EventWriter | NullEventWriter:
@@ -64,4 +96,4 @@ def event_writer_from_env(env: dict[str, str], run_id: str, default_node: str) -
     path = env.get(EVENTS_ENV)
     if not path:
         return NullEventWriter()
-    return EventWriter(path, env.get(NODE_ENV) or default_node, run_id)
+    return EventWriter(path, node_key(env.get(NODE_ENV) or default_node), run_id, env.get(WAKE_ENV))

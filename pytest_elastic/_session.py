@@ -189,7 +189,7 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
     if report.when == "call" and report.failed:
         record.call_failed = True
     if record.chaos_seed is not None:  # what had not fired yet cannot explain this outcome
-        record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.pending_faults()}
+        record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.unfired_faults()}
     if report.when == "call" and (report.failed or record.settings.report_dir) and not record.failures:
         # (a scenario collected them itself, before it closed its cluster and error files)
         from pytest_elastic._report_failures import collect_failures
@@ -209,8 +209,8 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         report.sections.append((f"elastic timeline (job {i}, {job.run_id})", chart))
     if record.chaos_seed is not None:
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
-        unfired = [entry.describe() for job in record.cluster.jobs for entry in job.pending_faults()]
+        unfired = [entry.describe() for job in record.cluster.jobs for entry in job.unfired_faults()]
         text = "\n".join(["fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
-                          *(["not fired (the job ended first):"] + [f"  {u}" for u in unfired] if unfired else []),
+                          *(["not fired (the job ended first, or it could not be applied):"] + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))

@@ -186,9 +186,9 @@ def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
     for j, job in enumerate(list(cluster.jobs)):
         for index in sorted(job.nodes):
             name = job.node_name(index)
-            ranks = {e["local_rank"]: e.get("rank") for e in job.timeline.events("worker_start", name)}
+            ranks = {e["local_rank"]: e.get("rank") for e in job.timeline.events("worker_start", index)}
             for local_rank, pid in sorted(job.worker_pids(index).items()):
-                yield (f"job {j} ({job.run_id}) node {name} local_rank {local_rank} "
+                yield (f"job {j} ({job.run_id}) node {index} ({name}) local_rank {local_rank} "
                        f"rank {ranks.get(local_rank)} pid {pid}", pid)
 
 

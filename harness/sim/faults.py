@@ -211,8 +211,16 @@ class LinkDown(Fault):
 
 @dataclass(frozen=True)
 class Trigger:
+    """When a fault fires. The scheduler evaluates ``ready`` whenever events arrive, and at
+    ``deadline`` for triggers that come due with time alone (no polling tick)."""
+
     def ready(self, job: "Job", armed_at: float, now: float) -> bool:
         raise NotImplementedError
+
+    def deadline(self, job: "Job", armed_at: float) -> float | None:
+        """The monotonic time at which ``ready`` turns true if no event arrives before
+        (None: only an event can make it ready)."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -227,6 +235,9 @@ class After(Trigger):
 
     def ready(self, job: "Job", armed_at: float, now: float) -> bool:
         return now - armed_at >= self.seconds
+
+    def deadline(self, job: "Job", armed_at: float) -> float | None:
+        return armed_at + self.seconds
 
 
 @dataclass(frozen=True)
@@ -248,8 +259,12 @@ class AtStep(Trigger):
     rank: int = 0
 
     def ready(self, job: "Job", armed_at: float, now: float) -> bool:
-        return any(e.get("step", -1) >= self.step and e.get("mono", 0) >= armed_at
-                   for e in job.timeline.steps(self.rank))
+        for event in reversed(job.timeline.steps(self.rank)):  # newest first: stop at arming
+            if event.get("mono", 0) < armed_at:
+                return False
+            if event.get("step", -1) >= self.step:
+                return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -259,6 +274,10 @@ class HealthyThenAfter(After):
     def ready(self, job: "Job", armed_at: float, now: float) -> bool:
         first = job.first_healthy_time()
         return first is not None and now - max(first, armed_at) >= self.seconds
+
+    def deadline(self, job: "Job", armed_at: float) -> float | None:
+        first = job.first_healthy_time()
+        return None if first is None else max(first, armed_at) + self.seconds
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from harness.agent import WorkerState
 from harness.errors import ElasticError
-from harness.sim.timeline import Timeline
+from harness.sim.net_invariants import split_brain, unfenced_workers
+from harness.sim.timeline import HARNESS, Timeline
 
 __all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS", "listening_ports"]
 
@@ -52,11 +53,18 @@ class JobFacts:
     nproc_per_node: int
     finished: bool = False
     succeeded: bool | None = None
+    #: seconds within which a node cut off from the store must have stopped its workers:
+    #: the keep-alive bound plus the stop grace (and slack for a loaded machine)
+    fence_bound: float = 10.0
 
 
 def _check_transitions(timeline: Timeline, problems: list[str]) -> None:
+    """The agent's own states follow its state machine. The harness's terminal entry for a
+    node it killed, froze or removed (``"source": "harness"``) may follow any state: it
+    records what the harness did, not a step of the agent."""
     for node in timeline.nodes():
-        states = timeline.states(node)
+        states = [WorkerState(e["state"]) for e in timeline.events("state", node)
+                  if e.get("source") != HARNESS]
         for before, after in zip(states, states[1:]):
             if after not in LEGAL_TRANSITIONS[before]:
                 problems.append(f"{node}: illegal transition {before.value} -> {after.value}")
@@ -141,6 +149,9 @@ def check_timeline(timeline: Timeline, facts: JobFacts) -> list[str]:
     _check_no_overlap(timeline, problems)
     _check_restarts(timeline, facts, problems)
     _check_outcome(timeline, facts, problems)
+    events = timeline.events()  # networks: no split brain, cut-off nodes fence themselves
+    problems.extend(split_brain(events))
+    problems.extend(unfenced_workers(events, facts.fence_bound))
     return problems
 
 

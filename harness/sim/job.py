@@ -1,25 +1,36 @@
 """A running simulated job: its node agents, its timeline, the faults you can inject.
 
 ``Cluster.launch`` creates one; the nodes are real agent processes
-(``python -m harness.sim.node_main``) whose events feed the job's ``Timeline``.
+(``python -m harness.sim.node_main``) whose events feed the job's ``Timeline`` through
+its ``EventBus`` (``harness.sim.bus``); every wait here sleeps on that bus.
+
+A node is named by its integer index everywhere; its generated name is a display label
+(``timeline.label(i)``). The harness records what it does to nodes: ``node_start`` (index,
+label, agent pid) when it starts one, ``node_exit`` (exit code, or the signal, from its
+own ``waitpid``) when an agent ends, and for a node it killed, froze or removed a terminal
+``state`` entry on the node's own timeline (``"source": "harness"``, with the ``cause``),
+so ``timeline.states(i)`` of a killed node ends in ``FAILED``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from harness.agent import RunResult, WorkerState
 from harness.errors import ConfigError, ElasticError, ProcessFailure
-from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
+from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.procs import is_same_process, signal_process_group
 from harness.sim.faults import (
     ORDERS_ENV,
@@ -31,16 +42,22 @@ from harness.sim.faults import (
     WorkerCrash,
     write_exit_order,
 )
+from harness.sim.bus import EventBus
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.job_network import NetworkFaults
 from harness.sim.net import NODE_INTERFACE, Network
-from harness.sim.scheduler import FaultScheduler
-from harness.sim.timeline import Timeline
+from harness.sim.scheduler import FaultError, FaultScheduler, TargetNotReady
+from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Cluster
 
-__all__ = ["Job", "JobResult", "NodeProcess", "fifos_under"]
+__all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
+
+#: how long a kill waits for the harness's own waitpid of the agent it killed
+_REAP_S = 10.0
+#: agent states after which the harness adds no terminal entry of its own
+_FINAL = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN)
 
 
 # -- result -------------------------------------------------------------------------------
@@ -104,10 +121,15 @@ class Job(NetworkFaults):
         self.events_path = os.path.join(self.directory, "events.jsonl")
         open(self.events_path, "ab").close()
         self.timeline = Timeline(self.events_path)
+        self.bus = EventBus(self.timeline, self.directory)
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
-        self._harness_events = EventWriter(self.events_path, "harness", self.run_id)
+        self._harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
+        self._exit_lock = threading.Lock()
+        self._exits: dict[int, int] = {}  # node -> its agent's return code, once recorded
+        self._harmed: dict[int, str] = {}  # node -> what the harness did to it (a fault kind)
+        self._terminal: set[int] = set()  # nodes whose terminal entry the harness wrote
         self._rdzv: dict[str, Any] | None = None
         self._store: Any = None
         #: the nodes' network (built with the first node: the store lives in it too)
@@ -171,8 +193,9 @@ class Job(NetworkFaults):
         spec_path = os.path.join(directory, "spec.pkl")
         with open(spec_path, "wb") as fp:
             pickle.dump(spec, fp)
-        env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: name,
-               ORDERS_ENV: self.orders_dir, "TMPDIR": os.path.join(directory, "tmp")}
+        env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
+               WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
+               "TMPDIR": os.path.join(directory, "tmp")}
         env.pop("TORCHELASTIC_ERROR_FILE", None)
         slot = self._free_slot()
         gpus = cluster.gpus_for(slot)
@@ -204,8 +227,9 @@ class Job(NetworkFaults):
         finally:
             log.close()
         self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
-        if index >= cluster.max_nodes:
-            pass  # extra nodes wait in the rendezvous for a free slot, as in torchrun
+        self._harness_events.emit("node_start", target_node=index, label=name, pid=popen.pid,
+                                  addr=addr, slot=slot)
+        self.bus.watch(popen.pid, functools.partial(_record_exit_of, weakref.ref(self), index))
         return index
 
     def _free_slot(self) -> int:
@@ -215,6 +239,7 @@ class Job(NetworkFaults):
         return free[0] if free else len(self.nodes) % self.cluster.max_nodes
 
     def node_name(self, node: int) -> str:
+        """Node ``node``'s display label (the same as ``timeline.label(node)``)."""
         return self._node(node).name
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
@@ -224,8 +249,71 @@ class Job(NetworkFaults):
     def _node(self, node: int) -> NodeProcess:
         try:
             return self.nodes[node]
-        except KeyError:
+        except (KeyError, TypeError):
             raise ConfigError("node", node, f"is not one of this job's nodes {sorted(self.nodes)}") from None
+
+    def _live_node(self, node: int) -> NodeProcess:
+        target = self._node(node)
+        if not target.alive():
+            raise TargetNotReady("node", node, f"has no running agent (it exited with {target.popen.poll()})")
+        return target
+
+    # -- what the harness does to nodes, recorded -----------------------------------------
+
+    def _harm(self, node: int, cause: str) -> None:
+        with self._exit_lock:
+            self._harmed.setdefault(node, cause)
+
+    def _record_exit(self, node: int) -> None:
+        """Record the agent's exit (called on the bus's reader thread when its pidfd turns
+        readable, and by ``terminate``): a ``node_exit`` event, and the terminal entry of a
+        node the harness harmed. Once per node."""
+        target = self.nodes[node]
+        with self._exit_lock:
+            if node in self._exits:
+                return
+            code = target.popen.poll()
+            if code is None:
+                try:  # exited (its pidfd said so) but reaped by a wait in another thread just now
+                    code = target.popen.wait(1.0)
+                except subprocess.TimeoutExpired:
+                    return
+            cause = self._harmed.get(node)
+            how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
+            self._harness_events.emit("node_exit", target_node=node, cause=cause, **how)
+            if cause is not None and node not in self._terminal:
+                self._record_terminal(node, cause, **how)
+            self._exits[node] = code
+
+    def _record_terminal(self, node: int, cause: str, **how: Any) -> None:
+        """A terminal ``state`` entry on ``node``'s own timeline, written by the harness, unless
+        the agent's own last state already was final."""
+        states = self.timeline.states(node)
+        if states and states[-1] in _FINAL:
+            return
+        code = how.get("exitcode")
+        state = WorkerState.SUCCEEDED if cause == "node_leave" and code == 0 else WorkerState.FAILED
+        self._terminal.add(node)
+        self._harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
+
+    def _await_exit(self, node: int) -> None:
+        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded."""
+        self.bus.wait_until(lambda: node in self._exits, _REAP_S, lifecycle=True)
+
+    def _await_stop(self, node: int) -> None:
+        """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
+        writes can follow the terminal entry; a bounded poll of one process."""
+        pid = self._node(node).pid
+        deadline = time.monotonic() + _REAP_S
+        pause = 0.0005
+        while time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def agent_log(self, node: int) -> str:
         try:
@@ -237,7 +325,8 @@ class Job(NetworkFaults):
     # -- observing -----------------------------------------------------------------------
 
     def _latest_starts(self, node: int) -> dict[int, dict]:
-        starts = self.timeline.events("worker_start", self._node(node).name)
+        self._node(node)
+        starts = self.timeline.events("worker_start", node)
         latest: dict[int, dict] = {}
         for start in starts:  # time-ordered: the last start of each local rank wins
             latest[start["local_rank"]] = start
@@ -249,7 +338,8 @@ class Job(NetworkFaults):
                 if is_same_process(s["worker_pid"], s.get("start_time"))}
 
     def _latest_state(self, node: int) -> WorkerState | None:
-        states = self.timeline.states(self._node(node).name)
+        self._node(node)
+        states = self.timeline.states(node)
         return states[-1] if states else None
 
     def first_healthy_time(self) -> float | None:
@@ -267,58 +357,88 @@ class Job(NetworkFaults):
             return False
         return state != WorkerState.HEALTHY or all(self.worker_pids(i) for i in targets)
 
+    def _wait(self, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
+        """Sleep on the event bus until ``predicate()`` or a fault failure (raised).
+        ``lifecycle``: the predicate depends on agent exits only (wake on nothing else)."""
+        done = self.bus.wait_until(lambda: bool(self.failed_faults()) or predicate(), timeout, lifecycle)
+        self._raise_fault_failures()
+        return done
+
+    def _raise_fault_failures(self) -> None:
+        failures = self.failed_faults()
+        if failures:
+            reasons = "; ".join(f"{entry.describe()}: {reason}" for entry, reason in failures)
+            raise FaultError(f"{len(failures)} scheduled fault(s) could not be applied: {reasons}")
+
     def wait_for_state(self, state: WorkerState, timeout: float = 30, node: int | None = None) -> None:
         """Block until ``node`` (default: every running node) is in ``state``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.in_state(state, node):
-                return
-            if time.monotonic() > deadline:
-                current = {self.nodes[i].name: getattr(self._latest_state(i), "value", None) for i in self.nodes}
-                raise TimeoutError(f"nodes did not reach {state.value} within {timeout:g}s "
-                                   f"(now {current})\n{self.timeline.format()}")
-            time.sleep(0.02)
+        if node is not None:
+            self._node(node)
+        if not self._wait(lambda: self.in_state(state, node), timeout):
+            current = {i: getattr(self._latest_state(i), "value", None) for i in self.nodes}
+            raise TimeoutError(f"nodes did not reach {state.value} within {timeout:g}s "
+                               f"(now {current})\n{self.timeline.format()}")
 
     def wait_for_recovery(self, timeout: float = 30) -> float:
         """Block until the job recovered from the last fault (every disturbed node
         HEALTHY again, or finished); returns the recovery latency in seconds."""
         deadline = time.monotonic() + timeout
-        while self.pending_faults():  # scheduled faults fire first
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"scheduled faults never fired within {timeout:g}s: "
-                                   f"{[e.describe() for e in self.pending_faults()]}")
-            time.sleep(0.01)
-        while True:
-            faults = self.timeline.faults()
-            if not faults:
-                raise ElasticError("no fault has been injected into this job")
-            latency = faults[-1].recovery_latency
-            if latency is not None:
-                return latency
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no recovery from {faults[-1]['fault']} within {timeout:g}s\n"
-                                   f"{self.timeline.format()}")
-            time.sleep(0.02)
+        if not self._wait(lambda: not self.pending_faults(), timeout):  # scheduled faults fire first
+            raise TimeoutError(f"scheduled faults never fired within {timeout:g}s: "
+                               f"{[e.describe() for e in self.pending_faults()]}")
+        if not self.timeline.faults():
+            raise ElasticError("no fault has been injected into this job")
+
+        def recovered() -> bool:
+            return self.timeline.faults()[-1].recovery_latency is not None
+
+        if not self._wait(recovered, max(0.0, deadline - time.monotonic())):
+            raise TimeoutError(f"no recovery from {self.timeline.faults()[-1]['fault']} within "
+                               f"{timeout:g}s\n{self.timeline.format()}")
+        latency = self.timeline.faults()[-1].recovery_latency
+        assert latency is not None
+        return latency
 
     # -- faults --------------------------------------------------------------------------
 
     def _fault(self, kind: str, **fields: Any) -> None:
-        self._harness_events.emit("fault", fault=kind, **fields)
+        """Record a fault the harness is about to apply (its target already resolved); a
+        scheduled one leaves ``pending_faults()`` atomically with this write."""
+        self._record_action("fault", fault=kind, **fields)
 
-    def _signal_worker(self, node: int, local_rank: int, sig: int) -> int:
+    def _record_action(self, event: str, **fields: Any) -> None:
+        """Write the event of something the harness does to the job (a ``fault``, a
+        ``heal``); a scheduled action fires atomically with the write."""
+        if self._scheduler is None:
+            self._harness_events.emit(event, **fields)
+            return
+        with self._scheduler.recording():
+            self._harness_events.emit(event, **fields)
+
+    def _check_local_rank(self, node: int, local_rank: int) -> None:
+        self._node(node)
+        n = self.cluster.nproc_per_node
+        if not isinstance(local_rank, int) or not 0 <= local_rank < n:
+            raise ConfigError("local_rank", local_rank, f"is not a worker of node {node} "
+                              f"(local ranks: 0..{n - 1}, nproc_per_node={n})")
+
+    def _worker_pid(self, node: int, local_rank: int) -> int:
+        """The pid of a live worker (resolved before the fault is recorded, so a fault that
+        cannot hit its target is never recorded as fired)."""
+        self._check_local_rank(node, local_rank)
         pids = self.worker_pids(node)
         if local_rank not in pids:
-            raise ConfigError("local_rank", local_rank, f"has no running worker on node {node} (workers: {sorted(pids)})")
-        pid = pids[local_rank]
-        os.kill(pid, sig)
-        return pid
+            raise TargetNotReady("local_rank", local_rank, f"has no running worker on node {node} "
+                                 f"now (running: {sorted(pids)})")
+        return pids[local_rank]
 
     def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
         """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""
         self.schedule([ScheduledFault(fault, trigger or Immediately())])
 
     def schedule(self, entries: list[ScheduledFault]) -> None:
-        """Arm a list of scheduled faults; a background thread fires each when due."""
+        """Arm a list of scheduled faults; a background thread fires each when due. One that
+        cannot be applied makes the job's waits (``wait``...) raise ``FaultError``."""
         for entry in entries:
             crash = entry.fault
             if isinstance(crash, WorkerCrash) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
@@ -332,15 +452,26 @@ class Job(NetworkFaults):
             self._scheduler.add(entry)
 
     def pending_faults(self) -> list[ScheduledFault]:
+        """Scheduled faults armed (or waiting for their predecessor), not fired yet."""
         return self._scheduler.pending() if self._scheduler else []
+
+    def failed_faults(self) -> list[tuple[ScheduledFault, str]]:
+        """(entry, reason) of the scheduled faults that could not be applied (never fired)."""
+        return self._scheduler.failures() if self._scheduler else []
+
+    def unfired_faults(self) -> list[ScheduledFault]:
+        """Every scheduled fault that did not fire: pending, then failed before firing
+        (what the chaos report lists as not fired, and shrinking drops)."""
+        return self._scheduler.unfired() if self._scheduler else []
 
     def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
         """The worker exits with ``exit_code`` at its next ``report_step``."""
+        self._check_local_rank(node, local_rank)
         starts = self._latest_starts(node)
         if local_rank not in starts:
-            raise ConfigError("local_rank", local_rank, f"has no worker on node {node}")
+            raise TargetNotReady("local_rank", local_rank, f"has not started on node {node} yet")
         rank = starts[local_rank]["rank"]
-        self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=self.node_name(node),
+        self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
                                   local_rank=local_rank, rank=rank, exit_code=exit_code)
         write_exit_order(self.orders_dir, rank, exit_code)
 
@@ -350,29 +481,40 @@ class Job(NetworkFaults):
             raise ConfigError("store_host", self.cluster.store_host,
                               "has no separate store process to lose in this job")
         host = self._store.node
-        where = {"target_node": self.node_name(host)} if host is not None else {}
+        where = {"target_node": host} if host is not None else {}
+        if host is not None:
+            self._harm(host, "store_host_loss")
         self._fault("store_host_loss", store=self._store.describe(), **where)
         self._store.kill()
+        if host is not None:
+            self._await_exit(host)
 
     def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
         """The worker dies of ``sig``; its agent must notice and restart the group."""
-        self._fault("worker_kill", target_node=self.node_name(node), local_rank=local_rank, sig=int(sig))
-        self._signal_worker(node, local_rank, sig)
+        pid = self._worker_pid(node, local_rank)
+        self._fault("worker_kill", target_node=node, local_rank=local_rank, sig=int(sig))
+        _kill(pid, sig)
 
     def hang_worker(self, node: int, local_rank: int) -> None:
         """SIGSTOP: the worker is stuck, not dead."""
-        self._fault("worker_hang", target_node=self.node_name(node), local_rank=local_rank)
-        self._signal_worker(node, local_rank, signal.SIGSTOP)
+        pid = self._worker_pid(node, local_rank)
+        self._fault("worker_hang", target_node=node, local_rank=local_rank)
+        _kill(pid, signal.SIGSTOP)
 
     def kill_agent(self, node: int) -> None:
-        """The agent dies (SIGKILL); its workers must follow on their own."""
-        target = self._node(node)
-        self._fault("agent_kill", target_node=target.name)
+        """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
+        harness reaped the agent (its terminal entry is on the timeline)."""
+        target = self._live_node(node)
+        self._harm(node, "agent_kill")
+        self._fault("agent_kill", target_node=node)
         _kill(target.pid, signal.SIGKILL)
+        self._await_exit(node)
 
     def _signal_node(self, node: int, fault: str, sig: int) -> None:
         """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
-        self._fault(fault, target_node=self._node(node).name)
+        self._live_node(node)
+        self._harm(node, fault)
+        self._fault(fault, target_node=node)
         self._signal_node_processes(node, sig)
 
     def _signal_node_processes(self, node: int, sig: int) -> None:
@@ -383,42 +525,49 @@ class Job(NetworkFaults):
             signal_process_group(pid, sig)
 
     def kill_node(self, node: int) -> None:
-        """Agent and workers SIGKILLed at once (a machine lost)."""
+        """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
+        reaped the agent (its terminal entry is on the timeline)."""
         self._signal_node(node, "node_kill", signal.SIGKILL)
+        self._await_exit(node)
 
     def remove_node(self, node: int) -> None:
-        """Graceful leave: SIGTERM to the agent."""
-        target = self._node(node)
-        self._fault("node_leave", target_node=target.name)
+        """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
+        target = self._live_node(node)
+        self._harm(node, "node_leave")
+        self._fault("node_leave", target_node=node)
         _kill(target.pid, signal.SIGTERM)
 
     def freeze_node(self, node: int) -> None:
-        """SIGSTOP the whole node: alive to TCP, silent to heartbeats."""
-        self.frozen_nodes.add(node)
+        """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
+        is written once the agent is stopped (it never writes again)."""
         self._signal_node(node, "node_freeze", signal.SIGSTOP)
+        self.frozen_nodes.add(node)
+        self._await_stop(node)
+        with self._exit_lock:
+            if node not in self._exits and node not in self._terminal:
+                self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
+        self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
 
     def join_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
-        self._fault("node_join", target_node=f"node{len(self.nodes)}")
+        self._fault("node_join", target_node=len(self.nodes))
         return self.add_node()
 
     # -- the end -------------------------------------------------------------------------
 
+    def _running(self) -> list[int]:
+        # a snapshot: the fault thread may add a node (join) while we wait
+        return [i for i, n in list(self.nodes.items()) if i not in self.frozen_nodes and n.alive()]
+
     def wait(self, timeout: float = 120) -> JobResult:
         """Wait for every node agent to finish (nodes the harness froze excepted: they
-        never will; close() kills them); the merged result."""
-        deadline = time.monotonic() + timeout
-        while True:
-            # a snapshot: the fault thread may add a node (join) while we wait
-            pending = [n for i, n in list(self.nodes.items()) if i not in self.frozen_nodes and n.alive()]
-            if not pending:
-                return self.result()
-            remaining = deadline - time.monotonic()
-            try:
-                pending[0].popen.wait(max(0.0, remaining))
-            except subprocess.TimeoutExpired:
-                raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; node "
-                                   f"{pending[0].name} still running\n{self.timeline.format()}") from None
+        never will; close() kills them); the merged result. Raises ``FaultError`` as soon
+        as a scheduled fault could not be applied."""
+        if not self._wait(lambda: not self._running(), timeout, lifecycle=True):
+            running = self._running()
+            raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; nodes "
+                               f"{running} still running\n{self.timeline.format()}")
+        return self.result()
 
     def finished(self) -> bool:
         """Every node agent ended on its own."""
@@ -429,8 +578,16 @@ class Job(NetworkFaults):
         done = self.finished() if finished is None else finished
         facts = JobFacts(max_restarts=self.cluster.max_restarts,
                          nproc_per_node=self.cluster.nproc_per_node, finished=done,
-                         succeeded=(self.result().state == WorkerState.SUCCEEDED) if done else None)
+                         succeeded=(self.result().state == WorkerState.SUCCEEDED) if done else None,
+                         fence_bound=self._fence_bound())
         return check_timeline(self.timeline, facts)
+
+    def _fence_bound(self) -> float:
+        """How long a node cut off from the store may keep its workers: the heartbeat
+        timeout (``rdzv_conf``, else c10d's 0.8 s), the workers' stop grace, and 3 s of
+        slack for a loaded machine (the invariant is about fencing, not about speed)."""
+        heartbeat = float(self.cluster.rdzv_conf.get("heartbeat_timeout", 0.8))
+        return heartbeat + self.cluster.shutdown_timeout + 3.0
 
     def check_invariants(self) -> None:
         """Raise ``InvariantViolation`` (with the timeline) if any invariant is broken."""
@@ -459,17 +616,20 @@ class Job(NetworkFaults):
             self._scheduler.stop()
         victims: list[psutil.Process] = []
         for index, node in self.nodes.items():
-            for start in self.timeline.events("worker_start", node.name):
+            for start in self.timeline.events("worker_start", index):
                 pid = start["worker_pid"]
                 if is_same_process(pid, start.get("start_time")):  # never a reused pid
                     signal_process_group(pid, signal.SIGKILL)
                     _add_process(victims, pid)
             if node.alive():
                 self.killed_nodes.add(index)
+                self._harm(index, "close")
                 signal_process_group(node.pid, signal.SIGCONT)
                 signal_process_group(node.pid, signal.SIGKILL)
             node.popen.wait()
+            self._record_exit(index)
         _, alive = psutil.wait_procs(victims, timeout=5)
+        self.bus.close()
         self._harness_events.close()
         if self._store is not None:
             self._store.close()
@@ -479,7 +639,15 @@ class Job(NetworkFaults):
         return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
     def __repr__(self) -> str:
-        return f"Job(run_id={self.run_id}, nodes={[n.name for n in self.nodes.values()]})"
+        return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"
+
+
+def _record_exit_of(job_ref: "weakref.ref[Job]", index: int) -> None:
+    """The bus's exit callback holds the job weakly: an abandoned Cluster (and its jobs) must
+    stay collectable, so that the garbage collector can close it."""
+    job = job_ref()
+    if job is not None:
+        job._record_exit(index)
 
 
 def fifos_under(directory: str) -> list[str]:

@@ -19,17 +19,19 @@ __all__ = ["NetworkFaults"]
 
 
 class NetworkFaults:
-    """Mixed into ``Job``: needs ``network``, ``cluster``, ``_harness_events``, ``_node(i)``
-    and ``_fault(...)``."""
+    """Mixed into ``Job``: needs ``network``, ``cluster``, ``_node(i)``, ``_fault(...)`` and
+    ``_record_action(...)``."""
 
     network: "Network"
     cluster: Any
-    _harness_events: Any
 
     def _node(self, node: int) -> Any:  # provided by Job
         raise NotImplementedError
 
     def _fault(self, kind: str, **fields: Any) -> None:  # provided by Job
+        raise NotImplementedError
+
+    def _record_action(self, event: str, **fields: Any) -> None:  # provided by Job
         raise NotImplementedError
 
     def _record(self, change: "NetworkChange", **fields: Any) -> None:
@@ -55,8 +57,7 @@ class NetworkFaults:
         if node is not None:
             self._node(node)
         change = self.network.heal(node)
-        self._harness_events.emit("heal", **({"target_node": node} if node is not None else {}),
-                                  **change.params)
+        self._record_action("heal", **({"target_node": node} if node is not None else {}), **change.params)
 
     def packet_loss(self, node: int, probability: float) -> None:
         """Drop each of node ``node``'s packets with ``probability`` (0..1), both ways."""

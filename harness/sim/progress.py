@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from harness.events import EVENTS_ENV, NODE_ENV, EventWriter
+from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
 
 ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
 
@@ -32,7 +32,7 @@ def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
 
         writer.emit("fault", fault="worker_exit_order", rank=rank, step=step, exit_code=code,
                     local_rank=int(os.environ.get("LOCAL_RANK", -1)),
-                    target_node=os.environ.get(NODE_ENV, "?"))
+                    target_node=writer.node)
         print(f"[harness] rank {rank}: exiting with code {code} at step {step} (injected)",
               file=sys.stderr, flush=True)
         sys.stdout.flush()
@@ -47,7 +47,8 @@ def report_step(step: int, **fields: object) -> None:
     if not path:
         return
     if _writer is None or _writer_pid != os.getpid():  # re-open after a fork
-        _writer = EventWriter(path, os.environ.get(NODE_ENV, "?"), os.environ.get("TORCHELASTIC_RUN_ID", ""))
+        _writer = EventWriter(path, node_key(os.environ.get(NODE_ENV, "?")),
+                              os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get(WAKE_ENV))
         _writer_pid = os.getpid()
     rank = int(os.environ.get("RANK", -1))
     _writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),

@@ -1,18 +1,44 @@
-"""Fires a job's scheduled faults when their triggers are met (one thread per job)."""
+"""Fires a job's scheduled faults when their triggers are met (one thread per job).
+
+The thread sleeps on the job's event bus: it re-evaluates the triggers whenever new events
+arrive (``OnState``, ``AtStep``, ``OnWorldSize``...) and at the next time a time-based
+trigger (``After``, ``HealthyThenAfter``) comes due, never on a polling tick.
+
+A fault is *fired* the moment the job records it (its ``fault`` event, written inside
+``recording()``, under the lock ``pending()`` takes: no one sees the event of a fault still
+pending, nor a fault gone from pending whose event is not written yet), or once its
+``apply`` returned, whichever comes first. One whose target is not there yet (a
+worker between two rounds: ``TargetNotReady``) stays pending and is retried on the next
+event. Any other error while evaluating or applying it is a *failure*: the entry leaves
+the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
+``FaultError`` with the reason.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
+from harness.errors import ConfigError, ElasticError
+from harness.sim.bus import SAFETY_S
 from harness.sim.faults import ScheduledFault
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
 
-__all__ = ["FaultScheduler"]
+__all__ = ["FaultScheduler", "FaultError", "TargetNotReady"]
+
+
+class FaultError(ElasticError):
+    """A scheduled fault could not be applied; the message names it and says why."""
+
+
+class TargetNotReady(ConfigError):
+    """The fault's target exists but cannot take it now (a worker between rounds, a node
+    that already exited); a scheduled fault stays pending and is retried."""
 
 
 @dataclass(eq=False)
@@ -34,7 +60,8 @@ class FaultScheduler:
         self._last: _Pending | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.errors: list[str] = []
+        self._failures: list[tuple[_Pending, str]] = []
+        self._applying: _Pending | None = None  # the entry this thread is applying now
         self._thread = threading.Thread(target=self._run, name=f"faults-{job.run_id}", daemon=True)
         self._thread.start()
 
@@ -47,32 +74,118 @@ class FaultScheduler:
                 previous.successor = pending
             self._last = pending
             self._entries.append(pending)
+        self._job.bus.notify()  # evaluate it now (an ``Immediately`` fires at once)
 
     def pending(self) -> list[ScheduledFault]:
+        """Entries neither fired nor failed yet."""
         with self._lock:
             return [p.entry for p in self._entries]
 
+    def failures(self) -> list[tuple[ScheduledFault, str]]:
+        """(entry, reason) of every entry that could not be applied."""
+        with self._lock:
+            return [(p.entry, reason) for p, reason in self._failures]
+
+    def unfired(self) -> list[ScheduledFault]:
+        """Entries pending, then those that failed before they fired."""
+        with self._lock:
+            return [p.entry for p in self._entries] + [p.entry for p, _ in self._failures if not p.fired]
+
     def _run(self) -> None:
-        while not self._stop.wait(0.01):
-            now = time.monotonic()
-            with self._lock:
-                due = [p for p in self._entries
-                       if p.armed_at is not None and p.entry.trigger.ready(self._job, p.armed_at, now)]
-                for p in due:
-                    self._entries.remove(p)
-                    p.fired = True
-                    if p.successor is not None:
-                        p.successor.armed_at = now
-            for p in due:
-                try:
-                    p.entry.fault.apply(self._job)
-                except Exception as e:  # a fault that cannot fire is reported, not fatal
-                    self.errors.append(f"{p.entry.describe()}: {e}")
-                    self._job._harness_events.emit("fault_error", description=p.entry.describe(),
-                                                   error=str(e))
+        bus = self._job.bus
+        listening = False  # the bus wakes on every event only while faults are pending
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    pending = bool(self._entries)
+                if pending and not listening:
+                    bus.subscribe()
+                elif listening and not pending:
+                    bus.unsubscribe()
+                listening = pending
+                seen = bus.generation  # before evaluating: nothing that happens during it is missed
+                next_at = self._fire_due()
+                timeout = SAFETY_S if next_at is None else min(SAFETY_S, next_at - time.monotonic())
+                if timeout > 0:
+                    bus.wait_change(seen, timeout)
+        finally:
+            if listening:
+                bus.unsubscribe()
+
+    def _fire_due(self) -> float | None:
+        """Apply every entry whose trigger is met; the earliest time a time-based trigger
+        of the others comes due (None: only events can make one due)."""
+        now = time.monotonic()
+        due: list[_Pending] = []
+        next_at: float | None = None
+        with self._lock:
+            armed = [p for p in self._entries if p.armed_at is not None]
+        for p in armed:
+            assert p.armed_at is not None
+            try:
+                if p.entry.trigger.ready(self._job, p.armed_at, now):
+                    due.append(p)
+                    continue
+                at = p.entry.trigger.deadline(self._job, p.armed_at)
+            except Exception as e:  # recorded and raised by the job's waits, never dropped
+                self._fail(p, e)
+                continue
+            if at is not None:
+                next_at = at if next_at is None else min(next_at, at)
+        for p in due:
+            if self._stop.is_set():
+                break
+            self._applying = p
+            try:
+                p.entry.fault.apply(self._job)
+            except TargetNotReady:
+                continue  # still pending: retried when the next event arrives
+            except Exception as e:  # recorded and raised by the job's waits, never dropped
+                self._fail(p, e)
+                continue
+            finally:
+                self._applying = None
+            self._fired(p)
+        return next_at
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """The job writes a fault's event inside: if this thread is applying an entry, the
+        entry fires, atomically with the write as ``pending()`` sees it."""
+        p = self._applying
+        if p is None or threading.current_thread() is not self._thread:
+            yield
+            return
+        with self._lock:
+            self._mark_fired(p)
+            yield
+        self._job.bus.notify()  # waiters on pending_faults()
+
+    def _fired(self, p: _Pending) -> None:
+        with self._lock:
+            self._mark_fired(p)
+        self._job.bus.notify()  # waiters on pending_faults()
+
+    def _mark_fired(self, p: _Pending) -> None:
+        if not p.fired:
+            self._entries.remove(p)
+            p.fired = True
+            if p.successor is not None:
+                p.successor.armed_at = time.monotonic()
+
+    def _fail(self, p: _Pending, error: Exception) -> None:
+        reason = f"{type(error).__name__}: {error}"
+        if p.fired:  # it acted, then failed: a failure to report, but it did fire
+            reason += " (after the fault was recorded as fired)"
+        with self._lock:
+            if p in self._entries:
+                self._entries.remove(p)
+            self._failures.append((p, reason))
+        self._job._harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
+        self._job.bus.notify(lifecycle=True)  # Job.wait raises it
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
-
-
+        self._job.bus.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)

@@ -1,19 +1,52 @@
 """``Timeline``: the merged event stream of a job, as tests and reports read it.
 
-Agents, workers (``harness.report_step``) and the harness itself (faults) append JSON
-lines to one file; the timeline reads new lines on demand and answers questions about
-states, rounds, restarts and faults.
+Agents, workers (``harness.report_step``) and the harness itself (faults, node starts and
+exits) append JSON lines to one file. The timeline reads new lines incrementally: a job's
+event bus (``harness.sim.bus``) calls ``refresh`` as lines arrive, and every query
+refreshes first too, so a query sees every line written before it. It is safe to use from
+several threads (the bus's reader, fault triggers, the test).
+
+**Node keys.** A node is named by its integer index: the ``node`` field of agent and
+worker events is the index (``HARNESS_NODE``). The harness's own events have node
+``"harness"`` and name the node they concern in an integer ``target_node``; its
+``node_start`` event maps the index to a display label (``label(i)``) and the agent's pid.
+A ``state`` event with ``"source": "harness"`` is one the harness wrote on a node's behalf:
+the terminal entry of a node it killed, froze or removed (see ``harness.sim.job``).
+A timeline read from a plain ``elastic-run`` stream has host names as node keys instead.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
-from typing import Any, Iterable
+import threading
+from typing import Any, Callable, Hashable, Iterable
 
 from harness.agent import WorkerState
+from harness.errors import ConfigError
 
-__all__ = ["Timeline", "FaultRecord"]
+__all__ = ["Timeline", "FaultRecord", "HARNESS"]
+
+#: the ``node`` of the harness's own events
+HARNESS = "harness"
+
+
+def _order(event: dict) -> tuple[float, float]:
+    return (event.get("mono", 0.0), event.get("ts", 0.0))
+
+
+def _insert(events: list[dict], event: dict) -> None:
+    """Writers append in their own order: keep the merged view time-ordered (almost always
+    an append; never a re-sort of everything read so far)."""
+    if not events or _order(events[-1]) <= _order(event):
+        events.append(event)
+    else:
+        bisect.insort(events, event, key=_order)
+
+
+def _node_order(node: Hashable) -> tuple[bool, Any]:
+    return (isinstance(node, str), str(node) if isinstance(node, str) else node)
 
 
 class FaultRecord(dict):
@@ -33,19 +66,62 @@ class Timeline:
 
     def __init__(self, path: str):
         self.path = path
+        self._lock = threading.Lock()
         self._events: list[dict] = []
+        self._by_kind: dict[str, list[dict]] = {}
+        self._steps: dict[int, list[dict]] = {}  # rank -> its step events (triggers scan these)
+        self._known: dict[Hashable, None] = {}  # node keys, in order of appearance
+        self._labels: dict[Hashable, str] = {}
         self._offset = 0
         self._partial = b""
+        self._fd: int | None = None  # kept open while live (``close``): one pread per refresh
+        self._listeners: list[Callable[[], None]] = []
 
-    def refresh(self) -> None:
-        try:
-            with open(self.path, "rb") as fp:
-                fp.seek(self._offset)
-                chunk = fp.read()
-        except FileNotFoundError:
-            return
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """``listener()`` is called (outside the timeline's lock) whenever new events were read."""
+        self._listeners.append(listener)
+
+    def refresh(self) -> bool:
+        """Read what was appended since the last refresh; True if it added events."""
+        with self._lock:
+            added = self._read_new()
+        if added:
+            for listener in self._listeners:
+                listener()
+        return added
+
+    def close(self) -> None:
+        """Read what is left and let go of the file (queries keep answering from memory)."""
+        self.refresh()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = -1  # closed for good: no more reads
+
+    def _read_chunk(self) -> bytes:
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return b""
+        if self._fd < 0:
+            return b""
+        parts = []
+        while True:
+            part = os.pread(self._fd, 1 << 20, self._offset + sum(map(len, parts)))
+            if not part:
+                return b"".join(parts)
+            parts.append(part)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None and fd >= 0:
+            os.close(fd)
+
+    def _read_new(self) -> bool:
+        chunk = self._read_chunk()
         if not chunk:
-            return  # polled every few ms by waiters and triggers: no work when nothing is new
+            return False  # refreshed on every query and wake: no work when nothing is new
         self._offset += len(chunk)
         data = self._partial + chunk
         *lines, self._partial = data.split(b"\n")
@@ -54,29 +130,73 @@ class Timeline:
             if not line.strip():
                 continue
             try:
-                self._events.append(json.loads(line))
-                added = True
+                event = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a torn line from a process killed mid-write
-        if added:  # writers append in their own order: keep the merged view time-ordered
-            self._events.sort(key=lambda e: (e.get("mono", 0.0), e.get("ts", 0.0)))
+            if isinstance(event, dict):
+                self._add(event)
+                added = True
+        return added
+
+    def _add(self, event: dict) -> None:
+        kind = event.get("kind")
+        _insert(self._events, event)
+        _insert(self._by_kind.setdefault(kind, []), event)
+        if kind == "step":
+            _insert(self._steps.setdefault(event.get("rank", -1), []), event)
+        node = event.get("node")
+        if node == HARNESS:
+            if kind == "node_start":
+                target = event.get("target_node")
+                self._known.setdefault(target, None)
+                self._labels[target] = str(event.get("label", target))
+        elif isinstance(node, (int, str)):
+            self._known.setdefault(node, None)
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def nodes(self) -> list[Hashable]:
+        """Every node key seen (started by the harness or writing events), sorted."""
+        self.refresh()
+        with self._lock:
+            return sorted(self._known, key=_node_order)
+
+    def label(self, node: Hashable) -> str:
+        """The display label of ``node`` (the harness's generated name; else the key)."""
+        self._check_node(node)
+        with self._lock:
+            return self._labels.get(node, str(node))
+
+    def labels(self) -> dict[Hashable, str]:
+        """node -> display label, for every node (reports)."""
+        return {node: self.label(node) for node in self.nodes()}
+
+    def _check_node(self, node: Hashable) -> None:
+        self.refresh()
+        with self._lock:
+            if node in self._known:
+                return
+            known = sorted(self._known, key=_node_order)
+        raise ConfigError("node", node, f"is not a node of this timeline (nodes: {known})")
 
     # -- queries -------------------------------------------------------------------------
 
-    def events(self, kind: str | None = None, node: str | None = None) -> list[dict]:
-        """Every event (optionally of one kind / node), merged and time-ordered."""
-        self.refresh()
-        return [e for e in self._events
-                if (kind is None or e.get("kind") == kind) and (node is None or e.get("node") == node)]
+    def events(self, kind: str | None = None, node: Hashable | None = None) -> list[dict]:
+        """Every event (optionally of one kind / node), merged and time-ordered. ``node``:
+        a node key (``"harness"``: the harness's own events); an unknown one raises."""
+        if node is not None and node != HARNESS:
+            self._check_node(node)
+        else:
+            self.refresh()
+        with self._lock:
+            source = self._events if kind is None else self._by_kind.get(kind, [])
+            if node is None:
+                return list(source)
+            return [e for e in source if e.get("node") == node]
 
-    def nodes(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for event in self.events("state"):
-            seen.setdefault(event["node"], None)
-        return list(seen)
-
-    def states(self, node: str) -> list[WorkerState]:
-        """Every state transition of ``node``'s worker group, in order."""
+    def states(self, node: Hashable) -> list[WorkerState]:
+        """Every state transition of ``node``'s worker group, in order (the harness's
+        terminal entry for a node it killed, froze or removed included)."""
         return [WorkerState(e["state"]) for e in self.events("state", node)]
 
     def world_sizes(self) -> list[int]:
@@ -86,32 +206,42 @@ class Timeline:
             sizes.setdefault((event.get("run_id"), event.get("round")), event["world_size"])
         return list(sizes.values())
 
-    def restart_counts(self) -> dict[str, int]:
-        """The highest ``TORCHELASTIC_RESTART_COUNT`` each node reached."""
-        counts: dict[str, int] = {}
+    def restart_counts(self) -> dict[Hashable, int]:
+        """node -> the highest ``TORCHELASTIC_RESTART_COUNT`` it reached."""
+        counts: dict[Hashable, int] = {}
         for event in self.events("worker_start"):
             counts[event["node"]] = max(counts.get(event["node"], 0), event.get("restart_count", 0))
         return counts
 
-    def results(self) -> dict[str, dict]:
+    def results(self) -> dict[Hashable, dict]:
+        """node -> the serialised ``RunResult`` its agent reported."""
         return {e["node"]: e["result"] for e in self.events("result")}
 
     def steps(self, rank: int | None = None) -> list[dict]:
-        return [e for e in self.events("step") if rank is None or e.get("rank") == rank]
+        """``report_step`` events (of one global rank), in order."""
+        if rank is None:
+            return self.events("step")
+        self.refresh()
+        with self._lock:
+            return list(self._steps.get(rank, []))
 
     def faults(self) -> list[FaultRecord]:
         """Faults fired, each with detection latency (fault -> first agent reaction: a
         state change, worker exit or membership change on any node) and recovery latency
-        (fault -> every live node HEALTHY again or finished)."""
-        events = self.events()
+        (fault -> every live node HEALTHY again or finished). Entries the harness wrote
+        on a node's behalf are not reactions."""
+        self.refresh()
+        with self._lock:
+            faults = list(self._by_kind.get("fault", []))
+            reacting = sorted((e for kind in ("state", "worker_exit", "membership_change")
+                               for e in self._by_kind.get(kind, [])
+                               if e.get("node") != HARNESS and e.get("source") != HARNESS), key=_order)
         records = []
-        for i, fault in enumerate(e for e in events if e.get("kind") == "fault"):
+        for fault in faults:
             record = FaultRecord(fault)
             start = fault["mono"]
-            later = [e for e in events if e.get("mono", 0) > start and e.get("node") != "harness"
-                     and e.get("kind") != "fault"]
-            reactions = [e for e in later if e.get("kind") in ("state", "worker_exit", "membership_change")
-                         and e.get("state") != WorkerState.HEALTHY.value]
+            later = [e for e in reacting if e.get("mono", 0) > start]
+            reactions = [e for e in later if e.get("state") != WorkerState.HEALTHY.value]
             record["detection_latency"] = reactions[0]["mono"] - start if reactions else None
             record["recovery_latency"] = self._recovery(later, start)
             records.append(record)
@@ -135,16 +265,22 @@ class Timeline:
         events = self.events()
         if not events:
             return "(no events)"
+        with self._lock:
+            labels = dict(self._labels)
         t0 = events[0].get("mono", 0.0)
         lines = []
         for e in events[-limit:]:
+            node = e.get("node", "?")
+            shown = f"{node}:{labels[node]}" if node in labels else str(node)
             detail = {k: v for k, v in e.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind")}
-            lines.append(f"{e.get('mono', 0.0) - t0:8.3f}s {e.get('node', '?'):>14} {e.get('kind', '?'):<16} "
+            lines.append(f"{e.get('mono', 0.0) - t0:8.3f}s {shown:>16} {e.get('kind', '?'):<16} "
                          f"{json.dumps(detail, default=str)[:160]}")
         return "\n".join(lines)
 
     def __len__(self) -> int:
-        return len(self.events())
+        self.refresh()
+        with self._lock:
+            return len(self._events)
 
     def __repr__(self) -> str:
         return f"Timeline({os.path.basename(self.path)}, {len(self._events)} events)"

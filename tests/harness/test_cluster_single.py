@@ -18,12 +18,11 @@ def test_callable_job_return_values_and_timeline():
         result = job.wait(timeout=60)
         assert result.state == WorkerState.SUCCEEDED
         assert result.return_values == {0: "attempt 1", 1: "attempt 1"}
-        node = job.node_name(0)
-        assert job.timeline.states(node) == [
+        assert job.timeline.states(0) == [
             WorkerState.INIT, WorkerState.HEALTHY, WorkerState.FAILED, WorkerState.STOPPED,
             WorkerState.HEALTHY, WorkerState.SUCCEEDED]
         assert job.timeline.world_sizes() == [2, 2]
-        assert job.timeline.restart_counts() == {node: 1}
+        assert job.timeline.restart_counts() == {0: 1}
 
 
 def test_kill_worker_fault_recovers_and_is_recorded():

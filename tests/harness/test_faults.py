@@ -5,9 +5,10 @@ from __future__ import annotations
 import signal
 
 import psutil
+import pytest
 
 from harness import Cluster, WorkerState
-from harness.faults import After, AtStep, OnState, WorkerCrash, WorkerHang
+from harness.faults import After, AtStep, OnState, ScheduledFault, WorkerCrash, WorkerHang
 from tests.conftest import SCRIPTS
 
 STEPPER = str(SCRIPTS / "stepper.py")
@@ -23,7 +24,7 @@ def test_exit_code_crash_at_exact_rank_and_step():
         assert [(e["rank"], e["restart_count"]) for e in exits] == [(1, 0)]
         steps = [e["step"] for e in job.timeline.steps(rank=1) if e["restart_count"] == 0]
         assert max(steps) == 4  # crashed at step 4, not before, not after
-        assert job.timeline.restart_counts()[job.node_name(0)] == 1
+        assert job.timeline.restart_counts()[0] == 1
 
 
 def test_signal_crash_on_state_trigger():
@@ -62,12 +63,19 @@ def test_exit_order_at_next_step():
         assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 9
 
 
-def test_fault_that_cannot_fire_is_reported():
+def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired():
+    """A worker that does not exist: ``wait()`` raises with the reason (it used to return
+    normally, the error kept in a list nothing read), and the fault is not listed as fired."""
+    from harness.sim.scheduler import FaultError
+
     with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "50", "0.02")
-        job.inject(WorkerCrash(local_rank=7), OnState(WorkerState.HEALTHY))
-        job.wait(timeout=60)
-        assert not job.pending_faults()
+        entry = ScheduledFault(WorkerCrash(local_rank=7), OnState(WorkerState.HEALTHY))
+        job.schedule([entry])
+        with pytest.raises(FaultError, match=r"local_rank=7 is not a worker of node 0"):
+            job.wait(timeout=60)
+        assert job.timeline.faults() == [] and not job.pending_faults()
+        assert job.unfired_faults() == [entry] and job.failed_faults()[0][0] is entry
         [error] = job.timeline.events("fault_error")
         assert "local_rank=7" in error["error"]
 
@@ -75,8 +83,6 @@ def test_fault_that_cannot_fire_is_reported():
 def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
     """B (at step 3) is chained to A (at step 10): unchained it would fire first, in the
     first attempt; chained it waits for A, then for step 3 of the restarted attempt."""
-    from harness.faults import ScheduledFault
-
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
         job.schedule([ScheduledFault(WorkerCrash(local_rank=0), AtStep(step=10, rank=0)),
@@ -86,4 +92,4 @@ def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
         assert (first["local_rank"], second["local_rank"]) == (0, 1)
         restarted = min(e["mono"] for e in job.timeline.events("worker_start") if e["restart_count"] == 1)
         assert second["mono"] > restarted
-        assert job.timeline.restart_counts()[job.node_name(0)] == 2
+        assert job.timeline.restart_counts()[0] == 2

@@ -98,7 +98,7 @@ def test_nodes_get_disjoint_slices_in_their_workers_env():
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
         assert [job.gpus_for(i) for i in (0, 1)] == [("0", "1"), ("2", "3")]
         # group ranks follow the rendezvous join order; the slice follows the node
-        slices = {job.node_name(i): ",".join(job.gpus_for(i)) for i in (0, 1)}
+        slices = {i: ",".join(job.gpus_for(i)) for i in (0, 1)}
         expected = {s["rank"]: slices[s["node"]] for s in job.timeline.events("worker_start")}
         assert sorted(expected) == [0, 1, 2, 3]
         assert result.return_values == expected

@@ -108,7 +108,7 @@ def test_failing_elastic_test_shows_the_timeline_chart(pytester):
     """)
     result = pytester.runpytest_subprocess()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*elastic timeline (job 0*", "*|i*=*+*|", "legend: *"])
+    result.stdout.fnmatch_lines(["*elastic timeline (job 0*", "*|*i*=*+*|", "legend: *"])
 
 
 CHAOS_TEST = f"""

@@ -26,8 +26,8 @@ PINNED = {
         "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
         "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
     },
-    "harness.events": {"EVENTS_ENV", "NODE_ENV", "EventWriter", "NullEventWriter",
-                       "event_writer_from_env"},
+    "harness.events": {"EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
+                       "event_writer_from_env", "node_key"},
 }
 
 

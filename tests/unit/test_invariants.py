@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 
+from harness.agent import WorkerState as S
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.timeline import Timeline
 
@@ -97,3 +98,46 @@ def test_violation_message_prints_the_timeline(tmp_path):
     timeline = write(tmp_path, good_events())
     error = InvariantViolation(["something broke"], timeline)
     assert "something broke" in str(error) and "worker_start" in str(error)
+
+
+def harness_entry(node, s, cause="node_kill"):
+    """The terminal entry the harness writes on the timeline of a node it killed or froze."""
+    return {"node": node, "kind": "state", "state": s, "source": "harness", "cause": cause}
+
+
+def test_the_harness_terminal_entry_is_legal_after_any_state(tmp_path):
+    """A node killed while INIT, while HEALTHY, or after its agent reported FAILED: the
+    harness's entry records what the harness did, not a step of the agent's state machine."""
+    for before in (["INIT"], ["INIT", "HEALTHY"], ["INIT", "HEALTHY", "FAILED"]):
+        events = [state("a", s) for s in before] + [harness_entry("a", "FAILED")]
+        assert check_timeline(write(tmp_path, events), FACTS) == [], before
+
+
+def test_agent_states_around_a_harness_entry_are_still_checked(tmp_path):
+    """An agent's late line (stopped mid-write, continued at close) after the freeze entry
+    is checked against the agent's own previous state: HEALTHY -> UNHEALTHY is fine,
+    SUCCEEDED -> HEALTHY is not."""
+    late = [state("a", "INIT"), state("a", "HEALTHY"), harness_entry("a", "FAILED", "node_freeze"),
+            state("a", "UNHEALTHY")]
+    assert check_timeline(write(tmp_path, late), FACTS) == []
+    bad = [state("a", "INIT"), state("a", "HEALTHY"), state("a", "SUCCEEDED"),
+           harness_entry("a", "FAILED"), state("a", "HEALTHY")]
+    problems = check_timeline(write(tmp_path, bad), FACTS)
+    assert problems == ["a: illegal transition SUCCEEDED -> HEALTHY"]
+
+
+def test_integer_node_keys_labels_and_unknown_nodes(tmp_path):
+    import pytest
+
+    from harness.errors import ConfigError
+
+    events = [{"node": "harness", "kind": "node_start", "target_node": 0, "label": "megan-0"},
+              {"node": "harness", "kind": "node_start", "target_node": 1, "label": "kate-1"},
+              state(0, "INIT"), state(1, "INIT"), state(1, "HEALTHY")]
+    timeline = write(tmp_path, events)
+    assert timeline.nodes() == [0, 1] and timeline.states(1) == [S.INIT, S.HEALTHY]
+    assert timeline.label(1) == "kate-1" and timeline.labels() == {0: "megan-0", 1: "kate-1"}
+    for unknown in (2, "kate-1"):
+        with pytest.raises(ConfigError, match=r"is not a node of this timeline \(nodes: \[0, 1\]\)"):
+            timeline.states(unknown)
+    assert "1:kate-1" in timeline.format()
