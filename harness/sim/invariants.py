@@ -14,7 +14,7 @@ from harness.errors import ElasticError
 from harness.sim.net_invariants import split_brain, unfenced_workers
 from harness.sim.timeline import HARNESS, Timeline
 
-__all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS", "listening_ports"]
+__all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS"]
 
 S = WorkerState
 #: the agent's state machine (seeds): what may follow what for one node's worker group
@@ -153,19 +153,3 @@ def check_timeline(timeline: Timeline, facts: JobFacts) -> list[str]:
     problems.extend(split_brain(events))
     problems.extend(unfenced_workers(events, facts.fence_bound))
     return problems
-
-
-def listening_ports() -> set[int]:
-    """TCP ports in LISTEN state on this machine (from /proc: no privileges needed)."""
-    ports: set[int] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as fp:
-                next(fp)
-                for line in fp:
-                    fields = line.split()
-                    if fields[3] == "0A":  # TCP_LISTEN
-                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-        except FileNotFoundError:
-            continue
-    return ports
