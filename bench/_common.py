@@ -48,7 +48,8 @@ class _HwmWatcher(threading.Thread):
 
     VmHWM only grows, so the last value read before the process turned into a zombie (a
     zombie has no memory map and no VmHWM line) is its peak up to within ``RSS_POLL_S``.
-    Reading /proc does not stop the process and costs far less than the poll period.
+    Reading /proc does not stop the process and costs far less than the poll period. (Read
+    by hand: psutil offers the current RSS, not this kernel-kept peak.)
     """
 
     def __init__(self, pid: int):

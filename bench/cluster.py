@@ -13,7 +13,7 @@ Rows (targets from issue 5, for this 2-core machine):
      worker killed the same way: first Popen to both agents reaped. Expected >= 7 s.
 (2)  N nodes x 1 worker (default 32), gloo init + one all_reduce + destroy, start to
      ``JobResult`` in a fresh process. <= 10 s.
-(3)  total PSS of that job at its peak: the sum of ``Pss`` from ``/proc/<pid>/smaps_rollup``
+(3)  total PSS of that job at its peak: the sum of each process's PSS (psutil)
      over the zygote, the store server, every agent and every worker, sampled every 50 ms
      while the job runs, in a separate run (sampling costs CPU, so it is not timed).
      <= 4 GiB. torchrun is not run at this size: its reference is printed (~13 GB RSS:
@@ -132,37 +132,28 @@ def ours_2x2(tmp: str) -> dict:
 
 
 def _tree(roots: list[int]) -> set[int]:
-    """``roots`` and all their descendants (one pass over /proc builds the parent map)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fp:
-                stat = fp.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])  # the field after the state
-        children.setdefault(ppid, []).append(int(entry))
+    """``roots`` and all their descendants that are still alive."""
+    import psutil
+
     found: set[int] = set()
-    stack = list(roots)
-    while stack:
-        pid = stack.pop()
-        if pid not in found and os.path.exists(f"/proc/{pid}"):
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
             found.add(pid)
-            stack.extend(children.get(pid, ()))
+            found.update(child.pid for child in root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
     return found
 
 
 def _pss_kb(pid: int) -> int:
+    """Proportional set size in KiB (psutil reads /proc/<pid>/smaps_rollup); 0 if gone."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as fp:
-            for line in fp:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+        return int(psutil.Process(pid).memory_full_info().pss // 1024)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
 
 
 class PssSampler(threading.Thread):
