@@ -11,6 +11,6 @@ the zygote clusters share by choice), ``node_main`` (a node's agent process), ``
 and triggers as data), ``schema`` and ``checks`` (the one definition of every option, fault
 kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``
 (GPU slices per node), ``net`` (nodes as network hosts: namespaces on a bridge, and the
-network's faults), ``progress`` (``report_step``, the line a worker adds) and
+network's faults), ``labels`` (readable node labels), ``progress`` (``report_step``, the line a worker adds) and
 ``bytecode`` (node agents import the runtime from bytecode).
 """

@@ -24,6 +24,7 @@ from harness.errors import ConfigError, ElasticError
 from harness.sim.bytecode import ensure_compiled
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
+from harness.sim.labels import NameMaker
 from harness.sim.net_invariants import unhealed_message
 from harness.sim.pool import WarmPool, resolve_pool
 
@@ -74,7 +75,7 @@ class Cluster:
         self.pool, self._owns_pool = resolve_pool(pool)
         self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
         self.jobs: list[Job] = []
-        self._names = _NameMaker(seed)
+        self._names = NameMaker(seed)
         self._closed = False
 
     def __enter__(self) -> "Cluster":
@@ -203,27 +204,5 @@ class Cluster:
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "
                 f"network={self.network}, jobs={len(self.jobs)})")
-
-
-class _NameMaker:
-    """Readable, seeded node names (Faker), unique within a cluster."""
-
-    def __init__(self, seed: int):
-        self._seed = seed
-        self._faker: Any = None
-        self._used: set[str] = set()
-
-    def next(self, index: int) -> str:
-        if self._faker is None:
-            from faker import Faker
-
-            self._faker = Faker()
-            self._faker.seed_instance(self._seed)
-        for _ in range(20):
-            name = f"{self._faker.first_name().lower()}-{index}"
-            if name not in self._used:
-                self._used.add(name)
-                return name
-        return f"node-{index}"
 
 
