@@ -207,22 +207,16 @@ class Job(NetworkFaults):
             env["HARNESS_ZYGOTE"] = cluster.zygote_path()
         if self.network.mode == "netns":
             env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
-        from harness.procs import die_with_parent
-
-        parent = os.getpid()
-        enter = self.network.enter(index)
-
-        def preexec() -> None:  # dies with the harness; lives in its node's network
-            die_with_parent(parent)
-            if enter is not None:
-                enter()
-
+        settle = ["--parent", str(os.getpid())]  # the node dies with us, lives in its network
+        netns = self.network.namespace_path(index)
+        if netns is not None:
+            settle += ["--netns", netns]
         log = open(os.path.join(directory, "agent.log"), "wb")
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "harness.sim.node_main", spec_path], env=env, cwd=os.getcwd(),
-                stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
-                preexec_fn=preexec,
+                [sys.executable, "-m", "harness.sim.node_main", spec_path, *settle], env=env,
+                cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=None, stderr=log,
+                start_new_session=True,
             )
         finally:
             log.close()
