@@ -9,7 +9,8 @@ listed under the final failures.
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 __all__ = ["collect_failures", "failures_from_events", "explain_failures", "TRACEBACK_LINES"]
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import signal
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Callable, Hashable, Iterable, cast
+from typing import Any, cast
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]

@@ -35,8 +35,9 @@ listed by ``python -m harness.sim.schema`` (a reference that is itself a valid s
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ class ScenarioFailure(AssertionError):
 
 
 class ScenarioFile(pytest.File):
-    def collect(self) -> Iterator["ScenarioItem"]:
+    def collect(self) -> Iterator[ScenarioItem]:
         try:
             data = tomllib.loads(self.path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:

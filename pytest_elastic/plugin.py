@@ -7,7 +7,8 @@ the engine is loaded by the first test that needs it.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 

@@ -7,8 +7,9 @@ import enum
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import ConfigError, ProcessFailure
 
@@ -93,7 +94,7 @@ class WorkerState(str, enum.Enum):
     FAILED = "FAILED"
 
     @staticmethod
-    def is_running(state: "WorkerState") -> bool:
+    def is_running(state: WorkerState) -> bool:
         return state in (WorkerState.HEALTHY, WorkerState.UNHEALTHY)
 
 
@@ -190,7 +191,7 @@ class AgentEvent:
 
     @classmethod
     def for_group(cls, group: WorkerGroup, state: str, total_run_time: float, restarts: int,
-                  raw_error: str | None = None) -> "AgentEvent":
+                  raw_error: str | None = None) -> AgentEvent:
         """The metadata torch's ``SimpleElasticAgent._construct_event`` records for the agent."""
         spec = group.spec
         metadata = {

@@ -44,7 +44,7 @@ class AgentEnv:
     health_check_port: int | None
 
     @classmethod
-    def resolve(cls, env: Mapping[str, str] | None) -> "AgentEnv":
+    def resolve(cls, env: Mapping[str, str] | None) -> AgentEnv:
         base = dict(os.environ if env is None else env)
         timeout = base.get(UNINTERRUPTIBLE_TIMEOUT_ENV)
         try:

@@ -11,8 +11,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from harness.errors import ProcessFailure
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state

@@ -16,7 +16,8 @@ import pickle
 import signal
 import subprocess
 import sys
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 from harness.procs._prctl import die_with_parent
 

@@ -164,7 +164,7 @@ class Zygote:
         self._next_id = 0
 
     @classmethod
-    def for_agent(cls, env: dict[str, str] | Any) -> "Zygote":
+    def for_agent(cls, env: dict[str, str] | Any) -> Zygote:
         shared = env.get(ZYGOTE_ENV)
         if shared:
             return cls(shared)
@@ -189,7 +189,7 @@ class Zygote:
         sock.settimeout(timeout)
         try:
             message, fds = recv_message(sock)
-        except socket.timeout:
+        except TimeoutError:
             return None
         finally:
             sock.settimeout(None)

@@ -31,8 +31,9 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.rendezvous._api import RendezvousParameters
@@ -92,7 +93,7 @@ class EtcdStore:
     def __repr__(self) -> str:
         return f"EtcdStore({self.address}, prefix={self.prefix!r})"
 
-    def clone(self) -> "EtcdStore":
+    def clone(self) -> EtcdStore:
         other = EtcdStore(self.host, self.port, self.prefix, self.timeout, self._connect_timeout,
                           self._lease.ttl, _lease=self._lease)
         other._leased = set(self._leased)

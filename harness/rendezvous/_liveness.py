@@ -9,8 +9,9 @@ unit-tested with a fake one (``tests/unit/test_liveness.py``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from harness.rendezvous._state import RendezvousState
 

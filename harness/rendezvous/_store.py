@@ -29,8 +29,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Iterable
 
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
 
@@ -119,7 +119,7 @@ class StoreClient:
         """False once a request timed out or failed (the stream was dropped): reconnect."""
         return self._sock is not None
 
-    def clone(self) -> "StoreClient":
+    def clone(self) -> StoreClient:
         """A second connection to the same store (for another thread)."""
         return StoreClient(self.host, self.port, self.timeout, self._connect_timeout)
 
@@ -136,7 +136,7 @@ class StoreClient:
                     f"{within:g}s ({last_error}); is its host running and the endpoint right?")
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=min(remaining, 5))
-            except (ConnectionRefusedError, socket.timeout, OSError) as e:
+            except (TimeoutError, ConnectionRefusedError, OSError) as e:
                 if isinstance(e, socket.gaierror):
                     raise StoreConnectionError(
                         f"cannot resolve the rendezvous store host {self.host!r}: {e}") from None
@@ -169,7 +169,7 @@ class StoreClient:
         while len(buf) < n:
             try:
                 chunk = sock.recv(n - len(buf))
-            except socket.timeout:
+            except TimeoutError:
                 raise StoreTimeoutError(f"rendezvous store {self.address}: no answer to {what} "
                                         f"within {sock.gettimeout():g}s") from None
             except OSError as e:
@@ -289,7 +289,7 @@ class StoreClient:
         sock.settimeout(max(timeout, 1e-3))
         try:
             first = sock.recv(1)
-        except socket.timeout:
+        except TimeoutError:
             first = None
         except OSError as e:
             self._drop()
@@ -440,7 +440,7 @@ class StoreServer:
         state = "running" if self._thread and self._thread.is_alive() else "stopped"
         return f"StoreServer(port={self.port}, {state}, keys={len(self._data)})"
 
-    def start(self) -> "StoreServer":
+    def start(self) -> StoreServer:
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")

@@ -30,7 +30,7 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from harness.sim.timeline import Timeline
 

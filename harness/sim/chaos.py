@@ -109,6 +109,6 @@ def _make(row: schema.FaultKind, node: int, local_rank: int, rng: random.Random)
     return fault_class(row.kind)(**values)
 
 
-def _trigger(delay: float) -> "HealthyThenAfter":
+def _trigger(delay: float) -> HealthyThenAfter:
     """Fire ``delay`` s after the job first became HEALTHY (so the fault meets workers)."""
     return HealthyThenAfter(seconds=delay)

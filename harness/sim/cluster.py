@@ -18,7 +18,8 @@ import shutil
 import sys
 import tempfile
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.errors import ConfigError, ElasticError
 from harness.sim.bytecode import ensure_compiled
@@ -77,7 +78,7 @@ class Cluster:
         self._names = _NameMaker(seed)
         self._closed = False
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -85,7 +86,7 @@ class Cluster:
         self.close(check_invariants=exc_type is None)
 
     def launch(self, entrypoint: Callable[..., Any] | str, *args: Any, nodes: int | None = None,
-               module: bool = False) -> "Job":
+               module: bool = False) -> Job:
         """Start a job: a script path (run as torchrun runs it), a module (``module=True``)
         or a picklable callable, on ``nodes`` agents (default: the maximum of nnodes)."""
         if self._closed:
@@ -110,7 +111,7 @@ class Cluster:
             self._unleash_chaos(job, count)
         return job
 
-    def _unleash_chaos(self, job: "Job", count: int) -> None:
+    def _unleash_chaos(self, job: Job, count: int) -> None:
         from harness.sim.chaos import derive_seed, generate_schedule
 
         chaos = self.chaos

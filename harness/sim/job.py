@@ -25,13 +25,15 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from harness.agent import RunResult, WorkerState
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.procs import is_same_process, signal_process_group
+from harness.sim.bus import EventBus
 from harness.sim.faults import (
     ORDERS_ENV,
     AtStep,
@@ -42,7 +44,6 @@ from harness.sim.faults import (
     WorkerCrash,
     write_exit_order,
 )
-from harness.sim.bus import EventBus
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.job_network import NetworkFaults
 from harness.sim.net import NODE_INTERFACE, Network
@@ -642,7 +643,7 @@ class Job(NetworkFaults):
         return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"
 
 
-def _record_exit_of(job_ref: "weakref.ref[Job]", index: int) -> None:
+def _record_exit_of(job_ref: weakref.ref[Job], index: int) -> None:
     """The bus's exit callback holds the job weakly: an abandoned Cluster (and its jobs) must
     stay collectable, so that the garbage collector can close it."""
     job = job_ref()

@@ -16,7 +16,8 @@ lists as well as on real partitioned jobs:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
 

@@ -34,8 +34,8 @@ import sys
 import time
 from typing import Any
 
-from harness.net import PortReservation
 from harness.errors import ConfigError, ElasticError
+from harness.net import PortReservation
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
 

@@ -21,7 +21,8 @@ import bisect
 import json
 import os
 import threading
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError

@@ -16,8 +16,9 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from harness.errors import ConfigError, ElasticError
 from harness.timer._clock import Clock, MonotonicClock
@@ -343,7 +344,7 @@ class _Expires(contextlib.ContextDecorator):
         self._client = client
         self._active: list[tuple[Any, str]] = []
 
-    def _recreate_cm(self) -> "_Expires":
+    def _recreate_cm(self) -> _Expires:
         return _Expires(self._after, self._scope, self._client)
 
     def __enter__(self) -> None:

@@ -19,8 +19,8 @@ import math
 import os
 import signal as _signal
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.timer._api import TimerExpiry, TimerServer

@@ -34,8 +34,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from harness.errors import ConfigError, ElasticError
 from harness.timer._api import TimerClient, TimerExpiry, TimerRequest, TimerUnavailableError

@@ -18,10 +18,16 @@ from harness.rendezvous import (
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import StoreClient, StoreServer
 from tests.conftest import run_elastic
-from tests.rendezvous.store_proc import store_process
 from tests.rendezvous.conftest import (
-    ALLREDUCE, ALWAYS_FAIL, ENV_DUMP, LOOP, c10d_args, free_port, kill_node,
+    ALLREDUCE,
+    ALWAYS_FAIL,
+    ENV_DUMP,
+    LOOP,
+    c10d_args,
+    free_port,
+    kill_node,
 )
+from tests.rendezvous.store_proc import store_process
 
 
 def hosts_store(node) -> bool:

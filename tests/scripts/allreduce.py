@@ -1,5 +1,6 @@
 """gloo all_reduce of (rank + 1); prints the sum."""
 import os
+
 import torch
 import torch.distributed as dist
 

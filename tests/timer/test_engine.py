@@ -25,8 +25,9 @@ from harness.timer import (
     MonotonicClock,
     TimerExpiry,
     TimerRequest,
+    _engine,
+    _proc,
 )
-from harness.timer import _engine, _proc
 
 KILL, TERM = int(signal.SIGKILL), int(signal.SIGTERM)
 

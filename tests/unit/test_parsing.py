@@ -2,12 +2,12 @@ import socket
 
 import pytest
 
-from harness.net import PortReservation, split_endpoint
 from harness.errors import ConfigError
+from harness.net import PortReservation, split_endpoint
 from harness.procs import Std
 from harness.procs._logs import LogsSpecs, render_prefix
 from harness.procs._std import parse_std
-from harness.run import parse_min_max_nnodes, determine_local_world_size
+from harness.run import determine_local_world_size, parse_min_max_nnodes
 
 
 @pytest.mark.parametrize("text,expected", [("3", Std.ALL), ("0", Std.NONE), ("1", Std.OUT)])

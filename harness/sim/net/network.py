@@ -23,8 +23,9 @@ import subprocess
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -100,7 +101,7 @@ def _teardown(owned: _Owned) -> None:
 def _locked(method: F) -> F:
     """One change at a time: a job's scheduler thread and the test may both fault."""
     @functools.wraps(method)
-    def locked(self: "Network", *args: Any, **kwargs: Any) -> Any:
+    def locked(self: Network, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
     return locked  # type: ignore[return-value]
@@ -414,7 +415,7 @@ class Network:
         """Remove every namespace (and so every link, bridge, qdisc and nft table). Idempotent."""
         self._finalizer()
 
-    def __enter__(self) -> "Network":
+    def __enter__(self) -> Network:
         return self
 
     def __exit__(self, *exc: object) -> None:
