@@ -151,7 +151,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)) + " |"
 
     print(line(headers))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -55,7 +55,8 @@ def _chart(model: Any, width: int) -> str:
         marks[column(fault.at)] = "!"
     lines.append(f"{'faults':>{name_w}} |{''.join(marks)}|")
     for fault in model.faults:
-        detail = {k: v for k, v in fault.event.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
+        detail = {k: v for k, v in fault.event.items()
+                  if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
         lines.append(f"{'':>{name_w}}  ! {fault.at:6.3f}s {fault.kind} {json.dumps(detail, default=str)}")
     lines.append(_LEGEND)
     return "\n".join(lines)

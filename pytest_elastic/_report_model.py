@@ -272,7 +272,7 @@ def _place_faults(events: list[dict], faults: list[Fault], lanes: list[Lane], en
     """Latencies, the end of every lasting fault, dead nodes."""
     t0 = events[0].get("mono", 0.0) if events else 0.0
     last_seen = {e.get("node"): e.get("mono", t0) - t0 for e in events}  # time-ordered: the last wins
-    for fault, (detection, recovery) in zip(faults, fault_latencies(events)):
+    for fault, (detection, recovery) in zip(faults, fault_latencies(events), strict=False):
         fault.detection, fault.recovery = detection, recovery
     for i, fault in enumerate(faults):
         if fault.kind in _ENDING_FAULTS:

@@ -132,7 +132,8 @@ def _legend() -> str:
     items += [f'<span><i class="sw" style="background:{c};height:5px"></i>worker {html.escape(n)}</span>'
               for n, c in WORKER_COLOURS.items()]
     items += ['<span><svg width="12" height="10"><path d="M6 10l-5 -9h10z" fill="#d62f2f"/></svg>fault</span>',
-              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>lasting fault (partition, freeze, ...)</span>',
+              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>'
+              'lasting fault (partition, freeze, ...)</span>',
               '<span><i class="sw" style="background:rgba(240,140,0,.35)"></i>fault → detected</span>',
               '<span><i class="sw" style="background:rgba(245,197,66,.35)"></i>detected → recovered</span>',
               '<span><i class="sw" style="background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)">'

@@ -145,7 +145,8 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         props.append(("elastic_test_seed", record.chaos_seed))
     props.append(("elastic_jobs", len(stats)))
     props.append(("elastic_fault_count", sum(s["faults"] for s in stats)))
-    props.append(("elastic_faults", "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
+    props.append(("elastic_faults",
+                  "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
     props.append(("elastic_recovered", sum(s["recovered"] for s in stats)))
     props.append(("elastic_restarts", sum(s["restarts"] for s in stats)))
     props.append(("elastic_detection_latencies", [v for s in stats for v in s["detection"]]))
@@ -212,6 +213,7 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
         unfired = [entry.describe() for job in record.cluster.jobs for entry in job.unfired_faults()]
         text = "\n".join(["fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
-                          *(["not fired (the job ended first, or it could not be applied):"] + [f"  {u}" for u in unfired] if unfired else []),
+                          *(["not fired (the job ended first, or it could not be applied):"]
+                            + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))

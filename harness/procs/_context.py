@@ -239,7 +239,8 @@ class ProcessContext:
             pending = [p for p in pending if p.poll() is None]
 
     def __repr__(self) -> str:
-        return f"ProcessContext(name={self.name!r}, start_method={self.start_method}, procs={list(self.procs.values())})"
+        return (f"ProcessContext(name={self.name!r}, start_method={self.start_method}, "
+                f"procs={list(self.procs.values())})")
 
 
 def _child_stream(handle: Any) -> Any:

@@ -215,7 +215,7 @@ class _Zygote:
                     os._exit(1)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd, target in zip(fds, (0, 1, 2)):
+            for fd, target in zip(fds, (0, 1, 2), strict=False):
                 os.dup2(fd, target)
             keep = set(range(3))
             self.selector.close()

@@ -437,7 +437,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
         values = peek([self._hb(n) for n in watched]) if watched else []
         self._answered()
-        verdict = peers.observe(zip(watched, values))
+        verdict = peers.observe(zip(watched, values, strict=False))
         self._connect_live(state, watched)
         dead = set(verdict.dead) | self._sock_dead()
         with self._lock:

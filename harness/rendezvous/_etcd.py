@@ -217,7 +217,7 @@ class EtcdStore:
 
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         self._call("/v3/kv/txn", {"success": [{"requestPut": self._put(k, v)}
-                                              for k, v in zip(keys, values)]})
+                                              for k, v in zip(keys, values, strict=False)]})
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         expected_b = expected.encode() if isinstance(expected, str) else bytes(expected)
@@ -283,7 +283,7 @@ class EtcdStore:
         total = _seconds(timeout, self.timeout)
         deadline = time.monotonic() + total
         values, revision = self._range_many(keys)
-        for key, value in zip(keys, values):
+        for key, value in zip(keys, values, strict=False):
             if value is None:
                 self._watch_for(key, revision + 1, deadline, total)
 

@@ -240,7 +240,7 @@ class StoreClient:
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         if len(keys) != len(values):
             raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
-        body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values))
+        body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values, strict=True))
         with self._lock:
             self._send(_U8.pack(MULTI_SET) + _I64.pack(len(keys)) + body, "multi_set")
 

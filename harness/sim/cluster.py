@@ -93,7 +93,8 @@ class Cluster:
             raise ElasticError("this cluster is closed")
         count = self.max_nodes if nodes is None else nodes
         if not 1 <= count <= self.max_nodes:
-            raise ConfigError("nodes", nodes, f"must be in 1..{self.max_nodes} (nnodes={self.min_nodes}:{self.max_nodes})")
+            raise ConfigError("nodes", nodes,
+                              f"must be in 1..{self.max_nodes} (nnodes={self.min_nodes}:{self.max_nodes})")
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
         job = Job(self, entrypoint, list(args), module)

@@ -65,7 +65,7 @@ def _check_transitions(timeline: Timeline, problems: list[str]) -> None:
     for node in timeline.nodes():
         states = [WorkerState(e["state"]) for e in timeline.events("state", node)
                   if e.get("source") != HARNESS]
-        for before, after in zip(states, states[1:]):
+        for before, after in zip(states, states[1:], strict=False):
             if after not in LEGAL_TRANSITIONS[before]:
                 problems.append(f"{node}: illegal transition {before.value} -> {after.value}")
         if states and states[0] != S.INIT:

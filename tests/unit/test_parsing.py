@@ -30,7 +30,8 @@ def test_nnodes(text, expected):
     assert parse_min_max_nnodes(text) == expected
 
 
-@pytest.mark.parametrize("text,fragment", [("4:1", "MIN <= MAX"), ("0", "MIN >= 1"), ("a", "integers"), ("1:2:3", "integers")])
+@pytest.mark.parametrize("text,fragment",
+                         [("4:1", "MIN <= MAX"), ("0", "MIN >= 1"), ("a", "integers"), ("1:2:3", "integers")])
 def test_nnodes_bad(text, fragment):
     with pytest.raises(ConfigError, match=fragment):
         parse_min_max_nnodes(text)

@@ -27,13 +27,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-T = TypeVar("T")
-
 from harness.errors import ConfigError, ElasticError
 from harness.procs import join_netns
 from harness.sim.net import names, rules
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
+
+T = TypeVar("T")
 
 __all__ = ["Network", "NetworkChange", "NetworkError", "NETNS_RANGE"]
 
@@ -234,7 +234,7 @@ class Network:
         self._owned.namespaces[len(self._owned.namespaces):] = full  # recorded first: close() removes
         _check(subprocess.run(["ip", "-batch", "-"], input="".join(f"netns add {n}\n" for n in full),
                               capture_output=True, text=True), "creating namespaces")
-        for host, name in zip(hosts, full):
+        for host, name in zip(hosts, full, strict=True):
             fd = os.open(os.path.join(names.NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
             self._owned.fds.append(fd)
             self._fds[host] = fd
