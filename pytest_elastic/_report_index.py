@@ -36,9 +36,9 @@ def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
     return reproduction_line(test, settings, schedule=str(schedule))
 
 
-def index_rows(stats: list[dict], settings: Any = None) -> list[dict]:
+def index_rows(stats: list[dict[str, Any]], settings: Any = None) -> list[dict[str, Any]]:
     """One row per elastic test (the last report of a test wins: a shrinking re-run's)."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for s in stats:
         test = s.get("elastic_test")
         if not test:
@@ -86,7 +86,7 @@ td div{margin-top:3px}
 """
 
 
-def _row_html(row: dict) -> str:
+def _row_html(row: dict[str, Any]) -> str:
     pages = row["pages"]
     name = html.escape(row["test"])
     link = f"<a href='{html.escape(pages[0])}'>{name}</a>" if pages else name
@@ -110,7 +110,7 @@ def _row_html(row: dict) -> str:
             f"<td>{html.escape(seed)}</td></tr>")
 
 
-def write_index(directory: str, stats: list[dict], summary_lines: list[str], settings: Any) -> str:
+def write_index(directory: str, stats: list[dict[str, Any]], summary_lines: list[str], settings: Any) -> str:
     """Write ``index.html`` and ``summary.json`` into ``directory``; the index's path."""
     rows = index_rows(stats, settings)
     os.makedirs(directory, exist_ok=True)

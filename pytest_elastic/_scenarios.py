@@ -64,13 +64,13 @@ class ScenarioFile(pytest.File):
         yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
 
 
-def _validate(data: dict) -> list[str]:
+def _validate(data: dict[str, Any]) -> list[str]:
     from harness.sim.schema import check_scenario
 
     return check_scenario(data)
 
 
-def _fault(spec: dict) -> Any:
+def _fault(spec: dict[str, Any]) -> Any:
     from harness.errors import ConfigError
     from harness.faults import from_spec
 
@@ -81,7 +81,7 @@ def _fault(spec: dict) -> Any:
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, spec: dict, **kwargs: Any):
+    def __init__(self, *, spec: dict[str, Any], **kwargs: Any):
         super().__init__(**kwargs)
         self.spec = spec
         self.add_marker(pytest.mark.elastic)
@@ -151,7 +151,7 @@ class ScenarioItem(pytest.Item):
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 
 
-def _skip_without_netns(job: dict, faults: list[dict]) -> None:
+def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
     """A scenario that needs network namespaces is skipped, saying what is missing, where
     they cannot be made (not root, no nft...), as the network tests are."""
     wants = job.get("network") == "netns" or any(f.get("kind") in NETWORK_FAULT_KINDS for f in faults)
@@ -164,7 +164,7 @@ def _skip_without_netns(job: dict, faults: list[dict]) -> None:
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
 
 
-def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
+def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
     from pytest_elastic._report import timeline_chart
 
     problems: list[str] = []

@@ -20,7 +20,7 @@ __all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwar
            "SCHEDULE_OVERRIDES", "reproduction_line", "session_pool", "close_session_pool"]
 
 #: test id -> explicit per-job schedules for its next run (set by shrinking around a re-run)
-SCHEDULE_OVERRIDES: dict[str, tuple] = {}
+SCHEDULE_OVERRIDES: dict[str, tuple[Any, ...]] = {}
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ElasticRecord:
     #: phase -> ids of the chaos entries still pending (not fired) when its report was made
     pending_ids: dict[str, set[int]] = field(default_factory=dict)
     #: job index -> its failed ranks, read while the job's files exist (``_report_failures``)
-    failures: dict[int, list] = field(default_factory=dict)
+    failures: dict[int, list[Any]] = field(default_factory=dict)
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:

@@ -200,7 +200,7 @@ def _positive(value: Any) -> float:
     return number
 
 
-def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple) -> dict[str, Any]:
+def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Any]:
     """The marker's keywords, checked against ``harness.sim.schema.MARKER_OPTIONS``;
     raises SettingError naming the test, the keyword and what it must be."""
     from harness.errors import ConfigError

@@ -50,7 +50,7 @@ class Outcome:
     """What one run of the test showed: the failing report's signature (None: passed)
     and, per job, the schedule it ran and which of its entries had fired by the failure."""
 
-    signature: tuple | None
+    signature: tuple[Any, ...] | None
     schedules: Schedules = ()
     fired: Schedules = ()  # the entries of ``schedules`` that had fired when it failed
     report: Any = None
@@ -60,7 +60,7 @@ class Outcome:
         return self.signature is not None
 
 
-def failing_report(reports: list) -> Any:
+def failing_report(reports: list[Any]) -> Any:
     """The first failed report of a run (setup failures do not count: nothing ran)."""
     for report in reports:
         if report.failed and report.when in ("call", "teardown"):
@@ -68,7 +68,7 @@ def failing_report(reports: list) -> Any:
     return None
 
 
-def signature(report: Any) -> tuple:
+def signature(report: Any) -> tuple[Any, ...]:
     """(phase, exception type, file, line) of a failure; (phase, first words) when the
     failure has no traceback (e.g. a scenario's expectation text)."""
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -79,13 +79,13 @@ def signature(report: Any) -> tuple:
     return (report.when, text.split(":", 1)[0])
 
 
-def _describe_signature(sig: tuple) -> str:
+def _describe_signature(sig: tuple[Any, ...]) -> str:
     if len(sig) == 4:
         return f"{sig[1]} at {sig[2]}:{sig[3]} ({sig[0]})"
     return f"{sig[1]!r} ({sig[0]})"
 
 
-def outcome_of(reports: list, record: Any) -> Outcome:
+def outcome_of(reports: list[Any], record: Any) -> Outcome:
     report = failing_report(reports)
     if record is None or record.chaos_seed is None:
         return Outcome(signature(report) if report is not None else None, report=report)
@@ -110,7 +110,7 @@ class ShrinkResult:
     minimal: Schedules
     runs: int
     budget: int
-    signature: tuple
+    signature: tuple[Any, ...]
     steps: list[Step] = field(default_factory=list)
     exhausted: bool = False
     seconds: float = 0.0

@@ -15,7 +15,7 @@ import pytest
 from pytest_elastic._settings import SettingError, Settings, resolve_settings
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
-STATS_KEY = pytest.StashKey[list]()
+STATS_KEY = pytest.StashKey[list[Any]]()
 #: removes this session's stack-dump dir (pytest-timeout's thread method calls it before os._exit)
 STACKS_CLEANUP_KEY = pytest.StashKey[Any]()
 _SEED_INPUT = "elastic_seed"
@@ -196,7 +196,7 @@ def elastic_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
     report = outcome.get_result()
     stacks = getattr(item, "_elastic_timeout_stacks", None)
@@ -220,7 +220,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _STATS.append(stats)
 
 
-_STATS: list[dict] = []
+_STATS: list[dict[str, Any]] = []
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

@@ -40,7 +40,7 @@ class WorkerSpec:
     rdzv_handler: Any
     fn: Callable[..., Any] | None = None
     entrypoint: Callable[..., Any] | str | None = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     max_restarts: int = 3
     monitor_interval: float = 0.1
     master_port: int | None = None
@@ -152,7 +152,7 @@ class RunResult:
     def is_failed(self) -> bool:
         return self.state == WorkerState.FAILED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "state": self.state.value,
             "return_values": {str(k): _jsonable(v) for k, v in self.return_values.items()},

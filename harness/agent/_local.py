@@ -63,7 +63,7 @@ class AgentEnv:
         )
 
 
-def _substitute_local_rank(args: tuple, local_rank: int) -> tuple:
+def _substitute_local_rank(args: tuple[Any, ...], local_rank: int) -> tuple[Any, ...]:
     """torch's ``macros.substitute``: ``${local_rank}`` in string args -> the local rank."""
     return tuple(a.replace("${local_rank}", str(local_rank)) if isinstance(a, str) else a
                  for a in args)

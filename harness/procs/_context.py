@@ -47,7 +47,7 @@ class ProcessContext:
     top of what they inherit).
     """
 
-    def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple],
+    def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple[Any, ...]],
                  envs: dict[int, dict[str, str]], logs: AttemptLogs, start_method: str = "spawn",
                  zygote: Any = None):
         self.name = name
@@ -59,7 +59,7 @@ class ProcessContext:
         self._zygote = zygote
         self.procs: dict[int, WorkerProcess] = {}
         self._pump: TeePump | None = None
-        self._files: list[IO] = []
+        self._files: list[IO[Any]] = []
         self._selector = selectors.DefaultSelector()
 
     # -- start ---------------------------------------------------------------------------
@@ -74,7 +74,7 @@ class ProcessContext:
             self.close(signal.SIGKILL, grace=0)
             raise
 
-    def _console(self, stream: int) -> IO:
+    def _console(self, stream: int) -> IO[Any]:
         return sys.stdout.buffer if stream == 1 else sys.stderr.buffer
 
     def _stream(self, rank_logs: RankLogs, which: Std) -> tuple[Any, tuple[int, TeeSink] | None]:

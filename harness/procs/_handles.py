@@ -145,7 +145,7 @@ class BinaryProcess(WorkerProcess):
     """A program run with ``Popen``; stdout/stderr are a file, a pipe, or inherited."""
 
     def __init__(self, local_rank: int, argv: list[str], env: dict[str, str],
-                 stdout: IO | int | None, stderr: IO | int | None, cwd: str | None = None):
+                 stdout: IO[Any] | int | None, stderr: IO[Any] | int | None, cwd: str | None = None):
         self._popen = subprocess.Popen(
             argv,
             env=env,
@@ -177,7 +177,7 @@ class BinaryProcess(WorkerProcess):
 # callables
 
 
-def _run_callable(payload: dict) -> None:
+def _run_callable(payload: dict[str, Any]) -> None:
     """Body of a callable worker's process (runs in the child)."""
     # forkserver children are the server's, which itself dies with the agent
     die_with_parent(payload["agent_pid"] if payload["direct_child"] else os.getppid())
@@ -210,7 +210,7 @@ def _run_callable(payload: dict) -> None:
 class CallableProcess(WorkerProcess):
     """A function run in a child started by ``multiprocessing`` (spawn, fork, forkserver)."""
 
-    def __init__(self, local_rank: int, ctx: Any, fn: Callable[..., Any], args: tuple,
+    def __init__(self, local_rank: int, ctx: Any, fn: Callable[..., Any], args: tuple[Any, ...],
                  env: dict[str, str], stdout: Any, stderr: Any, return_path: str):
         self.return_path = return_path
         self._direct_child = self._sweep_safe = ctx.get_start_method() != "forkserver"

@@ -184,7 +184,7 @@ class Zygote:
             self._sock = sock
         return self._sock
 
-    def _read(self, timeout: float | None) -> dict | None:
+    def _read(self, timeout: float | None) -> dict[str, Any] | None:
         sock = self._connect()
         sock.settimeout(timeout)
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ElasticError
@@ -72,8 +73,8 @@ def _check_transitions(timeline: Timeline, problems: list[str]) -> None:
             problems.append(f"{node}: first state is {states[0].value}, not INIT")
 
 
-def _rounds(timeline: Timeline) -> dict[int, list[dict]]:
-    by_round: dict[int, list[dict]] = defaultdict(list)
+def _rounds(timeline: Timeline) -> dict[int, list[dict[str, Any]]]:
+    by_round: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for start in timeline.events("worker_start"):
         by_round[start.get("round", 0)].append(start)
     return by_round

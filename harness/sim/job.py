@@ -87,7 +87,7 @@ class NodeProcess:
     name: str
     addr: str
     directory: str
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     result_path: str
     slot: int = 0
     gpus: tuple[str, ...] = ()
@@ -325,10 +325,10 @@ class Job(NetworkFaults):
 
     # -- observing -----------------------------------------------------------------------
 
-    def _latest_starts(self, node: int) -> dict[int, dict]:
+    def _latest_starts(self, node: int) -> dict[int, dict[str, Any]]:
         self._node(node)
         starts = self.timeline.events("worker_start", node)
-        latest: dict[int, dict] = {}
+        latest: dict[int, dict[str, Any]] = {}
         for start in starts:  # time-ordered: the last start of each local rank wins
             latest[start["local_rank"]] = start
         return latest
@@ -666,7 +666,7 @@ def fifos_under(directory: str) -> list[str]:
     return found
 
 
-def _add_process(into: list, pid: int) -> None:
+def _add_process(into: list[Any], pid: int) -> None:
     import psutil
 
     try:

@@ -74,7 +74,7 @@ class StoreProcess:
 
     node: int | None = None  # hosted by no node
 
-    def __init__(self, name: str, popen: subprocess.Popen, endpoint: str,
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], endpoint: str,
                  reservations: list[PortReservation] = (), data_dir: str | None = None):
         self.name = name
         self.popen = popen
@@ -145,7 +145,7 @@ class NodeHostedStore:
 # -- the three setups ---------------------------------------------------------------------
 
 
-def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen:
+def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen[bytes]:
     """A store process: a child of the harness that dies with it, in the store's namespace
     when the nodes are network hosts."""
     from harness.procs import die_with_parent
@@ -182,7 +182,7 @@ def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
     return {"backend": "c10d", "endpoint": endpoint, "configs": {"is_host": False}}, store
 
 
-def _read_port(popen: subprocess.Popen, log_path: str) -> int:
+def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
     """The ``PORT n`` line the store server prints once it listens (bounded wait)."""
     import selectors
 
@@ -239,7 +239,7 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
     return {"backend": backend, "endpoint": endpoint, "configs": {}}, store
 
 
-def _wait_listening(popen: subprocess.Popen, host: str, port: int, log_path: str) -> None:
+def _wait_listening(popen: subprocess.Popen[bytes], host: str, port: int, log_path: str) -> None:
     import socket
 
     deadline = time.monotonic() + _READY_TIMEOUT

@@ -442,7 +442,7 @@ def _change(kind: str, node: int | None, **params: Any) -> NetworkChange:
     return NetworkChange(kind, node, params, time.time(), time.monotonic())
 
 
-def _check(out: subprocess.CompletedProcess, what: str) -> None:
+def _check(out: subprocess.CompletedProcess[str], what: str) -> None:
     if out.returncode != 0:
         lines = (out.stderr or "").strip().splitlines()
         raise NetworkError(f"{what} failed (exit {out.returncode}): {lines[-1] if lines else 'no output'}")
