@@ -278,7 +278,8 @@ class ChildFailedError(ElasticError):
     def _format_failure(idx: int, rank: int, failure: ProcessFailure) -> str:
         msg = failure.message
         if isinstance(msg, dict):
-            extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
+            info = msg.get("extraInfo")
+            extra = info if isinstance(info, dict) else {}
             msg = str(extra.get("py_callstack", msg.get("message", NOT_AVAILABLE)))
             msg = msg.replace("\n", "\n  ")
         sig = failure.signal_name()

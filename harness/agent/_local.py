@@ -210,6 +210,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         )
         args = {w.local_rank: _substitute_local_rank(spec.args, w.local_rank)
                 for w in worker_group.workers}
+        assert spec.entrypoint is not None  # WorkerSpec.__post_init__ rejects None
         self._pcontext = ProcessContext(spec.role, spec.entrypoint, args,
                                         self._worker_envs(worker_group), logs,
                                         self._start_method, zygote=self._zygote)

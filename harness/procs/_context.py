@@ -13,13 +13,16 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from harness.errors import ProcessFailure
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
 from harness.procs._logs import AttemptLogs, RankLogs
 from harness.procs._std import Std
 from harness.procs._tee import TeePump, TeeSink
+
+if TYPE_CHECKING:
+    from harness.procs._zygote_client import Zygote
 
 __all__ = ["RunProcsResult", "ProcessContext", "START_METHODS"]
 
@@ -49,7 +52,7 @@ class ProcessContext:
 
     def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple[Any, ...]],
                  envs: dict[int, dict[str, str]], logs: AttemptLogs, start_method: str = "spawn",
-                 zygote: Any = None):
+                 zygote: Zygote | None = None):
         self.name = name
         self.entrypoint = entrypoint
         self.args = args
@@ -74,7 +77,7 @@ class ProcessContext:
             self.close(signal.SIGKILL, grace=0)
             raise
 
-    def _console(self, stream: int) -> IO[Any]:
+    def _console(self, stream: int) -> BinaryIO:
         return sys.stdout.buffer if stream == 1 else sys.stderr.buffer
 
     def _stream(self, rank_logs: RankLogs, which: Std) -> tuple[Any, tuple[int, TeeSink] | None]:

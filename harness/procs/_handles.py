@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import IO, Any
+from multiprocessing.process import BaseProcess
+from typing import IO, Any, cast
 
 from harness.procs._prctl import die_with_parent
 
@@ -216,7 +217,7 @@ class CallableProcess(WorkerProcess):
         self._direct_child = self._sweep_safe = ctx.get_start_method() != "forkserver"
         payload = {"agent_pid": os.getpid(), "direct_child": self._direct_child, "fn": fn, "args": args, "env": env,
                    "stdout": stdout, "stderr": stderr, "return_path": return_path}
-        self._process = ctx.Process(target=_run_callable, args=(payload,), daemon=False,
+        self._process: BaseProcess = ctx.Process(target=_run_callable, args=(payload,), daemon=False,
                                     name=f"worker-{local_rank}")
         self._process.start()
         super().__init__(local_rank, self._process.pid)
@@ -231,7 +232,7 @@ class CallableProcess(WorkerProcess):
 
     def _reap(self) -> int:
         self._process.join()
-        return self._process.exitcode
+        return cast(int, self._process.exitcode)  # joined: it has exited, so the code is set
 
     def release(self) -> None:
         self._process.close()

@@ -35,7 +35,7 @@ import socket
 import struct
 import sys
 import traceback
-from typing import Any
+from typing import Any, cast
 
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
@@ -111,15 +111,15 @@ class _Zygote:
                         pass
                     self.reap()
                 else:
-                    conn = key.fileobj
+                    conn = cast(socket.socket, key.fileobj)  # registered above: a client socket
                     try:
-                        self.handle(conn)  # type: ignore[arg-type]
+                        self.handle(conn)
                     except Exception as e:  # a vanished or confused agent affects only itself
                         if not isinstance(e, OSError):
                             print(f"[zygote] dropping a client after a bad request: {e!r}",
                                   file=sys.stderr, flush=True)
                         if conn in self.clients:
-                            self.drop(conn)  # type: ignore[arg-type]
+                            self.drop(conn)
 
     def reap(self) -> None:
         for pid in list(self.owner):
@@ -262,7 +262,7 @@ def _reset_stdio() -> None:
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
     stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdin = sys.__stdin__ = stdin
+    sys.stdin = sys.__stdin__ = stdin  # type: ignore[misc]  # typeshed: Final; a fresh worker does replace it
 
 
 def _apply_threads(env: dict[str, str]) -> None:

@@ -149,7 +149,8 @@ class EtcdStore:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered HTTP {status}: "
                                            f"{data[:200]!r}")
             try:
-                return json.loads(data or b"{}")
+                reply: dict[str, Any] = json.loads(data or b"{}")
+                return reply
             except ValueError:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered non-JSON "
                                            f"{data[:80]!r}; is this an etcd v3 server?") from None

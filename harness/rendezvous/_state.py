@@ -128,7 +128,7 @@ def _nodes(v: Any) -> dict[str, dict[str, Any]]:
     for k, meta in v.items():
         if not isinstance(meta, dict):
             raise ValueError(f"node {k!r} metadata is not an object")
-        clean = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
+        clean: dict[str, Any] = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
                  "live": _str(meta.get("live", ""))}
         port = meta.get("port")
         if port is not None:

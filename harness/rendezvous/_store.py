@@ -255,7 +255,7 @@ class StoreClient:
     def add(self, key: str, amount: int) -> int:
         with self._lock:
             self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount)), f"add({key!r})")
-            return _I64.unpack(self._recv(8, f"add({key!r})"))[0]
+            return int(_I64.unpack(self._recv(8, f"add({key!r})"))[0])
 
     def get(self, key: str, timeout: float | timedelta | None = None) -> bytes:
         with self._lock:
@@ -276,7 +276,7 @@ class StoreClient:
         with self._lock:
             self._send(_U8.pack(CHECK) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
                        "check")
-            return _U8.unpack(self._recv(1, "check"))[0] == READY
+            return int(_U8.unpack(self._recv(1, "check"))[0]) == READY
 
     def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
         keys = list(keys)
@@ -317,7 +317,7 @@ class StoreClient:
     def delete_key(self, key: str) -> bool:
         with self._lock:
             self._send(_U8.pack(DELETE_KEY) + self._key(key), f"delete_key({key!r})")
-            return _I64.unpack(self._recv(8, f"delete_key({key!r})"))[0] == 1
+            return int(_I64.unpack(self._recv(8, f"delete_key({key!r})"))[0]) == 1
 
     def append(self, key: str, value: bytes | str) -> None:
         with self._lock:
@@ -326,7 +326,7 @@ class StoreClient:
     def num_keys(self) -> int:
         with self._lock:
             self._send(_U8.pack(GETNUMKEYS), "num_keys")
-            return _I64.unpack(self._recv(8, "num_keys"))[0]
+            return int(_I64.unpack(self._recv(8, "num_keys"))[0])
 
     def ping(self) -> None:
         with self._lock:
@@ -359,13 +359,13 @@ class _Reader:
         return self.take(1)[0]
 
     def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
+        return int(_U32.unpack(self.take(4))[0])
 
     def u64(self) -> int:
-        return _U64.unpack(self.take(8))[0]
+        return int(_U64.unpack(self.take(8))[0])
 
     def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
+        return int(_I64.unpack(self.take(8))[0])
 
     def blob(self) -> bytes:
         size = self.u64()
@@ -616,12 +616,12 @@ class StoreServer:
         elif cmd == ADD:
             key, amount = r.key(), r.i64()
             try:
-                value = int(data.get(key, b"0")) + amount
+                total = int(data.get(key, b"0")) + amount
             except ValueError:
                 raise StoreProtocolError(f"add on key {key!r} whose value is not an integer") from None
-            data[key] = str(value).encode()
+            data[key] = str(total).encode()
             self._wake_waiters()
-            self._reply(conn, _I64.pack(value))
+            self._reply(conn, _I64.pack(total))
         elif cmd == CHECK:
             keys = [r.key() for _ in range(r.u64())]
             ready = all(k in data for k in keys)

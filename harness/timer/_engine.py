@@ -74,7 +74,8 @@ class _Timer:
 class _Pending:
     __slots__ = ("pid", "start", "scope_id", "deadline", "signal", "request", "received")
 
-    def __init__(self, pid, start, scope_id, deadline, signal, request, received):
+    def __init__(self, pid: int, start: int, scope_id: str, deadline: float, signal: int, request: Any,
+                 received: float):
         self.pid, self.start, self.scope_id, self.deadline = pid, start, scope_id, deadline
         self.signal, self.request, self.received = signal, request, received
 
@@ -467,7 +468,8 @@ class HeapTimerServer(TimerServer):
 def _to_json(timer: _Timer) -> str:
     to_json = getattr(timer.request, "to_json", None)
     if callable(to_json):
-        return to_json()
+        text: str = to_json()
+        return text
     return json.dumps({"version": 1, "pid": timer.pid, "scope_id": timer.scope_id,
                        "expiration_time": getattr(timer.request, "expiration_time", None),
                        "signal": timer.signal})

@@ -66,7 +66,8 @@ class FileTimerRequest(TimerRequest):
 
     @property
     def worker_pid(self) -> int:
-        return self.worker_id
+        pid: int = self.worker_id  # always a pid here
+        return pid
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FileTimerRequest):
@@ -74,7 +75,7 @@ class FileTimerRequest(TimerRequest):
                                                                                 other.signal)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def to_json(self) -> str:
         return json.dumps({"version": self.version, "pid": self.worker_pid,
