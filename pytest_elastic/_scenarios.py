@@ -37,7 +37,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -45,6 +45,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; not public API
 
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
 
@@ -138,7 +141,7 @@ class ScenarioItem(pytest.Item):
 
                 _record_properties(self, record)
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, (ScenarioFailure, TimeoutError)):
             return f"scenario {self.name}: {excinfo.value}"
         return super().repr_failure(excinfo, style=style)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "par
 ENV_PREFIX = "PYTEST_ELASTIC_"
 
 #: names derived from ``harness.sim.schema``, loaded on first access (see the docstring)
-_FROM_SCHEMA = {
+_FROM_SCHEMA: dict[str, Callable[[Any], Any]] = {
     "MARKER_KEYWORDS": lambda s: {key.name: key.default for key in s.MARKER_OPTIONS},
     "FAULT_KINDS": lambda s: s.CHAOS_CHOICES,  # chaos kinds, aliases ("scale") included
     "SCHEDULE_FAULT_KINDS": lambda s: tuple(s.FAULT_KINDS),

@@ -155,7 +155,7 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
            clock: Callable[[], float] = time.monotonic) -> ShrinkResult:
     """Shrink ``first`` (a failing outcome) by calling ``run(candidate)`` at most ``budget``
     times; ``run`` is the test re-run with that schedule (a fake in unit tests)."""
-    assert first.failed
+    assert first.signature is not None  # first.failed, spelled so that the type narrows
     started = clock()
     result = ShrinkResult(first.schedules, first.fired, 0, budget, first.signature)
     unfired = _count(first.schedules) - _count(first.fired)
@@ -174,7 +174,7 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
             result.minimal = outcome.fired if outcome.schedules else candidate
             result.steps.append(Step(action, "still fails: kept"))
             return True
-        if outcome.failed:
+        if outcome.signature is not None:  # failed
             result.steps.append(Step(action, f"fails differently ({_describe_signature(outcome.signature)}): "
                                              "not kept"))
         else:
@@ -286,7 +286,7 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
                 result = shrink(first, run, settings.shrink_budget)
             finally:
                 item.user_properties[:] = saved
-                item._elastic_record = record
+                item._elastic_record = record  # type: ignore[attr-defined]  # read back with getattr
             first.report.sections.append((SECTION, describe(result, item.nodeid, settings)))
             replay = schedules_to_json(result.minimal)
             teardown = reports[-1]

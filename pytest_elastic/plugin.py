@@ -7,12 +7,15 @@ the engine is loaded by the first test that needs it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_elastic._settings import SettingError, Settings, resolve_settings
+
+if TYPE_CHECKING:
+    from pluggy import Result
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 STATS_KEY = pytest.StashKey[list[Any]]()
@@ -196,7 +199,8 @@ def elastic_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
+                              ) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     stacks = getattr(item, "_elastic_timeout_stacks", None)
@@ -204,7 +208,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         from pytest_elastic._timeout import SECTION
 
         report.sections.append((SECTION, stacks))
-        item._elastic_timeout_stacks = None
+        item._elastic_timeout_stacks = None  # type: ignore[attr-defined]  # set on the item by _timeout
     record = getattr(item, "_elastic_record", None)
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections

@@ -195,12 +195,14 @@ class Cluster:
     def backend(self) -> str:
         """The process-group backend that fits: ``nccl`` when every worker has a GPU of
         its own, else ``gloo``."""
-        return self.gpu_plan.backend
+        backend: str = self.gpu_plan.backend
+        return backend
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """``CUDA_VISIBLE_DEVICES`` ids of node slot ``node`` (0..max_nodes-1; empty
         without GPUs). A node started later takes the lowest slot no live node holds."""
-        return self.gpu_plan.slot(node)
+        slot: tuple[str, ...] = self.gpu_plan.slot(node)
+        return slot
 
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "

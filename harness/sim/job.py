@@ -102,7 +102,8 @@ class NodeProcess:
     def result(self) -> RunResult | None:
         try:
             with open(self.result_path, "rb") as fp:
-                return pickle.load(fp)
+                result: RunResult | None = pickle.load(fp)
+                return result
         except (FileNotFoundError, EOFError, pickle.UnpicklingError):
             return None
 
@@ -113,7 +114,7 @@ class Job(NetworkFaults):
 
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
-        self.cluster = cluster
+        self.cluster: Cluster = cluster
         self.entrypoint = entrypoint
         self.args = args
         self.module = module
@@ -347,7 +348,8 @@ class Job(NetworkFaults):
         """Monotonic time the job first had a HEALTHY node (chaos times faults from it)."""
         for event in self.timeline.events("state"):
             if event["state"] == WorkerState.HEALTHY.value:
-                return event["mono"]
+                mono: float = event["mono"]
+                return mono
         return None
 
     def in_state(self, state: WorkerState, node: int | None = None) -> bool:

@@ -25,7 +25,7 @@ __all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_
 STORE_LOSING_PEERS = ("store", "all")
 
 
-def _worker_rounds(events: Iterable[dict[str, Any]]) -> dict[tuple[Any, int], int]:
+def _worker_rounds(events: Iterable[dict[str, Any]]) -> dict[tuple[Any, Any], int]:
     """(node, worker pid) -> the rendezvous round the worker was started for."""
     return {(e.get("node"), e["worker_pid"]): int(e["round"]) for e in events
             if e.get("kind") == "worker_start" and e.get("round") is not None}

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from harness.errors import ConfigError, ElasticError
@@ -75,7 +76,7 @@ class StoreProcess:
     node: int | None = None  # hosted by no node
 
     def __init__(self, name: str, popen: subprocess.Popen[bytes], endpoint: str,
-                 reservations: list[PortReservation] = (), data_dir: str | None = None):
+                 reservations: Sequence[PortReservation] = (), data_dir: str | None = None):
         self.name = name
         self.popen = popen
         self.endpoint = endpoint
@@ -169,6 +170,7 @@ def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
     log_path = os.path.join(job.directory, "store.log")
     popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
                          "--port", str(port)], log_path, subprocess.PIPE)
+    assert popen.stdout is not None  # started with stdout=PIPE
     try:
         port = _read_port(popen, log_path)
     except BaseException:
@@ -186,6 +188,7 @@ def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
     """The ``PORT n`` line the store server prints once it listens (bounded wait)."""
     import selectors
 
+    assert popen.stdout is not None  # started with stdout=PIPE
     with selectors.DefaultSelector() as sel:
         sel.register(popen.stdout, selectors.EVENT_READ)
         if not sel.select(_READY_TIMEOUT):

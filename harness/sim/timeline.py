@@ -69,7 +69,7 @@ class Timeline:
         self.path = path
         self._lock = threading.Lock()
         self._events: list[dict[str, Any]] = []
-        self._by_kind: dict[str, list[dict[str, Any]]] = {}
+        self._by_kind: dict[str | None, list[dict[str, Any]]] = {}
         self._steps: dict[int, list[dict[str, Any]]] = {}  # rank -> its step events (triggers scan these)
         self._known: dict[Hashable, None] = {}  # node keys, in order of appearance
         self._labels: dict[Hashable, str] = {}
@@ -107,7 +107,7 @@ class Timeline:
                 return b""
         if self._fd < 0:
             return b""
-        parts = []
+        parts: list[bytes] = []
         while True:
             part = os.pread(self._fd, 1 << 20, self._offset + sum(map(len, parts)))
             if not part:
@@ -258,7 +258,8 @@ class Timeline:
             if state in (WorkerState.FAILED.value, WorkerState.STOPPED.value, WorkerState.UNHEALTHY.value):
                 disturbed = True
             elif disturbed and state in (WorkerState.HEALTHY.value, WorkerState.SUCCEEDED.value):
-                return event["mono"] - start
+                mono: float = event["mono"]
+                return mono - start
         return None
 
     def format(self, limit: int = 200) -> str:
