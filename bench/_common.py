@@ -17,8 +17,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 __all__ = ["RunSample", "run_process", "timestamps", "median", "ratio", "fmt_s", "fmt_ratio",
            "fmt_mb", "print_table"]
@@ -152,7 +152,7 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=False)) + " |"
 
     print(line(headers))
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

@@ -19,8 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (RunSample, fmt_mb, fmt_ratio, fmt_s, median, print_table, ratio,  # noqa: E402
-                     run_process, timestamps, isolate_tmpdir)
+from _common import (  # noqa: E402
+    RunSample,
+    fmt_mb,
+    fmt_ratio,
+    fmt_s,
+    isolate_tmpdir,
+    median,
+    print_table,
+    ratio,
+    run_process,
+    timestamps,
+)
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 BIN = Path(sys.executable).parent

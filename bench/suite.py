@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         "PASS" if ratio(ours, theirs) <= TARGET_RATIO else "FAIL")
     print(f"totals (median of {args.runs} round(s)); ours: pytest -n {args.jobs} -> {summary}; "
           f"load after: {os.getloadavg()[0]:.2f}")
-    print_table(["suite", "ours (pytest -n %d)" % args.jobs, "torchrun (%d at a time)" % args.jobs,
+    print_table(["suite", f"ours (pytest -n {args.jobs})", f"torchrun ({args.jobs} at a time)",
                  "ours/torchrun", "target", "verdict"],
                 [[f"{len(scenarios)} scenarios, total wall", fmt_s(ours), fmt_s(theirs),
                   fmt_ratio(ratio(ours, theirs)), f"<= {TARGET_RATIO}x", verdict],

@@ -302,10 +302,10 @@ def _ms(values: list[float] | float | None, pct: float | None = None) -> str:
 
 def _table(headers: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
-    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |")
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
-        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+        print("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)) + " |")
 
 
 def _speedup(ours_s: list[float], torch_s: list[float] | float) -> str:

@@ -23,10 +23,11 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from string import Template
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "ElasticError",
@@ -76,7 +77,7 @@ def _now_stamp() -> tuple[str, int]:
     return str(ns // 1_000_000_000), ns
 
 
-def _error_payload(message: str, callstack: str) -> dict:
+def _error_payload(message: str, callstack: str) -> dict[str, Any]:
     seconds, ns = _now_stamp()
     return {
         "message": {
@@ -86,7 +87,7 @@ def _error_payload(message: str, callstack: str) -> dict:
     }
 
 
-def write_error_file(path: str, payload: dict) -> None:
+def write_error_file(path: str, payload: dict[str, Any]) -> None:
     """Write ``payload`` atomically (tmp + rename): a reader never sees half a file."""
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".error.", dir=directory)
@@ -102,7 +103,7 @@ def write_error_file(path: str, payload: dict) -> None:
         raise
 
 
-def _read_error_file(path: str) -> tuple[dict | None, str | None]:
+def _read_error_file(path: str) -> tuple[dict[str, Any] | None, str | None]:
     """Return (data, problem). ``problem`` says why the file could not be used."""
     try:
         size = os.path.getsize(path)
@@ -140,7 +141,7 @@ class ProcessFailure:
     pid: int
     exitcode: int
     error_file: str
-    error_file_data: dict = field(init=False)
+    error_file_data: dict[str, Any] = field(init=False)
     message: Any = field(init=False)
     timestamp: int = field(init=False)
     timestamp_ns: int = field(init=False)
@@ -173,7 +174,7 @@ class ProcessFailure:
                 )
 
     @staticmethod
-    def _message_and_time(data: dict, path: str) -> tuple[Any, int]:
+    def _message_and_time(data: dict[str, Any], path: str) -> tuple[Any, int]:
         message = data["message"]
         stamp_ns = os.stat(path).st_mtime_ns
         if isinstance(message, dict):
@@ -186,7 +187,7 @@ class ProcessFailure:
         return message, stamp_ns
 
     @staticmethod
-    def _file_timestamp(data: dict) -> int | None:
+    def _file_timestamp(data: dict[str, Any]) -> int | None:
         """The seconds the file itself records, as torch reads them: top-level ``timestamp``
         for a str message, ``extraInfo.timestamp`` for a dict one (None: not recorded)."""
         message = data.get("message")
@@ -208,7 +209,7 @@ class ProcessFailure:
             return str(self.message.get("message", NOT_AVAILABLE))
         return str(self.message)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "local_rank": self.local_rank,
             "pid": self.pid,
@@ -277,7 +278,8 @@ class ChildFailedError(ElasticError):
     def _format_failure(idx: int, rank: int, failure: ProcessFailure) -> str:
         msg = failure.message
         if isinstance(msg, dict):
-            extra = msg.get("extraInfo") if isinstance(msg.get("extraInfo"), dict) else {}
+            info = msg.get("extraInfo")
+            extra = info if isinstance(info, dict) else {}
             msg = str(extra.get("py_callstack", msg.get("message", NOT_AVAILABLE)))
             msg = msg.replace("\n", "\n  ")
         sig = failure.signal_name()
@@ -348,7 +350,7 @@ def record(fn: F | None = None, error_handler: Any = None) -> Any:
     return wrap(fn)
 
 
-def _write_quietly(path: str, payload: dict) -> None:
+def _write_quietly(path: str, payload: dict[str, Any]) -> None:
     try:
         write_error_file(path, payload)
     except OSError as e:

@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
@@ -76,7 +77,7 @@ class EventWriter:
             os.write(self._fd, line.encode())
         except OSError:
             return  # a full disk must not take the agent down
-        if self._wake is not None:
+        if self._wake is not None and self._wake_path:  # the socket exists only with a path
             try:
                 self._wake.sendto(b".", self._wake_path)
             except OSError:
@@ -91,7 +92,7 @@ class EventWriter:
             self._wake = None
 
 
-def event_writer_from_env(env: dict[str, str], run_id: str, default_node: str) -> EventWriter | NullEventWriter:
+def event_writer_from_env(env: Mapping[str, str], run_id: str, default_node: str) -> EventWriter | NullEventWriter:
     """Resolve the writer once, at the edge, from an environment mapping."""
     path = env.get(EVENTS_ENV)
     if not path:

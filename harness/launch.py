@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from harness.agent import LocalElasticAgent, RunResult, WorkerSpec
 from harness.errors import ChildFailedError, ConfigError, SignalException

@@ -32,7 +32,7 @@ class PortReservation:
             self._sock.close()
             self._sock = None
 
-    def __enter__(self) -> "PortReservation":
+    def __enter__(self) -> PortReservation:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -43,7 +43,7 @@ class PortReservation:
         return f"PortReservation(port={self.port}, {state})"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fqdn() -> str:
     """The host's FQDN, as torchrun puts it in MASTER_ADDR (looked up once)."""
     return socket.getfqdn()

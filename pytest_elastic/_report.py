@@ -13,7 +13,7 @@ _STATE_CHARS = {"INIT": "i", "HEALTHY": "=", "UNHEALTHY": "~", "STOPPED": "s", "
 _LEGEND = "legend: i init, = healthy, ~ unhealthy, s stopped, X failed, + succeeded, ! fault, _ dead (killed)"
 
 
-def _events_of(source: Any) -> tuple[list[dict], Any]:
+def _events_of(source: Any) -> tuple[list[dict[str, Any]], Any]:
     """A ``Timeline`` or a plain event list (synthetic input): its events and label function."""
     from pytest_elastic._report_model import labeler
 
@@ -55,7 +55,8 @@ def _chart(model: Any, width: int) -> str:
         marks[column(fault.at)] = "!"
     lines.append(f"{'faults':>{name_w}} |{''.join(marks)}|")
     for fault in model.faults:
-        detail = {k: v for k, v in fault.event.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
+        detail = {k: v for k, v in fault.event.items()
+                  if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
         lines.append(f"{'':>{name_w}}  ! {fault.at:6.3f}s {fault.kind} {json.dumps(detail, default=str)}")
     lines.append(_LEGEND)
     return "\n".join(lines)
@@ -74,7 +75,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def session_summary(stats: list[dict], settings: Any) -> list[str]:
+def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
     jobs = sum(s.get("elastic_jobs", 0) for s in stats)
     faults = sum(s.get("elastic_fault_count", 0) for s in stats)
     recovered = sum(s.get("elastic_recovered", 0) for s in stats)
@@ -97,7 +98,7 @@ def session_summary(stats: list[dict], settings: Any) -> list[str]:
     return lines
 
 
-def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict | None = None,
+def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict[str, Any] | None = None,
                failures: str = "", nproc: int = 0) -> dict[str, Any]:
     """A self-contained HTML page for one job (see ``_report_page``); returns its figures
     for the session index."""
@@ -113,7 +114,7 @@ def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: d
     return page_figures(model)
 
 
-def explain_job(job: Any, captured: list[dict] | None = None) -> str:
+def explain_job(job: Any, captured: list[dict[str, Any]] | None = None) -> str:
     """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
     with tracebacks) or else what its timeline's results say."""
     from pytest_elastic._report_failures import explain_failures, failures_from_events

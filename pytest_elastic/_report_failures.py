@@ -9,7 +9,8 @@ listed under the final failures.
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 __all__ = ["collect_failures", "failures_from_events", "explain_failures", "TRACEBACK_LINES"]
 
@@ -35,7 +36,7 @@ def _callstack(message: Any) -> str:
     return ""
 
 
-def collect_failures(job: Any) -> list[dict]:
+def collect_failures(job: Any) -> list[dict[str, Any]]:
     """The failed ranks of ``job`` from its nodes' results (call while its files exist)."""
     try:
         result = job.result()
@@ -52,7 +53,7 @@ def collect_failures(job: Any) -> list[dict]:
     return found
 
 
-def failures_from_events(events: list[dict], label: Callable[[Hashable], str] = str) -> list[dict]:
+def failures_from_events(events: list[dict[str, Any]], label: Callable[[Hashable], str] = str) -> list[dict[str, Any]]:
     """The failed ranks the nodes' ``result`` events name (no tracebacks: those stay in files)."""
     found = []
     for e in events:
@@ -68,7 +69,7 @@ def failures_from_events(events: list[dict], label: Callable[[Hashable], str] = 
     return found
 
 
-def _earlier(events: list[dict], final: list[dict], label: Callable[[Hashable], str]) -> list[str]:
+def _earlier(events: list[dict[str, Any]], final: list[dict[str, Any]], label: Callable[[Hashable], str]) -> list[str]:
     pids = {f.get("pid") for f in final}
     lines = []
     t0 = events[0].get("mono", 0.0) if events else 0.0
@@ -88,7 +89,7 @@ def _traceback_lines(text: str) -> list[str]:
     return [*lines[:head], f"... ({len(lines) - head - tail} lines) ...", *lines[-tail:]]
 
 
-def _one(failure: dict) -> list[str]:
+def _one(failure: dict[str, Any]) -> list[str]:
     node = failure["node"]
     index = failure.get("node_index")
     where = f"node {node}" if index is None or str(index) == str(node) else f"node {node} (index {index})"
@@ -103,7 +104,8 @@ def _one(failure: dict) -> list[str]:
     return lines
 
 
-def explain_failures(final: list[dict], events: list[dict], label: Callable[[Hashable], str] = str) -> str:
+def explain_failures(final: list[dict[str, Any]], events: list[dict[str, Any]],
+                     label: Callable[[Hashable], str] = str) -> str:
     """Root cause (the first failure in time) first, the other failed ranks, then the worker
     failures the job had restarted after. Empty when nothing failed."""
     earlier = _earlier(events, final, label)

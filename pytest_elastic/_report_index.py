@@ -36,9 +36,9 @@ def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
     return reproduction_line(test, settings, schedule=str(schedule))
 
 
-def index_rows(stats: list[dict], settings: Any = None) -> list[dict]:
+def index_rows(stats: list[dict[str, Any]], settings: Any = None) -> list[dict[str, Any]]:
     """One row per elastic test (the last report of a test wins: a shrinking re-run's)."""
-    rows: dict[str, dict] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for s in stats:
         test = s.get("elastic_test")
         if not test:
@@ -86,11 +86,12 @@ td div{margin-top:3px}
 """
 
 
-def _row_html(row: dict) -> str:
+def _row_html(row: dict[str, Any]) -> str:
     pages = row["pages"]
     name = html.escape(row["test"])
     link = f"<a href='{html.escape(pages[0])}'>{name}</a>" if pages else name
-    more = " ".join(f"<a href='{html.escape(p)}'>job {i}</a>" for i, p in enumerate(pages) if i) if len(pages) > 1 else ""
+    more = (" ".join(f"<a href='{html.escape(p)}'>job {i}</a>" for i, p in enumerate(pages) if i)
+            if len(pages) > 1 else "")
     replay = row.get("minimal_replay") or row.get("replay") or ""
     kinds = ", ".join(sorted(set(row["fault_kinds"])))
     det, rec = row["detection_s"], row["recovery_s"]
@@ -102,12 +103,14 @@ def _row_html(row: dict) -> str:
             f"<td data-v='{row['faults']}' title='{html.escape(kinds)}'>{row['faults']}"
             f"{' (' + html.escape(kinds) + ')' if kinds else ''}</td>"
             f"<td>{row['restarts']}</td>"
-            f"<td data-v='{det['median'] if det['median'] is not None else -1}'>{_ms(det['median'])} / {_ms(det['p95'])}</td>"
-            f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
+            f"<td data-v='{det['median'] if det['median'] is not None else -1}'>"
+            f"{_ms(det['median'])} / {_ms(det['p95'])}</td>"
+            f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>"
+            f"{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
             f"<td>{html.escape(seed)}</td></tr>")
 
 
-def write_index(directory: str, stats: list[dict], summary_lines: list[str], settings: Any) -> str:
+def write_index(directory: str, stats: list[dict[str, Any]], summary_lines: list[str], settings: Any) -> str:
     """Write ``index.html`` and ``summary.json`` into ``directory``; the index's path."""
     rows = index_rows(stats, settings)
     os.makedirs(directory, exist_ok=True)
@@ -126,7 +129,8 @@ def write_index(directory: str, stats: list[dict], summary_lines: list[str], set
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>elastic report</title>"
             f"<style>{_CSS}</style></head><body><h1>Elastic tests: {len(rows)} "
             f"({summary['failed']} failed)</h1><div class='summary'>{head}</div>"
-            f"<p>Click a column to sort; a test's name opens its timeline, the line under it replays it. Also as <a href='{SUMMARY}'>"
+            f"<p>Click a column to sort; a test's name opens its timeline, the line under it replays it. "
+            f"Also as <a href='{SUMMARY}'>"
             f"{SUMMARY}</a>.</p><table id='tests'><thead><tr>{header}</tr></thead><tbody>"
             f"{''.join(_row_html(r) for r in rows)}</tbody></table><script>{_SCRIPT}</script></body></html>")
     path = os.path.join(directory, INDEX)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import signal
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Callable, Hashable, Iterable, cast
+from typing import Any, cast
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
@@ -42,7 +43,7 @@ class Span:
     end: float
     cls: str  # what it is: a state name, a worker outcome, a fault kind
     text: str  # one line for a person
-    extra: tuple = ()  # small numbers the page's tooltip formats (round, rank, pid, ...)
+    extra: tuple[Any, ...] = ()  # small numbers the page's tooltip formats (round, rank, pid, ...)
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Fault:
     at: float
     kind: str
     target: Hashable | None
-    event: dict
+    event: dict[str, Any]
     end: float | None = None
     detection: float | None = None
     recovery: float | None = None
@@ -92,7 +93,7 @@ class Model:
     ends: list[Fault] = field(default_factory=list)  # heals and explicit ends of lasting faults
 
 
-def labeler(timeline: Any, events: list[dict]) -> Callable[[Hashable], str]:
+def labeler(timeline: Any, events: list[dict[str, Any]]) -> Callable[[Hashable], str]:
     """node key -> display label: ``Timeline.label`` when it has one, else what ``node_start``
     events say, else ``str(node)``."""
     names: dict[Hashable, str] = {}
@@ -116,7 +117,7 @@ def labeler(timeline: Any, events: list[dict]) -> Callable[[Hashable], str]:
     return label
 
 
-def fault_latencies(events: list[dict]) -> list[tuple[float | None, float | None]]:
+def fault_latencies(events: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
     """Per fault event, (detection, recovery) latency, as ``Timeline.faults()`` defines them
     (detection: the first agent reaction that is not HEALTHY; recovery: the first HEALTHY or
     SUCCEEDED after a disturbed state), in O(E + F log E + F * S) instead of O(F * E): the
@@ -180,7 +181,7 @@ def _signal_text(code: Any) -> str:
     return str(code)
 
 
-def _steps(found: list[dict], t0: float) -> tuple[dict[Any, list[tuple[float, int, int]]], int]:
+def _steps(found: list[dict[str, Any]], t0: float) -> tuple[dict[Any, list[tuple[float, int, int]]], int]:
     """rank -> [(t, step, pid)] and the highest step: most of a long job's events are steps,
     so they take the C-speed path (itemgetter) unless one lacks a field."""
     try:
@@ -193,11 +194,11 @@ def _steps(found: list[dict], t0: float) -> tuple[dict[Any, list[tuple[float, in
     return dict(by_rank), max((r[2] for r in rows), default=0)
 
 
-def _worker_extra(start: dict, pid: Any, code: Any) -> tuple:
+def _worker_extra(start: dict[str, Any], pid: Any, code: Any) -> tuple[Any, ...]:
     return (start.get("rank"), start.get("local_rank"), pid, code, start.get("round"))
 
 
-def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> Model:
+def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] = str) -> Model:
     """One pass (plus a sort of the small lists) over the job's time-ordered events."""
     if not events:
         return Model(0.0, 0.0, [], [], [], {}, 0, "no events")
@@ -205,7 +206,7 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
     duration = max(events[-1].get("mono", 0.0) - t0, 1e-3)
     end = duration
     lanes: dict[Hashable, Lane] = {}
-    open_workers: dict[tuple[Hashable, Any], tuple[float, dict]] = {}
+    open_workers: dict[tuple[Hashable, Any], tuple[float, dict[str, Any]]] = {}
     rounds: dict[Any, Round] = {}
     faults: list[Fault] = []
     results: list[str] = []
@@ -267,11 +268,11 @@ def build_model(events: list[dict], label: Callable[[Hashable], str] = str) -> M
                  [f for f in faults if f.kind in _ENDING_FAULTS])
 
 
-def _place_faults(events: list[dict], faults: list[Fault], lanes: list[Lane], end: float) -> None:
+def _place_faults(events: list[dict[str, Any]], faults: list[Fault], lanes: list[Lane], end: float) -> None:
     """Latencies, the end of every lasting fault, dead nodes."""
     t0 = events[0].get("mono", 0.0) if events else 0.0
     last_seen = {e.get("node"): e.get("mono", t0) - t0 for e in events}  # time-ordered: the last wins
-    for fault, (detection, recovery) in zip(faults, fault_latencies(events)):
+    for fault, (detection, recovery) in zip(faults, fault_latencies(events), strict=False):
         fault.detection, fault.recovery = detection, recovery
     for i, fault in enumerate(faults):
         if fault.kind in _ENDING_FAULTS:

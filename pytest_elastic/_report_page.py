@@ -132,7 +132,8 @@ def _legend() -> str:
     items += [f'<span><i class="sw" style="background:{c};height:5px"></i>worker {html.escape(n)}</span>'
               for n, c in WORKER_COLOURS.items()]
     items += ['<span><svg width="12" height="10"><path d="M6 10l-5 -9h10z" fill="#d62f2f"/></svg>fault</span>',
-              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>lasting fault (partition, freeze, ...)</span>',
+              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>'
+              'lasting fault (partition, freeze, ...)</span>',
               '<span><i class="sw" style="background:rgba(240,140,0,.35)"></i>fault → detected</span>',
               '<span><i class="sw" style="background:rgba(245,197,66,.35)"></i>detected → recovered</span>',
               '<span><i class="sw" style="background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)">'
@@ -159,7 +160,7 @@ def _fault_table(model: Model) -> str:
             f"<th>detected</th><th>recovered</th><th>details</th></tr>{''.join(rows)}</table>")
 
 
-def _event_table(events: list[dict], t0: float) -> str:
+def _event_table(events: list[dict[str, Any]], t0: float) -> str:
     shown = [e for e in events if e.get("kind") != "step"][:EVENT_ROWS_LIMIT]
     rows = "".join(
         f"<tr><td>{e.get('mono', t0) - t0:.3f}</td><td>{html.escape(str(e.get('node')))}</td>"
@@ -177,8 +178,8 @@ def _json_script(element_id: str, value: Any) -> str:
     return f'<script type="application/json" id="{element_id}">{text}</script>'
 
 
-def build_page(title: str, model: Model, events: list[dict], *, nproc: int = 0, info: dict | None = None,
-               failures: str = "", chart: str = "", extra: str = "") -> str:
+def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc: int = 0,
+               info: dict[str, Any] | None = None, failures: str = "", chart: str = "", extra: str = "") -> str:
     """``info``: outcome (of the test), seed, replay line, index link; ``failures``: the
     per-rank explanation (shown first when the test failed)."""
     info = info or {}

@@ -85,7 +85,7 @@ class _Layers:
         self.labels: list[str] = []
 
 
-def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict], nproc: int,
+def _lane(lane: Lane, index: int, y: float, scale: _Scale, rows: list[dict[str, Any]], nproc: int,
           layers: _Layers) -> float:
     layers.labels.append(f'<text class="label" x="{LABEL_W - 6}" y="{y + _NODE_H - 2:g}">'
                          f'{html.escape(lane.label)}</text>')
@@ -165,10 +165,10 @@ def _rounds(model: Model, scale: _Scale, layers: _Layers) -> None:
         layers.pin.append("".join(parts))
 
 
-def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict]]:
+def render_timeline(model: Model, nproc: int = 0) -> tuple[str, list[dict[str, Any]]]:
     """The SVG and the rows its tooltips search (``rows[i]`` for ``data-row=i``)."""
     scale = _Scale(model.duration)
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     layers = _Layers()
     lanes = _Layers()  # drawn above the shading: their own zoom layer
     y = float(_TOP + 4)

@@ -18,11 +18,11 @@ _KINDS = ["worker_kill"] * 6 + ["partition", "packet_loss", "agent_kill", "node_
 
 def synthetic_events(nodes: int = 40, nproc: int = 2, duration: float = 600.0, faults: int = 100,
                      step_period: float = 1.0, seed: int = 0, int_nodes: bool = False,
-                     fail: bool = False) -> list[dict]:
+                     fail: bool = False) -> list[dict[str, Any]]:
     """Time-ordered events of a job; ``fail``: its last worker failure exhausts the restarts."""
     rng = random.Random(seed)
     keys: list[Any] = list(range(nodes)) if int_nodes else [f"node{rng.randrange(100)}-{i}" for i in range(nodes)]
-    out: list[dict] = []
+    out: list[dict[str, Any]] = []
     pids = iter(range(10_000, 10_000_000))
 
     def emit(t: float, node: Any, kind: str, **fields: Any) -> None:

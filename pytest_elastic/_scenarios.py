@@ -35,8 +35,9 @@ listed by ``python -m harness.sim.schema`` (a reference that is itself a valid s
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -45,6 +46,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
     import tomli as tomllib
 
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; not public API
+
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
 
 class ScenarioFailure(AssertionError):
@@ -52,7 +56,7 @@ class ScenarioFailure(AssertionError):
 
 
 class ScenarioFile(pytest.File):
-    def collect(self) -> Iterator["ScenarioItem"]:
+    def collect(self) -> Iterator[ScenarioItem]:
         try:
             data = tomllib.loads(self.path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
@@ -63,13 +67,13 @@ class ScenarioFile(pytest.File):
         yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
 
 
-def _validate(data: dict) -> list[str]:
+def _validate(data: dict[str, Any]) -> list[str]:
     from harness.sim.schema import check_scenario
 
     return check_scenario(data)
 
 
-def _fault(spec: dict) -> Any:
+def _fault(spec: dict[str, Any]) -> Any:
     from harness.errors import ConfigError
     from harness.faults import from_spec
 
@@ -80,7 +84,7 @@ def _fault(spec: dict) -> Any:
 
 
 class ScenarioItem(pytest.Item):
-    def __init__(self, *, spec: dict, **kwargs: Any):
+    def __init__(self, *, spec: dict[str, Any], **kwargs: Any):
         super().__init__(**kwargs)
         self.spec = spec
         self.add_marker(pytest.mark.elastic)
@@ -137,7 +141,7 @@ class ScenarioItem(pytest.Item):
 
                 _record_properties(self, record)
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:
+    def repr_failure(self, excinfo: Any, style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, (ScenarioFailure, TimeoutError)):
             return f"scenario {self.name}: {excinfo.value}"
         return super().repr_failure(excinfo, style=style)
@@ -150,7 +154,7 @@ class ScenarioItem(pytest.Item):
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 
 
-def _skip_without_netns(job: dict, faults: list[dict]) -> None:
+def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
     """A scenario that needs network namespaces is skipped, saying what is missing, where
     they cannot be made (not root, no nft...), as the network tests are."""
     wants = job.get("network") == "netns" or any(f.get("kind") in NETWORK_FAULT_KINDS for f in faults)
@@ -163,7 +167,7 @@ def _skip_without_netns(job: dict, faults: list[dict]) -> None:
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
 
 
-def _check_expectations(expect: dict, job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
+def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
     from pytest_elastic._report import timeline_chart
 
     problems: list[str] = []

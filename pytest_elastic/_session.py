@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ __all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwar
            "SCHEDULE_OVERRIDES", "reproduction_line", "session_pool", "close_session_pool"]
 
 #: test id -> explicit per-job schedules for its next run (set by shrinking around a re-run)
-SCHEDULE_OVERRIDES: dict[str, tuple] = {}
+SCHEDULE_OVERRIDES: dict[str, tuple[Any, ...]] = {}
 
 
 @dataclass
@@ -34,7 +35,7 @@ class ElasticRecord:
     #: phase -> ids of the chaos entries still pending (not fired) when its report was made
     pending_ids: dict[str, set[int]] = field(default_factory=dict)
     #: job index -> its failed ranks, read while the job's files exist (``_report_failures``)
-    failures: dict[int, list] = field(default_factory=dict)
+    failures: dict[int, list[Any]] = field(default_factory=dict)
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
@@ -144,7 +145,8 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         props.append(("elastic_test_seed", record.chaos_seed))
     props.append(("elastic_jobs", len(stats)))
     props.append(("elastic_fault_count", sum(s["faults"] for s in stats)))
-    props.append(("elastic_faults", "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
+    props.append(("elastic_faults",
+                  "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
     props.append(("elastic_recovered", sum(s["recovered"] for s in stats)))
     props.append(("elastic_restarts", sum(s["restarts"] for s in stats)))
     props.append(("elastic_detection_latencies", [v for s in stats for v in s["detection"]]))
@@ -211,6 +213,7 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
         unfired = [entry.describe() for job in record.cluster.jobs for entry in job.unfired_faults()]
         text = "\n".join(["fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
-                          *(["not fired (the job ended first, or it could not be applied):"] + [f"  {u}" for u in unfired] if unfired else []),
+                          *(["not fired (the job ended first, or it could not be applied):"]
+                            + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "par
 ENV_PREFIX = "PYTEST_ELASTIC_"
 
 #: names derived from ``harness.sim.schema``, loaded on first access (see the docstring)
-_FROM_SCHEMA = {
+_FROM_SCHEMA: dict[str, Callable[[Any], Any]] = {
     "MARKER_KEYWORDS": lambda s: {key.name: key.default for key in s.MARKER_OPTIONS},
     "FAULT_KINDS": lambda s: s.CHAOS_CHOICES,  # chaos kinds, aliases ("scale") included
     "SCHEDULE_FAULT_KINDS": lambda s: tuple(s.FAULT_KINDS),
@@ -200,7 +201,7 @@ def _positive(value: Any) -> float:
     return number
 
 
-def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple) -> dict[str, Any]:
+def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Any]:
     """The marker's keywords, checked against ``harness.sim.schema.MARKER_OPTIONS``;
     raises SettingError naming the test, the keyword and what it must be."""
     from harness.errors import ConfigError

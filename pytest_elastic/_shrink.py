@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from _pytest.runner import runtestprotocol
@@ -49,7 +50,7 @@ class Outcome:
     """What one run of the test showed: the failing report's signature (None: passed)
     and, per job, the schedule it ran and which of its entries had fired by the failure."""
 
-    signature: tuple | None
+    signature: tuple[Any, ...] | None
     schedules: Schedules = ()
     fired: Schedules = ()  # the entries of ``schedules`` that had fired when it failed
     report: Any = None
@@ -59,7 +60,7 @@ class Outcome:
         return self.signature is not None
 
 
-def failing_report(reports: list) -> Any:
+def failing_report(reports: list[Any]) -> Any:
     """The first failed report of a run (setup failures do not count: nothing ran)."""
     for report in reports:
         if report.failed and report.when in ("call", "teardown"):
@@ -67,7 +68,7 @@ def failing_report(reports: list) -> Any:
     return None
 
 
-def signature(report: Any) -> tuple:
+def signature(report: Any) -> tuple[Any, ...]:
     """(phase, exception type, file, line) of a failure; (phase, first words) when the
     failure has no traceback (e.g. a scenario's expectation text)."""
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -78,13 +79,13 @@ def signature(report: Any) -> tuple:
     return (report.when, text.split(":", 1)[0])
 
 
-def _describe_signature(sig: tuple) -> str:
+def _describe_signature(sig: tuple[Any, ...]) -> str:
     if len(sig) == 4:
         return f"{sig[1]} at {sig[2]}:{sig[3]} ({sig[0]})"
     return f"{sig[1]!r} ({sig[0]})"
 
 
-def outcome_of(reports: list, record: Any) -> Outcome:
+def outcome_of(reports: list[Any], record: Any) -> Outcome:
     report = failing_report(reports)
     if record is None or record.chaos_seed is None:
         return Outcome(signature(report) if report is not None else None, report=report)
@@ -109,7 +110,7 @@ class ShrinkResult:
     minimal: Schedules
     runs: int
     budget: int
-    signature: tuple
+    signature: tuple[Any, ...]
     steps: list[Step] = field(default_factory=list)
     exhausted: bool = False
     seconds: float = 0.0
@@ -154,7 +155,7 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
            clock: Callable[[], float] = time.monotonic) -> ShrinkResult:
     """Shrink ``first`` (a failing outcome) by calling ``run(candidate)`` at most ``budget``
     times; ``run`` is the test re-run with that schedule (a fake in unit tests)."""
-    assert first.failed
+    assert first.signature is not None  # first.failed, spelled so that the type narrows
     started = clock()
     result = ShrinkResult(first.schedules, first.fired, 0, budget, first.signature)
     unfired = _count(first.schedules) - _count(first.fired)
@@ -173,7 +174,7 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
             result.minimal = outcome.fired if outcome.schedules else candidate
             result.steps.append(Step(action, "still fails: kept"))
             return True
-        if outcome.failed:
+        if outcome.signature is not None:  # failed
             result.steps.append(Step(action, f"fails differently ({_describe_signature(outcome.signature)}): "
                                              "not kept"))
         else:
@@ -285,7 +286,7 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
                 result = shrink(first, run, settings.shrink_budget)
             finally:
                 item.user_properties[:] = saved
-                item._elastic_record = record
+                item._elastic_record = record  # type: ignore[attr-defined]  # read back with getattr
             first.report.sections.append((SECTION, describe(result, item.nodeid, settings)))
             replay = schedules_to_json(result.minimal)
             teardown = reports[-1]

@@ -30,16 +30,20 @@ Only the standard library at import; the harness and psutil are loaded on timeou
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-import contextlib
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from pytest_elastic._settings import Settings
 
 __all__ = ["STACKS_ENV", "add_timeout_markers", "set_timer", "worker_stacks", "rearmed",
            "SECTION"]
@@ -59,7 +63,7 @@ def timeout_plugin(config: pytest.Config) -> Any:
 # -- collection: a timeout for every elastic test ----------------------------------------
 
 
-def _elastic_timeout(item: pytest.Item, settings: Any, global_timeout: float | None) -> float | None:
+def _elastic_timeout(item: pytest.Item, settings: Settings, global_timeout: float | None) -> float | None:
     spec = getattr(item, "spec", None)
     if isinstance(spec, dict) and isinstance(spec.get("job"), dict):  # a scenario item
         job_timeout = spec["job"].get("timeout")
@@ -107,14 +111,15 @@ def set_timer(item: pytest.Item, timeout_settings: Any) -> bool | None:
         def handler(signum: int, frame: Any) -> None:
             __tracebackhide__ = True
             if not _debugging(pt, timeout_settings):
-                item._elastic_timeout_stacks = worker_stacks(_clusters(item))
+                # read back by the makereport hook: an attribute of the item, like pytest-timeout's own
+                item._elastic_timeout_stacks = worker_stacks(_clusters(item))  # type: ignore[attr-defined]
             on_signal(item, timeout_settings)
 
         def cancel() -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
-        item.cancel_timeout = cancel
+        item.cancel_timeout = cancel  # type: ignore[attr-defined]  # pytest-timeout's protocol
         signal.signal(signal.SIGALRM, handler)
         signal.setitimer(signal.ITIMER_REAL, timeout_settings.timeout)
     else:
@@ -141,7 +146,7 @@ def set_timer(item: pytest.Item, timeout_settings: Any) -> bool | None:
             if timer is not threading.current_thread():
                 timer.join()
 
-        item.cancel_timeout = cancel
+        item.cancel_timeout = cancel  # type: ignore[attr-defined]  # pytest-timeout's protocol
         timer.start()
     return True
 
@@ -237,11 +242,11 @@ def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
         except ProcessLookupError:
             pass
     lines: list[str] = []
-    for heading, pid in blocks:
+    for heading, dump_pid in blocks:
         lines.append(heading)
-        if pid is not None:
-            lines.append(dumps.get(pid, "").rstrip() or f"(no dump within {wait:g}s: in the kernel "
-                                                        "(D state), or SIGUSR1 blocked)")
+        if dump_pid is not None:
+            lines.append(dumps.get(dump_pid, "").rstrip() or f"(no dump within {wait:g}s: in the kernel "
+                                                             "(D state), or SIGUSR1 blocked)")
     return "\n".join(lines)
 
 

@@ -7,14 +7,18 @@ the engine is loaded by the first test that needs it.
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterator
+from collections.abc import Generator, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_elastic._settings import SettingError, Settings, resolve_settings
 
+if TYPE_CHECKING:
+    from pluggy import Result
+
 SETTINGS_KEY = pytest.StashKey[Settings]()
-STATS_KEY = pytest.StashKey[list]()
+STATS_KEY = pytest.StashKey[list[Any]]()
 #: removes this session's stack-dump dir (pytest-timeout's thread method calls it before os._exit)
 STACKS_CLEANUP_KEY = pytest.StashKey[Any]()
 _SEED_INPUT = "elastic_seed"
@@ -195,7 +199,8 @@ def elastic_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
+                              ) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     stacks = getattr(item, "_elastic_timeout_stacks", None)
@@ -203,7 +208,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
         from pytest_elastic._timeout import SECTION
 
         report.sections.append((SECTION, stacks))
-        item._elastic_timeout_stacks = None
+        item._elastic_timeout_stacks = None  # type: ignore[attr-defined]  # set on the item by _timeout
     record = getattr(item, "_elastic_record", None)
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections
@@ -219,7 +224,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _STATS.append(stats)
 
 
-_STATS: list[dict] = []
+_STATS: list[dict[str, Any]] = []
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

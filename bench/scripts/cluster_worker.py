@@ -26,7 +26,8 @@ import torch.distributed as dist  # noqa: E402
 dist.init_process_group("gloo")
 t = torch.ones(1) * (int(rank) + 1)
 dist.all_reduce(t)
-emit(f"ready rank={rank} attempt={attempt} restarted={int(restarted)} pid={os.getpid()} value={t.item():g} ts={time.time():.6f}")
+emit(f"ready rank={rank} attempt={attempt} restarted={int(restarted)} pid={os.getpid()} "
+     f"value={t.item():g} ts={time.time():.6f}")
 if os.environ.get("HARNESS_EVENTS"):
     from harness import report_step
 

@@ -7,8 +7,9 @@ import enum
 import json
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import ConfigError, ProcessFailure
 
@@ -39,7 +40,7 @@ class WorkerSpec:
     rdzv_handler: Any
     fn: Callable[..., Any] | None = None
     entrypoint: Callable[..., Any] | str | None = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     max_restarts: int = 3
     monitor_interval: float = 0.1
     master_port: int | None = None
@@ -93,7 +94,7 @@ class WorkerState(str, enum.Enum):
     FAILED = "FAILED"
 
     @staticmethod
-    def is_running(state: "WorkerState") -> bool:
+    def is_running(state: WorkerState) -> bool:
         return state in (WorkerState.HEALTHY, WorkerState.UNHEALTHY)
 
 
@@ -151,7 +152,7 @@ class RunResult:
     def is_failed(self) -> bool:
         return self.state == WorkerState.FAILED
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "state": self.state.value,
             "return_values": {str(k): _jsonable(v) for k, v in self.return_values.items()},
@@ -190,7 +191,7 @@ class AgentEvent:
 
     @classmethod
     def for_group(cls, group: WorkerGroup, state: str, total_run_time: float, restarts: int,
-                  raw_error: str | None = None) -> "AgentEvent":
+                  raw_error: str | None = None) -> AgentEvent:
         """The metadata torch's ``SimpleElasticAgent._construct_event`` records for the agent."""
         spec = group.spec
         metadata = {

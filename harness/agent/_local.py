@@ -44,7 +44,7 @@ class AgentEnv:
     health_check_port: int | None
 
     @classmethod
-    def resolve(cls, env: Mapping[str, str] | None) -> "AgentEnv":
+    def resolve(cls, env: Mapping[str, str] | None) -> AgentEnv:
         base = dict(os.environ if env is None else env)
         timeout = base.get(UNINTERRUPTIBLE_TIMEOUT_ENV)
         try:
@@ -63,7 +63,7 @@ class AgentEnv:
         )
 
 
-def _substitute_local_rank(args: tuple, local_rank: int) -> tuple:
+def _substitute_local_rank(args: tuple[Any, ...], local_rank: int) -> tuple[Any, ...]:
     """torch's ``macros.substitute``: ``${local_rank}`` in string args -> the local rank."""
     return tuple(a.replace("${local_rank}", str(local_rank)) if isinstance(a, str) else a
                  for a in args)
@@ -210,6 +210,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         )
         args = {w.local_rank: _substitute_local_rank(spec.args, w.local_rank)
                 for w in worker_group.workers}
+        assert spec.entrypoint is not None  # WorkerSpec.__post_init__ rejects None
         self._pcontext = ProcessContext(spec.role, spec.entrypoint, args,
                                         self._worker_envs(worker_group), logs,
                                         self._start_method, zygote=self._zygote)

@@ -34,7 +34,8 @@ def _identical(spec: WorkerSpec, group_rank: int, group_world_size: int) -> list
 def _get(store: Any, key: str, timeout: float) -> bytes:
     if hasattr(store, "set_timeout"):
         store.set_timeout(timedelta(seconds=timeout))
-    return store.get(key)
+    value: bytes = store.get(key)
+    return value
 
 
 def assign_worker_ranks(store: Any, group_rank: int, group_world_size: int, spec: WorkerSpec,

@@ -11,14 +11,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from harness.errors import ProcessFailure
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
 from harness.procs._logs import AttemptLogs, RankLogs
 from harness.procs._std import Std
 from harness.procs._tee import TeePump, TeeSink
+
+if TYPE_CHECKING:
+    from harness.procs._zygote_client import Zygote
 
 __all__ = ["RunProcsResult", "ProcessContext", "START_METHODS"]
 
@@ -46,9 +50,9 @@ class ProcessContext:
     top of what they inherit).
     """
 
-    def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple],
+    def __init__(self, name: str, entrypoint: Callable[..., Any] | str, args: dict[int, tuple[Any, ...]],
                  envs: dict[int, dict[str, str]], logs: AttemptLogs, start_method: str = "spawn",
-                 zygote: Any = None):
+                 zygote: Zygote | None = None):
         self.name = name
         self.entrypoint = entrypoint
         self.args = args
@@ -58,7 +62,7 @@ class ProcessContext:
         self._zygote = zygote
         self.procs: dict[int, WorkerProcess] = {}
         self._pump: TeePump | None = None
-        self._files: list[IO] = []
+        self._files: list[IO[Any]] = []
         self._selector = selectors.DefaultSelector()
 
     # -- start ---------------------------------------------------------------------------
@@ -73,7 +77,7 @@ class ProcessContext:
             self.close(signal.SIGKILL, grace=0)
             raise
 
-    def _console(self, stream: int) -> IO:
+    def _console(self, stream: int) -> BinaryIO:
         return sys.stdout.buffer if stream == 1 else sys.stderr.buffer
 
     def _stream(self, rank_logs: RankLogs, which: Std) -> tuple[Any, tuple[int, TeeSink] | None]:
@@ -238,7 +242,8 @@ class ProcessContext:
             pending = [p for p in pending if p.poll() is None]
 
     def __repr__(self) -> str:
-        return f"ProcessContext(name={self.name!r}, start_method={self.start_method}, procs={list(self.procs.values())})"
+        return (f"ProcessContext(name={self.name!r}, start_method={self.start_method}, "
+                f"procs={list(self.procs.values())})")
 
 
 def _child_stream(handle: Any) -> Any:

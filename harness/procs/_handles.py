@@ -16,7 +16,9 @@ import pickle
 import signal
 import subprocess
 import sys
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+from typing import IO, Any, cast
 
 from harness.procs._prctl import die_with_parent
 
@@ -144,7 +146,7 @@ class BinaryProcess(WorkerProcess):
     """A program run with ``Popen``; stdout/stderr are a file, a pipe, or inherited."""
 
     def __init__(self, local_rank: int, argv: list[str], env: dict[str, str],
-                 stdout: IO | int | None, stderr: IO | int | None, cwd: str | None = None):
+                 stdout: IO[Any] | int | None, stderr: IO[Any] | int | None, cwd: str | None = None):
         self._popen = subprocess.Popen(
             argv,
             env=env,
@@ -176,7 +178,7 @@ class BinaryProcess(WorkerProcess):
 # callables
 
 
-def _run_callable(payload: dict) -> None:
+def _run_callable(payload: dict[str, Any]) -> None:
     """Body of a callable worker's process (runs in the child)."""
     # forkserver children are the server's, which itself dies with the agent
     die_with_parent(payload["agent_pid"] if payload["direct_child"] else os.getppid())
@@ -209,13 +211,13 @@ def _run_callable(payload: dict) -> None:
 class CallableProcess(WorkerProcess):
     """A function run in a child started by ``multiprocessing`` (spawn, fork, forkserver)."""
 
-    def __init__(self, local_rank: int, ctx: Any, fn: Callable[..., Any], args: tuple,
+    def __init__(self, local_rank: int, ctx: Any, fn: Callable[..., Any], args: tuple[Any, ...],
                  env: dict[str, str], stdout: Any, stderr: Any, return_path: str):
         self.return_path = return_path
         self._direct_child = self._sweep_safe = ctx.get_start_method() != "forkserver"
         payload = {"agent_pid": os.getpid(), "direct_child": self._direct_child, "fn": fn, "args": args, "env": env,
                    "stdout": stdout, "stderr": stderr, "return_path": return_path}
-        self._process = ctx.Process(target=_run_callable, args=(payload,), daemon=False,
+        self._process: BaseProcess = ctx.Process(target=_run_callable, args=(payload,), daemon=False,
                                     name=f"worker-{local_rank}")
         self._process.start()
         super().__init__(local_rank, self._process.pid)
@@ -230,7 +232,7 @@ class CallableProcess(WorkerProcess):
 
     def _reap(self) -> int:
         self._process.join()
-        return self._process.exitcode
+        return cast(int, self._process.exitcode)  # joined: it has exited, so the code is set
 
     def release(self) -> None:
         self._process.close()

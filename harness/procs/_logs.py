@@ -53,8 +53,8 @@ class LogsSpecs:
     """Resolved once: where logs go for every attempt of one agent."""
 
     log_dir: str | None = None
-    redirects: "Std | dict[int, Std]" = Std.NONE
-    tee: "Std | dict[int, Std]" = Std.NONE
+    redirects: Std | dict[int, Std] = Std.NONE
+    tee: Std | dict[int, Std] = Std.NONE
     local_ranks_filter: frozenset[int] | None = None
     _root: str | None = field(default=None, init=False, repr=False)
     _owned: bool = field(default=False, init=False, repr=False)
@@ -166,7 +166,7 @@ class TorchShapedLogsSpecs:
             cleanup()
 
 
-def as_logs_specs(spec: object | None) -> "LogsSpecs | TorchShapedLogsSpecs":
+def as_logs_specs(spec: object | None) -> LogsSpecs | TorchShapedLogsSpecs:
     """Ours as is; ``None`` -> the default; anything else must have torch's shape."""
     if spec is None:
         return LogsSpecs()

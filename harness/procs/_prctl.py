@@ -7,22 +7,23 @@ import ctypes
 import ctypes.util
 import os
 import signal
+from collections.abc import Callable
 
 __all__ = ["set_pdeathsig", "die_with_parent", "join_netns", "same_netns"]
 
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNET = 0x40000000
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def _load():
+def _load() -> ctypes.CDLL:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     return _libc
 
 
-def _prctl():
+def _prctl() -> Callable[..., int]:
     return _load().prctl
 
 

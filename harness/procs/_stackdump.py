@@ -18,7 +18,7 @@ STACKS_ENV = "HARNESS_STACK_DUMP_DIR"
 _file = None  # kept open for faulthandler, which writes to its fd from the signal handler
 
 
-def install_from_env(env: "os._Environ[str] | dict[str, str]") -> None:
+def install_from_env(env: os._Environ[str] | dict[str, str]) -> None:
     global _file
     directory = env.get(STACKS_ENV)
     if not directory:

@@ -16,7 +16,7 @@ class Std(enum.IntFlag):
     ALL = 3
 
     @classmethod
-    def from_str(cls, text: str) -> "Std | dict[int, Std]":
+    def from_str(cls, text: str) -> Std | dict[int, Std]:
         """``"3"`` -> Std.ALL; ``"0:3,1:0"`` -> {0: Std.ALL, 1: Std.NONE} (as torchrun)."""
         return parse_std(text, "redirects")
 
@@ -28,7 +28,7 @@ def _one(value: str, name: str) -> Std:
     return Std(int(value))
 
 
-def parse_std(text: "str | int | Std", name: str) -> "Std | dict[int, Std]":
+def parse_std(text: str | int | Std, name: str) -> Std | dict[int, Std]:
     if isinstance(text, int):
         return _one(str(int(text)), name)
     text = str(text).strip()
@@ -43,7 +43,7 @@ def parse_std(text: "str | int | Std", name: str) -> "Std | dict[int, Std]":
     return result
 
 
-def std_for_rank(value: "Std | dict[int, Std]", local_rank: int) -> Std:
+def std_for_rank(value: Std | dict[int, Std], local_rank: int) -> Std:
     if isinstance(value, dict):
         return value.get(local_rank, Std.NONE)
     return value

@@ -35,6 +35,7 @@ import socket
 import struct
 import sys
 import traceback
+from typing import Any, cast
 
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
@@ -45,7 +46,7 @@ ZYGOTE_ENV = "HARNESS_ZYGOTE"  # socket path of a shared zygote, set by the harn
 MAX_MESSAGE = 4 * 1024 * 1024
 
 
-def send_message(sock: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+def send_message(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     data = json.dumps(message, separators=(",", ":")).encode()
     if len(data) > MAX_MESSAGE:
         raise ValueError(f"zygote message of {len(data)} bytes exceeds {MAX_MESSAGE}")
@@ -55,7 +56,7 @@ def send_message(sock: socket.socket, message: dict, fds: list[int] | None = Non
         sock.send(data)
 
 
-def recv_message(sock: socket.socket) -> tuple[dict | None, list[int]]:
+def recv_message(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
     """One message and the fds that came with it; (None, []) when the peer closed."""
     data, fds, _flags, _addr = socket.recv_fds(sock, MAX_MESSAGE, 8)
     if not data:
@@ -110,15 +111,15 @@ class _Zygote:
                         pass
                     self.reap()
                 else:
-                    conn = key.fileobj
+                    conn = cast(socket.socket, key.fileobj)  # registered above: a client socket
                     try:
-                        self.handle(conn)  # type: ignore[arg-type]
+                        self.handle(conn)
                     except Exception as e:  # a vanished or confused agent affects only itself
                         if not isinstance(e, OSError):
                             print(f"[zygote] dropping a client after a bad request: {e!r}",
                                   file=sys.stderr, flush=True)
                         if conn in self.clients:
-                            self.drop(conn)  # type: ignore[arg-type]
+                            self.drop(conn)
 
     def reap(self) -> None:
         for pid in list(self.owner):
@@ -182,7 +183,7 @@ class _Zygote:
                 os.close(fd)
             send_message(conn, {"op": "error", "id": message.get("id"), "message": f"unknown op {op!r}"})
 
-    def spawn(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    def spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
         try:
             pid = os.fork()
         except OSError as e:
@@ -201,7 +202,7 @@ class _Zygote:
         self.owner[pid] = conn  # registered first: if the reply fails, drop() kills it
         send_message(conn, {"op": "spawned", "id": request["id"], "pid": pid})
 
-    def become_worker(self, request: dict, fds: list[int], netns: int | None) -> None:
+    def become_worker(self, request: dict[str, Any], fds: list[int], netns: int | None) -> None:
         code = 1
         try:
             os.setpgid(0, 0)
@@ -215,7 +216,7 @@ class _Zygote:
                     os._exit(1)
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd, target in zip(fds, (0, 1, 2)):
+            for fd, target in zip(fds, (0, 1, 2), strict=False):
                 os.dup2(fd, target)
             keep = set(range(3))
             self.selector.close()
@@ -261,7 +262,7 @@ def _reset_stdio() -> None:
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
     stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdin = sys.__stdin__ = stdin
+    sys.stdin = sys.__stdin__ = stdin  # type: ignore[misc]  # typeshed: Final; a fresh worker does replace it
 
 
 def _apply_threads(env: dict[str, str]) -> None:
@@ -287,7 +288,7 @@ def _run_callable(payload_path: str) -> None:
     os.replace(tmp, return_path)
 
 
-def run_as_main(request: dict) -> int:
+def run_as_main(request: dict[str, Any]) -> int:
     """Run ``python -u [-m] target args`` semantics (or a pickled callable) in this
     (forked) process."""
     import runpy

@@ -164,7 +164,7 @@ class Zygote:
         self._next_id = 0
 
     @classmethod
-    def for_agent(cls, env: dict[str, str] | Any) -> "Zygote":
+    def for_agent(cls, env: dict[str, str] | Any) -> Zygote:
         shared = env.get(ZYGOTE_ENV)
         if shared:
             return cls(shared)
@@ -184,12 +184,12 @@ class Zygote:
             self._sock = sock
         return self._sock
 
-    def _read(self, timeout: float | None) -> dict | None:
+    def _read(self, timeout: float | None) -> dict[str, Any] | None:
         sock = self._connect()
         sock.settimeout(timeout)
         try:
             message, fds = recv_message(sock)
-        except socket.timeout:
+        except TimeoutError:
             return None
         finally:
             sock.settimeout(None)

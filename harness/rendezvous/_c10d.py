@@ -59,12 +59,13 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
-from harness.net import PortReservation, fqdn, split_endpoint
 from harness.errors import ConfigError
+from harness.net import PortReservation, fqdn, split_endpoint
 from harness.rendezvous._api import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -118,7 +119,7 @@ class C10dSettings:
     is_host: bool | None = None
 
     @classmethod
-    def from_params(cls, params: RendezvousParameters) -> "C10dSettings":
+    def from_params(cls, params: RendezvousParameters) -> C10dSettings:
         def positive(key: str, default: float) -> float:
             value = params.get_as_float(key, default)
             if value is None or not value > 0:
@@ -436,7 +437,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
         values = peek([self._hb(n) for n in watched]) if watched else []
         self._answered()
-        verdict = peers.observe(zip(watched, values))
+        verdict = peers.observe(zip(watched, values, strict=False))
         self._connect_live(state, watched)
         dead = set(verdict.dead) | self._sock_dead()
         with self._lock:

@@ -31,8 +31,9 @@ import http.client
 import json
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Iterable
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.rendezvous._api import RendezvousParameters
@@ -92,7 +93,7 @@ class EtcdStore:
     def __repr__(self) -> str:
         return f"EtcdStore({self.address}, prefix={self.prefix!r})"
 
-    def clone(self) -> "EtcdStore":
+    def clone(self) -> EtcdStore:
         other = EtcdStore(self.host, self.port, self.prefix, self.timeout, self._connect_timeout,
                           self._lease.ttl, _lease=self._lease)
         other._leased = set(self._leased)
@@ -148,7 +149,8 @@ class EtcdStore:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered HTTP {status}: "
                                            f"{data[:200]!r}")
             try:
-                return json.loads(data or b"{}")
+                reply: dict[str, Any] = json.loads(data or b"{}")
+                return reply
             except ValueError:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered non-JSON "
                                            f"{data[:80]!r}; is this an etcd v3 server?") from None
@@ -216,7 +218,7 @@ class EtcdStore:
 
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         self._call("/v3/kv/txn", {"success": [{"requestPut": self._put(k, v)}
-                                              for k, v in zip(keys, values)]})
+                                              for k, v in zip(keys, values, strict=False)]})
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         expected_b = expected.encode() if isinstance(expected, str) else bytes(expected)
@@ -282,7 +284,7 @@ class EtcdStore:
         total = _seconds(timeout, self.timeout)
         deadline = time.monotonic() + total
         values, revision = self._range_many(keys)
-        for key, value in zip(keys, values):
+        for key, value in zip(keys, values, strict=False):
             if value is None:
                 self._watch_for(key, revision + 1, deadline, total)
 

@@ -9,8 +9,9 @@ unit-tested with a fake one (``tests/unit/test_liveness.py``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Protocol
 
 from harness.rendezvous._state import RendezvousState
 
@@ -89,9 +90,10 @@ class StoreContact:
     ``ok()`` after every answered store request, ``failed()`` after one that got no
     answer in time. A node that has had no answer for ``bound`` seconds (the handler
     uses one keep-alive interval less than the silence after which its peers declare it
-    dead) is *fenced*: its peers are about to re-form the world without it, so its workers must stop and none may start until the store
-    answers again. A failure is only counted once a request really went unanswered, so
-    a node that simply did not ask (its thread was starved) is never fenced for it.
+    dead) is *fenced*: its peers are about to re-form the world without it, so its
+    workers must stop and none may start until the store answers again. A failure is
+    only counted once a request really went unanswered, so a node that simply did not
+    ask (its thread was starved) is never fenced for it.
     """
 
     def __init__(self, clock: Clock, bound: float):

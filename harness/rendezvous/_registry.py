@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from harness.net import split_endpoint
 from harness.errors import ConfigError
+from harness.net import split_endpoint
+from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._api import (
     RendezvousHandler,
     RendezvousParameters,
     rendezvous_handler_registry,
 )
-from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._solo import SoloRendezvousHandler
 
 C10D_DEFAULT_PORT = 29400

@@ -54,7 +54,7 @@ class RendezvousState:
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes, run_id: str, where: str) -> "RendezvousState":
+    def from_json(cls, raw: bytes, run_id: str, where: str) -> RendezvousState:
         def bad(why: str) -> RendezvousStateError:
             return RendezvousStateError(
                 f"the rendezvous state at {where} is not ours ({why}); is another job or "
@@ -85,7 +85,7 @@ class RendezvousState:
             raise bad(f"unknown cause {state.cause!r}")
         return state
 
-    def copy(self) -> "RendezvousState":
+    def copy(self) -> RendezvousState:
         return RendezvousState(
             run_id=self.run_id, seq=self.seq, round=self.round, complete=self.complete,
             closed=self.closed, close_reason=self.close_reason, cause=self.cause,
@@ -128,7 +128,7 @@ def _nodes(v: Any) -> dict[str, dict[str, Any]]:
     for k, meta in v.items():
         if not isinstance(meta, dict):
             raise ValueError(f"node {k!r} metadata is not an object")
-        clean = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
+        clean: dict[str, Any] = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
                  "live": _str(meta.get("live", ""))}
         port = meta.get("port")
         if port is not None:

@@ -29,8 +29,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Iterable
 from datetime import timedelta
-from typing import Iterable
 
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
 
@@ -119,7 +119,7 @@ class StoreClient:
         """False once a request timed out or failed (the stream was dropped): reconnect."""
         return self._sock is not None
 
-    def clone(self) -> "StoreClient":
+    def clone(self) -> StoreClient:
         """A second connection to the same store (for another thread)."""
         return StoreClient(self.host, self.port, self.timeout, self._connect_timeout)
 
@@ -136,7 +136,7 @@ class StoreClient:
                     f"{within:g}s ({last_error}); is its host running and the endpoint right?")
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=min(remaining, 5))
-            except (ConnectionRefusedError, socket.timeout, OSError) as e:
+            except (TimeoutError, ConnectionRefusedError, OSError) as e:
                 if isinstance(e, socket.gaierror):
                     raise StoreConnectionError(
                         f"cannot resolve the rendezvous store host {self.host!r}: {e}") from None
@@ -169,7 +169,7 @@ class StoreClient:
         while len(buf) < n:
             try:
                 chunk = sock.recv(n - len(buf))
-            except socket.timeout:
+            except TimeoutError:
                 raise StoreTimeoutError(f"rendezvous store {self.address}: no answer to {what} "
                                         f"within {sock.gettimeout():g}s") from None
             except OSError as e:
@@ -240,7 +240,7 @@ class StoreClient:
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         if len(keys) != len(values):
             raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
-        body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values))
+        body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values, strict=True))
         with self._lock:
             self._send(_U8.pack(MULTI_SET) + _I64.pack(len(keys)) + body, "multi_set")
 
@@ -255,7 +255,7 @@ class StoreClient:
     def add(self, key: str, amount: int) -> int:
         with self._lock:
             self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount)), f"add({key!r})")
-            return _I64.unpack(self._recv(8, f"add({key!r})"))[0]
+            return int(_I64.unpack(self._recv(8, f"add({key!r})"))[0])
 
     def get(self, key: str, timeout: float | timedelta | None = None) -> bytes:
         with self._lock:
@@ -276,7 +276,7 @@ class StoreClient:
         with self._lock:
             self._send(_U8.pack(CHECK) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
                        "check")
-            return _U8.unpack(self._recv(1, "check"))[0] == READY
+            return int(_U8.unpack(self._recv(1, "check"))[0]) == READY
 
     def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
         keys = list(keys)
@@ -289,7 +289,7 @@ class StoreClient:
         sock.settimeout(max(timeout, 1e-3))
         try:
             first = sock.recv(1)
-        except socket.timeout:
+        except TimeoutError:
             first = None
         except OSError as e:
             self._drop()
@@ -317,7 +317,7 @@ class StoreClient:
     def delete_key(self, key: str) -> bool:
         with self._lock:
             self._send(_U8.pack(DELETE_KEY) + self._key(key), f"delete_key({key!r})")
-            return _I64.unpack(self._recv(8, f"delete_key({key!r})"))[0] == 1
+            return int(_I64.unpack(self._recv(8, f"delete_key({key!r})"))[0]) == 1
 
     def append(self, key: str, value: bytes | str) -> None:
         with self._lock:
@@ -326,7 +326,7 @@ class StoreClient:
     def num_keys(self) -> int:
         with self._lock:
             self._send(_U8.pack(GETNUMKEYS), "num_keys")
-            return _I64.unpack(self._recv(8, "num_keys"))[0]
+            return int(_I64.unpack(self._recv(8, "num_keys"))[0])
 
     def ping(self) -> None:
         with self._lock:
@@ -359,13 +359,13 @@ class _Reader:
         return self.take(1)[0]
 
     def u32(self) -> int:
-        return _U32.unpack(self.take(4))[0]
+        return int(_U32.unpack(self.take(4))[0])
 
     def u64(self) -> int:
-        return _U64.unpack(self.take(8))[0]
+        return int(_U64.unpack(self.take(8))[0])
 
     def i64(self) -> int:
-        return _I64.unpack(self.take(8))[0]
+        return int(_I64.unpack(self.take(8))[0])
 
     def blob(self) -> bytes:
         size = self.u64()
@@ -440,7 +440,7 @@ class StoreServer:
         state = "running" if self._thread and self._thread.is_alive() else "stopped"
         return f"StoreServer(port={self.port}, {state}, keys={len(self._data)})"
 
-    def start(self) -> "StoreServer":
+    def start(self) -> StoreServer:
         self._listener.setblocking(False)
         self._sel.register(self._listener, selectors.EVENT_READ, "listen")
         self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -616,12 +616,12 @@ class StoreServer:
         elif cmd == ADD:
             key, amount = r.key(), r.i64()
             try:
-                value = int(data.get(key, b"0")) + amount
+                total = int(data.get(key, b"0")) + amount
             except ValueError:
                 raise StoreProtocolError(f"add on key {key!r} whose value is not an integer") from None
-            data[key] = str(value).encode()
+            data[key] = str(total).encode()
             self._wake_waiters()
-            self._reply(conn, _I64.pack(value))
+            self._reply(conn, _I64.pack(total))
         elif cmd == CHECK:
             keys = [r.key() for _ in range(r.u64())]
             ready = all(k in data for k in keys)

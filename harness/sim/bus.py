@@ -30,7 +30,7 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from harness.sim.timeline import Timeline
 
@@ -206,6 +206,7 @@ class EventBus:
     def _check_polled(self) -> bool:
         fired = False
         for pid, on_exit in list(self._polled.items()):
+            info: os.waitid_result | bool | None
             try:
                 info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.sim import schema
 from harness.sim.faults import Fault, Heal, HealthyThenAfter, ScheduledFault, fault_class
@@ -39,7 +40,7 @@ class ChaosConfig:
     max_faults: int | None = None
     #: latest delay (s) after the first HEALTHY state at which a fault may fire
     horizon: float = 1.0
-    on_job: list = field(default_factory=list, compare=False)  # observers (the plugin's report)
+    on_job: list[Any] = field(default_factory=list, compare=False)  # observers (the plugin's report)
     #: explicit schedules, one per job in launch order, used instead of generating one
     #: (replay of a printed schedule, the plugin's shrinking); jobs past the end generate
     schedules: tuple[tuple[ScheduledFault, ...], ...] | None = None
@@ -109,6 +110,6 @@ def _make(row: schema.FaultKind, node: int, local_rank: int, rng: random.Random)
     return fault_class(row.kind)(**values)
 
 
-def _trigger(delay: float) -> "HealthyThenAfter":
+def _trigger(delay: float) -> HealthyThenAfter:
     """Fire ``delay`` s after the job first became HEALTHY (so the fault meets workers)."""
     return HealthyThenAfter(seconds=delay)

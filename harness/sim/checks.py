@@ -6,8 +6,9 @@ Standard library only (the pytest plugin loads the schema at configure time).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, TypeGuard
 
 __all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
            "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE"]
@@ -24,7 +25,7 @@ class Check:
         return self.test(value)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

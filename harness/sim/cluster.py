@@ -18,7 +18,8 @@ import shutil
 import sys
 import tempfile
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.errors import ConfigError, ElasticError
 from harness.sim.bytecode import ensure_compiled
@@ -78,7 +79,7 @@ class Cluster:
         self._names = NameMaker(seed)
         self._closed = False
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
@@ -86,14 +87,15 @@ class Cluster:
         self.close(check_invariants=exc_type is None)
 
     def launch(self, entrypoint: Callable[..., Any] | str, *args: Any, nodes: int | None = None,
-               module: bool = False) -> "Job":
+               module: bool = False) -> Job:
         """Start a job: a script path (run as torchrun runs it), a module (``module=True``)
         or a picklable callable, on ``nodes`` agents (default: the maximum of nnodes)."""
         if self._closed:
             raise ElasticError("this cluster is closed")
         count = self.max_nodes if nodes is None else nodes
         if not 1 <= count <= self.max_nodes:
-            raise ConfigError("nodes", nodes, f"must be in 1..{self.max_nodes} (nnodes={self.min_nodes}:{self.max_nodes})")
+            raise ConfigError("nodes", nodes,
+                              f"must be in 1..{self.max_nodes} (nnodes={self.min_nodes}:{self.max_nodes})")
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
         job = Job(self, entrypoint, list(args), module)
@@ -111,7 +113,7 @@ class Cluster:
             self._unleash_chaos(job, count)
         return job
 
-    def _unleash_chaos(self, job: "Job", count: int) -> None:
+    def _unleash_chaos(self, job: Job, count: int) -> None:
         from harness.sim.chaos import derive_seed, generate_schedule
 
         chaos = self.chaos
@@ -194,12 +196,14 @@ class Cluster:
     def backend(self) -> str:
         """The process-group backend that fits: ``nccl`` when every worker has a GPU of
         its own, else ``gloo``."""
-        return self.gpu_plan.backend
+        backend: str = self.gpu_plan.backend
+        return backend
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """``CUDA_VISIBLE_DEVICES`` ids of node slot ``node`` (0..max_nodes-1; empty
         without GPUs). A node started later takes the lowest slot no live node holds."""
-        return self.gpu_plan.slot(node)
+        slot: tuple[str, ...] = self.gpu_plan.slot(node)
+        return slot
 
     def __repr__(self) -> str:
         return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "

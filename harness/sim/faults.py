@@ -43,7 +43,7 @@ class Fault:
     #: whether the fault is a *failure* (uses a restart) rather than a membership change
     is_failure: ClassVar[bool] = True
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         raise NotImplementedError
 
     def describe(self) -> str:
@@ -62,7 +62,7 @@ class WorkerCrash(Fault):
     sig: int = int(signal.SIGKILL)
     exit_code: int | None = None
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         if self.exit_code is None:
             job.kill_worker(self.node, self.local_rank, self.sig)
         else:
@@ -75,7 +75,7 @@ class WorkerHang(Fault):
     node: int = 0
     local_rank: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.hang_worker(self.node, self.local_rank)
 
 
@@ -85,7 +85,7 @@ class AgentKill(Fault):
     is_failure: ClassVar[bool] = False
     node: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.kill_agent(self.node)
 
 
@@ -95,7 +95,7 @@ class NodeKill(Fault):
     is_failure: ClassVar[bool] = False
     node: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.kill_node(self.node)
 
 
@@ -105,7 +105,7 @@ class NodeLeave(Fault):
     is_failure: ClassVar[bool] = False
     node: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.remove_node(self.node)
 
 
@@ -114,7 +114,7 @@ class NodeJoin(Fault):
     kind: ClassVar[str] = "node_join"
     is_failure: ClassVar[bool] = False
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.join_node()
 
 
@@ -124,7 +124,7 @@ class NodeFreeze(Fault):
     is_failure: ClassVar[bool] = False
     node: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.freeze_node(self.node)
 
 
@@ -133,7 +133,7 @@ class StoreHostLoss(Fault):
     kind: ClassVar[str] = "store_host_loss"
     is_failure: ClassVar[bool] = False
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.kill_store_host()
 
 
@@ -151,7 +151,7 @@ class Partition(Fault):
     peers: Any = "all"  # "all" | "store" | [node, ...]
     direction: str = "both"
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         peers = self.peers if isinstance(self.peers, str) else list(self.peers)
         job.partition(self.node, peers=peers, direction=self.direction)
 
@@ -164,7 +164,7 @@ class Heal(Fault):
     is_failure: ClassVar[bool] = False
     node: int | None = None
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.heal(self.node)
 
 
@@ -177,7 +177,7 @@ class PacketLoss(Fault):
     node: int = 0
     probability: float = 0.05
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.packet_loss(self.node, self.probability)
 
 
@@ -190,7 +190,7 @@ class Bandwidth(Fault):
     node: int = 0
     rate: Any = "1mbit"
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.bandwidth(self.node, self.rate)
 
 
@@ -202,7 +202,7 @@ class LinkDown(Fault):
     is_failure: ClassVar[bool] = False
     node: int = 0
 
-    def apply(self, job: "Job") -> None:
+    def apply(self, job: Job) -> None:
         job.link_down(self.node)
 
 
@@ -214,10 +214,10 @@ class Trigger:
     """When a fault fires. The scheduler evaluates ``ready`` whenever events arrive, and at
     ``deadline`` for triggers that come due with time alone (no polling tick)."""
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         raise NotImplementedError
 
-    def deadline(self, job: "Job", armed_at: float) -> float | None:
+    def deadline(self, job: Job, armed_at: float) -> float | None:
         """The monotonic time at which ``ready`` turns true if no event arrives before
         (None: only an event can make it ready)."""
         return None
@@ -225,7 +225,7 @@ class Trigger:
 
 @dataclass(frozen=True)
 class Immediately(Trigger):
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return True
 
 
@@ -233,10 +233,10 @@ class Immediately(Trigger):
 class After(Trigger):
     seconds: float = 0.0
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return now - armed_at >= self.seconds
 
-    def deadline(self, job: "Job", armed_at: float) -> float | None:
+    def deadline(self, job: Job, armed_at: float) -> float | None:
         return armed_at + self.seconds
 
 
@@ -247,7 +247,7 @@ class OnState(Trigger):
     state: WorkerState = WorkerState.HEALTHY
     node: int | None = None
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return job.in_state(self.state, self.node)
 
 
@@ -258,7 +258,7 @@ class AtStep(Trigger):
     step: int = 0
     rank: int = 0
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         for event in reversed(job.timeline.steps(self.rank)):  # newest first: stop at arming
             if event.get("mono", 0) < armed_at:
                 return False
@@ -271,11 +271,11 @@ class AtStep(Trigger):
 class HealthyThenAfter(After):
     """``seconds`` after the job was first seen HEALTHY (so the fault meets live workers)."""
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         first = job.first_healthy_time()
         return first is not None and now - max(first, armed_at) >= self.seconds
 
-    def deadline(self, job: "Job", armed_at: float) -> float | None:
+    def deadline(self, job: Job, armed_at: float) -> float | None:
         first = job.first_healthy_time()
         return None if first is None else max(first, armed_at) + self.seconds
 
@@ -286,7 +286,7 @@ class OnWorldSize(Trigger):
 
     size: int = 1
 
-    def ready(self, job: "Job", armed_at: float, now: float) -> bool:
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return any(e["world_size"] == self.size and e.get("mono", 0) >= armed_at
                    for e in job.timeline.events("rendezvous"))
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 __all__ = ["GpuPlan", "detect_gpus", "VISIBLE_ENV"]
 
@@ -77,7 +77,7 @@ class GpuPlan:
 
     @classmethod
     def resolve(cls, gpus: int | Sequence[str] | None, max_nodes: int, nproc_per_node: int,
-                env: Mapping[str, str] | None = None) -> "GpuPlan":
+                env: Mapping[str, str] | None = None) -> GpuPlan:
         """``gpus``: None (detect), a count (ids 0..n-1, e.g. injected by a test) or ids."""
         if gpus is None:
             devices = detect_gpus(env)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ElasticError
@@ -65,15 +66,15 @@ def _check_transitions(timeline: Timeline, problems: list[str]) -> None:
     for node in timeline.nodes():
         states = [WorkerState(e["state"]) for e in timeline.events("state", node)
                   if e.get("source") != HARNESS]
-        for before, after in zip(states, states[1:]):
+        for before, after in zip(states, states[1:], strict=False):
             if after not in LEGAL_TRANSITIONS[before]:
                 problems.append(f"{node}: illegal transition {before.value} -> {after.value}")
         if states and states[0] != S.INIT:
             problems.append(f"{node}: first state is {states[0].value}, not INIT")
 
 
-def _rounds(timeline: Timeline) -> dict[int, list[dict]]:
-    by_round: dict[int, list[dict]] = defaultdict(list)
+def _rounds(timeline: Timeline) -> dict[int, list[dict[str, Any]]]:
+    by_round: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for start in timeline.events("worker_start"):
         by_round[start.get("round", 0)].append(start)
     return by_round

@@ -25,13 +25,15 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from harness.agent import RunResult, WorkerState
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.procs import is_same_process, signal_process_group
+from harness.sim.bus import EventBus
 from harness.sim.faults import (
     ORDERS_ENV,
     AtStep,
@@ -42,7 +44,6 @@ from harness.sim.faults import (
     WorkerCrash,
     write_exit_order,
 )
-from harness.sim.bus import EventBus
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.job_network import NetworkFaults
 from harness.sim.net import NODE_INTERFACE, Network
@@ -86,7 +87,7 @@ class NodeProcess:
     name: str
     addr: str
     directory: str
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     result_path: str
     slot: int = 0
     gpus: tuple[str, ...] = ()
@@ -101,7 +102,8 @@ class NodeProcess:
     def result(self) -> RunResult | None:
         try:
             with open(self.result_path, "rb") as fp:
-                return pickle.load(fp)
+                result: RunResult | None = pickle.load(fp)
+                return result
         except (FileNotFoundError, EOFError, pickle.UnpicklingError):
             return None
 
@@ -112,7 +114,7 @@ class Job(NetworkFaults):
 
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
-        self.cluster = cluster
+        self.cluster: Cluster = cluster
         self.entrypoint = entrypoint
         self.args = args
         self.module = module
@@ -318,10 +320,10 @@ class Job(NetworkFaults):
 
     # -- observing -----------------------------------------------------------------------
 
-    def _latest_starts(self, node: int) -> dict[int, dict]:
+    def _latest_starts(self, node: int) -> dict[int, dict[str, Any]]:
         self._node(node)
         starts = self.timeline.events("worker_start", node)
-        latest: dict[int, dict] = {}
+        latest: dict[int, dict[str, Any]] = {}
         for start in starts:  # time-ordered: the last start of each local rank wins
             latest[start["local_rank"]] = start
         return latest
@@ -340,7 +342,8 @@ class Job(NetworkFaults):
         """Monotonic time the job first had a HEALTHY node (chaos times faults from it)."""
         for event in self.timeline.events("state"):
             if event["state"] == WorkerState.HEALTHY.value:
-                return event["mono"]
+                mono: float = event["mono"]
+                return mono
         return None
 
     def in_state(self, state: WorkerState, node: int | None = None) -> bool:
@@ -636,7 +639,7 @@ class Job(NetworkFaults):
         return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"
 
 
-def _record_exit_of(job_ref: "weakref.ref[Job]", index: int) -> None:
+def _record_exit_of(job_ref: weakref.ref[Job], index: int) -> None:
     """The bus's exit callback holds the job weakly: an abandoned Cluster (and its jobs) must
     stay collectable, so that the garbage collector can close it."""
     job = job_ref()
@@ -659,7 +662,7 @@ def fifos_under(directory: str) -> list[str]:
     return found
 
 
-def _add_process(into: list, pid: int) -> None:
+def _add_process(into: list[Any], pid: int) -> None:
     import psutil
 
     try:

@@ -10,7 +10,8 @@ names what is missing (network namespaces, root).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.sim.net import Network, NetworkChange
@@ -22,7 +23,7 @@ class NetworkFaults:
     """Mixed into ``Job``: needs ``network``, ``cluster``, ``_node(i)``, ``_fault(...)`` and
     ``_record_action(...)``."""
 
-    network: "Network"
+    network: Network
     cluster: Any
 
     def _node(self, node: int) -> Any:  # provided by Job
@@ -34,7 +35,7 @@ class NetworkFaults:
     def _record_action(self, event: str, **fields: Any) -> None:  # provided by Job
         raise NotImplementedError
 
-    def _record(self, change: "NetworkChange", **fields: Any) -> None:
+    def _record(self, change: NetworkChange, **fields: Any) -> None:
         self._fault(change.kind, **({"target_node": change.node} if change.node is not None else {}),
                     **change.params, **fields)
 

@@ -16,7 +16,8 @@ lists as well as on real partitioned jobs:
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
 
@@ -24,17 +25,17 @@ __all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_
 STORE_LOSING_PEERS = ("store", "all")
 
 
-def _worker_rounds(events: Iterable[dict]) -> dict[tuple[Any, int], int]:
+def _worker_rounds(events: Iterable[dict[str, Any]]) -> dict[tuple[Any, Any], int]:
     """(node, worker pid) -> the rendezvous round the worker was started for."""
     return {(e.get("node"), e["worker_pid"]): int(e["round"]) for e in events
             if e.get("kind") == "worker_start" and e.get("round") is not None}
 
 
-def split_brain(events: list[dict]) -> list[str]:
+def split_brain(events: list[dict[str, Any]]) -> list[str]:
     """Steps made by workers of a round older than one that is already training."""
     rounds = _worker_rounds(events)
     first_step: dict[int, float] = {}
-    stepped: list[tuple[float, int, dict]] = []
+    stepped: list[tuple[float, int, dict[str, Any]]] = []
     for event in events:
         if event.get("kind") != "step":
             continue
@@ -54,7 +55,7 @@ def split_brain(events: list[dict]) -> list[str]:
     return problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
 
 
-def unfenced_workers(events: list[dict], bound: float) -> list[str]:
+def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
     """Workers of a node cut off from the store still running ``bound`` seconds after the
     cut (the keep-alive bound plus the stop grace): the node did not fence itself."""
     starts: dict[Any, dict[int, float]] = defaultdict(dict)  # node -> worker pid -> started

@@ -74,7 +74,7 @@ class WarmPool:
             server.close()
             server.process.wait()
 
-    def __enter__(self) -> "WarmPool":
+    def __enter__(self) -> WarmPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError, ElasticError
 from harness.sim.bus import SAFETY_S
@@ -47,7 +48,7 @@ class _Pending:
 
     entry: ScheduledFault
     armed_at: float | None
-    successor: "_Pending | None" = None
+    successor: _Pending | None = None
     fired: bool = False
 
 

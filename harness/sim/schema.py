@@ -47,13 +47,30 @@ Bad input is reported as one line naming the key (or kind) and what is valid, in
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
-from harness.sim.checks import (ARGS, BOOL, GPUS, NNODES, PEERS, PROBABILITY, RATE, STR_TABLE, TABLE,
-                                TEXT, Check, integer, list_of, number, one_of, optional)
+from harness.sim.checks import (
+    ARGS,
+    BOOL,
+    GPUS,
+    NNODES,
+    PEERS,
+    PROBABILITY,
+    RATE,
+    STR_TABLE,
+    TABLE,
+    TEXT,
+    Check,
+    integer,
+    list_of,
+    number,
+    one_of,
+    optional,
+)
 
 __all__ = [
     "Key", "FaultKind", "TriggerForm",

@@ -32,10 +32,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from harness.net import PortReservation
 from harness.errors import ConfigError, ElasticError
+from harness.net import PortReservation
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
 
@@ -74,8 +75,8 @@ class StoreProcess:
 
     node: int | None = None  # hosted by no node
 
-    def __init__(self, name: str, popen: subprocess.Popen, endpoint: str,
-                 reservations: list[PortReservation] = (), data_dir: str | None = None):
+    def __init__(self, name: str, popen: subprocess.Popen[bytes], endpoint: str,
+                 reservations: Sequence[PortReservation] = (), data_dir: str | None = None):
         self.name = name
         self.popen = popen
         self.endpoint = endpoint
@@ -145,7 +146,7 @@ class NodeHostedStore:
 # -- the three setups ---------------------------------------------------------------------
 
 
-def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen:
+def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen[bytes]:
     """A store process: a child of the harness that dies with it, in the store's namespace
     when the nodes are network hosts."""
     from harness.procs import die_with_parent
@@ -169,6 +170,7 @@ def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
     log_path = os.path.join(job.directory, "store.log")
     popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
                          "--port", str(port)], log_path, subprocess.PIPE)
+    assert popen.stdout is not None  # started with stdout=PIPE
     try:
         port = _read_port(popen, log_path)
     except BaseException:
@@ -182,10 +184,11 @@ def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
     return {"backend": "c10d", "endpoint": endpoint, "configs": {"is_host": False}}, store
 
 
-def _read_port(popen: subprocess.Popen, log_path: str) -> int:
+def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
     """The ``PORT n`` line the store server prints once it listens (bounded wait)."""
     import selectors
 
+    assert popen.stdout is not None  # started with stdout=PIPE
     with selectors.DefaultSelector() as sel:
         sel.register(popen.stdout, selectors.EVENT_READ)
         if not sel.select(_READY_TIMEOUT):
@@ -239,7 +242,7 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
     return {"backend": backend, "endpoint": endpoint, "configs": {}}, store
 
 
-def _wait_listening(popen: subprocess.Popen, host: str, port: int, log_path: str) -> None:
+def _wait_listening(popen: subprocess.Popen[bytes], host: str, port: int, log_path: str) -> None:
     import socket
 
     deadline = time.monotonic() + _READY_TIMEOUT

@@ -21,7 +21,8 @@ import bisect
 import json
 import os
 import threading
-from typing import Any, Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
@@ -32,11 +33,11 @@ __all__ = ["Timeline", "FaultRecord", "HARNESS"]
 HARNESS = "harness"
 
 
-def _order(event: dict) -> tuple[float, float]:
+def _order(event: dict[str, Any]) -> tuple[float, float]:
     return (event.get("mono", 0.0), event.get("ts", 0.0))
 
 
-def _insert(events: list[dict], event: dict) -> None:
+def _insert(events: list[dict[str, Any]], event: dict[str, Any]) -> None:
     """Writers append in their own order: keep the merged view time-ordered (almost always
     an append; never a re-sort of everything read so far)."""
     if not events or _order(events[-1]) <= _order(event):
@@ -49,7 +50,7 @@ def _node_order(node: Hashable) -> tuple[bool, Any]:
     return (isinstance(node, str), str(node) if isinstance(node, str) else node)
 
 
-class FaultRecord(dict):
+class FaultRecord(dict[str, Any]):
     """A fault event with its latencies (seconds, None if it never happened)."""
 
     @property
@@ -67,9 +68,9 @@ class Timeline:
     def __init__(self, path: str):
         self.path = path
         self._lock = threading.Lock()
-        self._events: list[dict] = []
-        self._by_kind: dict[str, list[dict]] = {}
-        self._steps: dict[int, list[dict]] = {}  # rank -> its step events (triggers scan these)
+        self._events: list[dict[str, Any]] = []
+        self._by_kind: dict[str | None, list[dict[str, Any]]] = {}
+        self._steps: dict[int, list[dict[str, Any]]] = {}  # rank -> its step events (triggers scan these)
         self._known: dict[Hashable, None] = {}  # node keys, in order of appearance
         self._labels: dict[Hashable, str] = {}
         self._offset = 0
@@ -106,7 +107,7 @@ class Timeline:
                 return b""
         if self._fd < 0:
             return b""
-        parts = []
+        parts: list[bytes] = []
         while True:
             part = os.pread(self._fd, 1 << 20, self._offset + sum(map(len, parts)))
             if not part:
@@ -138,7 +139,7 @@ class Timeline:
                 added = True
         return added
 
-    def _add(self, event: dict) -> None:
+    def _add(self, event: dict[str, Any]) -> None:
         kind = event.get("kind")
         _insert(self._events, event)
         _insert(self._by_kind.setdefault(kind, []), event)
@@ -181,7 +182,7 @@ class Timeline:
 
     # -- queries -------------------------------------------------------------------------
 
-    def events(self, kind: str | None = None, node: Hashable | None = None) -> list[dict]:
+    def events(self, kind: str | None = None, node: Hashable | None = None) -> list[dict[str, Any]]:
         """Every event (optionally of one kind / node), merged and time-ordered. ``node``:
         a node key (``"harness"``: the harness's own events); an unknown one raises."""
         if node is not None and node != HARNESS:
@@ -213,11 +214,11 @@ class Timeline:
             counts[event["node"]] = max(counts.get(event["node"], 0), event.get("restart_count", 0))
         return counts
 
-    def results(self) -> dict[Hashable, dict]:
+    def results(self) -> dict[Hashable, dict[str, Any]]:
         """node -> the serialised ``RunResult`` its agent reported."""
         return {e["node"]: e["result"] for e in self.events("result")}
 
-    def steps(self, rank: int | None = None) -> list[dict]:
+    def steps(self, rank: int | None = None) -> list[dict[str, Any]]:
         """``report_step`` events (of one global rank), in order."""
         if rank is None:
             return self.events("step")
@@ -248,7 +249,7 @@ class Timeline:
         return records
 
     @staticmethod
-    def _recovery(later: Iterable[dict], start: float) -> float | None:
+    def _recovery(later: Iterable[dict[str, Any]], start: float) -> float | None:
         disturbed = False
         for event in later:
             if event.get("kind") != "state":
@@ -257,7 +258,8 @@ class Timeline:
             if state in (WorkerState.FAILED.value, WorkerState.STOPPED.value, WorkerState.UNHEALTHY.value):
                 disturbed = True
             elif disturbed and state in (WorkerState.HEALTHY.value, WorkerState.SUCCEEDED.value):
-                return event["mono"] - start
+                mono: float = event["mono"]
+                return mono - start
         return None
 
     def format(self, limit: int = 200) -> str:

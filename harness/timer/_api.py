@@ -16,8 +16,10 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from types import TracebackType
+from typing import Any, Literal, TypeVar
 
 from harness.errors import ConfigError, ElasticError
 from harness.timer._clock import Clock, MonotonicClock
@@ -35,6 +37,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+_S = TypeVar("_S", bound="TimerServer")
 
 
 class TimerUnavailableError(ElasticError, BrokenPipeError):
@@ -162,7 +165,8 @@ class TimerServer(abc.ABC):
             self._stop_event.wait(timeout)
             return []
         size = max(1, self._request_queue.size())
-        return self._request_queue.get(size, self._max_interval if timeout is None else timeout)
+        requests: list[Any] = self._request_queue.get(size, self._max_interval if timeout is None else timeout)
+        return requests
 
     def _next_wakeup(self) -> float | None:
         """The server-clock time at which the loop must next run, None if only housekeeping."""
@@ -280,7 +284,7 @@ class TimerServer(abc.ABC):
         """True while the watchdog thread runs."""
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self):
+    def __enter__(self: _S) -> _S:
         self.start()
         return self
 
@@ -343,7 +347,7 @@ class _Expires(contextlib.ContextDecorator):
         self._client = client
         self._active: list[tuple[Any, str]] = []
 
-    def _recreate_cm(self) -> "_Expires":
+    def _recreate_cm(self) -> _Expires:
         return _Expires(self._after, self._scope, self._client)
 
     def __enter__(self) -> None:
@@ -359,7 +363,8 @@ class _Expires(contextlib.ContextDecorator):
             raise
         self._active.append((client, scope))
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         client, scope = self._active.pop()
         try:
             client.release(scope)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 __all__ = ["Clock", "MonotonicClock", "FakeClock"]
 

@@ -19,8 +19,8 @@ import math
 import os
 import signal as _signal
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from harness.errors import ConfigError
 from harness.timer._api import TimerExpiry, TimerServer
@@ -74,7 +74,8 @@ class _Timer:
 class _Pending:
     __slots__ = ("pid", "start", "scope_id", "deadline", "signal", "request", "received")
 
-    def __init__(self, pid, start, scope_id, deadline, signal, request, received):
+    def __init__(self, pid: int, start: int, scope_id: str, deadline: float, signal: int, request: Any,
+                 received: float):
         self.pid, self.start, self.scope_id, self.deadline = pid, start, scope_id, deadline
         self.signal, self.request, self.received = signal, request, received
 
@@ -170,7 +171,7 @@ class HeapTimerServer(TimerServer):
 
     def register_timers(self, timer_requests: list[Any]) -> None:
         now, wall = self._clock.now(), self._clock.wall()
-        events: list[tuple] = []
+        events: list[tuple[Any, ...]] = []
         with self._lock:
             for request in timer_requests:
                 try:
@@ -252,7 +253,7 @@ class HeapTimerServer(TimerServer):
         return pid, scope_id, float(expiration), int(sig)
 
     def _acquire(self, pid: int, scope_id: str, deadline: float, sig: int, request: Any,
-                 now: float, events: list) -> None:
+                 now: float, events: list[Any]) -> None:
         if is_protected(pid):
             self._reject(request, f"pid={pid} is this server, its parent or not a process", events)
             return
@@ -285,7 +286,7 @@ class HeapTimerServer(TimerServer):
         self._insert(pid, scope_id, deadline, sig, request, events)
 
     def _insert(self, pid: int, scope_id: str, deadline: float, sig: int, request: Any,
-                events: list) -> None:
+                events: list[Any]) -> None:
         timers = self._by_worker.setdefault(pid, {})
         if scope_id not in timers and len(timers) >= MAX_TIMERS_PER_WORKER:
             self._reject(request, f"pid={pid} already holds {MAX_TIMERS_PER_WORKER} timers", events)
@@ -305,7 +306,7 @@ class HeapTimerServer(TimerServer):
                 del self._pending[i]
                 return
 
-    def _pend(self, item: _Pending, events: list) -> None:
+    def _pend(self, item: _Pending, events: list[Any]) -> None:
         if len(self._pending) >= MAX_PENDING:
             self._reject(item.request, f"pid={item.pid} is not a registered worker "
                                        f"(and {MAX_PENDING} requests are already held)", events)
@@ -313,9 +314,9 @@ class HeapTimerServer(TimerServer):
         log.debug("holding a request from pid=%d until it is registered as a worker", item.pid)
         self._pending.append(item)
 
-    def _admit_pending(self) -> list:
+    def _admit_pending(self) -> list[Any]:
         """Apply held requests whose pid is now a registered worker; expire old ones."""
-        events: list = []
+        events: list[Any] = []
         if not self._pending:
             return events
         now = self._clock.now()
@@ -337,7 +338,7 @@ class HeapTimerServer(TimerServer):
         self._pending = keep
         return events
 
-    def _reject(self, request: Any, reason: str, events: list) -> None:
+    def _reject(self, request: Any, reason: str, events: list[Any]) -> None:
         self.rejected += 1
         level = logging.WARNING if self.rejected <= _LOUD_REJECTIONS else logging.DEBUG
         log.log(level, "%s ignored a timer request: %s (request: %.200r)", type(self).__name__,
@@ -371,7 +372,7 @@ class HeapTimerServer(TimerServer):
         return min(nearest, self._next_housekeeping)
 
     def _expire_due(self) -> None:
-        events: list = []
+        events: list[Any] = []
         with self._lock:
             now = self._clock.now()
             due: dict[int, list[_Timer]] = {}
@@ -383,7 +384,7 @@ class HeapTimerServer(TimerServer):
                 self._expire_worker(pid, timers, now, events)
         self._dispatch(events)
 
-    def _expire_worker(self, pid: int, timers: list[_Timer], now: float, events: list) -> None:
+    def _expire_worker(self, pid: int, timers: list[_Timer], now: float, events: list[Any]) -> None:
         timers.sort(key=lambda t: t.deadline)
         scopes = tuple(t.scope_id for t in timers)
         expected = self._identity.get(pid)
@@ -433,7 +434,7 @@ class HeapTimerServer(TimerServer):
             self._maybe_compact()
         self._dispatch(events)
 
-    def _dispatch(self, events: list) -> None:
+    def _dispatch(self, events: list[Any]) -> None:
         """Run user callbacks outside the lock; a failing callback never stops the server."""
         for kind, *payload in events:
             callback = self._on_expired if kind == "expiry" else self._log_event
@@ -467,7 +468,8 @@ class HeapTimerServer(TimerServer):
 def _to_json(timer: _Timer) -> str:
     to_json = getattr(timer.request, "to_json", None)
     if callable(to_json):
-        return to_json()
+        text: str = to_json()
+        return text
     return json.dumps({"version": 1, "pid": timer.pid, "scope_id": timer.scope_id,
                        "expiration_time": getattr(timer.request, "expiration_time", None),
                        "signal": timer.signal})

@@ -34,8 +34,8 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from harness.errors import ConfigError, ElasticError
 from harness.timer._api import TimerClient, TimerExpiry, TimerRequest, TimerUnavailableError
@@ -66,7 +66,8 @@ class FileTimerRequest(TimerRequest):
 
     @property
     def worker_pid(self) -> int:
-        return self.worker_id
+        pid: int = self.worker_id  # always a pid here
+        return pid
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, FileTimerRequest):
@@ -74,7 +75,7 @@ class FileTimerRequest(TimerRequest):
                                                                                 other.signal)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def to_json(self) -> str:
         return json.dumps({"version": self.version, "pid": self.worker_pid,
@@ -231,7 +232,7 @@ def _request_from(obj: Any) -> FileTimerRequest:
     return FileTimerRequest(pid, scope_id, expiration, obj.get("signal", 0))
 
 
-def _create_fifo(file_path: str | os.PathLike | None) -> tuple[str, str | None]:
+def _create_fifo(file_path: str | os.PathLike[str] | None) -> tuple[str, str | None]:
     """Make the FIFO; returns (path, private directory to remove later or None)."""
     if file_path is None or os.fspath(file_path) == "":
         directory = tempfile.mkdtemp(prefix="elastic_timer_")  # mode 0700
@@ -296,7 +297,7 @@ class FileTimerServer(HeapTimerServer):
     "request rejected" and "watchdog failed".
     """
 
-    def __init__(self, file_path: str | os.PathLike | None, run_id: str, max_interval: float = 10,
+    def __init__(self, file_path: str | os.PathLike[str] | None, run_id: str, max_interval: float = 10,
                  daemon: bool = True,
                  log_event: Callable[[str, FileTimerRequest | None], None] | None = None, *,
                  clock: Clock | None = None,
@@ -364,7 +365,7 @@ class FileTimerServer(HeapTimerServer):
 
     def _parse_line(self, line: bytes, dropped: int) -> FileTimerRequest | None:
         obj, skipped = _decode(line)
-        events: list = []
+        events: list[Any] = []
         try:
             if obj is None:
                 raise BadRequest(f"malformed line {line[:120]!r}"

@@ -13,8 +13,8 @@ import logging
 import os
 import pickle
 import queue as _queue
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from harness.timer._api import TimerClient, TimerExpiry, TimerRequest
 from harness.timer._clock import Clock

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import signal as _signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from harness.timer._api import TimerExpiry
 from harness.timer._clock import Clock
@@ -94,7 +94,7 @@ class AgentWatchdog:
     @classmethod
     def from_env(cls, run_id: str, env: Mapping[str, str] | None = None,
                  on_expired: Callable[[WorkerTimerExpired], None] | None = None,
-                 **kwargs: Any) -> "AgentWatchdog":
+                 **kwargs: Any) -> AgentWatchdog:
         env = os.environ if env is None else env
         return cls(run_id, env.get(ENABLE_FILE_TIMER_ENV, "0") == "1",
                    env.get(TIMER_FILE_ENV) or None, on_expired, **kwargs)
@@ -156,7 +156,7 @@ class AgentWatchdog:
         if name == "watchdog failed" and self._on_failed is not None:
             self._on_failed(self.error)
 
-    def __enter__(self) -> "AgentWatchdog":
+    def __enter__(self) -> AgentWatchdog:
         self.start()
         return self
 

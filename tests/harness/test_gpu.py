@@ -10,9 +10,9 @@ import stat
 import pytest
 
 from harness import Cluster, WorkerState
-from harness.sim.gpus import GpuPlan, detect_gpus
 from harness.errors import ConfigError
 from harness.faults import NodeKill, OnState
+from harness.sim.gpus import GpuPlan, detect_gpus
 from tests.conftest import SCRIPTS
 
 

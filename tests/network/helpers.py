@@ -10,7 +10,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from harness.sim.net import Network
 

@@ -36,7 +36,7 @@ def test_two_hosts_rendezvous_and_all_reduce_over_the_bridge(net, tmp_path):
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                 preexec_fn=net.enter(node)))
         outs = [agent.communicate(timeout=90) for agent in agents]
-        for agent, (_, err) in zip(agents, outs):
+        for agent, (_, err) in zip(agents, outs, strict=True):
             assert agent.returncode == 0, err
         sums = sorted(line for out, _ in outs for line in out.splitlines() if line.startswith("SUM"))
         assert sums == ["SUM rank=0 world=2 value=3", "SUM rank=1 world=2 value=3"]

@@ -23,7 +23,8 @@ def test_marker_is_registered_with_its_signature(pytester):
     from harness.sim.schema import marker_signature
 
     result = pytester.runpytest_subprocess("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.elastic(nnodes='1', nproc_per_node=1, max_restarts=3, rdzv_backend='c10d'*): run the test's jobs*"])
+    result.stdout.fnmatch_lines(["@pytest.mark.elastic(nnodes='1', nproc_per_node=1, max_restarts=3, "
+                                 "rdzv_backend='c10d'*): run the test's jobs*"])
     result.stdout.fnmatch_lines([f"@pytest.mark.{marker_signature()}: *"])  # every keyword, from the schema
 
 
@@ -31,7 +32,8 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_ELASTIC_TIMEOUT", "33")
     pytester.makeini("[pytest]\nelastic_start_method = spawn\nelastic_timeout = 44\n")
     result = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=7", "--co")
-    result.stdout.fnmatch_lines(["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s network=*"])
+    result.stdout.fnmatch_lines(
+        ["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s network=*"])
     result = pytester.runpytest_subprocess("--elastic-timeout=5", "--co")
     result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s network=*"])
     from harness.sim.net import resolve_mode  # the header says what "auto" gives here

@@ -190,7 +190,8 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["test"] for r in summary["results"]] == ["t.py::test_bad", "t.py::test_ok"]  # failures first
     ok = summary["results"][1]
-    assert ok["detection_s"] == {"median": 0.03, "p95": 0.04, "n": 2} and ok["fault_kinds"] == ["worker_kill", "node_kill"]
+    assert ok["detection_s"] == {"median": 0.03, "p95": 0.04, "n": 2}
+    assert ok["fault_kinds"] == ["worker_kill", "node_kill"]
     assert summary["results"][0]["minimal_replay"] == \
         "pytest 't.py::test_bad' --elastic-chaos --elastic-seed=9 --elastic-schedule='[[1]]'"
     assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)

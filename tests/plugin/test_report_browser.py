@@ -3,7 +3,8 @@ driven over the DevTools protocol on ``--remote-debugging-pipe`` with the stdlib
 
 Fails on any console error or uncaught exception; checks that lanes, markers and rounds
 are in the DOM, that hovering a lane and clicking a fault show details, that zooming along
-time keeps node labels in view and tooltips right, that the index sorts; saves screenshots. Skipped, saying why, where no Chromium is installed.
+time keeps node labels in view and tooltips right, that the index sorts; saves screenshots.
+Skipped, saying why, where no Chromium is installed.
 """
 
 from __future__ import annotations

@@ -9,11 +9,10 @@ import shlex
 
 import pytest
 
-from harness.sim.chaos import HealthyThenAfter
 from harness.faults import AtStep, NodeJoin, NodeKill, ScheduledFault, WorkerCrash, WorkerHang
+from harness.sim.chaos import HealthyThenAfter
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
-from pytest_elastic._shrink import (Outcome, schedules_from_json, schedules_to_json, shrink,
-                                    signature)
+from pytest_elastic._shrink import Outcome, schedules_from_json, schedules_to_json, shrink, signature
 from tests.conftest import SCRIPTS
 
 STEPPER = str(SCRIPTS / "stepper.py")
@@ -152,8 +151,8 @@ def test_schedule_kinds_match_the_harness():
 def test_schedule_accepts_what_it_prints_chained_and_by_world_size():
     """The drift this replaced: --elastic-schedule rejected after_previous and on_world_size,
     which the printed specs contain."""
-    from harness.faults import OnState, OnWorldSize
     from harness import WorkerState
+    from harness.faults import OnState, OnWorldSize
 
     schedule = ((ScheduledFault(NodeKill(node=1), AtStep(step=8, rank=0)),
                  ScheduledFault(NodeJoin(), OnWorldSize(size=1), after_previous=True),

@@ -39,7 +39,7 @@ def test_parallel_elastic_tests_share_nothing(pytester):
     seen = [line.split() for line in (pytester.path / "seen.txt").read_text().splitlines()]
     assert len(seen) == 16  # 4 jobs x 2 nodes x 2 workers
     by_job = collections.defaultdict(set)
-    for run_id, master, _rank, tmpdir in seen:
+    for run_id, master, _rank, _tmpdir in seen:
         by_job[run_id].add(master)
     assert set(by_job) == {run_id for run_id, *_ in jobs}
     masters = [m for ms in by_job.values() for m in ms]

@@ -18,10 +18,16 @@ from harness.rendezvous import (
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import StoreClient, StoreServer
 from tests.conftest import run_elastic
-from tests.rendezvous.store_proc import store_process
 from tests.rendezvous.conftest import (
-    ALLREDUCE, ALWAYS_FAIL, ENV_DUMP, LOOP, c10d_args, free_port, kill_node,
+    ALLREDUCE,
+    ALWAYS_FAIL,
+    ENV_DUMP,
+    LOOP,
+    c10d_args,
+    free_port,
+    kill_node,
 )
+from tests.rendezvous.store_proc import store_process
 
 
 def hosts_store(node) -> bool:
@@ -36,7 +42,8 @@ def starts(node, world: int) -> list[str]:
 
 
 def test_state_round_trips_and_rejects_foreign_data():
-    state = RendezvousState(run_id="job", participants=["a"], nodes={"a": {"name": "n", "addr": "h", "live": "h:1", "port": 5}})
+    state = RendezvousState(run_id="job", participants=["a"],
+                            nodes={"a": {"name": "n", "addr": "h", "live": "h:1", "port": 5}})
     assert RendezvousState.from_json(state.to_json(), "job", "here") == state
     for raw, why in [
         (pickle.dumps({"round": 1}), "not JSON"),
@@ -97,7 +104,8 @@ def test_two_nodes_two_workers_allreduce(nodes):
     sums = [l for a in agents for l in a.lines if l.startswith("SUM")]
     assert sorted(int(re.search(r"rank=(\d)", l).group(1)) for l in sums) == [0, 1, 2, 3]
     assert all("world=4 value=10" in l for l in sums)
-    groups = {a.lines[[i for i, l in enumerate(a.lines) if "round 0 complete" in l][0]].split("rank ")[1][0] for a in agents}
+    groups = {a.lines[[i for i, l in enumerate(a.lines) if "round 0 complete" in l][0]].split("rank ")[1][0]
+              for a in agents}
     assert groups == {"0", "1"}
 
 

@@ -97,7 +97,8 @@ def test_unreachable_store_is_a_clear_bounded_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with pytest.raises(StoreConnectionError, match=rf"could not reach the rendezvous store at 127.0.0.1:{port} within 0.3s"):
+    with pytest.raises(StoreConnectionError,
+                       match=rf"could not reach the rendezvous store at 127.0.0.1:{port} within 0.3s"):
         StoreClient("127.0.0.1", port, timeout=0.3)
 
 

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from harness.launch import LaunchConfig, elastic_launch, run_agent
 from harness.agent import WorkerState
 from harness.errors import ChildFailedError
+from harness.launch import LaunchConfig, elastic_launch, run_agent
 from harness.procs import LogsSpecs, Std
 from tests.runtime import workers
 

@@ -72,7 +72,8 @@ def test_module_and_no_python(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
-    (pkg / "job.py").write_text("import os, sys\nos.write(1, f'MOD {os.environ[\"RANK\"]} {sys.argv[1:]}\\n'.encode())\n")
+    (pkg / "job.py").write_text("import os, sys\n"
+                                "os.write(1, f'MOD {os.environ[\"RANK\"]} {sys.argv[1:]}\\n'.encode())\n")
     out = run_elastic("--standalone", "--nproc-per-node=2", "-m", "mypkg.job", "a", cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert sorted(re.findall(r"MOD (\d) \['a'\]", out.stdout)) == ["0", "1"]

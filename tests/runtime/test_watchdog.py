@@ -35,7 +35,8 @@ def test_expiry_without_restarts_names_the_scope():
 @pytest.mark.parametrize("enabled", ["0", "1"])
 def test_timer_file_is_given_to_workers_only_when_enabled(enabled, tmp_path):
     script = tmp_path / "show.py"
-    script.write_text("import os\nos.write(1, f\"TIMER_FILE={os.environ.get('TORCHELASTIC_TIMER_FILE')}\\n\".encode())\n")
+    script.write_text("import os\n"
+                      "os.write(1, f\"TIMER_FILE={os.environ.get('TORCHELASTIC_TIMER_FILE')}\\n\".encode())\n")
     out = run_elastic("--standalone", str(script), env={"TORCHELASTIC_ENABLE_FILE_TIMER": enabled})
     assert out.returncode == 0, out.stderr
     [line] = [l for l in out.stdout.splitlines() if l.startswith("TIMER_FILE=")]

@@ -11,5 +11,6 @@ if rank == "1" and attempt == "0":
     raise SystemExit(3)
 t = torch.ones(1)
 dist.all_reduce(t)
-os.write(1, (f"SUM rank={rank} attempt={attempt} value={t.item():g}" + "\n").encode())  # one write: lines never interleave
+# one write: lines never interleave
+os.write(1, (f"SUM rank={rank} attempt={attempt} value={t.item():g}" + "\n").encode())
 dist.destroy_process_group()

@@ -10,4 +10,5 @@ delay = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
 for step in range(steps):
     report_step(step)
     time.sleep(delay)
-os.write(1, (f"DONE rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())  # one write: lines never interleave
+# one write: lines never interleave
+os.write(1, (f"DONE rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())

@@ -2,7 +2,8 @@
 import os
 import sys
 
-os.write(1, (f"ATTEMPT {os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())  # one write: lines never interleave
+# one write: lines never interleave
+os.write(1, (f"ATTEMPT {os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())
 with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
     fp.write('{"message": {"message": "trunc')
 sys.exit(1)

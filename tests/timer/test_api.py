@@ -11,8 +11,7 @@ import pytest
 
 import harness.timer as timer
 from harness.errors import ConfigError, ElasticError
-from harness.timer import FileTimerClient, FileTimerRequest, TimerClient, TimerRequest
-from harness.timer import _api
+from harness.timer import FileTimerClient, FileTimerRequest, TimerClient, TimerRequest, _api
 
 
 class Recorder(TimerClient):

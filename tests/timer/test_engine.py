@@ -25,8 +25,9 @@ from harness.timer import (
     MonotonicClock,
     TimerExpiry,
     TimerRequest,
+    _engine,
+    _proc,
 )
-from harness.timer import _engine, _proc
 
 KILL, TERM = int(signal.SIGKILL), int(signal.SIGTERM)
 
@@ -352,7 +353,7 @@ def test_failed_reap_is_retried_later(server, clock, w1):
 
 
 def test_released_timers_do_not_grow_the_heap(server, clock, w1):
-    for i in range(5000):
+    for _ in range(5000):
         server.register_timers([acquire(clock, w1.pid, "s", 100), release(w1.pid, "s")])
     assert server.timer_count == 0
     assert len(server._heap) <= 64 + 2

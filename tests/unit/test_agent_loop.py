@@ -5,7 +5,8 @@ process or a socket. The decisions themselves are in ``test_agent_decide.py``.""
 from __future__ import annotations
 
 import signal
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.agent import RunResult, WorkerSpec, WorkerState
 from harness.agent._simple import SimpleElasticAgent

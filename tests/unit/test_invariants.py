@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from harness.agent import WorkerState as S
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.timeline import Timeline

@@ -2,12 +2,12 @@ import socket
 
 import pytest
 
-from harness.net import PortReservation, split_endpoint
 from harness.errors import ConfigError
+from harness.net import PortReservation, split_endpoint
 from harness.procs import Std
 from harness.procs._logs import LogsSpecs, render_prefix
 from harness.procs._std import parse_std
-from harness.run import parse_min_max_nnodes, determine_local_world_size
+from harness.run import determine_local_world_size, parse_min_max_nnodes
 
 
 @pytest.mark.parametrize("text,expected", [("3", Std.ALL), ("0", Std.NONE), ("1", Std.OUT)])
@@ -30,7 +30,8 @@ def test_nnodes(text, expected):
     assert parse_min_max_nnodes(text) == expected
 
 
-@pytest.mark.parametrize("text,fragment", [("4:1", "MIN <= MAX"), ("0", "MIN >= 1"), ("a", "integers"), ("1:2:3", "integers")])
+@pytest.mark.parametrize("text,fragment",
+                         [("4:1", "MIN <= MAX"), ("0", "MIN >= 1"), ("a", "integers"), ("1:2:3", "integers")])
 def test_nnodes_bad(text, fragment):
     with pytest.raises(ConfigError, match=fragment):
         parse_min_max_nnodes(text)

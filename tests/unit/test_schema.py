@@ -10,10 +10,10 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from harness.errors import ConfigError
 from harness.sim import chaos, faults, schema

@@ -23,16 +23,17 @@ import subprocess
 import threading
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TypeVar
-
-T = TypeVar("T")
+from typing import Any, TypeVar
 
 from harness.errors import ConfigError, ElasticError
 from harness.procs import join_netns
 from harness.sim.net import names, rules
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
+
+T = TypeVar("T")
 
 __all__ = ["Network", "NetworkChange", "NetworkError", "NETNS_RANGE"]
 
@@ -100,7 +101,7 @@ def _teardown(owned: _Owned) -> None:
 def _locked(method: F) -> F:
     """One change at a time: a job's scheduler thread and the test may both fault."""
     @functools.wraps(method)
-    def locked(self: "Network", *args: Any, **kwargs: Any) -> Any:
+    def locked(self: Network, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
     return locked  # type: ignore[return-value]
@@ -233,7 +234,7 @@ class Network:
         self._owned.namespaces[len(self._owned.namespaces):] = full  # recorded first: close() removes
         _check(subprocess.run(["ip", "-batch", "-"], input="".join(f"netns add {n}\n" for n in full),
                               capture_output=True, text=True), "creating namespaces")
-        for host, name in zip(hosts, full):
+        for host, name in zip(hosts, full, strict=True):
             fd = os.open(os.path.join(names.NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
             self._owned.fds.append(fd)
             self._fds[host] = fd
@@ -414,7 +415,7 @@ class Network:
         """Remove every namespace (and so every link, bridge, qdisc and nft table). Idempotent."""
         self._finalizer()
 
-    def __enter__(self) -> "Network":
+    def __enter__(self) -> Network:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -441,7 +442,7 @@ def _change(kind: str, node: int | None, **params: Any) -> NetworkChange:
     return NetworkChange(kind, node, params, time.time(), time.monotonic())
 
 
-def _check(out: subprocess.CompletedProcess, what: str) -> None:
+def _check(out: subprocess.CompletedProcess[str], what: str) -> None:
     if out.returncode != 0:
         lines = (out.stderr or "").strip().splitlines()
         raise NetworkError(f"{what} failed (exit {out.returncode}): {lines[-1] if lines else 'no output'}")

@@ -16,8 +16,8 @@ peers wait in a collective until a timeout (``link_down`` is the unplugged cable
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from harness.errors import ConfigError
 

@@ -15,8 +15,9 @@ import sys
 
 
 def main() -> None:
-    from harness.procs import die_with_parent
     import os
+
+    from harness.procs import die_with_parent
 
     die_with_parent(os.getppid(), signal.SIGTERM)
     target = (sys.argv[1], int(sys.argv[2]))
