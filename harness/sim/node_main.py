@@ -63,7 +63,7 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
 
 def _cli(argv: list[str]) -> int:
     """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job.add_node``)."""
-    options = dict(zip(argv[1::2], argv[2::2]))
+    options = dict(zip(argv[1::2], argv[2::2], strict=True))  # flag, value pairs
     parent = options.get("--parent")
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))
 
