@@ -225,6 +225,8 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
         node = e.get("node")
         if kind == "fault":
             faults.append(Fault(t, str(e.get("fault", "?")), e.get("target_node"), e))
+        elif kind == "heal":  # the harness ended a node's network faults (or every node's)
+            faults.append(Fault(t, "heal", e.get("target_node"), e))
         elif node == _HARNESS or node is None:
             continue
         elif kind == "state" and e.get("state") not in _WORKER_STATES:
@@ -272,7 +274,8 @@ def _place_faults(events: list[dict[str, Any]], faults: list[Fault], lanes: list
     """Latencies, the end of every lasting fault, dead nodes."""
     t0 = events[0].get("mono", 0.0) if events else 0.0
     last_seen = {e.get("node"): e.get("mono", t0) - t0 for e in events}  # time-ordered: the last wins
-    for fault, (detection, recovery) in zip(faults, fault_latencies(events), strict=False):
+    measured = [f for f in faults if f.event.get("kind") == "fault"]  # heals have no latency
+    for fault, (detection, recovery) in zip(measured, fault_latencies(events), strict=True):
         fault.detection, fault.recovery = detection, recovery
     for i, fault in enumerate(faults):
         if fault.kind in _ENDING_FAULTS:

@@ -59,7 +59,7 @@ def test_lasting_faults_are_spans_that_end_at_their_heal_or_duration():
     events = [_event(0, 0, "state", state="HEALTHY"), _event(0, 1, "state", state="HEALTHY"),
               _event(1, "harness", "fault", fault="partition", target_node=1, peers="store"),
               _event(2, "harness", "fault", fault="packet_loss", target_node=0, duration=1.5),
-              _event(3, "harness", "fault", fault="heal", target_node=1),
+              _event(3, "harness", "heal", target_node=1, healed=["partition/packet_loss"]),  # as Job.heal writes it
               _event(4, "harness", "fault", fault="link_down", target_node=0),
               _event(10, 0, "state", state="SUCCEEDED")]
     model = build_model(events)
