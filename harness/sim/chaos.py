@@ -61,6 +61,9 @@ def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nod
     count = rng.randint(1, max(1, budget)) if budget else 0
     if max_faults is not None:
         count = min(count, max_faults)
+    if not count:  # no restart to spare: only faults that cost none (network, membership)
+        kinds = tuple(k for k in kinds if not fault_class(schema.CHAOS_KINDS[k].kind).is_failure)
+        count = rng.randint(1, 2) if kinds else 0
     alive = list(range(nodes))
     for _ in range(count):
         choices = [k for k in kinds if _possible(schema.CHAOS_KINDS[k], alive, spare, nodes, max_nodes)]

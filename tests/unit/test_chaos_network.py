@@ -46,3 +46,15 @@ def test_network_fault_specs_round_trip():
 def test_bad_network_fault_specs_name_the_key(spec, says):
     with pytest.raises(ConfigError, match=says):
         from_spec(spec)
+
+
+def test_a_job_with_no_restart_to_spare_still_gets_faults_that_cost_none():
+    """max_restarts=0 leaves no budget for failures, but a partition (or a join, a leave)
+    uses no restart: chaos still draws those, and never a failure."""
+    schedules = [chaos.generate_schedule(seed, ("partition", "worker"), min_nodes=1, max_nodes=2,
+                                         nproc_per_node=1, max_restarts=0, initial_nodes=2)
+                 for seed in range(20)]
+    kinds = {entry.fault.kind for schedule in schedules for entry in schedule}
+    assert kinds == {"partition", "heal"}
+    assert chaos.generate_schedule(1, ("worker",), min_nodes=1, max_nodes=2, nproc_per_node=1,
+                                   max_restarts=0, initial_nodes=2) == []
