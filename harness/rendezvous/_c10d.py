@@ -66,6 +66,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.net import PortReservation, fqdn, split_endpoint
+from harness.rendezvous._agent_store import AgentStore, agent_store_enabled
 from harness.rendezvous._api import (
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -248,6 +249,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._running_round: int | None = None
         self._running_members: list[str] = []
         self._reservation: PortReservation | None = None
+        # rank 0's agent hosts the workers' store, fresh per round (as _solo; torch's opt-out honoured)
+        self._agent_store = AgentStore() if agent_store_enabled() else None
         self._closed_seen = False
         self._left = False
         self._stopped = threading.Event()
@@ -725,8 +728,10 @@ class C10dRendezvousHandler(RendezvousHandler):
             raise RendezvousStateError(
                 f"rendezvous {self._run_id!r} round {state.round}: rank 0 "
                 f"({state.name(state.participants[0])}) published no master port")
-        if rank != 0:
+        if rank != 0 or self._agent_store is not None:
             self._release_port()
+        if rank == 0 and self._agent_store is not None:
+            self._agent_store.host(int(master["port"]))  # the port our reservation held
         self._machine.finished(state)
         with self._lock:
             self._running_round = state.round
@@ -741,7 +746,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         return RendezvousInfo(
             store=store, rank=rank, world_size=len(state.participants),
             bootstrap_store_info=RendezvousStoreInfo(str(master.get("addr") or self._addr),
-                                                     int(master["port"]), use_agent_store=False),
+                                                     int(master["port"]),
+                                                     use_agent_store=self._agent_store is not None),
             round=state.round,
         )
 
@@ -783,6 +789,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         return clean
 
     def _release_port(self) -> None:
+        if self._agent_store is not None:
+            self._agent_store.stop()
         if self._reservation is not None:
             self._reservation.release()
             self._reservation = None

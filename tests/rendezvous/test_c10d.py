@@ -17,7 +17,7 @@ from harness.rendezvous import (
 )
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import StoreClient, StoreServer
-from tests.conftest import run_elastic
+from tests.conftest import SCRIPTS, run_elastic
 from tests.rendezvous.conftest import (
     ALLREDUCE,
     ALWAYS_FAIL,
@@ -28,6 +28,8 @@ from tests.rendezvous.conftest import (
     kill_node,
 )
 from tests.rendezvous.store_proc import store_process
+
+PROBE = str(SCRIPTS / "agent_store_probe.py")
 
 
 def hosts_store(node) -> bool:
@@ -120,7 +122,7 @@ def test_env_per_rank(nodes):
     for r in rows:
         assert r["WORLD_SIZE"] == "4" and r["GROUP_WORLD_SIZE"] == "2"
         assert r["GROUP_RANK"] == str(int(r["RANK"]) // 2)
-        assert r["TORCHELASTIC_USE_AGENT_STORE"] == "False" and r["TORCHELASTIC_RUN_ID"] == "envs"
+        assert r["TORCHELASTIC_USE_AGENT_STORE"] == "True" and r["TORCHELASTIC_RUN_ID"] == "envs"
     assert len({(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in rows}) == 1
 
 
@@ -170,6 +172,17 @@ def test_worker_crash_restarts_every_node(nodes):
     assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
     for a in agents:
         assert any("restart=1" in l for l in starts(a, 2)) or len(starts(a, 2)) >= 2
+
+
+def test_rank0_agent_hosts_the_workers_store(nodes):
+    """As torch's agents (``TORCHELASTIC_USE_AGENT_STORE=True``): worker rank 0 may exit
+    without ``destroy_process_group`` while the other node's worker still uses the store."""
+    port = free_port()
+    agents = [nodes(*c10d_args(port, "2", "agentstore", nproc=1), PROBE) for _ in range(2)]
+    assert [a.wait(120) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    probes = sorted(l.split("PROBE ", 1)[1] for a in agents for l in a.lines if "PROBE " in l)
+    assert probes == ["rank=0 attempt=0 agent_store=True stale=False",
+                      "rank=1 attempt=0 agent_store=True stale=False after_rank0=ok"], probes
 
 
 def test_max_restarts_exhausted_fails_every_node(nodes):
