@@ -113,6 +113,13 @@ class ScenarioItem(pytest.Item):
             import dataclasses
 
             chaos = dataclasses.replace(chaos, max_faults=max(0, job_spec.get("max_restarts", 3) - own))
+        if chaos is not None and any(f["kind"] in NETWORK_FAULT_KINDS for f in self.spec.get("fault", [])):
+            # a scenario that cuts links itself expects what its own cuts do: a chaos cut
+            # (healed whenever chaos likes) on top would make its outcome undecidable
+            import dataclasses
+
+            own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
+            chaos = dataclasses.replace(chaos, kinds=own_links) if own_links else None
         _skip_without_netns(job_spec, self.spec.get("fault", []))
         cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
         self._elastic_record = record = ElasticRecord(cluster, settings, seed)
@@ -152,6 +159,8 @@ class ScenarioItem(pytest.Item):
 
 #: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
+#: --elastic-faults kinds that cut or thin links
+CHAOS_NETWORK_KINDS = frozenset({"partition", "loss"})
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:

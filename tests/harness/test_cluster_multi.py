@@ -103,7 +103,8 @@ def test_each_node_runs_in_its_own_process_group():
         job.wait_for_state(S.HEALTHY, timeout=30)
         for node in job.nodes.values():
             assert os.getpgid(node.pid) == node.pid
-            assert psutil.Process(node.pid).cmdline()[-2:-1] == ["harness.sim.node_main"]
+            command = psutil.Process(node.pid).cmdline()
+            assert command[1:3] == ["-m", "harness.sim.node_main"], command
         assert job._store.alive() and os.getpgid(job._store.pid) == job._store.pid
         store = job._store
     assert not store.alive()  # closed with the job
