@@ -68,5 +68,26 @@ def _cli(argv: list[str]) -> int:
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))
 
 
+def _exit(code: int) -> None:
+    """End the node without the interpreter's teardown. The result is on disk and the
+    agent has stopped its workers and servers; what is left (unloading ~300 modules,
+    collecting their objects) costs ~30 ms of CPU per node, a second of wall time when a
+    32-node job ends on two cores. ``atexit`` handlers, non-daemon threads and the
+    streams still get their turn, as they would with ``sys.exit``."""
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_cli(sys.argv[1:]))
+    _exit(_cli(sys.argv[1:]))
