@@ -51,7 +51,6 @@ lost store. To survive the loss of any node, run the store outside the nodes
 
 from __future__ import annotations
 
-import errno
 import itertools
 import logging
 import os
@@ -59,9 +58,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from harness.errors import ConfigError
@@ -91,6 +88,7 @@ from harness.rendezvous._round import (
     closed_state,
     withdrawn_state,
 )
+from harness.rendezvous._round_store import RoundStore
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import (
     StoreClient,
@@ -98,6 +96,7 @@ from harness.rendezvous._store import (
     StoreServer,
     StoreTimeoutError,
 )
+from harness.rendezvous._store_host import elect_store_host, is_local_host
 
 __all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_host"]
 
@@ -149,48 +148,6 @@ class C10dSettings:
             read_timeout=positive("read_timeout", cls.read_timeout),
             is_host=params.get_as_bool("is_host", None),
         )
-
-
-def is_local_host(host: str) -> bool:
-    """Does ``host`` name this machine (loopback, hostname, FQDN or one of its addresses)?"""
-    if host in ("localhost", "0.0.0.0", "::", "::1") or host.startswith("127."):
-        return True
-    names = {socket.gethostname(), fqdn()}
-    if host in names:
-        return True
-    try:
-        mine = {info[4][0] for name in names for info in socket.getaddrinfo(name, None)}
-        theirs = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except OSError:
-        return False
-    return bool(mine & theirs) or any(str(a).startswith("127.") or a == "::1" for a in theirs)
-
-
-def _someone_listens(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _elect_store_host(host: str, port: int, attempts: int = 50) -> StoreServer | None:
-    """Host the store on ``port`` unless another agent already does; None: join as client.
-
-    Two agents binding at the same moment can *both* lose: with SO_REUSEADDR both binds
-    succeed while neither listens, then each listen() sees the other's socket and fails
-    with EADDRINUSE (2 of 40 simultaneous starts here). So a lost election counts only if
-    someone really listens; otherwise retry after a short random backoff."""
-    import random
-
-    for _ in range(attempts):
-        try:
-            return StoreServer("", port).start()
-        except OSError as e:
-            if e.errno != errno.EADDRINUSE or _someone_listens(host, port):
-                return None
-        time.sleep(random.uniform(0.002, 0.03))
-    return None
 
 
 class C10dRendezvousHandler(RendezvousHandler):
@@ -280,7 +237,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         s = self._settings
         is_host = s.is_host if s.is_host is not None else is_local_host(host)
         if is_host:
-            self._server = _elect_store_host(host, port)
+            self._server = elect_store_host(host, port)
             if self._server is not None:
                 log.info("hosting the rendezvous store on port %d", port)
             elif s.is_host:
@@ -822,80 +779,3 @@ class C10dRendezvousHandler(RendezvousHandler):
         return (f"C10dRendezvousHandler(run_id={self._run_id!r}, endpoint={self._endpoint!r}, "
                 f"node={self._name!r}, round={self._running_round}, "
                 f"host={'yes' if self._server else 'no'})")
-
-
-class RoundStore:
-    """The store as one round sees it: keys live under ``.../r<round>/``, so a new round
-    never reads an old round's rank assignments or exit-barrier counters, and blocking
-    waits give up as soon as the round is abandoned (a participant died, the rendezvous
-    closed) instead of sitting out their full timeout."""
-
-    def __init__(self, client: StoreClient, prefix: str, handler: C10dRendezvousHandler,
-                 round_: int, slice_s: float):
-        self._client = client
-        self._prefix = prefix
-        self._handler = handler
-        self._round = round_
-        self._slice = max(slice_s * 2, 0.05)
-        self.timeout = client.timeout
-
-    def __repr__(self) -> str:
-        return f"RoundStore({self._prefix!r} on {self._client.address})"
-
-    def _k(self, key: str) -> str:
-        return self._prefix + key
-
-    def set_timeout(self, timeout: float | timedelta) -> None:
-        self.timeout = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
-
-    def set(self, key: str, value: bytes | str) -> None:
-        self._client.set(self._k(key), value)
-
-    def add(self, key: str, amount: int) -> int:
-        return self._client.add(self._k(key), amount)
-
-    def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
-        return self._client.compare_set(self._k(key), expected, desired)
-
-    def check(self, keys: list[str]) -> bool:
-        return self._client.check([self._k(k) for k in keys])
-
-    def delete_key(self, key: str) -> bool:
-        return self._client.delete_key(self._k(key))
-
-    def append(self, key: str, value: bytes | str) -> None:
-        self._client.append(self._k(key), value)
-
-    def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
-        self._client.multi_set([self._k(k) for k in keys], values)
-
-    def num_keys(self) -> int:
-        return self._client.num_keys()
-
-    def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
-        keys = list(keys)
-        total = self.timeout if timeout is None else (
-            timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout))
-        deadline = time.monotonic() + total
-        full = [self._k(k) for k in keys]
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise StoreTimeoutError(f"rendezvous store {self._client.address}: wait for "
-                                        f"{keys} in round {self._round} timed out after {total:g}s")
-            try:
-                self._client.wait(full, min(self._slice, remaining))
-                return
-            except StoreTimeoutError:
-                pass
-            reason = self._handler.round_abandoned(self._round)
-            if reason is not None:
-                raise RendezvousError(f"gave up waiting for {keys} in round {self._round}: {reason}")
-
-    def get(self, key: str) -> bytes:
-        self.wait([key])
-        return self._client.get(self._k(key), timeout=self.timeout)
-
-    def multi_get(self, keys: list[str]) -> list[bytes]:
-        self.wait(keys)
-        return self._client.multi_get([self._k(k) for k in keys], timeout=self.timeout)

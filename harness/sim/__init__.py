@@ -6,7 +6,9 @@
 only; the runtime never imports this package. ``tests/unit/test_layers.py`` enforces both.
 
 Modules: ``cluster`` (``Cluster``), ``job`` (``Job``, ``JobResult``), ``pool`` (``WarmPool``,
-the zygote clusters share by choice), ``node_main`` (a node's agent process), ``stores``
+the zygote and node server clusters share by choice), ``node_main`` (a node's agent
+process), ``node_forks`` (node agents forked from one interpreter that imported the
+runtime once), ``stores``
 (where the rendezvous store lives), ``scheduler`` (fires scheduled faults), ``faults`` (faults
 and triggers as data), ``schema`` and ``checks`` (the one definition of every option, fault
 kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``

@@ -102,6 +102,7 @@ class Cluster:
         self.jobs.append(job)
         if self.start_method == "zygote":
             self.pool.start()  # its torch import overlaps the store's start
+        self.pool.node_server()  # so does the node fork server's runtime import
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):

@@ -46,11 +46,14 @@ from harness.sim.faults import (
 )
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.job_network import NetworkFaults
+from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
+from harness.sim.node_process import NodeProcess, start_node
 from harness.sim.scheduler import FaultError, FaultScheduler, TargetNotReady
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
+
     from harness.sim.cluster import Cluster
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
@@ -81,36 +84,10 @@ class JobResult:
 # -- nodes --------------------------------------------------------------------------------
 
 
-@dataclass
-class NodeProcess:
-    index: int
-    name: str
-    addr: str
-    directory: str
-    popen: subprocess.Popen[bytes]
-    result_path: str
-    slot: int = 0
-    gpus: tuple[str, ...] = ()
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def result(self) -> RunResult | None:
-        try:
-            with open(self.result_path, "rb") as fp:
-                result: RunResult | None = pickle.load(fp)
-                return result
-        except (FileNotFoundError, EOFError, pickle.UnpicklingError):
-            return None
-
-
-class Job(NetworkFaults):
-    """A running job: its nodes, its timeline, and the faults you can inject (process faults
-    here, network faults from ``NetworkFaults``)."""
+class Job(ProcessFaults, NetworkFaults):
+    """A running job: its nodes, its timeline, its waits and its end; the faults you can
+    inject come from ``ProcessFaults`` (signals to agents and workers) and
+    ``NetworkFaults`` (cut, thinned and healed links)."""
 
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
@@ -209,19 +186,9 @@ class Job(NetworkFaults):
             env["HARNESS_ZYGOTE"] = cluster.zygote_path()
         if self.network.mode == "netns":
             env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
-        settle = ["--parent", str(os.getpid())]  # the node dies with us, lives in its network
         netns = self.network.namespace_path(index)
-        if netns is not None:
-            settle += ["--netns", netns]
-        log = open(os.path.join(directory, "agent.log"), "wb")
-        try:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "harness.sim.node_main", spec_path, *settle], env=env,
-                cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=None, stderr=log,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
+        with open(os.path.join(directory, "agent.log"), "wb") as log:
+            popen = start_node(cluster.pool.node_server(), spec_path, netns, env, log)
         self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
         self._harness_events.emit("node_start", target_node=index, label=name, pid=popen.pid,
                                   addr=addr, slot=slot)
@@ -461,95 +428,6 @@ class Job(NetworkFaults):
         (what the chaos report lists as not fired, and shrinking drops)."""
         return self._scheduler.unfired() if self._scheduler else []
 
-    def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
-        """The worker exits with ``exit_code`` at its next ``report_step``."""
-        self._check_local_rank(node, local_rank)
-        starts = self._latest_starts(node)
-        if local_rank not in starts:
-            raise TargetNotReady("local_rank", local_rank, f"has not started on node {node} yet")
-        rank = starts[local_rank]["rank"]
-        self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
-                                  local_rank=local_rank, rank=rank, exit_code=exit_code)
-        write_exit_order(self.orders_dir, rank, exit_code)
-
-    def kill_store_host(self) -> None:
-        """The process hosting the rendezvous store dies."""
-        if self._store is None:
-            raise ConfigError("store_host", self.cluster.store_host,
-                              "has no separate store process to lose in this job")
-        host = self._store.node
-        where = {"target_node": host} if host is not None else {}
-        if host is not None:
-            self._harm(host, "store_host_loss")
-        self._fault("store_host_loss", store=self._store.describe(), **where)
-        self._store.kill()
-        if host is not None:
-            self._await_exit(host)
-
-    def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
-        """The worker dies of ``sig``; its agent must notice and restart the group."""
-        pid = self._worker_pid(node, local_rank)
-        self._fault("worker_kill", target_node=node, local_rank=local_rank, sig=int(sig))
-        _kill(pid, sig)
-
-    def hang_worker(self, node: int, local_rank: int) -> None:
-        """SIGSTOP: the worker is stuck, not dead."""
-        pid = self._worker_pid(node, local_rank)
-        self._fault("worker_hang", target_node=node, local_rank=local_rank)
-        _kill(pid, signal.SIGSTOP)
-
-    def kill_agent(self, node: int) -> None:
-        """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
-        harness reaped the agent (its terminal entry is on the timeline)."""
-        target = self._live_node(node)
-        self._harm(node, "agent_kill")
-        self._fault("agent_kill", target_node=node)
-        _kill(target.pid, signal.SIGKILL)
-        self._await_exit(node)
-
-    def _signal_node(self, node: int, fault: str, sig: int) -> None:
-        """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
-        self._live_node(node)
-        self._harm(node, fault)
-        self._fault(fault, target_node=node)
-        self._signal_node_processes(node, sig)
-
-    def _signal_node_processes(self, node: int, sig: int) -> None:
-        target = self._node(node)
-        pids = self.worker_pids(node)
-        signal_process_group(target.pid, sig)
-        for pid in pids.values():
-            signal_process_group(pid, sig)
-
-    def kill_node(self, node: int) -> None:
-        """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
-        reaped the agent (its terminal entry is on the timeline)."""
-        self._signal_node(node, "node_kill", signal.SIGKILL)
-        self._await_exit(node)
-
-    def remove_node(self, node: int) -> None:
-        """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
-        target = self._live_node(node)
-        self._harm(node, "node_leave")
-        self._fault("node_leave", target_node=node)
-        _kill(target.pid, signal.SIGTERM)
-
-    def freeze_node(self, node: int) -> None:
-        """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
-        is written once the agent is stopped (it never writes again)."""
-        self._signal_node(node, "node_freeze", signal.SIGSTOP)
-        self.frozen_nodes.add(node)
-        self._await_stop(node)
-        with self._exit_lock:
-            if node not in self._exits and node not in self._terminal:
-                self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
-        self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
-
-    def join_node(self) -> int:
-        """A new node joins (scale up); recorded as a fault, returns its index."""
-        self._fault("node_join", target_node=len(self.nodes))
-        return self.add_node()
-
     # -- the end -------------------------------------------------------------------------
 
     def _running(self) -> list[int]:
@@ -668,12 +546,5 @@ def _add_process(into: list[Any], pid: int) -> None:
     try:
         into.append(psutil.Process(pid))
     except psutil.NoSuchProcess:
-        pass
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
         pass
 

@@ -62,13 +62,20 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
 
 
 def _cli(argv: list[str]) -> int:
-    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job.add_node``)."""
+    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job.add_node``), or
+    ``node_main --serve FD [--parent PID]``: the node fork server (``node_forks``)."""
+    if argv[0] == "--serve":
+        from harness.sim.node_forks import serve
+
+        options = dict(zip(argv[2::2], argv[3::2], strict=True))
+        parent = options.get("--parent")
+        return serve(int(argv[1]), int(parent) if parent else None)
     options = dict(zip(argv[1::2], argv[2::2], strict=True))  # flag, value pairs
     parent = options.get("--parent")
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))
 
 
-def _exit(code: int) -> None:
+def exit_now(code: int) -> None:
     """End the node without the interpreter's teardown. The result is on disk and the
     agent has stopped its workers and servers; what is left (unloading ~300 modules,
     collecting their objects) costs ~30 ms of CPU per node, a second of wall time when a
@@ -90,4 +97,4 @@ def _exit(code: int) -> None:
 
 
 if __name__ == "__main__":
-    _exit(_cli(sys.argv[1:]))
+    exit_now(_cli(sys.argv[1:]))

@@ -1,4 +1,6 @@
-"""``WarmPool``: a warm worker pool (a zygote that has imported torch) shared across clusters.
+"""``WarmPool``: warm interpreters shared across clusters: a zygote that has imported torch
+(workers are forked from it) and a node fork server that has imported the runtime (node
+agents are forked from it, ``node_forks``).
 
 Forking workers from an interpreter that has already imported torch is what makes a
 simulated job start in a second; importing torch costs about a second per cluster. A
@@ -15,11 +17,13 @@ alive. The pytest plugin keeps one pool per session (per xdist worker).
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
 from harness.errors import ElasticError
 from harness.procs import ZygoteServerProcess
+from harness.sim.node_forks import NodeForkServer
 
 __all__ = ["WarmPool"]
 
@@ -30,6 +34,7 @@ class WarmPool:
 
     def __init__(self) -> None:
         self._server: ZygoteServerProcess | None = None
+        self._nodes: NodeForkServer | None = None
         self._closed = False
 
     def start(self) -> None:
@@ -38,6 +43,17 @@ class WarmPool:
             raise ElasticError("this WarmPool is closed")
         if self._server is None or self._server.process.poll() is not None:
             self._server = ZygoteServerProcess()
+
+    def node_server(self) -> NodeForkServer | None:
+        """The node fork server, started on first use (returns at once); None where it
+        cannot run (no pidfd to watch its nodes with: their exits come from the server)."""
+        if self._closed:
+            raise ElasticError("this WarmPool is closed")
+        if not _has_pidfd():
+            return None
+        if self._nodes is None or self._nodes.process.poll() is not None:
+            self._nodes = NodeForkServer()
+        return self._nodes
 
     def path(self) -> str:
         """The socket agents reach the zygote on (``HARNESS_ZYGOTE``); waits until ready."""
@@ -69,6 +85,9 @@ class WarmPool:
     def close(self) -> None:
         """Kill the zygote and reap it; idempotent. Workers it forked die with it."""
         self._closed = True
+        nodes, self._nodes = self._nodes, None
+        if nodes is not None:
+            nodes.close()
         server, self._server = self._server, None
         if server is not None:
             server.close()
@@ -81,7 +100,7 @@ class WarmPool:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and self._server is not None:
+        if not getattr(self, "_closed", True) and (self._server is not None or self._nodes is not None):
             warnings.warn("WarmPool was never closed; its zygote is killed now (use "
                           "`with WarmPool() as pool:` or call pool.close())", ResourceWarning,
                           stacklevel=2)
@@ -90,6 +109,14 @@ class WarmPool:
     def __repr__(self) -> str:
         state = "closed" if self._closed else (f"pid={self.pid}" if self.pid else "not started")
         return f"WarmPool({state})"
+
+
+def _has_pidfd() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (OSError, AttributeError):
+        return False
 
 
 def resolve_pool(pool: Any) -> tuple[WarmPool, bool]:

@@ -1,0 +1,299 @@
+"""``NodeForkServer``: node agents forked from one interpreter that has imported the runtime.
+
+Why: a node agent is a Python process that imports the runtime (~0.1 s of CPU) before it
+does anything; a 32-node cluster pays that 32 times, ~1.6 s of wall time on two cores,
+the biggest single cost of starting it. The server imports the runtime once and forks a
+node per request (~2 ms each), as the worker zygote does for workers.
+
+A forked node is what ``python -m harness.sim.node_main SPEC`` would be: its own session
+and process group, the harness's stdout, its ``agent.log`` as stderr, the node's
+environment, working directory (first on ``sys.path``, as ``-m`` puts it) and network
+namespace, dying with the server, which dies with the harness. Its exit status reaches
+the harness from the server's ``waitpid`` (``ForkedNode.poll/wait``, Popen's meaning:
+``-N`` for signal N). Where a fork could differ from a fresh interpreter, the harness
+starts the node the plain way instead: when the node's environment changes a ``PYTHON*``
+variable the server's interpreter was started without (``PYTHONPATH``,
+``PYTHONHASHSEED``, ...: they act at interpreter start), or when the server is gone.
+
+Protocol (one ``SOCK_SEQPACKET`` socket pair, pickled tuples; the harness serializes
+requests): ``("fork", ident, request)`` with stdin/stdout/stderr as SCM_RIGHTS → the
+server answers ``("started", ident, pid)`` or ``("failed", ident, reason)``; later, for
+every node it reaped, ``("exit", ident, returncode)``. The server is single-threaded
+(forking a threaded process is unsafe); it ends when the harness closes its end.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from typing import Any
+
+__all__ = ["ForkedNode", "NodeForkServer", "serve"]
+
+_MAX_MESSAGE = 1 << 20
+_START_TIMEOUT_S = 30.0
+_REPLY_TIMEOUT_S = 10.0
+
+
+class ForkedNode:
+    """The harness's handle on a forked node agent: the part of ``subprocess.Popen`` the
+    harness uses (``pid``, ``returncode``, ``poll``, ``wait``)."""
+
+    def __init__(self, server: NodeForkServer, ident: int, pid: int, args: list[str]):
+        self._server = server
+        self.ident = ident
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.ident)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = self._server.wait_exit(self.ident, timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            self.returncode = code
+        return self.returncode
+
+    def __repr__(self) -> str:
+        return f"ForkedNode(pid={self.pid}, returncode={self.returncode})"
+
+
+class NodeForkServer:
+    """The harness's side: starts the server (returns at once: its imports overlap the
+    harness's other start-up work), forks nodes through it, and tracks their exits."""
+
+    def __init__(self) -> None:
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.sim.node_main", "--serve", str(theirs.fileno()),
+                 "--parent", str(os.getpid())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        except BaseException:
+            self._sock.close()
+            raise
+        finally:
+            theirs.close()
+        #: the PYTHON* variables the server's interpreter started with (see module doc)
+        self.python_env = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
+        self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._pids: dict[int, int] = {}  # ident -> pid of every node forked
+        self._changed = threading.Condition()
+        self._ready = threading.Event()
+        self._gone = False
+        self._request_lock = threading.Lock()
+        self._next_ident = 0
+        self._reader = threading.Thread(target=self._read, name="node-fork-server", daemon=True)
+        self._reader.start()
+
+    # -- the harness side -------------------------------------------------------------------
+
+    def usable_for(self, env: dict[str, str]) -> bool:
+        """Whether a node with this environment may be forked (see the module doc)."""
+        if self._gone or self.process.poll() is not None:
+            return False
+        wanted = {k: v for k, v in env.items() if k.startswith("PYTHON")}
+        return wanted == self.python_env
+
+    def fork(self, spec_path: str, netns: str | None, env: dict[str, str], cwd: str,
+             stderr_fd: int) -> ForkedNode:
+        """Fork a node agent running ``node_main.main(spec_path, ..., netns)``; raises
+        ``OSError`` when the server cannot (the caller starts the node the plain way)."""
+        if not self._ready.wait(_START_TIMEOUT_S) or self._gone:
+            raise OSError("the node fork server did not start")
+        args = [sys.executable, "-m", "harness.sim.node_main", spec_path]
+        request = {"spec_path": spec_path, "netns": netns, "env": env, "cwd": cwd, "argv": args[2:]}
+        with self._request_lock, open(os.devnull, "rb") as stdin:
+            self._next_ident += 1
+            ident = self._next_ident
+            message = pickle.dumps(("fork", ident, request))
+            socket.send_fds(self._sock, [message], [stdin.fileno(), sys.stdout.fileno(), stderr_fd])
+            try:
+                reply = self._replies.get(timeout=_REPLY_TIMEOUT_S)
+            except queue.Empty:
+                raise OSError("the node fork server did not answer") from None
+        if reply[0] != "started" or reply[1] != ident:
+            raise OSError(f"the node fork server could not fork a node: {reply[2:]}")
+        self._pids[ident] = reply[2]
+        return ForkedNode(self, ident, reply[2], args)
+
+    def exit_code(self, ident: int) -> int | None:
+        with self._changed:
+            return self._exits.get(ident)
+
+    def wait_exit(self, ident: int, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: ident in self._exits, timeout)
+            return self._exits.get(ident)
+
+    def close(self) -> None:
+        """End the server (nodes still running die with it: their PDEATHSIG) and reap it."""
+        self._gone = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(5)
+        self._sock.close()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(_MAX_MESSAGE)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message = pickle.loads(data)
+            if message[0] == "ready":
+                self._ready.set()
+            elif message[0] == "exit":
+                with self._changed:
+                    self._exits[message[1]] = message[2]
+                    self._changed.notify_all()
+            else:
+                self._replies.put(message)
+        # the server is gone: so is every node it forked (their PDEATHSIG is SIGKILL), once
+        # the kernel has delivered it; nobody can tell their exit status any more
+        self._gone = True
+        self._ready.set()
+        self._replies.put(("failed", 0, "the node fork server exited"))
+        for ident, pid in list(self._pids.items()):
+            if self.exit_code(ident) is None:
+                _await_gone(pid)
+                with self._changed:
+                    self._exits.setdefault(ident, -signal.SIGKILL)
+                    self._changed.notify_all()
+
+
+def _await_gone(pid: int, timeout: float = 10.0) -> None:
+    """Until process ``pid`` (not our child) has exited, by its pidfd."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
+# -- the server side ----------------------------------------------------------------------
+
+
+def serve(fd: int, parent: int | None) -> int:
+    """The server's loop (``node_main --serve FD --parent PID``)."""
+    import selectors
+
+    from harness.procs import die_with_parent
+
+    if parent is not None:
+        die_with_parent(parent)
+    import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
+
+    sock = socket.socket(fileno=fd)
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
+    idents: dict[int, int] = {}  # pid -> ident of every node not reaped yet
+    me = os.getpid()
+    sock.send(pickle.dumps(("ready",)))
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ)
+    selector.register(wake_read, selectors.EVENT_READ)
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sock:
+                try:
+                    data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 3)
+                except OSError:
+                    data, fds = b"", []
+                if not data:
+                    return 0
+                _, ident, request = pickle.loads(data)
+                try:
+                    pid = os.fork()
+                    if pid == 0:
+                        _become_node(request, fds, me, [sock, wake_read, wake_write, selector])
+                except OSError as e:
+                    sock.send(pickle.dumps(("failed", ident, str(e))))
+                else:
+                    idents[pid] = ident
+                    sock.send(pickle.dumps(("started", ident, pid)))
+                finally:
+                    for received in fds:
+                        os.close(received)
+            else:
+                try:
+                    while os.read(wake_read, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+        while idents:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            if pid in idents:
+                sock.send(pickle.dumps(("exit", idents.pop(pid), os.waitstatus_to_exitcode(status))))
+
+
+def _become_node(request: dict[str, Any], fds: list[int], server: int, server_handles: list[Any]) -> None:
+    """In the forked child: become what ``python -m harness.sim.node_main SPEC`` would be,
+    run the node, exit. Never returns."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for handle in server_handles:
+            if isinstance(handle, int):
+                os.close(handle)
+            else:
+                handle.close()
+        os.setsid()
+        for target, received in enumerate(fds):
+            os.dup2(received, target)
+            os.close(received)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.path[0] = request["cwd"]  # what -m puts first: the working directory
+        sys.argv = [sys.argv[0], *request["argv"][1:]]
+        import tempfile
+
+        tempfile.tempdir = None  # the node's TMPDIR, not whatever the server computed
+        from harness.sim import node_main
+
+        code = node_main.main(request["spec_path"], server, request["netns"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        from harness.sim.node_main import exit_now
+
+        exit_now(code)

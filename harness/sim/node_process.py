@@ -1,0 +1,73 @@
+"""A node agent's process, as the harness holds it, and how it is started.
+
+A node is started by the pool's node fork server where it can be (``node_forks``), else
+as ``python -m harness.sim.node_main``: either way a session leader that dies with its
+parent and lives in its network namespace, whose ``RunResult`` lands in a file.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, TypeAlias
+
+from harness.agent import RunResult
+
+if TYPE_CHECKING:
+    from harness.sim.node_forks import ForkedNode, NodeForkServer
+
+__all__ = ["NodeHandle", "NodeProcess", "start_node"]
+
+#: a node agent's process: forked by the node server, or started the plain way
+NodeHandle: TypeAlias = "subprocess.Popen[bytes] | ForkedNode"
+
+
+@dataclass
+class NodeProcess:
+    index: int
+    name: str
+    addr: str
+    directory: str
+    popen: NodeHandle
+    result_path: str
+    slot: int = 0
+    gpus: tuple[str, ...] = ()
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def result(self) -> RunResult | None:
+        try:
+            with open(self.result_path, "rb") as fp:
+                result: RunResult | None = pickle.load(fp)
+                return result
+        except (FileNotFoundError, EOFError, pickle.UnpicklingError):
+            return None
+
+
+
+def start_node(server: NodeForkServer | None, spec_path: str, netns: str | None,
+                env: dict[str, str], log: IO[bytes]) -> NodeHandle:
+    """A node agent: forked by the pool's node server where it can be (a tenth of a second
+    of imports saved per node), else ``python -m harness.sim.node_main``. Either way it is
+    a session leader, dies with its parent, lives in its network namespace."""
+    if server is not None and server.usable_for(env):
+        try:
+            return server.fork(spec_path, netns, env, os.getcwd(), log.fileno())
+        except OSError as e:
+            log.write(f"node fork server: {e}; starting the node the plain way\n".encode())
+            log.flush()
+    settle = ["--parent", str(os.getpid())]  # the node dies with us, lives in its network
+    if netns is not None:
+        settle += ["--netns", netns]
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness.sim.node_main", spec_path, *settle], env=env,
+        cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
+    )

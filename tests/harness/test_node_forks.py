@@ -1,0 +1,94 @@
+"""Node agents forked by the pool's node server (``harness.sim.node_forks``): each is what
+``python -m harness.sim.node_main`` would be (its own session, the node's environment,
+working directory and temp dir, the harness's stdout), its exit status reaches the
+harness, and the plain start stays the fallback where a fork could differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+
+import psutil
+
+from harness import Cluster, WarmPool, WorkerState
+from harness.sim.node_forks import ForkedNode
+from tests.conftest import SCRIPTS
+
+SLEEPER = str(SCRIPTS / "sleeper.py")
+S = WorkerState
+
+PROBE = textwrap.dedent("""
+    import json, os, sys, tempfile
+    print("PROBE " + json.dumps({"var": os.environ.get("NODE_PROBE"), "cwd": os.getcwd(),
+                                 "tmp": tempfile.gettempdir(), "rank": os.environ["RANK"]}),
+          flush=True)
+""")
+
+
+def _probe_lines(out: str) -> list[dict]:
+    return [json.loads(line[len("PROBE "):]) for line in out.splitlines() if line.startswith("PROBE ")]
+
+
+def test_nodes_are_forked_sessions_of_the_pool_server(capfd):
+    with Cluster(nnodes="1:2", nproc_per_node=1) as cluster:
+        job = cluster.launch(SLEEPER)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        server = cluster.pool.node_server()
+        assert server is not None
+        for node in job.nodes.values():
+            assert isinstance(node.popen, ForkedNode)
+            assert psutil.Process(node.pid).ppid() == server.process.pid
+            assert os.getpgid(node.pid) == node.pid and os.getsid(node.pid) == node.pid
+        job.kill_node(1)
+        exits = [e for e in job.timeline.events("node_exit") if e["target_node"] == 1]
+        assert exits and exits[-1]["signal"] == signal.SIGKILL, exits
+        assert job.nodes[1].popen.poll() == -signal.SIGKILL
+        job.wait_for_recovery(timeout=60)
+
+
+def test_a_forked_node_has_the_nodes_environment_cwd_and_temp_dir(tmp_path, capfd, monkeypatch):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)  # after the pool's server started elsewhere: the node follows
+    with WarmPool() as pool:
+        pool.node_server()
+        with Cluster(nnodes=2, nproc_per_node=1, env={"NODE_PROBE": "given"}, pool=pool) as cluster:
+            job = cluster.launch(str(script))
+            assert job.wait(timeout=60).state == S.SUCCEEDED
+            assert all(isinstance(n.popen, ForkedNode) for n in job.nodes.values())
+            tmps = {n.index: os.path.join(n.directory, "tmp") for n in job.nodes.values()}
+    probes = _probe_lines(capfd.readouterr().out)  # the nodes wrote to this process's stdout
+    assert sorted(p["rank"] for p in probes) == ["0", "1"], probes
+    for probe in probes:
+        assert probe["var"] == "given" and probe["cwd"] == str(workdir), probe
+        assert probe["tmp"] == tmps[int(probe["rank"])], (probe, tmps)
+
+
+def test_a_node_whose_interpreter_settings_differ_starts_the_plain_way(tmp_path, capfd):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    with Cluster(nnodes=1, nproc_per_node=1, env={"PYTHONHASHSEED": "7"}) as cluster:
+        job = cluster.launch(str(script))
+        assert job.wait(timeout=60).state == S.SUCCEEDED
+        assert isinstance(job.nodes[0].popen, subprocess.Popen)
+    assert len(_probe_lines(capfd.readouterr().out)) == 1
+
+
+def test_nodes_die_with_their_server_and_their_exits_are_still_recorded():
+    with WarmPool() as pool, Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, pool=pool,
+                                     check_invariants=False) as cluster:
+        job = cluster.launch(SLEEPER)
+        job.wait_for_state(S.HEALTHY, timeout=30)
+        server = pool.node_server()
+        assert server is not None
+        nodes = [n.pid for n in job.nodes.values()]
+        server.process.kill()
+        assert all(n.popen.wait(10) == -signal.SIGKILL for n in job.nodes.values())
+        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                       for p in nodes)
+        assert pool.node_server() is not server  # the next launch gets a new one
