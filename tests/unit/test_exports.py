@@ -52,3 +52,11 @@ def test_importing_the_runtime_loads_neither_torch_nor_the_simulation():
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('harness.sim')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_errors_a_fault_ends_in_are_public_beside_the_faults():
+    import harness.faults
+    from harness.sim.scheduler import FaultError, TargetNotReady
+
+    assert harness.faults.FaultError is FaultError and harness.faults.TargetNotReady is TargetNotReady
+    assert {"FaultError", "TargetNotReady", "NodeKill", "AtStep"} <= set(harness.faults.__all__)
