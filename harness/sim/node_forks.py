@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
@@ -91,6 +92,7 @@ class NodeForkServer:
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._pids: dict[int, int] = {}  # ident -> pid of every node forked
+        self._abandoned: set[int] = set()  # requests given up on (the node starts the plain way)
         self._changed = threading.Condition()
         self._ready = threading.Event()
         self._gone = False
@@ -121,10 +123,7 @@ class NodeForkServer:
             ident = self._next_ident
             message = pickle.dumps(("fork", ident, request))
             socket.send_fds(self._sock, [message], [stdin.fileno(), sys.stdout.fileno(), stderr_fd])
-            try:
-                reply = self._replies.get(timeout=_REPLY_TIMEOUT_S)
-            except queue.Empty:
-                raise OSError("the node fork server did not answer") from None
+            reply = self._reply_to(ident)
         if reply[0] != "started" or reply[1] != ident:
             raise OSError(f"the node fork server could not fork a node: {reply[2:]}")
         self._pids[ident] = reply[2]
@@ -138,6 +137,26 @@ class NodeForkServer:
         with self._changed:
             self._changed.wait_for(lambda: ident in self._exits, timeout)
             return self._exits.get(ident)
+
+    def _reply_to(self, ident: int) -> tuple[Any, ...]:
+        """The server's answer to request ``ident``. A late answer to a request given up on
+        earlier is a node that started the plain way meanwhile: it is killed, never run twice."""
+        deadline = time.monotonic() + _REPLY_TIMEOUT_S
+        while True:
+            try:
+                reply = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                with self._changed:
+                    self._abandoned.add(ident)
+                raise OSError("the node fork server did not answer") from None
+            if reply[1] in (ident, 0):  # 0: the server is gone
+                return reply
+            if reply[0] == "started":
+                os.kill(reply[2], signal.SIGKILL)
+
+    def _is_abandoned(self, ident: int) -> bool:
+        with self._changed:
+            return ident in self._abandoned
 
     def close(self) -> None:
         """End the server (nodes still running die with it: their PDEATHSIG) and reap it."""
@@ -169,6 +188,8 @@ class NodeForkServer:
                 with self._changed:
                     self._exits[message[1]] = message[2]
                     self._changed.notify_all()
+            elif message[0] == "started" and self._is_abandoned(message[1]):
+                os.kill(message[2], signal.SIGKILL)  # its node already started the plain way
             else:
                 self._replies.put(message)
         # the server is gone: so is every node it forked (their PDEATHSIG is SIGKILL), once

@@ -92,3 +92,28 @@ def test_nodes_die_with_their_server_and_their_exits_are_still_recorded():
         assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                        for p in nodes)
         assert pool.node_server() is not server  # the next launch gets a new one
+
+
+def test_a_fork_answered_after_the_harness_gave_up_is_killed_not_run_twice(tmp_path, monkeypatch):
+    import harness.sim.node_forks as node_forks
+
+    spec = tmp_path / "spec.fifo"
+    os.mkfifo(spec)  # a node that got this far would block here, reading its spec
+    with WarmPool() as pool:
+        server = pool.node_server()
+        assert server is not None
+        assert server._ready.wait(30)
+        monkeypatch.setattr(node_forks, "_REPLY_TIMEOUT_S", 0.3)
+        os.kill(server.process.pid, signal.SIGSTOP)  # too slow to answer in time
+        try:
+            with open(os.devnull, "wb") as log:
+                try:
+                    server.fork(str(spec), None, dict(os.environ), os.getcwd(), log.fileno())
+                except OSError as e:
+                    assert "did not answer" in str(e)
+                else:
+                    raise AssertionError("a stopped server answered")
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        ident = server._next_ident
+        assert server.wait_exit(ident, 10) == -signal.SIGKILL  # the late fork, killed on arrival
