@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
@@ -88,7 +89,7 @@ class NodeForkServer:
         finally:
             theirs.close()
         #: the PYTHON* variables the server's interpreter started with (see module doc)
-        self.python_env = {k: v for k, v in os.environ.items() if k.startswith("PYTHON")}
+        self.python_env = _interpreter_settings(os.environ)
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._exits: dict[int, int] = {}
         self._pids: dict[int, int] = {}  # ident -> pid of every node forked
@@ -107,8 +108,7 @@ class NodeForkServer:
         """Whether a node with this environment may be forked (see the module doc)."""
         if self._gone or self.process.poll() is not None:
             return False
-        wanted = {k: v for k, v in env.items() if k.startswith("PYTHON")}
-        return wanted == self.python_env
+        return _interpreter_settings(env) == self.python_env
 
     def fork(self, spec_path: str, netns: str | None, env: dict[str, str], cwd: str,
              stderr_fd: int) -> ForkedNode:
@@ -124,9 +124,8 @@ class NodeForkServer:
             message = pickle.dumps(("fork", ident, request))
             socket.send_fds(self._sock, [message], [stdin.fileno(), sys.stdout.fileno(), stderr_fd])
             reply = self._reply_to(ident)
-        if reply[0] != "started" or reply[1] != ident:
+        if reply[0] != "started":
             raise OSError(f"the node fork server could not fork a node: {reply[2:]}")
-        self._pids[ident] = reply[2]
         return ForkedNode(self, ident, reply[2], args)
 
     def exit_code(self, ident: int) -> int | None:
@@ -153,10 +152,6 @@ class NodeForkServer:
                 return reply
             if reply[0] == "started":
                 os.kill(reply[2], signal.SIGKILL)
-
-    def _is_abandoned(self, ident: int) -> bool:
-        with self._changed:
-            return ident in self._abandoned
 
     def close(self) -> None:
         """End the server (nodes still running die with it: their PDEATHSIG) and reap it."""
@@ -188,8 +183,14 @@ class NodeForkServer:
                 with self._changed:
                     self._exits[message[1]] = message[2]
                     self._changed.notify_all()
-            elif message[0] == "started" and self._is_abandoned(message[1]):
-                os.kill(message[2], signal.SIGKILL)  # its node already started the plain way
+            elif message[0] == "started":
+                with self._changed:  # known here, so its exit is told even if the server dies now
+                    self._pids[message[1]] = message[2]
+                    abandoned = message[1] in self._abandoned
+                if abandoned:
+                    os.kill(message[2], signal.SIGKILL)  # its node already started the plain way
+                else:
+                    self._replies.put(message)
             else:
                 self._replies.put(message)
         # the server is gone: so is every node it forked (their PDEATHSIG is SIGKILL), once
@@ -197,12 +198,19 @@ class NodeForkServer:
         self._gone = True
         self._ready.set()
         self._replies.put(("failed", 0, "the node fork server exited"))
-        for ident, pid in list(self._pids.items()):
+        with self._changed:
+            forked = list(self._pids.items())
+        for ident, pid in forked:
             if self.exit_code(ident) is None:
                 _await_gone(pid)
                 with self._changed:
                     self._exits.setdefault(ident, -signal.SIGKILL)
                     self._changed.notify_all()
+
+
+def _interpreter_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables that act when an interpreter starts (``PYTHONPATH``, ...)."""
+    return {k: v for k, v in env.items() if k.startswith("PYTHON")}
 
 
 def _await_gone(pid: int, timeout: float = 10.0) -> None:
