@@ -50,16 +50,21 @@ def pytest_sessionfinish(session):
 """
 
 
+#: what a failing job's section starts with: the failed rank and its traceback, first
+ROOT_CAUSE_LINES = [
+    "*elastic failures (job 0*",
+    "root cause (first observed failure):",
+    "  rank 1 (local rank 1) on node *: exit code 1, pid *",
+    "    ValueError: boom at step 4",
+    "      Traceback (most recent call last):",
+]
+
 def test_report_dir_has_pages_index_and_failures_that_explain_themselves(pytester):
     pytester.makepyfile(raiser=RAISER, test_jobs=TESTS)
     result = pytester.runpytest_subprocess("--elastic-report=report", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
-        "*elastic failures (job 0*",
-        "root cause (first observed failure):",
-        "  rank 1 (local rank 1) on node *: exit code 1, pid *",
-        "    ValueError: boom at step 4",
-        "      Traceback (most recent call last):",
+        *ROOT_CAUSE_LINES,
         "*elastic timeline (job 0*",
         "legend: *",
         "reproduce with:",
@@ -110,10 +115,4 @@ def test_a_failing_scenario_shows_its_ranks_traceback(pytester):
     (pytester.mkdir("scenarios") / "raises.toml").write_text(SCENARIO)
     result = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*elastic failures (job 0*",
-        "root cause (first observed failure):",
-        "  rank 1 (local rank 1) on node *: exit code 1, pid *",
-        "    ValueError: boom at step 4",
-        "      Traceback (most recent call last):",
-    ])
+    result.stdout.fnmatch_lines(ROOT_CAUSE_LINES)
