@@ -81,6 +81,25 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def survivors(pids: list[int], timeout: float) -> list[int]:
+    """The pids still running (not gone, not a zombie) after waiting up to ``timeout``
+    seconds for all of them to die. A pid may already be gone when this is called: that
+    counts as dead, never as an error (psutil.Process(pid) would raise)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [pid for pid in pids if _running(pid)]
+        if not running or time.monotonic() >= deadline:
+            return running
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _cmd(proc: psutil.Process) -> str:
     try:
         return " ".join(proc.cmdline())[:120]

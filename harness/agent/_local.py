@@ -152,6 +152,8 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     def _timer_message(self, failure: ProcessFailure) -> None:
         expired = self._expired.get(failure.pid)
+        if expired is None and self._watchdog is not None:  # died before on_expired ran
+            expired = self._watchdog.expiry_of(failure.pid)
         if expired is not None:
             sig = expired.as_event()["signal"]
             failure.message = (f"timer expired in scope {expired.scopes[0] if expired.scopes else '?'}"

@@ -43,6 +43,7 @@ MAX_TIMERS_PER_WORKER = 4096
 MAX_PENDING = 1024  # requests held for pids not (yet) registered as workers
 PENDING_TTL = 10.0  # seconds a request waits for its pid to be registered
 RETRY_DELAY = 1.0  # seconds before retrying a reap that failed (bounded by max_interval)
+_REAPS_REMEMBERED = 256  # recent reaps kept for ``reaped()``
 _LOUD_REJECTIONS = 20  # warnings before rejections are logged at debug level only
 
 LogEvent = Callable[[str, Any], None]
@@ -104,6 +105,9 @@ class HeapTimerServer(TimerServer):
         self._identity: dict[int, int] = {}  # pid -> start time, for every pid we accepted
         self._allowed: dict[int, int] | None = None
         self._pending: list[_Pending] = []
+        # pid -> what the watchdog did to it, written under the lock as the signal is sent:
+        # the agent may see the worker die before ``on_expired`` runs and asks here.
+        self._reaped: dict[int, TimerExpiry] = {}
         self._next_housekeeping = self._clock.now() + self._max_interval
         self.rejected = 0  # requests refused or malformed (for tests and diagnostics)
         if workers is not None:  # no set_workers(): the transport is not set up yet
@@ -124,6 +128,8 @@ class HeapTimerServer(TimerServer):
                     self._drop_worker(pid)
             if resolved is not None:
                 self._identity = {p: s for p, s in self._identity.items() if resolved.get(p) == s}
+                for pid in resolved:  # a listed pid is a new process: forget an old reap
+                    self._reaped.pop(pid, None)
             events = self._admit_pending()
         self._dispatch(events)
         self._wake_loop()
@@ -411,13 +417,28 @@ class HeapTimerServer(TimerServer):
                  _signal_name(chosen.signal), scopes)
         if self._reap_worker(pid, chosen.signal):
             self._drop_worker(pid)
+            expiry = TimerExpiry(pid, scopes, chosen.signal, True, lateness)
+            self._remember_reap(expiry)
             events.append(("event", "kill worker process", chosen.request))
-            events.append(("expiry", TimerExpiry(pid, scopes, chosen.signal, True, lateness)))
+            events.append(("expiry", expiry))
             return
         retry = now + min(RETRY_DELAY, self._max_interval)
         for t in timers:
             t.deadline, t.seq = retry, next(self._seq)
             heapq.heappush(self._heap, (retry, t.seq, pid, t.scope_id))
+
+    def _remember_reap(self, expiry: TimerExpiry) -> None:
+        self._reaped.pop(expiry.worker_id, None)
+        self._reaped[expiry.worker_id] = expiry
+        while len(self._reaped) > _REAPS_REMEMBERED:
+            del self._reaped[next(iter(self._reaped))]
+
+    def reaped(self, pid: int) -> TimerExpiry | None:
+        """What the watchdog did to ``pid`` if it signalled it, even before ``on_expired``
+        ran: the signal is sent under the lock this takes, so a caller that saw the
+        worker die of it always finds the record."""
+        with self._lock:
+            return self._reaped.get(pid)
 
     def _housekeeping(self) -> None:
         now = self._clock.now()

@@ -70,7 +70,8 @@ class AgentWatchdog:
       worker was signalled (SIGKILL unless the worker's client asked otherwise). It
       must be quick and thread-safe: enqueue a ``timer_expired`` event
       (``expired.as_event()``) and let the agent's loop restart the group; the killed
-      worker's exit is seen by the agent's normal monitoring as well.
+      worker's exit is seen by the agent's normal monitoring as well, possibly first:
+      ``expiry_of(pid)`` then tells whether the watchdog killed it.
     * ``on_failed(error)`` (optional) is called if the watchdog thread dies;
       ``healthy`` turns False and ``error`` holds the exception.
     * ``stop()``: idempotent, returns promptly, removes the FIFO (and its directory).
@@ -141,10 +142,19 @@ class AgentWatchdog:
         if self._server is not None:
             self._server.stop()
 
+    def expiry_of(self, pid: int) -> WorkerTimerExpired | None:
+        """The expiry that made the watchdog signal ``pid``, or None. Unlike
+        ``on_expired`` (called after the signal), this answers as soon as the signal is
+        sent: the agent asks it when it sees a worker die before the callback ran."""
+        expiry = None if self._server is None else self._server.reaped(pid)
+        return None if expiry is None else self._as_worker_expiry(expiry)
+
+    def _as_worker_expiry(self, expiry: TimerExpiry) -> WorkerTimerExpired:
+        return WorkerTimerExpired(self._ranks.get(expiry.worker_id), expiry.worker_id,
+                                  expiry.scope_ids, expiry.signal, expiry.reaped, expiry.lateness)
+
     def _expired(self, expiry: TimerExpiry) -> None:
-        expired = WorkerTimerExpired(self._ranks.get(expiry.worker_id), expiry.worker_id,
-                                     expiry.scope_ids, expiry.signal, expiry.reaped,
-                                     expiry.lateness)
+        expired = self._as_worker_expiry(expiry)
         log.warning("worker local_rank=%s pid=%d: timer %s expired%s", expired.local_rank,
                     expired.pid, ", ".join(expired.scopes),
                     f", sent {expired.as_event()['signal']}" if expired.signal > 0 else "")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import signal
 
-import psutil
 import pytest
 
 from harness import Cluster, WorkerState
-from tests.conftest import SCRIPTS
+from tests.conftest import SCRIPTS, survivors
 from tests.runtime import workers
 
 
@@ -41,8 +40,7 @@ def test_kill_worker_fault_recovers_and_is_recorded():
         assert fault.recovery_latency is not None and fault.recovery_latency >= fault.detection_latency
         exits = job.timeline.events("worker_exit")
         assert any(e["local_rank"] == 1 and e["exitcode"] == -signal.SIGKILL for e in exits)
-    for pid in list(before.values()) + list(after.values()):
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not survivors(list(before.values()) + list(after.values()), timeout=0)
 
 
 def test_restarts_exhausted_job_fails_with_root_cause():
@@ -61,8 +59,7 @@ def test_kill_agent_takes_its_workers():
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         pids = list(job.worker_pids(0).values())
         job.kill_agent(0)
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids], timeout=10)
-        assert not alive
+        assert not survivors(pids, timeout=10)
         result = job.wait(timeout=10)
         assert result.state == WorkerState.FAILED and result.run_results == {}
 

@@ -9,10 +9,9 @@ import subprocess
 import sys
 import time
 
-import psutil
 import pytest
 
-from tests.conftest import SCRIPTS, run_elastic
+from tests.conftest import SCRIPTS, run_elastic, survivors
 
 
 def env_lines(stdout: str) -> list[dict]:
@@ -161,8 +160,7 @@ def test_agent_sigkill_takes_workers_with_it(tmp_path):
     agent.kill()
     agent.wait()
     agent.stdout.close()
-    gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=5)
-    assert not alive
+    assert not survivors(pids, timeout=5)
 
 
 def test_sigterm_to_agent_stops_workers(tmp_path):

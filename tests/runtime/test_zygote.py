@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from harness.procs._zygote_client import Zygote, ZygoteServerProcess, python_target
-from tests.conftest import SCRIPTS, run_elastic
+from tests.conftest import SCRIPTS, run_elastic, survivors
 
 
 def test_python_target_parsing():
@@ -88,13 +88,11 @@ def test_shared_zygote_kills_only_the_dead_agents_workers(tmp_path):
             assert psutil.Process(pid).ppid() == server.process.pid
         a.kill()
         a.wait()
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids_a if psutil.pid_exists(p)], timeout=5)
-        assert not alive
+        assert not survivors(pids_a, timeout=5)
         assert all(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids_b)
         b.terminate()
         assert b.wait(20) == 1
-        _, alive = psutil.wait_procs([psutil.Process(p) for p in pids_b if psutil.pid_exists(p)], timeout=5)
-        assert not alive
+        assert not survivors(pids_b, timeout=5)
     finally:
         for proc in (a, b):
             if proc.poll() is None:
@@ -132,9 +130,7 @@ def test_zygote_dies_with_its_starter(tmp_path):
     agent.kill()
     agent.wait()
     agent.stdout.close()
-    procs = [psutil.Process(p) for p in [*pids, zygote_pid] if psutil.pid_exists(p)]
-    _, alive = psutil.wait_procs(procs, timeout=5)
-    assert not alive
+    assert not survivors([*pids, zygote_pid], timeout=5)
 
 
 def test_a_client_that_vanishes_or_talks_garbage_does_not_kill_the_zygote(tmp_path):

@@ -6,6 +6,7 @@ import os
 import queue
 import signal
 import stat
+import threading
 
 from harness.timer import AgentWatchdog, WorkerTimerExpired
 from harness.timer._watchdog import ENABLE_FILE_TIMER_ENV, TIMER_FILE_ENV
@@ -71,3 +72,32 @@ def test_workers_of_a_stopped_group_are_dropped(children):
         assert new.wait(5) == KILL
         assert alive(old)
         assert reports.get(timeout=5).pid == new.pid and reports.empty()
+
+
+def test_a_reaped_worker_is_known_before_on_expired_returns(children):
+    """The agent can see the killed worker exit before the callback ran (the callback
+    is called after the signal, outside the server's lock): ``expiry_of`` must already
+    name the scope then, or the error summary loses the cause."""
+    entered, release = threading.Event(), threading.Event()
+    seen_in_callback: list[WorkerTimerExpired | None] = []
+
+    def slow_callback(expired: WorkerTimerExpired) -> None:
+        seen_in_callback.append(dog.expiry_of(expired.pid))
+        entered.set()
+        release.wait(10)
+
+    dog = AgentWatchdog("run", enabled=True, on_expired=slow_callback)
+    dog.start()
+    try:
+        worker = children.worker("env", "-", 0.3, env=dog.worker_env())
+        assert read_line(worker) == "acquired"
+        assert dog.expiry_of(worker.pid) is None
+        dog.set_workers({2: worker.pid})
+        assert worker.wait(5) == KILL
+        known = dog.expiry_of(worker.pid)  # the callback may not have started yet
+        assert known is not None and (known.local_rank, known.scopes) == (2, ("from-env",))
+        assert entered.wait(5)
+        assert seen_in_callback == [known]
+    finally:
+        release.set()
+        dog.stop()
