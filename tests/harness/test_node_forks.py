@@ -15,7 +15,7 @@ import psutil
 
 from harness import Cluster, WarmPool, WorkerState
 from harness.sim.node_forks import ForkedNode
-from tests.conftest import SCRIPTS
+from tests.conftest import SCRIPTS, survivors
 
 SLEEPER = str(SCRIPTS / "sleeper.py")
 S = WorkerState
@@ -90,8 +90,7 @@ def test_nodes_die_with_their_server_and_their_exits_are_still_recorded():
         nodes = [n.pid for n in job.nodes.values()]
         server.process.kill()
         assert all(n.popen.wait(10) == -signal.SIGKILL for n in job.nodes.values())
-        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                       for p in nodes)
+        assert not survivors(nodes, timeout=0)
         assert pool.node_server() is not server  # the next launch gets a new one
 
 

@@ -36,7 +36,10 @@ import os, re, pytest
 def pytest_unconfigure(config):
     import psutil
     for pid in map(int, re.findall(r"POOL (\\d+)", open("pools.txt").read())):
-        alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        try:
+            alive = psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            alive = False
         print("AFTER", pid, "alive" if alive else "gone")
 """
 
