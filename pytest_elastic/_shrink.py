@@ -11,6 +11,11 @@ re-runs (``--elastic-shrink-budget``), each re-run by the test's own timeout:
    then each fault on its own, last to first; a candidate is kept when it still fails;
 2. later: each remaining timed fault fires twice as late; kept when it still fails.
 
+A fault chained ``after_previous`` belongs to the one before it (chaos heals each
+partition so): it is kept while that one is, even if it had not fired yet, and dropped
+with it, never alone. A partition without its heal would turn the bug being shrunk into
+a job that waits for its timeout, and a replay line with it into one that hangs.
+
 "Still fails" means the same phase fails with the same signature (exception type and the
 file:line it was raised at, as hypothesis compares failures), so a shrink never slips from
 the bug it was given to a different one. Each re-run is a full pytest run of the item
@@ -128,9 +133,32 @@ def _count(schedules: Schedules) -> int:
     return sum(len(job) for job in schedules)
 
 
-def _without(schedules: Schedules, job: int, index: int) -> Schedules:
-    return tuple(tuple(e for i, e in enumerate(entries) if not (j == job and i == index))
-                 for j, entries in enumerate(schedules))
+def _without(schedules: Schedules, unit: tuple[Any, ...]) -> Schedules:
+    gone = {id(entry) for entry in unit}
+    return tuple(tuple(e for e in entries if id(e) not in gone) for entries in schedules)
+
+
+def _units(entries: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """One job's entries in units: an entry and the ``after_previous`` ones chained to it."""
+    units: list[tuple[Any, ...]] = []
+    for entry in entries:
+        if getattr(entry, "after_previous", False) and units:
+            units[-1] += (entry,)
+        else:
+            units.append((entry,))
+    return units
+
+
+def _all_units(schedules: Schedules) -> list[tuple[Any, ...]]:
+    return [unit for entries in schedules for unit in _units(entries)]
+
+
+def _fired_units(schedules: Schedules, fired: Schedules) -> Schedules:
+    """The units of ``schedules`` whose first entry fired, whole: a partition that fired
+    keeps its heal even if the failure came before the heal did."""
+    fired_ids = {id(entry) for entries in fired for entry in entries}
+    return tuple(tuple(entry for unit in _units(entries) if id(unit[0]) in fired_ids for entry in unit)
+                 for entries in schedules)
 
 
 def _with(schedules: Schedules, job: int, index: int, entry: Any) -> Schedules:
@@ -157,8 +185,9 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
     times; ``run`` is the test re-run with that schedule (a fake in unit tests)."""
     assert first.signature is not None  # first.failed, spelled so that the type narrows
     started = clock()
-    result = ShrinkResult(first.schedules, first.fired, 0, budget, first.signature)
-    unfired = _count(first.schedules) - _count(first.fired)
+    result = ShrinkResult(first.schedules, _fired_units(first.schedules, first.fired), 0, budget,
+                          first.signature)
+    unfired = _count(first.schedules) - _count(result.minimal)
     if unfired:
         result.steps.append(Step(f"drop {unfired} fault(s) not yet fired when the test failed",
                                  "free (no re-run)"))
@@ -171,7 +200,8 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
         outcome = run(candidate)
         if outcome.signature == first.signature:
             # keep what fired; what never fired before the failure cannot be needed
-            result.minimal = outcome.fired if outcome.schedules else candidate
+            result.minimal = (_fired_units(outcome.schedules, outcome.fired) if outcome.schedules
+                              else candidate)
             result.steps.append(Step(action, "still fails: kept"))
             return True
         if outcome.signature is not None:  # failed
@@ -184,22 +214,19 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
     # 1. drop faults: all at once first, then one at a time from the last
     if _count(result.minimal) >= 2:
         attempt(tuple(() for _ in result.minimal), "drop every fault")
-    for entry in reversed(_entries(result.minimal)):
-        where = _find(result.minimal, entry)  # a kept candidate may have dropped it already
+    for unit in reversed(_all_units(result.minimal)):
+        where = _find(result.minimal, unit[0])  # a kept candidate may have dropped it already
         if where is not None:
-            attempt(_without(result.minimal, *where), f"drop {_label(where[0], entry)}")
-    # 2. move the remaining faults later, one at a time
-    for entry in _entries(result.minimal):
+            chained = f" with {len(unit) - 1} chained after it" if len(unit) > 1 else ""
+            attempt(_without(result.minimal, unit), f"drop {_label(where[0], unit[0])}{chained}")
+    # 2. move the remaining faults later, one at a time (a chained one moves with its head)
+    for entry in [unit[0] for unit in _all_units(result.minimal)]:
         where, later = _find(result.minimal, entry), _later(entry)
         if where is not None and later is not None:
             attempt(_with(result.minimal, *where, later),
                     f"move later: {_label(where[0], entry)} -> {later.trigger.seconds:g}s")
     result.seconds = clock() - started
     return result
-
-
-def _entries(schedules: Schedules) -> list[Any]:
-    return [entry for job in schedules for entry in job]
 
 
 def _find(schedules: Schedules, entry: Any) -> tuple[int, int] | None:

@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from harness.faults import AtStep, NodeJoin, NodeKill, ScheduledFault, WorkerCrash, WorkerHang
+from harness.faults import AtStep, Heal, NodeJoin, NodeKill, Partition, ScheduledFault, WorkerCrash, WorkerHang
 from harness.sim.chaos import HealthyThenAfter
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
 from pytest_elastic._shrink import Outcome, schedules_from_json, schedules_to_json, shrink, signature
@@ -94,6 +94,50 @@ def test_moving_later_is_kept_only_while_it_fails():
     result = shrink(Outcome(BUG, ((b,),), ((b,),)), fake, budget=8)
     assert result.minimal == ((b,),)
     assert result.steps[-1].result == "passes: not kept"
+
+
+def partition_then_heal(node: int, after: float) -> tuple[ScheduledFault, ScheduledFault]:
+    """As chaos draws a lasting fault: the heal is chained to its partition."""
+    return (ScheduledFault(Partition(node=node, peers="store"), HealthyThenAfter(seconds=after)),
+            ScheduledFault(Heal(node=node), HealthyThenAfter(seconds=2.0), after_previous=True))
+
+
+class PartitionBug:
+    """Fails (``BUG``) while node 1 is cut off, before the heal fires; records every
+    candidate so the test can check that no partition ever ran without its heal."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple] = []
+
+    def __call__(self, schedules: tuple) -> Outcome:
+        self.runs.append(schedules)
+        fired = tuple(tuple(e for e in job if not isinstance(e.fault, Heal)) for job in schedules)
+        hit = any(isinstance(e.fault, Partition) and e.fault.node == 1 for job in fired for e in job)
+        return Outcome(BUG if hit else None, schedules, fired)
+
+
+def test_a_heal_goes_with_its_partition():
+    cut0, heal0 = partition_then_heal(0, 0.2)
+    cut1, heal1 = partition_then_heal(1, 0.4)
+    schedule = ((cut0, heal0, cut1, heal1),)
+    fake = PartitionBug()
+    first = fake(schedule)
+    fake.runs.clear()
+    result = shrink(first, fake, budget=8)
+    # the failure came before either heal fired: they stay (free step drops nothing)
+    assert result.steps[0].action.startswith("drop every fault")
+    ((cut, heal),) = result.minimal
+    assert cut.fault == cut1.fault and cut.trigger.seconds == 0.8 and heal is heal1
+    for run in fake.runs:  # every candidate: each partition with its heal right after it
+        entries = [e for job in run for e in job]
+        for i, entry in enumerate(entries):
+            if isinstance(entry.fault, Partition):
+                assert entries[i + 1].fault == Heal(node=entry.fault.node)
+            else:
+                assert isinstance(entries[i - 1].fault, Partition)
+    assert "drop job 0: " in result.steps[1].action and "with 1 chained after it" in result.steps[1].action
+    # moved later: the partition's own trigger; the heal's stays 2 s after it
+    assert [s.action.split(":")[0] for s in result.steps].count("move later") == 1
 
 
 def test_signature_is_phase_type_and_place():
