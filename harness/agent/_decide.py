@@ -26,7 +26,8 @@ from typing import Protocol
 
 from harness.agent._api import WorkerState
 
-__all__ = ["Action", "Decision", "FenceClock", "Tick", "decide", "exit_barrier_needed"]
+__all__ = ["Action", "Decision", "FenceClock", "Tick", "decide", "exit_barrier_needed", "is_failure",
+           "needs_membership_check"]
 
 
 class Action(enum.Enum):
@@ -55,6 +56,12 @@ class Decision:
 
 
 _FAILED = (WorkerState.UNHEALTHY, WorkerState.FAILED)
+
+
+def is_failure(state: WorkerState) -> bool:
+    """Workers failed or are unhealthy: the membership check must then rest on news newer
+    than the failure (a peer that saw a change first may have caused it)."""
+    return state in _FAILED
 
 
 def needs_membership_check(state: WorkerState) -> bool:

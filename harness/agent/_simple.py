@@ -27,6 +27,7 @@ from harness.agent._decide import (
     Tick,
     decide,
     exit_barrier_needed,
+    is_failure,
     needs_membership_check,
 )
 from harness.agent._ranks import assign_worker_ranks
@@ -196,11 +197,11 @@ class SimpleElasticAgent(ElasticAgent):
             self._last_progress = time.monotonic()
             result = self._monitor_workers(group)
             state = result.state
-            if state in (WorkerState.UNHEALTHY, WorkerState.FAILED):
+            if is_failure(state):
                 self._set_state(state)  # recorded before the (possibly slow) verdict below
             fenced = _fence_reason(spec.rdzv_handler)
             changed = (fenced is None and needs_membership_check(state)
-                       and spec.rdzv_handler.membership_changed())
+                       and spec.rdzv_handler.membership_changed(confirm=is_failure(state)))
             decision = decide(Tick(state, changed, fenced), self._remaining_restarts)
             action = decision.action
             if action is Action.WAIT:

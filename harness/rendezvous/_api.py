@@ -98,11 +98,13 @@ class RendezvousHandler(abc.ABC):
     @abc.abstractmethod
     def get_run_id(self) -> str: ...
 
-    def membership_changed(self) -> bool:
+    def membership_changed(self, confirm: bool = False) -> bool:
         """True when the current round no longer matches the live membership (a node
-        joined, left or died). The agent asks right after it sees workers fail: a failure
-        caused by a lost peer restarts the group without using up ``max_restarts``.
-        May block briefly (bounded) to confirm a suspected loss."""
+        joined, left or died). The agent asks on every wake-up, with ``confirm=True``
+        right after it sees workers fail: a failure caused by a membership change
+        restarts the group without using up ``max_restarts``, so then the answer must
+        not rest on news older than the failure. May block briefly (bounded) to confirm
+        a suspected loss or get fresh news."""
         return self.num_nodes_waiting() > 0
 
     def event_fd(self) -> int | None:

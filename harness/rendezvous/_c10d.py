@@ -199,6 +199,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._snapshot: RendezvousState | None = None
         self._dead: set[str] = set()
         self._suspects: set[str] = set()
+        self._snapshot_read_at = float("-inf")  # when the keeper began the read behind it
         self._store_lost: str | None = None
         self._state_error: RendezvousStateError | None = None
         self._live_socks: dict[str, socket.socket] = {}
@@ -388,6 +389,7 @@ class C10dRendezvousHandler(RendezvousHandler):
     def _beat(self, client: Any, peers: PeerWatch) -> int:
         """One keep-alive round: bump our heartbeat, read the state and the peers'
         heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
+        began = time.monotonic()
         client.add(self._hb_key, 1)
         self._answered()
         raw, state = self._read(client)
@@ -402,6 +404,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         dead = set(verdict.dead) | self._sock_dead()
         with self._lock:
             self._snapshot = state
+            self._snapshot_read_at = began
             self._state_error = None
             self._dead = dead & set(watched)
             self._suspects = set(verdict.suspects) - dead
@@ -530,23 +533,32 @@ class C10dRendezvousHandler(RendezvousHandler):
         except (BlockingIOError, OSError):
             pass
 
-    def membership_changed(self) -> bool:
+    def membership_changed(self, confirm: bool = False) -> bool:
         """Cheap when nothing changed: reads what the keeper thread saw, plus a
         non-blocking look at the peers' liveness sockets. If a peer of the running round
         looks suspicious (heartbeat late) it waits, at most ``heartbeat_timeout``, for the
-        verdict, so a failure caused by a lost peer is not charged as a restart."""
+        verdict, so a failure caused by a lost peer is not charged as a restart.
+
+        ``confirm`` (the agent saw workers fail): what the keeper saw last may be a
+        keep-alive old, or older when packets are lost — a peer that learnt of a joining
+        node first may already have stopped the workers ours were talking to. Then it
+        also waits, at most ``heartbeat_timeout``, for a keep-alive that read the store
+        after this call began: the change that caused the failure is in the store by
+        then, so it is found and not charged as a restart."""
         self._drain()
         if self._running_round is None:
             return False
+        asked = time.monotonic()
         sock_dead = self._sock_dead()
-        deadline = time.monotonic() + self._settings.heartbeat_timeout
+        deadline = asked + self._settings.heartbeat_timeout
         with self._lock:
             self._dead |= sock_dead & set(self._running_members)
             while True:
                 reason = self._change_reason_locked(for_barrier=False)
                 pending = self._suspects & set(self._running_members)
+                stale = confirm and self._snapshot_read_at < asked
                 remaining = deadline - time.monotonic()
-                if reason is not None or not pending or remaining <= 0:
+                if reason is not None or not (pending or stale) or remaining <= 0:
                     break
                 self._wakeup.wait(remaining)
         if reason is not None:

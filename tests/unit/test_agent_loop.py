@@ -24,6 +24,7 @@ class Handler:
         self.fenced: str | None = None
         self.unfence_after = unfence_after  # wait_unfenced calls that time out first
         self.waits = 0
+        self.confirms: list[bool] = []  # membership_changed's ``confirm`` per call
 
     def get_run_id(self) -> str:
         return "loop"
@@ -35,7 +36,8 @@ class Handler:
         return RendezvousInfo(store=None, rank=0, world_size=1,
                               bootstrap_store_info=RendezvousStoreInfo("h", 1), round=self.rounds)
 
-    def membership_changed(self) -> bool:
+    def membership_changed(self, confirm: bool = False) -> bool:
+        self.confirms.append(confirm)
         return self.changed
 
     def fence_reason(self) -> str | None:
@@ -136,6 +138,14 @@ def test_failure_after_a_membership_change_reforms_without_a_restart():
     assert agent.run().state is S.SUCCEEDED
     assert agent.log == ["start@1", "stop", "start@2", "shutdown"]
     assert agent.restart_count == 0 and "membership_change" in agent.events.kinds
+
+
+def test_only_a_failure_asks_for_news_newer_than_itself():
+    handler = Handler()
+    agent = ScriptedAgent(handler, [(S.HEALTHY, nothing), (S.FAILED, nothing), (S.UNHEALTHY, nothing),
+                                    (S.HEALTHY, nothing), (S.SUCCEEDED, nothing)], max_restarts=2)
+    assert agent.run().state is S.SUCCEEDED
+    assert handler.confirms == [False, True, True, False]
 
 
 def test_failures_use_restarts_then_give_up():
