@@ -105,21 +105,8 @@ class ScenarioItem(pytest.Item):
         args = [str(a) for a in job_spec.pop("args", [])]
         job_spec.setdefault("start_method", settings.start_method)
         chaos, seed = _chaos(settings, self.nodeid)
-        if chaos is not None and not chaos.overload:
-            # chaos adds failures only within what the scenario's own faults leave of the budget
-            from harness.faults import fault_class
-
-            own = sum(1 for f in self.spec.get("fault", []) if fault_class(f["kind"]).is_failure)
-            import dataclasses
-
-            chaos = dataclasses.replace(chaos, max_faults=max(0, job_spec.get("max_restarts", 3) - own))
-        if chaos is not None and any(f["kind"] in NETWORK_FAULT_KINDS for f in self.spec.get("fault", [])):
-            # a scenario that cuts links itself expects what its own cuts do: a chaos cut
-            # (healed whenever chaos likes) on top would make its outcome undecidable
-            import dataclasses
-
-            own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
-            chaos = dataclasses.replace(chaos, kinds=own_links) if own_links else None
+        if chaos is not None:
+            chaos = _chaos_around(chaos, self.spec.get("fault", []), job_spec.get("max_restarts", 3))
         _skip_without_netns(job_spec, self.spec.get("fault", []))
         cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
         self._elastic_record = record = ElasticRecord(cluster, settings, seed)
@@ -158,6 +145,30 @@ class ScenarioItem(pytest.Item):
 
 
 #: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
+def _chaos_around(chaos: Any, faults: list[dict[str, Any]], max_restarts: int) -> Any:
+    """Chaos that leaves the scenario's expected outcome decidable (None: no chaos fits).
+
+    Chaos adds failures only within the restarts the scenario's own faults leave; it
+    keeps spare every node the scenario's own faults take out (a chaos node kill on top
+    of the scenario's would drop the job below ``min_nodes``); and a scenario that cuts
+    links itself gets no chaos cuts (healed whenever chaos likes, they would make its
+    outcome undecidable)."""
+    import dataclasses
+
+    from harness.faults import fault_class
+    from harness.sim.schema import FAULT_KINDS
+
+    if not chaos.overload:
+        own = sum(1 for f in faults if fault_class(f["kind"]).is_failure)
+        chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
+    taken = {f.get("node", 0) for f in faults if FAULT_KINDS[f["kind"]].membership < 0}
+    chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
+    if any(f["kind"] in NETWORK_FAULT_KINDS for f in faults):
+        own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
+        chaos = dataclasses.replace(chaos, kinds=own_links) if own_links else None
+    return chaos
+
+
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 #: --elastic-faults kinds that cut or thin links
 CHAOS_NETWORK_KINDS = frozenset({"partition", "loss"})

@@ -44,18 +44,22 @@ class ChaosConfig:
     #: explicit schedules, one per job in launch order, used instead of generating one
     #: (replay of a printed schedule, the plugin's shrinking); jobs past the end generate
     schedules: tuple[tuple[ScheduledFault, ...], ...] | None = None
+    #: nodes the test's own faults take out (a scenario's node kill or partition): chaos
+    #: keeps them spare, or its own node faults on top would drop the job below min_nodes
+    #: and fail it for a reason the test never meant to test
+    reserved_nodes: int = 0
 
 
 def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nodes: int,
                       nproc_per_node: int, max_restarts: int, overload: bool = False,
                       max_faults: int | None = None, horizon: float = 1.0,
-                      initial_nodes: int | None = None) -> list[ScheduledFault]:
+                      initial_nodes: int | None = None, reserved_nodes: int = 0) -> list[ScheduledFault]:
     """A random but reproducible schedule for one job."""
     rng = random.Random(seed)
     nodes = initial_nodes if initial_nodes is not None else max_nodes
     failure_budget = max_restarts + (1 + rng.randrange(2) if overload else 0)
     budget = failure_budget if max_faults is None else min(failure_budget, max_faults)
-    spare = nodes - min_nodes  # nodes we may lose and still run
+    spare = nodes - min_nodes - reserved_nodes  # nodes we may lose and still run
     schedule: list[ScheduledFault] = []
     delay = 0.0
     count = rng.randint(1, max(1, budget)) if budget else 0

@@ -126,7 +126,8 @@ class Cluster:
         else:
             schedule = generate_schedule(seed, chaos.kinds, self.min_nodes, self.max_nodes,
                                          self.nproc_per_node, self.max_restarts, chaos.overload,
-                                         chaos.max_faults, chaos.horizon, initial_nodes=count)
+                                         chaos.max_faults, chaos.horizon, initial_nodes=count,
+                                         reserved_nodes=chaos.reserved_nodes)
         job.chaos_schedule = schedule
         job._harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
                                  faults=[entry.describe() for entry in schedule])

@@ -1,0 +1,44 @@
+"""Chaos on top of a scenario's own faults: what chaos draws leaves the scenario's expected
+outcome decidable (restarts, spare nodes, links)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.sim import chaos
+from harness.sim.chaos import ChaosConfig
+from harness.sim.schema import FAULT_KINDS
+from pytest_elastic._scenarios import _chaos_around
+
+TAKERS = ("agent", "node", "leave", "freeze", "partition")  # kinds that take a node out
+
+
+def _takes_a_node(entry) -> bool:
+    return FAULT_KINDS[entry.fault.kind].membership < 0
+
+
+@pytest.mark.parametrize("reserved, some_take", [(0, True), (1, False)])
+def test_chaos_keeps_the_reserved_nodes_spare(reserved, some_take):
+    schedules = [chaos.generate_schedule(seed, TAKERS + ("worker",), min_nodes=1, max_nodes=2,
+                                         nproc_per_node=1, max_restarts=3, initial_nodes=2,
+                                         reserved_nodes=reserved)
+                 for seed in range(30)]
+    took = any(_takes_a_node(entry) for schedule in schedules for entry in schedule)
+    assert took is some_take
+    assert all(schedules)  # with no node to spare, it still draws worker faults
+
+
+def test_a_scenario_that_takes_nodes_reserves_each_once():
+    faults = [{"kind": "partition", "node": 1, "peers": "store"}, {"kind": "heal", "node": 1},
+              {"kind": "partition", "node": 1, "peers": "store"}, {"kind": "node_kill", "node": 2},
+              {"kind": "worker_crash", "node": 0}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("worker", "node", "partition")), faults,
+                           max_restarts=3)
+    assert around.reserved_nodes == 2  # nodes 1 and 2
+    assert around.max_faults == 2  # the scenario's own crash used one of three restarts
+    assert around.kinds == ("worker", "node")  # it cuts links itself: no chaos cuts
+
+
+def test_a_scenario_with_only_network_chaos_and_its_own_cuts_gets_none():
+    faults = [{"kind": "packet_loss", "node": 1, "probability": 0.05}]
+    assert _chaos_around(ChaosConfig(seed=1, kinds=("loss",)), faults, max_restarts=0) is None
