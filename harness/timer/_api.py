@@ -212,6 +212,13 @@ class TimerServer(abc.ABC):
         requests = self._receive(self._wait_timeout())
         if requests:
             self.register_timers(requests)
+            # What arrived while those were registered is read before anything expires: a
+            # worker's release already sent must count even when this thread was slow to
+            # read it (a late read of an acquire and the release after it would otherwise
+            # kill a worker that released in time).
+            more = self._receive(0.0)
+            if more:
+                self.register_timers(more)
         self._expire_due()
         self._housekeeping()
 

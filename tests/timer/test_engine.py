@@ -125,6 +125,36 @@ def test_reacquire_moves_the_deadline(server, clock, w1):
     assert server.reaped == [(w1.pid, KILL)]
 
 
+class SlowReader(Recording):
+    """Runs ``meanwhile`` right after its first read: what happens while the watchdog
+    thread, holding requests it has not registered yet, is off the CPU."""
+
+    def __init__(self, clock, meanwhile):
+        super().__init__(clock)
+        self._meanwhile = meanwhile
+
+    def _receive(self, timeout):
+        got = super()._receive(timeout)
+        meanwhile, self._meanwhile = self._meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return got
+
+
+def test_a_release_sent_in_time_beats_a_slow_read(clock, w1):
+    def meanwhile():  # the worker releases in time; the thread resumes past the deadline
+        server._mp_queue.put(release(w1.pid, "s"))
+        clock.advance(10)
+
+    server = SlowReader(clock, meanwhile)
+    try:
+        server._mp_queue.put(acquire(clock, w1.pid, "s", 5))
+        server._run_watchdog()
+        assert server.reaped == [] and server.timer_count == 0
+    finally:
+        server.stop()
+
+
 def test_nearest_deadline_drives_the_wakeup_not_max_interval(server, clock, w1, w2):
     server.register_timers([acquire(clock, w1.pid, "late", 30), acquire(clock, w2.pid, "soon", 5)])
     assert server._next_wakeup() == pytest.approx(clock.now() + 5, abs=1e-3)
