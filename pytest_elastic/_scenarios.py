@@ -49,6 +49,8 @@ else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; not public API
 
+    from harness.sim.chaos import ChaosConfig
+
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
 
 class ScenarioFailure(AssertionError):
@@ -144,8 +146,8 @@ class ScenarioItem(pytest.Item):
         return self.path, 0, f"scenario: {self.name}"
 
 
-#: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
-def _chaos_around(chaos: Any, faults: list[dict[str, Any]], max_restarts: int) -> Any:
+def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
+                  max_restarts: int) -> ChaosConfig | None:
     """Chaos that leaves the scenario's expected outcome decidable (None: no chaos fits).
 
     Chaos adds failures only within the restarts the scenario's own faults leave; it
@@ -165,10 +167,11 @@ def _chaos_around(chaos: Any, faults: list[dict[str, Any]], max_restarts: int) -
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
     if any(f["kind"] in NETWORK_FAULT_KINDS for f in faults):
         own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
-        chaos = dataclasses.replace(chaos, kinds=own_links) if own_links else None
+        return dataclasses.replace(chaos, kinds=own_links) if own_links else None
     return chaos
 
 
+#: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 #: --elastic-faults kinds that cut or thin links
 CHAOS_NETWORK_KINDS = frozenset({"partition", "loss"})
