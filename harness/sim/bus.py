@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from harness.sim.leftovers import remove_dead_owners
 from harness.sim.timeline import Timeline
 
 __all__ = ["EventBus", "SAFETY_S"]
@@ -40,28 +41,6 @@ __all__ = ["EventBus", "SAFETY_S"]
 SAFETY_S = 0.5
 _MAX_UNIX_PATH = 107
 _WAKE_PREFIX = "elastic_wake_"  # + the harness pid: what a killed harness left, the next removes
-
-
-def _remove_stale_wake_dirs() -> None:
-    """Remove short socket dirs (see ``EventBus``) of harness processes that died without
-    closing their bus (SIGKILL, ``os._exit``)."""
-    try:
-        names = os.listdir("/tmp")
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_WAKE_PREFIX):
-            continue
-        pid = name[len(_WAKE_PREFIX):].split("_", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # alive (or a reused pid: left for later)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join("/tmp", name), ignore_errors=True)
-        except PermissionError:
-            continue
 
 
 class EventBus:
@@ -73,7 +52,7 @@ class EventBus:
         self._safety = safety
         self._own_dir: str | None = None
         path = os.path.join(directory, "wake.sock")
-        _remove_stale_wake_dirs()
+        remove_dead_owners(_WAKE_PREFIX, "/tmp")
         if len(path.encode()) > _MAX_UNIX_PATH:  # a deep TMPDIR: bind somewhere short instead
             self._own_dir = tempfile.mkdtemp(prefix=f"{_WAKE_PREFIX}{os.getpid()}_", dir="/tmp")
             path = os.path.join(self._own_dir, "wake.sock")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from harness.sim.bytecode import ensure_compiled
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
 from harness.sim.labels import NameMaker
+from harness.sim.leftovers import owned_tempdir
 from harness.sim.net_invariants import unhealed_message
 from harness.sim.pool import WarmPool, resolve_pool
 
@@ -74,7 +74,8 @@ class Cluster:
         self.network = resolve_mode(network)
         # a private pool unless the caller shares one: either way, one owner closes it
         self.pool, self._owns_pool = resolve_pool(pool)
-        self.directory = tempfile.mkdtemp(prefix="elastic_cluster_")
+        # named for this process: a run killed before close() leaves it, the next removes it
+        self.directory = owned_tempdir("elastic_cluster_")
         self.jobs: list[Job] = []
         self._names = NameMaker(seed)
         self._closed = False

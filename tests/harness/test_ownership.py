@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import warnings
 
 import psutil
@@ -81,3 +85,31 @@ def test_an_abandoned_cluster_is_closed_by_the_garbage_collector_with_a_warning(
                for w in caught), [str(w.message) for w in caught]
     assert _children() - before == set()
     assert not os.path.exists(directory)
+
+
+def test_a_run_killed_before_close_leaves_its_dir_to_the_next_cluster(tmp_path, monkeypatch):
+    """SIGTERM runs no ``close()``: the dead run's dir stays until the next ``Cluster`` in
+    any process removes it; a dir whose owner still runs is never touched."""
+    code = ("from harness import Cluster; c = Cluster(nnodes=1, nproc_per_node=1); "
+            "print(c.directory, flush=True); import time; time.sleep(60)")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(SCRIPTS.parents[1])}
+    killed = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        dead_dir = killed.stdout.readline().strip()
+        assert os.path.dirname(dead_dir) == str(tmp_path)
+        killed.send_signal(signal.SIGTERM)
+        assert killed.wait(10) == -signal.SIGTERM
+        assert os.path.isdir(dead_dir)  # nothing ran on the way out
+        live_dir = tmp_path / f"elastic_cluster_{live.pid}_x"
+        live_dir.mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        with Cluster(nnodes=1, nproc_per_node=1) as cluster:
+            assert os.path.basename(cluster.directory).startswith(f"elastic_cluster_{os.getpid()}_")
+            assert not os.path.exists(dead_dir)
+            assert live_dir.is_dir()
+    finally:
+        for proc in (killed, live):
+            proc.kill()
+            proc.wait()
+        killed.stdout.close()

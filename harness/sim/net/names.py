@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 
-from harness.procs import process_state
+from harness.sim.leftovers import owner_alive
 
 __all__ = ["NETNS_DIR", "namespace_prefix", "owner_pid", "sweep_dead_owners", "delete_namespaces"]
 
@@ -33,18 +33,13 @@ def owner_pid(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _alive(pid: int) -> bool:
-    """A zombie owner is dead too: it will never close its network."""
-    return process_state(pid) not in (None, "Z")
-
-
 def sweep_dead_owners() -> list[str]:
     """Delete our namespaces whose owner process is dead; the names deleted."""
     try:
         names = os.listdir(NETNS_DIR)
     except FileNotFoundError:
         return []
-    dead = [n for n in names if (pid := owner_pid(n)) is not None and not _alive(pid)]
+    dead = [n for n in names if (pid := owner_pid(n)) is not None and not owner_alive(pid)]
     delete_namespaces(dead)
     return dead
 

@@ -1,0 +1,49 @@
+"""Temp dirs of harness processes that died without closing (SIGTERM, SIGKILL, ``os._exit``).
+
+Such a process runs no ``close()`` and no finalizer, so what it made stays. Every dir made
+here is named ``<prefix><owner pid>_<random>``, and the next one made with that prefix, in
+any process, first removes those whose owner is dead (a zombie too: it will never close
+anything) and never one whose owner still runs (a reused pid only delays the removal).
+The namespaces follow the same rule (``harness.sim.net.names``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from harness.procs import process_state
+
+__all__ = ["owner_alive", "owned_tempdir", "remove_dead_owners"]
+
+
+def owner_alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie does not: it will never close what it made)."""
+    return process_state(pid) not in (None, "Z")
+
+
+def remove_dead_owners(prefix: str, parent: str) -> list[str]:
+    """Remove the dirs ``parent/<prefix><pid>_*`` whose owner pid is dead; their paths."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix):].split("_", 1)[0]
+        if not pid.isdigit() or owner_alive(int(pid)):
+            continue
+        path = os.path.join(parent, name)
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def owned_tempdir(prefix: str, parent: str | None = None) -> str:
+    """A new temp dir named for this process, made after removing dead owners' ones."""
+    parent = parent if parent is not None else tempfile.gettempdir()
+    remove_dead_owners(prefix, parent)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}_", dir=parent)
