@@ -116,8 +116,8 @@ class TimerServer(abc.ABC):
 
     Subclasses implement ``register_timers``, ``clear_timers``, ``get_expired_timers``
     and ``_reap_worker`` as in torch. The loop here is: wait for requests (``_receive``)
-    at most until ``_next_wakeup()`` or ``max_interval``, register them, expire what is
-    due. The servers of this package make ``_next_wakeup`` the nearest deadline, so a
+    at most until ``_next_wakeup()`` or ``max_interval``, register them with any sent
+    meanwhile, expire what is due. The servers of this package make ``_next_wakeup`` the nearest deadline, so a
     timer fires at its deadline whatever ``max_interval`` is; ``max_interval`` only
     bounds how long a wait can last (housekeeping). ``stop()`` wakes the loop
     (``_wake``) instead of waiting out the interval.
@@ -211,14 +211,11 @@ class TimerServer(abc.ABC):
     def _run_watchdog(self) -> None:
         requests = self._receive(self._wait_timeout())
         if requests:
-            self.register_timers(requests)
-            # What arrived while those were registered is read before anything expires: a
+            # What arrived since is read too, without waiting, before anything expires: a
             # worker's release already sent must count even when this thread was slow to
             # read it (a late read of an acquire and the release after it would otherwise
             # kill a worker that released in time).
-            more = self._receive(0.0)
-            if more:
-                self.register_timers(more)
+            self.register_timers(requests + self._receive(0.0))
         self._expire_due()
         self._housekeeping()
 
