@@ -5,7 +5,8 @@
     ``harness.rendezvous``  handler API; c10d (our TCPStore-wire store), static, etcd backends
     ``harness.timer``       expiration timers: local (queue) and file (FIFO) servers and clients
     ``harness.procs``       start/watch/stop worker processes, logs and tee, the zygote
-    ``harness.errors``      @record, error files, ProcessFailure, ChildFailedError
+    ``harness.errors``      @record, error files, ProcessFailure, ChildFailedError, and the
+                            root of every error we raise on purpose (``ElasticError``)
     ``harness.events``      the event stream every agent writes (``HARNESS_EVENTS``)
     ``harness.net``         ports and endpoints
     ``harness.launch``, ``harness.run``   LaunchConfig/elastic_launch and the CLI
@@ -15,18 +16,47 @@ them (``Cluster``, ``Job``, faults, chaos, timeline, invariants). It drives the 
 through the runtime's public names, its CLI and its event stream; the runtime never imports
 it (``tests/unit/test_layers.py`` enforces both directions).
 
-Importing ``harness`` is cheap: torch is imported only by code that needs it, and the
-simulation is loaded on first use of a name below.
+Importing ``harness`` is cheap: every name below is loaded on first use, so the pytest plugin
+can import ``harness.errors`` (the error root its own errors derive from) without paying for
+the agent, the simulation or torch. A type checker sees the real classes through the
+``TYPE_CHECKING`` imports (``py.typed`` then means something: ``harness.Cluster`` is a
+class to mypy, not ``Any``); ``tests/unit/test_public_types.py`` type-checks a user file.
 """
 
-from typing import Any
+from __future__ import annotations
 
-from harness.agent import RunResult, WorkerState
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Cluster", "Job", "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_step"]
+if TYPE_CHECKING:
+    from harness.agent import RunResult, WorkerState
+    from harness.errors import ConfigError, ElasticError
+    from harness.sim.cluster import Cluster, ClusterLeakError
+    from harness.sim.invariants import InvariantViolation
+    from harness.sim.job import Job, JobResult
+    from harness.sim.pool import WarmPool
+    from harness.sim.progress import report_step
+    from harness.sim.timeline import Timeline
 
-_LAZY = {"Cluster": "harness.sim.cluster", "Job": "harness.sim.job", "JobResult": "harness.sim.job",
-         "Timeline": "harness.sim.timeline", "WarmPool": "harness.sim.pool", "report_step": "harness.sim.progress"}
+__all__ = [
+    "Cluster", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
+    "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_step",
+]
+
+#: where each public name lives; one line each, so the map is also the documentation
+_LAZY = {
+    "Cluster": "harness.sim.cluster",
+    "ClusterLeakError": "harness.sim.cluster",
+    "ConfigError": "harness.errors",
+    "ElasticError": "harness.errors",
+    "InvariantViolation": "harness.sim.invariants",
+    "Job": "harness.sim.job",
+    "JobResult": "harness.sim.job",
+    "RunResult": "harness.agent",
+    "Timeline": "harness.sim.timeline",
+    "WarmPool": "harness.sim.pool",
+    "WorkerState": "harness.agent",
+    "report_step": "harness.sim.progress",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -35,4 +65,10 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'harness' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -2,7 +2,8 @@
 
 The keys and their checks come from ``harness.sim.schema`` (one definition for the marker,
 ``Cluster``, scenarios, fault specs and chaos kinds). The plugin imports this module at its
-own import time, which must load neither torch nor the harness, so the schema is imported
+own import time, which must load neither torch nor the engine (only the error root,
+``harness.errors``), so the schema is imported
 lazily: inside the functions that check values (they run in ``pytest_configure`` or later),
 and for the names below on first access (module ``__getattr__``).
 """
@@ -15,6 +16,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from harness.errors import ElasticError
 
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
 __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "parse_schedule"]
@@ -71,8 +74,13 @@ class Settings:
         return "elastic: " + " ".join(parts)
 
 
-class SettingError(ValueError):
-    pass
+class SettingError(ElasticError, ValueError):
+    """A plugin setting (CLI, env, ini or marker) is not valid; the message names it.
+
+    Under the one root every error this project raises on purpose derives from, so a
+    user's ``except ElasticError`` catches a bad setting too. ``harness.errors`` is light
+    (no agent, no simulation, no torch): importing it here keeps the plugin's import cheap.
+    """
 
 
 def _bool(text: str, name: str) -> bool:

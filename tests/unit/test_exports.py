@@ -60,3 +60,24 @@ def test_the_errors_a_fault_ends_in_are_public_beside_the_faults():
 
     assert harness.faults.FaultError is FaultError and harness.faults.TargetNotReady is TargetNotReady
     assert {"FaultError", "TargetNotReady", "NodeKill", "AtStep"} <= set(harness.faults.__all__)
+
+
+def test_the_top_level_names_are_pinned_and_resolve():
+    import harness
+
+    assert set(harness.__all__) == {
+        "Cluster", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
+        "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_step"}
+    for name in harness.__all__:
+        assert getattr(harness, name) is not None
+    assert set(harness.__all__) <= set(dir(harness))
+
+
+def test_every_error_raised_on_purpose_has_one_root():
+    import harness
+    from harness.sim.scheduler import FaultError, TargetNotReady
+    from pytest_elastic._settings import SettingError
+
+    for error in (harness.ConfigError, harness.ClusterLeakError, harness.InvariantViolation, FaultError,
+                  TargetNotReady, SettingError):
+        assert issubclass(error, harness.ElasticError), error
