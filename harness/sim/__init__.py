@@ -14,5 +14,24 @@ and triggers as data), ``schema`` and ``checks`` (the one definition of every op
 kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``
 (GPU slices per node), ``net`` (nodes as network hosts: namespaces on a bridge, and the
 network's faults), ``labels`` (readable node labels), ``progress`` (``report_step``, the line a worker adds) and
-``bytecode`` (node agents import the runtime from bytecode).
+``bytecode`` (node agents import the runtime from bytecode), ``digest`` (training-state digests for
+the fault-free twin) and ``projection`` (``project_goodput``: a job's measured fault cost at scale).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.sim.projection import Projection, project_goodput
+
+__all__ = ["Projection", "project_goodput"]
+
+
+def __getattr__(name: str) -> Any:
+    """Loaded on first use: a node agent imports ``harness.sim`` and must not pay for these."""
+    if name in __all__:
+        from harness.sim import projection
+
+        return getattr(projection, name)
+    raise AttributeError(f"module 'harness.sim' has no attribute {name!r}")

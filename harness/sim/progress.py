@@ -1,4 +1,11 @@
-"""``report_step``: the one line a worker adds so faults can be keyed by (rank, step)."""
+"""``report_step``: the one line a worker adds so faults can be keyed by (rank, step), and
+recovery judged on the training: each step carries its loss and, when the harness asks (the
+fault-free twin comparison), a digest of the training state.
+
+Digesting costs a pass over every byte of the state, so it happens only when the harness set
+``HARNESS_STATE_DIGEST`` (``bench/digest.py`` measures it); otherwise ``state`` is ignored and
+``report_step`` stays a line write.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import os
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
 
 ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
+DIGEST_ENV = "HARNESS_STATE_DIGEST"  # set (to "1") by the harness when it wants state digests
 
 __all__ = ["report_step"]
 
@@ -39,9 +47,14 @@ def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
         os._exit(code)
 
 
-def report_step(step: int, **fields: object) -> None:
+def report_step(step: int, loss: object = None, state: object = None, **fields: object) -> None:
     """Record that this worker reached training ``step`` (a no-op outside the harness);
-    obey an injected exit-code crash for this (rank, step)."""
+    obey an injected exit-code crash for this (rank, step).
+
+    ``loss`` (a float or a 0-d tensor) goes on the timeline with the step, exactly (a float32
+    loss is held exactly by the float the event carries). ``state`` (a tensor, a state dict,
+    any nesting) is digested only when the harness asked for digests (``HARNESS_STATE_DIGEST``).
+    """
     global _writer, _writer_pid
     path = os.environ.get(EVENTS_ENV)
     if not path:
@@ -51,6 +64,17 @@ def report_step(step: int, **fields: object) -> None:
                               os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get(WAKE_ENV))
         _writer_pid = os.getpid()
     rank = int(os.environ.get("RANK", -1))
+    if loss is not None:
+        fields["loss"] = _as_float(loss)
+    if state is not None and os.environ.get(DIGEST_ENV):
+        from harness.sim.digest import state_digest
+
+        fields["digest"] = state_digest(state)
     _writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                  restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
     _obey_orders(_writer, rank, int(step))
+
+
+def _as_float(loss: object) -> float:
+    item = getattr(loss, "item", None)  # a 0-d tensor (or a numpy scalar)
+    return float(item() if callable(item) else loss)  # type: ignore[arg-type]
