@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from harness.sim.invariants import InvariantViolation
     from harness.sim.job import Job, JobResult
     from harness.sim.pool import WarmPool
-    from harness.sim.progress import report_step
+    from harness.sim.progress import report_checkpoint, report_step
     from harness.sim.timeline import Timeline
 
 __all__ = [
     "Cluster", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
-    "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_step",
+    "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_checkpoint", "report_step",
 ]
 
 #: where each public name lives; one line each, so the map is also the documentation
@@ -55,6 +55,7 @@ _LAZY = {
     "Timeline": "harness.sim.timeline",
     "WarmPool": "harness.sim.pool",
     "WorkerState": "harness.agent",
+    "report_checkpoint": "harness.sim.progress",
     "report_step": "harness.sim.progress",
 }
 

@@ -9,14 +9,17 @@ Digesting costs a pass over every byte of the state, so it happens only when the
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
+from collections.abc import Iterator
 
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
 
 ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
 DIGEST_ENV = "HARNESS_STATE_DIGEST"  # set (to "1") by the harness when it wants state digests
 
-__all__ = ["report_step"]
+__all__ = ["report_checkpoint", "report_step"]
 
 _writer: EventWriter | None = None
 _writer_pid: int | None = None
@@ -47,6 +50,19 @@ def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
         os._exit(code)
 
 
+def _events() -> EventWriter | None:
+    """This process's writer (re-opened after a fork), or None outside the harness."""
+    global _writer, _writer_pid
+    path = os.environ.get(EVENTS_ENV)
+    if not path:
+        return None
+    if _writer is None or _writer_pid != os.getpid():
+        _writer = EventWriter(path, node_key(os.environ.get(NODE_ENV, "?")),
+                              os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get(WAKE_ENV))
+        _writer_pid = os.getpid()
+    return _writer
+
+
 def report_step(step: int, loss: object = None, state: object = None, **fields: object) -> None:
     """Record that this worker reached training ``step`` (a no-op outside the harness);
     obey an injected exit-code crash for this (rank, step).
@@ -55,14 +71,9 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
     loss is held exactly by the float the event carries). ``state`` (a tensor, a state dict,
     any nesting) is digested only when the harness asked for digests (``HARNESS_STATE_DIGEST``).
     """
-    global _writer, _writer_pid
-    path = os.environ.get(EVENTS_ENV)
-    if not path:
+    writer = _events()
+    if writer is None:
         return
-    if _writer is None or _writer_pid != os.getpid():  # re-open after a fork
-        _writer = EventWriter(path, node_key(os.environ.get(NODE_ENV, "?")),
-                              os.environ.get("TORCHELASTIC_RUN_ID", ""), os.environ.get(WAKE_ENV))
-        _writer_pid = os.getpid()
     rank = int(os.environ.get("RANK", -1))
     if loss is not None:
         fields["loss"] = _as_float(loss)
@@ -70,9 +81,24 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
         from harness.sim.digest import state_digest
 
         fields["digest"] = state_digest(state)
-    _writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
-                 restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
-    _obey_orders(_writer, rank, int(step))
+    writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
+                restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
+    _obey_orders(writer, rank, int(step))
+
+
+@contextlib.contextmanager
+def report_checkpoint(step: int) -> Iterator[None]:
+    """``with report_checkpoint(step): save(...)``: the save's time counts as checkpoint
+    badput in the job's goodput, and its cost feeds ``project_goodput`` (a no-op outside
+    the harness). The event is written when the save ends, and only if it ended normally:
+    a save cut short by a crash never completed."""
+    start = time.monotonic()
+    yield
+    writer = _events()
+    if writer is not None:
+        writer.emit("checkpoint", step=int(step), rank=int(os.environ.get("RANK", -1)),
+                    seconds=time.monotonic() - start,
+                    restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
 
 
 def _as_float(loss: object) -> float:

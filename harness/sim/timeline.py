@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
+from harness.sim.training import LOST_CATEGORIES, FaultCost, Goodput, annotate_steps, fault_cost, goodput
 
 __all__ = ["Timeline", "FaultRecord", "HARNESS"]
 
@@ -61,6 +62,17 @@ class FaultRecord(dict[str, Any]):
     def recovery_latency(self) -> float | None:
         return self.get("recovery_latency")
 
+    @property
+    def resume_latency(self) -> float | None:
+        """Fault -> the first training step of a round that began after it (None: never)."""
+        return self.get("resume_latency")
+
+    @property
+    def lost(self) -> dict[str, float]:
+        """Seconds this fault cost, by category (``harness.sim.training.LOST_CATEGORIES``)."""
+        lost: dict[str, float] = self.get("lost") or dict.fromkeys(LOST_CATEGORIES, 0.0)
+        return lost
+
 
 class Timeline:
     """Reads ``path`` incrementally; every query refreshes first."""
@@ -71,6 +83,9 @@ class Timeline:
         self._events: list[dict[str, Any]] = []
         self._by_kind: dict[str | None, list[dict[str, Any]]] = {}
         self._steps: dict[int, list[dict[str, Any]]] = {}  # rank -> its step events (triggers scan these)
+        # worker pid -> (round, attempt): a step says which round and attempt it belongs to
+        self._rounds: dict[int, tuple[int, int]] = {}
+        self._unplaced: dict[int, list[dict[str, Any]]] = {}  # steps read before their worker_start
         self._known: dict[Hashable, None] = {}  # node keys, in order of appearance
         self._labels: dict[Hashable, str] = {}
         self._offset = 0
@@ -145,6 +160,11 @@ class Timeline:
         _insert(self._by_kind.setdefault(kind, []), event)
         if kind == "step":
             _insert(self._steps.setdefault(event.get("rank", -1), []), event)
+            self._give_round(event)
+        elif kind == "worker_start" and "worker_pid" in event:
+            self._rounds[int(event["worker_pid"])] = (int(event.get("round", -1)), int(event.get("restart_count", 0)))
+            for step in self._unplaced.pop(int(event["worker_pid"]), []):
+                self._give_round(step)
         node = event.get("node")
         if node == HARNESS:
             if kind == "node_start":
@@ -153,6 +173,14 @@ class Timeline:
                 self._labels[target] = str(event.get("label", target))
         elif isinstance(node, (int, str)):
             self._known.setdefault(node, None)
+
+    def _give_round(self, step: dict[str, Any]) -> None:
+        pid = int(step.get("pid", -1))
+        found = self._rounds.get(pid)
+        if found is None:
+            self._unplaced.setdefault(pid, []).append(step)
+        else:
+            annotate_steps([step], {pid: found})
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -228,15 +256,17 @@ class Timeline:
 
     def faults(self) -> list[FaultRecord]:
         """Faults fired, each with detection latency (fault -> first agent reaction: a
-        state change, worker exit or membership change on any node) and recovery latency
-        (fault -> every live node HEALTHY again or finished). Entries the harness wrote
-        on a node's behalf are not reactions."""
+        state change, worker exit or membership change on any node), recovery latency
+        (fault -> every live node HEALTHY again or finished), and what the training saw:
+        resume latency and the seconds lost by category (``harness.sim.training``).
+        Entries the harness wrote on a node's behalf are not reactions."""
         self.refresh()
         with self._lock:
             faults = list(self._by_kind.get("fault", []))
             reacting = sorted((e for kind in ("state", "worker_exit", "membership_change")
                                for e in self._by_kind.get(kind, [])
                                if e.get("node") != HARNESS and e.get("source") != HARNESS), key=_order)
+            everything = list(self._events)
         records = []
         for fault in faults:
             record = FaultRecord(fault)
@@ -245,8 +275,18 @@ class Timeline:
             reactions = [e for e in later if e.get("state") != WorkerState.HEALTHY.value]
             record["detection_latency"] = reactions[0]["mono"] - start if reactions else None
             record["recovery_latency"] = self._recovery(later, start)
+            cost = fault_cost(fault, everything, record["detection_latency"])
+            record["resume_latency"], record["lost"] = cost.resume_latency, cost.lost
             records.append(record)
         return records
+
+    def goodput(self) -> Goodput:
+        """How much of the job's wall time was training, and where the rest went."""
+        records = self.faults()
+        with self._lock:
+            everything = list(self._events)
+        costs = [FaultCost(r.resume_latency, r.lost) for r in records]
+        return goodput(everything, costs)
 
     @staticmethod
     def _recovery(later: Iterable[dict[str, Any]], start: float) -> float | None:

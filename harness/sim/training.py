@@ -1,0 +1,167 @@
+"""Recovery judged on the training: what a fault cost, and how much of the job was training.
+
+The agents' view ("every node HEALTHY again") says nothing about whether training resumed; the
+step events the workers report (``harness.report_step``) do. Everything here is a pure
+function of the event list, so it is tested on hand-made timelines and used by ``Timeline``
+and ``Job`` alike.
+
+**What a fault cost** (``fault_cost``), the categories of Google's ML Productivity Goodput:
+
+* ``detection``: fault -> the first agent reaction (a state change, a worker exit, a
+  membership change), as ``detection_latency``;
+* ``recovery``: reaction -> the workers of the first round that began after the fault have
+  all started (teardown, rendezvous, spawn);
+* ``startup``: those workers started -> the first training step any of them reports
+  (imports, process group, checkpoint load);
+* ``wasted``: the original time of the work thrown away: from the moment the old round
+  reported the first step the new round redid, to the fault.
+
+``resume_latency`` = detection + recovery + startup: fault -> training resumed. A step
+"belongs" to a round through its worker's pid (``worker_start`` carries ``worker_pid``,
+``round`` and ``restart_count``), so no clock has to be compared across processes to tell
+an old round's late step from a new round's first.
+
+**Goodput** (``goodput``): wall time from the first event to the last, and the badput that
+can be attributed: the initial start-up (first event -> first step), each fault's lost time,
+checkpoint saves the script marked (``harness.report_checkpoint``) and the tail (last step ->
+end: teardown, exit barrier). Productive time is what is left: the steps that count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "annotate_steps", "fault_cost", "goodput"]
+
+#: the keys of ``FaultRecord.lost``, always all present
+LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
+
+Event = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class FaultCost:
+    resume_latency: float | None  # None: training never resumed after the fault
+    lost: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """How much of a job's wall time was training (``ratio`` = productive / wall)."""
+
+    ratio: float
+    productive_s: float
+    wall_s: float
+    badput: dict[str, float] = field(default_factory=dict)
+    faults: int = 0                             # faults that cost something
+    restart_cost_s: float | None = None         # mean detection + recovery + startup per fault
+    checkpoint_cost_s: float | None = None      # mean marked checkpoint save
+    checkpoint_interval_s: float | None = None  # mean time between checkpoint starts
+
+    def summary(self) -> str:
+        lost = sum(v for k, v in self.badput.items() if k in LOST_CATEGORIES)
+        parts = [f"goodput {self.ratio:.2f}"]
+        if self.faults:
+            detail = ", ".join(f"{k} {self.badput.get(k, 0.0):.2f} s" for k in LOST_CATEGORIES)
+            parts.append(f"lost {lost:.2f} s to {self.faults} fault{'s' if self.faults != 1 else ''}: {detail}")
+        return "; ".join(parts)
+
+
+def _mono(event: Event) -> float:
+    return float(event.get("mono", 0.0))
+
+
+def worker_rounds(events: Iterable[Event]) -> dict[int, tuple[int, int]]:
+    """worker pid -> (round, restart_count) it was started for."""
+    return {int(e["worker_pid"]): (int(e.get("round", -1)), int(e.get("restart_count", 0)))
+            for e in events if e.get("kind") == "worker_start" and "worker_pid" in e}
+
+
+def annotate_steps(steps: Iterable[dict[str, Any]], rounds: Mapping[int, tuple[int, int]]) -> None:
+    """Give each step event the ``round`` and ``attempt`` of the worker that reported it."""
+    for step in steps:
+        found = rounds.get(int(step.get("pid", -1)))
+        if found is not None:
+            step["round"], step["attempt"] = found
+
+
+def fault_cost(fault: Event, events: Sequence[Event], detection_latency: float | None) -> FaultCost:
+    """The cost of ``fault`` (module doc); ``events`` time-ordered, the whole job's."""
+    start = _mono(fault)
+    rounds = worker_rounds(events)
+    starts_after: dict[tuple[int, int], list[float]] = {}
+    for e in events:
+        if e.get("kind") == "worker_start" and _mono(e) > start:
+            key = (int(e.get("round", -1)), int(e.get("restart_count", 0)))
+            starts_after.setdefault(key, []).append(_mono(e))
+    new_pids = {pid for pid, key in rounds.items() if key in starts_after}
+    resumed = next((e for e in events if e.get("kind") == "step" and _mono(e) > start
+                    and int(e.get("pid", -1)) in new_pids), None)
+    wasted = _wasted(events, start, resumed, new_pids)
+    if resumed is None:
+        lost = dict.fromkeys(LOST_CATEGORIES, 0.0)
+        lost["detection"] = detection_latency or 0.0
+        lost["wasted"] = wasted
+        return FaultCost(None, lost)
+    end = _mono(resumed)
+    first_round = min(starts_after, key=lambda k: min(starts_after[k]))
+    detected = min(start + (detection_latency if detection_latency is not None else 0.0), end)
+    started = min(max(max(starts_after[first_round]), detected), end)
+    return FaultCost(end - start, {"detection": detected - start, "recovery": started - detected,
+                                   "startup": end - started, "wasted": wasted})
+
+
+def _wasted(events: Sequence[Event], start: float, resumed: Event | None, new_pids: set[int]) -> float:
+    """From the old round's report of the first step the new round redid, to the fault."""
+    if resumed is None:
+        return 0.0
+    redo_from = int(resumed.get("step", 0))
+    old = [e for e in events if e.get("kind") == "step" and _mono(e) <= start
+           and int(e.get("pid", -1)) not in new_pids and int(e.get("step", -1)) >= redo_from]
+    return start - min(map(_mono, old)) if old else 0.0
+
+
+def goodput(events: Sequence[Event], costs: Sequence[FaultCost]) -> Goodput:
+    """The job's goodput from its time-ordered events and its faults' costs (module doc)."""
+    if not events:
+        return Goodput(0.0, 0.0, 0.0, {})
+    t0, t1 = _mono(events[0]), _mono(events[-1])
+    wall = max(t1 - t0, 0.0)
+    steps = [e for e in events if e.get("kind") == "step"]
+    badput: dict[str, float] = dict.fromkeys(("initial_startup", *LOST_CATEGORIES, "checkpoint", "tail"), 0.0)
+    if steps:
+        badput["initial_startup"] = _mono(steps[0]) - t0
+        badput["tail"] = t1 - _mono(steps[-1])
+    else:
+        badput["initial_startup"] = wall
+    counted = [c for c in costs if c.resume_latency is not None or any(c.lost.values())]
+    for cost in counted:
+        for key in LOST_CATEGORIES:
+            badput[key] += cost.lost[key]
+    saves = _checkpoints(events)
+    badput["checkpoint"] = sum(d for _, d in saves)
+    productive = max(wall - sum(badput.values()), 0.0)
+    resumed = [c.resume_latency for c in counted if c.resume_latency is not None]
+    starts = [s for s, _ in saves]
+    return Goodput(
+        ratio=productive / wall if wall > 0 else 0.0, productive_s=productive, wall_s=wall, badput=badput,
+        faults=len(counted),
+        restart_cost_s=sum(resumed) / len(resumed) if resumed else None,
+        checkpoint_cost_s=sum(d for _, d in saves) / len(saves) if saves else None,
+        checkpoint_interval_s=(starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else None,
+    )
+
+
+def _checkpoints(events: Sequence[Event]) -> list[tuple[float, float]]:
+    """(start, seconds) of each marked checkpoint save, one per save (the slowest rank's)."""
+    by_step: dict[Any, tuple[float, float]] = {}
+    for e in events:
+        if e.get("kind") == "checkpoint" and "seconds" in e:
+            key = (e.get("attempt", e.get("restart_count")), e.get("step"))
+            seconds = float(e["seconds"])
+            begin = _mono(e) - seconds
+            prior = by_step.get(key)
+            by_step[key] = (min(begin, prior[0]), max(seconds, prior[1])) if prior else (begin, seconds)
+    return sorted(by_step.values())

@@ -1,0 +1,196 @@
+"""A trainer a user would recognise, that resumes *right*: the fault-free twin's test subject.
+
+Model and optimizer are saved and loaded with ``torch.distributed.checkpoint`` (DCP), which
+reshards: a checkpoint written by 4 ranks loads on 2. Everything else a resume needs is saved
+beside them, in the same DCP checkpoint:
+
+* the RNG: one ``torch.Generator`` draws each epoch's shuffle and every step's input noise;
+* the data position: the epoch's permutation and the offset into it;
+* the LR scheduler's state and the step.
+
+The global batch is fixed (``--global-batch``) and split evenly by world size; each rank's loss
+is the mean over its slice and DDP (or FSDP2) averages the gradients, so a step computes the
+gradient of the mean over the whole global batch at any world size: a resume after a
+scale-down is the same math, up to the order of floating-point sums. The loss each rank
+reports is the global batch's (all-reduced), so it is comparable across world sizes.
+
+``--forget rng|data-position|optimizer|lr-scheduler`` (repeatable) makes the resume forget
+that piece of state, as real trainers have (accelerate#2016, transformers#34053,
+Megatron-LM#6858): the run still finishes, with a plausible loss, and only the comparison
+with the fault-free twin shows it trained a different model.
+
+Checkpoints are ``{ckpt-dir}/step_<N>`` (DCP writes ``.metadata`` last, so a directory with it
+is complete) and ``{ckpt-dir}/latest`` names the newest, replaced atomically by rank 0 after
+every rank finished the save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+try:  # the harness's step reports; a no-op outside it
+    from harness import report_step
+except ImportError:  # pragma: no cover
+    def report_step(step: int, loss: object = None, state: object = None, **fields: object) -> None:
+        pass
+
+FORGETTABLE = ("rng", "data-position", "optimizer", "lr-scheduler")
+SAMPLES, FEATURES = 256, 16
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--ckpt-dir", required=True, help="where checkpoints go (the harness's {shared}/ckpt)")
+    p.add_argument("--ckpt-every", type=int, default=5, help="save after every N steps")
+    p.add_argument("--global-batch", type=int, default=48, help="samples per step, split by world size")
+    p.add_argument("--lr", type=float, default=0.02)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parallel", choices=("ddp", "fsdp"), default="ddp")
+    p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--forget", action="append", choices=FORGETTABLE, default=[],
+                   help="on resume, forget this state (a classic bug, for the oracle to catch)")
+    args = p.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.global_batch % world:
+        p.error(f"--global-batch={args.global_batch} must divide by WORLD_SIZE={world}")
+    return args
+
+
+def dataset(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed regression problem: the same on every rank and every run."""
+    g = torch.Generator().manual_seed(10_000 + seed)
+    x = torch.randn(SAMPLES, FEATURES, generator=g)
+    w = torch.randn(FEATURES, 1, generator=g)
+    return x, torch.tanh(x @ w) + 0.05 * torch.randn(SAMPLES, 1, generator=g)
+
+
+def build(args: argparse.Namespace) -> torch.nn.Module:
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and every run
+    model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    if args.parallel == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        fully_shard(model, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+        return model
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
+class Data:
+    """The data position and the RNG: an epoch's permutation, the offset into it, and the
+    generator that draws permutations and per-step noise."""
+
+    def __init__(self, seed: int):
+        self.gen = torch.Generator().manual_seed(seed)
+        self.perm = torch.randperm(SAMPLES, generator=self.gen)
+        self.offset = 0
+
+    def next_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.offset + size > SAMPLES:
+            self.perm, self.offset = torch.randperm(SAMPLES, generator=self.gen), 0
+        idx = self.perm[self.offset:self.offset + size]
+        self.offset += size
+        return idx, 0.01 * torch.randn(size, FEATURES, generator=self.gen)
+
+
+def checkpoint_state(model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object, data: Data,
+                     step: int) -> dict:
+    model_sd, optim_sd = get_state_dict(model, opt)
+    return {"model": model_sd, "optim": optim_sd,
+            "train": {"step": step, "offset": data.offset, "perm": data.perm.clone(),
+                      "rng": data.gen.get_state(), "sched": sched.state_dict()}}  # type: ignore[attr-defined]
+
+
+def save(args: argparse.Namespace, state: dict, step: int) -> None:
+    path = os.path.join(args.ckpt_dir, f"step_{step}")
+    dcp.save(state, checkpoint_id=path)
+    dist.barrier()  # every rank's shard is written before the pointer moves
+    if dist.get_rank() == 0:
+        tmp = os.path.join(args.ckpt_dir, "latest.tmp")
+        with open(tmp, "w") as fp:
+            fp.write(f"step_{step}")
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(tmp, os.path.join(args.ckpt_dir, "latest"))
+
+
+def resume(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
+           data: Data) -> tuple[int, str]:
+    """Load the newest complete checkpoint, minus what ``--forget`` says; the step to go on from."""
+    try:
+        with open(os.path.join(args.ckpt_dir, "latest")) as fp:
+            name = fp.read().strip()
+    except FileNotFoundError:
+        return 0, ""
+    state = checkpoint_state(model, opt, sched, data, 0)
+    dcp.load(state, checkpoint_id=os.path.join(args.ckpt_dir, name))
+    set_state_dict(model, opt, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"] if "optimizer" not in args.forget else get_state_dict(model, opt)[1])
+    train = state["train"]
+    if "rng" not in args.forget:
+        data.gen.set_state(train["rng"])
+    if "data-position" not in args.forget:
+        data.perm, data.offset = train["perm"], int(train["offset"])
+    if "lr-scheduler" not in args.forget:
+        sched.load_state_dict(train["sched"])  # type: ignore[attr-defined]
+    return int(train["step"]), name
+
+
+def main() -> int:
+    args = parse()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    os.makedirs(args.ckpt_dir, exist_ok=True)
+    x, y = dataset(args.seed)
+    model = build(args)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * 0.97 ** s)
+    data = Data(args.seed)
+    start, resumed_from = resume(args, model, opt, sched, data)
+    local = args.global_batch // world
+    loss_global = torch.zeros(())
+    for step in range(start, args.steps):
+        idx, noise = data.next_batch(args.global_batch)
+        mine = slice(rank * local, (rank + 1) * local)
+        loss = torch.nn.functional.mse_loss(model(x[idx[mine]] + noise[mine]), y[idx[mine]])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        loss_global = loss.detach().clone()
+        dist.all_reduce(loss_global)
+        loss_global /= world
+        if args.step_time:
+            time.sleep(args.step_time)
+        done = step + 1
+        # the final state is digested (when the harness asks) with the last step's report
+        final = dict(zip(("model", "optim"), get_state_dict(model, opt), strict=True)) if done == args.steps else None
+        report_step(step, loss=loss_global, state=final)
+        if done % args.ckpt_every == 0 or done == args.steps:
+            save(args, checkpoint_state(model, opt, sched, data, done), done)
+    if rank == 0:
+        print(json.dumps({"steps": args.steps, "resumed_from": resumed_from, "world_size": world,
+                          "loss": float(loss_global), "forgot": args.forget}), flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    # Leave without tearing the interpreter down: DDP's Reducer keeps the gloo process group
+    # alive past destroy_process_group(), and dropping it at exit can deadlock inside torch
+    # (the main thread joins gloo's runLoop thread while holding the GIL that thread needs to
+    # free its last finished Work; seen under torchrun too, py-spy in the issue-17 note).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
