@@ -16,6 +16,10 @@ Precedence, and why:
    failure is the consequence of the change (a collective with a dead peer fails);
 4. workers **failed/unhealthy** — restart if restarts remain, else give up;
 5. **healthy** — keep waiting.
+
+Restarts are the job's, not this agent's: ``RestartCount`` takes each round's count from
+the rendezvous, so every node of a round decides on the same budget (torch's agents each
+count their own failures and diverge: pytorch#108158, #147064).
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from typing import Protocol
 
 from harness.agent._api import WorkerState
 
-__all__ = ["Action", "Decision", "FenceClock", "Tick", "decide", "exit_barrier_needed", "is_failure",
-           "needs_membership_check"]
+__all__ = ["Action", "Decision", "FenceClock", "RestartCount", "Tick", "decide",
+           "exit_barrier_needed", "is_failure", "needs_membership_check"]
 
 
 class Action(enum.Enum):
@@ -88,6 +92,39 @@ def decide(tick: Tick, remaining_restarts: int) -> Decision:
             return Decision(Action.REFORM, "membership")
         return Decision(Action.WAIT)
     return Decision(Action.INVALID)
+
+
+class RestartCount:
+    """The restart count this agent runs with (``TORCHELASTIC_RESTART_COUNT``) and the
+    budget left of ``max_restarts``.
+
+    With our rendezvous the count is the job's: each round's comes from the rendezvous
+    (``RendezvousInfo.restart_count``), the same on every node of the round, and a failure
+    is charged there (``charge_restart``), so it shows from the next round on, counted
+    once however many nodes saw it; a node that rejoins (or a fresh agent) reads it and
+    cannot reset it. A handler that keeps no count (None: a foreign one) leaves the agent
+    to count the failures it charged itself, as torch does.
+    """
+
+    def __init__(self, max_restarts: int):
+        self.max_restarts = max_restarts
+        self.current = 0  # the count of the round this agent runs
+        self.charged = 0  # failures this agent charged (its own count, torch's rule)
+        self.job_wide = False  # the last round's count came from the rendezvous
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.max_restarts - self.current)
+
+    def charge(self) -> None:
+        """This agent restarts its failed workers: one restart used."""
+        self.charged += 1
+
+    def adopt(self, job_count: int | None) -> int:
+        """A round began: its count is the job's (without one, this agent's own)."""
+        self.job_wide = job_count is not None
+        self.current = self.charged if job_count is None else job_count
+        return self.current
 
 
 def exit_barrier_needed(has_store: bool, group_world_size: int, fenced: bool) -> bool:

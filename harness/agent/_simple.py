@@ -24,6 +24,7 @@ from harness.agent._api import (
 from harness.agent._decide import (
     Action,
     FenceClock,
+    RestartCount,
     Tick,
     decide,
     exit_barrier_needed,
@@ -41,6 +42,14 @@ __all__ = ["SimpleElasticAgent"]
 log = logging.getLogger(__name__)
 
 _BARRIER_PREFIX = "torchelastic/agent/terminal_state"
+
+
+def _charge_restart(handler: Any) -> None:
+    """Tell the rendezvous that this round's workers failed (it counts the job's
+    restarts); a handler without the method keeps no count (the agent counts its own)."""
+    charge = getattr(handler, "charge_restart", None)
+    if charge is not None:
+        charge()
 
 
 def _fence_reason(handler: Any) -> str | None:
@@ -61,7 +70,7 @@ class SimpleElasticAgent(ElasticAgent):
 
             raise ConfigError("exit_barrier_timeout", exit_barrier_timeout, "must be >= 0")
         self._worker_group = WorkerGroup(spec)
-        self._remaining_restarts = spec.max_restarts
+        self._restarts = RestartCount(spec.max_restarts)
         self._store: Any = None
         self._exit_barrier_timeout = exit_barrier_timeout
         self._shutdown_timeout = shutdown_timeout
@@ -76,7 +85,7 @@ class SimpleElasticAgent(ElasticAgent):
         from harness.agent._api import AgentEvent
 
         return AgentEvent.for_group(self._worker_group, "SUCCEEDED", self._total_execution_time,
-                                    self._worker_group.spec.max_restarts - self._remaining_restarts)
+                                    self.restart_count)
 
     def get_event_failed(self) -> Any:
         """torch's name: the agent-level ``FAILED`` event, with the current traceback."""
@@ -85,8 +94,7 @@ class SimpleElasticAgent(ElasticAgent):
         from harness.agent._api import AgentEvent
 
         return AgentEvent.for_group(self._worker_group, "FAILED", self._total_execution_time,
-                                    self._worker_group.spec.max_restarts - self._remaining_restarts,
-                                    raw_error=traceback.format_exc())
+                                    self.restart_count, raw_error=traceback.format_exc())
 
     # -- the contract subclasses fill --------------------------------------------------
 
@@ -117,7 +125,8 @@ class SimpleElasticAgent(ElasticAgent):
 
     @property
     def restart_count(self) -> int:
-        return self._worker_group.spec.max_restarts - self._remaining_restarts
+        """The restart count of the round this agent runs: the job's (see ``RestartCount``)."""
+        return self._restarts.current
 
     def _set_state(self, state: WorkerState) -> None:
         group = self._worker_group
@@ -134,6 +143,7 @@ class SimpleElasticAgent(ElasticAgent):
         info = spec.rdzv_handler.next_rendezvous()
         self._round = info.round
         self._store = info.store
+        self._restarts.adopt(getattr(info, "restart_count", None))  # None: a foreign handler
         workers = assign_worker_ranks(info.store, info.rank, info.world_size, spec,
                                       identical=self._identical_workers)
         worker_group.workers = workers
@@ -202,7 +212,7 @@ class SimpleElasticAgent(ElasticAgent):
             fenced = _fence_reason(spec.rdzv_handler)
             changed = (fenced is None and needs_membership_check(state)
                        and spec.rdzv_handler.membership_changed(confirm=is_failure(state)))
-            decision = decide(Tick(state, changed, fenced), self._remaining_restarts)
+            decision = decide(Tick(state, changed, fenced), self._restarts.remaining)
             action = decision.action
             if action is Action.WAIT:
                 continue
@@ -223,13 +233,16 @@ class SimpleElasticAgent(ElasticAgent):
                 self._restart_workers(group)
             elif action is Action.RESTART:
                 log.info("[%s] worker group %s; %d/%d restarts left", role, state.value,
-                         self._remaining_restarts, spec.max_restarts)
-                self._remaining_restarts -= 1
+                         self._restarts.remaining, spec.max_restarts)
+                self._restarts.charge()
+                _charge_restart(spec.rdzv_handler)
                 self._restart_workers(group)
             elif action is Action.GIVE_UP:
                 self._stop_workers(group)
                 self._set_state(WorkerState.FAILED)
-                log.error("[%s] worker group failed; all %d restarts used", role, spec.max_restarts)
+                log.error("[%s] worker group failed; %s used all %d restart(s)", role,
+                          "the job has" if self._restarts.job_wide else "this agent has",
+                          spec.max_restarts)
                 return RunResult(WorkerState.FAILED, failures=result.failures)
             else:
                 raise ElasticError(f"[{role}] worker group is in state {state.value}; giving up")

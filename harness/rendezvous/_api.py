@@ -62,13 +62,19 @@ class RendezvousStoreInfo:
 
 @dataclass
 class RendezvousInfo:
-    """The outcome of one rendezvous round for this node."""
+    """The outcome of one rendezvous round for this node.
+
+    ``restart_count``: the job's restart count in this round, the same for every node of
+    it (the agent gives it to its workers as ``TORCHELASTIC_RESTART_COUNT`` and enforces
+    ``max_restarts`` against it). None: the handler keeps no count for the job, and the
+    agent counts its own failures, as torch's agents do (pytorch#108158)."""
 
     store: Any
     rank: int
     world_size: int
     bootstrap_store_info: RendezvousStoreInfo
     round: int = 0
+    restart_count: int | None = None
 
 
 class RendezvousHandler(abc.ABC):
@@ -106,6 +112,13 @@ class RendezvousHandler(abc.ABC):
         not rest on news older than the failure. May block briefly (bounded) to confirm
         a suspected loss or get fresh news."""
         return self.num_nodes_waiting() > 0
+
+    def charge_restart(self) -> None:
+        """The workers of the round this node runs failed on their own (not because the
+        membership changed) and the agent restarts them: the next round's
+        ``RendezvousInfo.restart_count`` is at least this round's plus one. Every node
+        that saw the same failure may call it; the job counts it once. Default: nothing
+        (a handler that returns no ``restart_count`` needs no charge)."""
 
     def event_fd(self) -> int | None:
         """A descriptor that turns readable when membership news arrives, so the agent

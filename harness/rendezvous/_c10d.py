@@ -35,6 +35,12 @@ none until the store answers again; then it rejoins as a new member. A store tha
 *refuses* or *closes* connections is gone (fatal, as below); one that does not answer
 is unreachable (fenced, retried). The decisions live in ``_liveness`` (no I/O).
 
+Restarts are counted for the job, in the state (``restarts``): the agent calls
+``charge_restart()`` when its workers failed on their own, and the next round this node
+joins carries at least the count it ran with plus one (``_round.RoundMachine``). Every
+node of a round reads the same count (``RendezvousInfo.restart_count``), a node that
+joins later reads it too, and nodes that saw the same failure count it once.
+
 Graceful leave: ``leave()`` (the launcher calls it when the agent is stopped by a signal)
 drops the node from the state and opens the next round at once. ``shutdown()`` otherwise
 closes the rendezvous: the job is over (success or restarts exhausted) and every other
@@ -206,6 +212,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._live_tried: set[str] = set()
         self._running_round: int | None = None
         self._running_members: list[str] = []
+        self._running_restarts = 0  # the job's restart count in the round this node runs
         self._reservation: PortReservation | None = None
         # rank 0's agent hosts the workers' store, fresh per round (as _solo; torch's opt-out honoured)
         self._agent_store = AgentStore() if agent_store_enabled() else None
@@ -588,6 +595,11 @@ class C10dRendezvousHandler(RendezvousHandler):
             if new is None or self._cas(raw, state, new):
                 return
 
+    def charge_restart(self) -> None:
+        """The workers of the round this node runs failed on their own: the next round
+        counts one more restart for the job (once, however many nodes report it)."""
+        self._machine.charge_failure(self._running_restarts)
+
     def round_abandoned(self, round_: int) -> str | None:
         """Why a wait inside ``round_`` (rank assignment, exit barrier) should give up."""
         self._sock_dead_into_dead()
@@ -705,11 +717,13 @@ class C10dRendezvousHandler(RendezvousHandler):
         with self._lock:
             self._running_round = state.round
             self._running_members = list(state.participants)
+            self._running_restarts = state.restarts
             self._snapshot = state
             self._signaled = False
         self._drain()
-        log.info("rendezvous %s round %d complete: rank %d of %d (%s)", self._run_id,
-                 state.round, rank, len(state.participants), state.cause)
+        log.info("rendezvous %s round %d complete: rank %d of %d (%s), job restarts %d",
+                 self._run_id, state.round, rank, len(state.participants), state.cause,
+                 state.restarts)
         store = RoundStore(self._client, f"{self._prefix}r{state.round}/", self, state.round,
                            self._settings.keep_alive_interval)
         return RendezvousInfo(
@@ -717,7 +731,7 @@ class C10dRendezvousHandler(RendezvousHandler):
             bootstrap_store_info=RendezvousStoreInfo(str(master.get("addr") or self._addr),
                                                      int(master["port"]),
                                                      use_agent_store=self._agent_store is not None),
-            round=state.round,
+            round=state.round, restart_count=state.restarts,
         )
 
     def _withdraw(self, leaving: bool = False) -> None:

@@ -16,6 +16,11 @@ clock (``tests/unit/test_round.py``) instead of processes and sleeps:
   rounds know who to expect and wait at most ``RECOVERY_LAST_CALL`` for expected
   nodes that are alive but slow (node-loss recovery closes as soon as all are in).
 * **expiry** — dead participants/expected nodes are dropped from a forming round.
+* **restarts** — the job's restart count (``RendezvousState.restarts``) is raised only
+  by a node's own writes to a *forming* round (its join, or its opening of the next
+  round), after its agent charged a failure (``charge_failure``): so every participant
+  of a complete round saw the same count, and a failure seen by several nodes of the
+  same round counts once (each asks for "the count I ran with, plus one").
 * **leave/close** — pure state transitions used by ``leave()`` and ``shutdown()``.
 """
 
@@ -88,6 +93,21 @@ class RoundMachine:
         self.last_round: int | None = None
         self.deadline = clock.now() + rules.join_timeout
         self._last_call: tuple[int, float] | None = None
+        #: the least restart count the next round this node joins must carry
+        self.owed = 0
+
+    def charge_failure(self, ran_with: int) -> None:
+        """This node's workers failed on their own in a round whose count was
+        ``ran_with``: the next round counts at least one more. Keyed by the count, not by
+        the node: every node that saw the same failure asks for the same number, so it
+        counts once, and a late charge for an old round never adds to a newer one."""
+        self.owed = max(self.owed, ran_with + 1)
+
+    def _joining(self, state: RendezvousState) -> RendezvousState:
+        """A copy of ``state`` (a forming round) carrying what this node owes."""
+        new = state.copy()
+        new.restarts = max(new.restarts, self.owed)
+        return new
 
     def begin(self) -> None:
         """A new ``next_rendezvous`` call: a fresh join deadline and last call."""
@@ -122,13 +142,13 @@ class RoundMachine:
                 return Step("write", self._open_next_round(state, dead, meta))
             if me in state.waiting:
                 return wait
-            new = state.copy()
+            new = state.copy()  # a complete round's count is fixed: the charge waits
             new.waiting.append(me)
             new.nodes[me] = dict(meta)
             return Step("write", new)
         self.joined_round = state.round
         if me not in state.participants:
-            new = state.copy()
+            new = self._joining(state)
             new.participants.append(me)
             new.waiting = [n for n in new.waiting if n != me]
             new.nodes[me] = dict(meta)
@@ -160,7 +180,7 @@ class RoundMachine:
                          meta: dict[str, Any]) -> RendezvousState:
         survivors = [n for n in state.participants if n not in dead]
         waiting = [n for n in state.waiting if n not in dead and n not in survivors]
-        new = state.copy()
+        new = self._joining(state)
         new.round += 1
         new.complete = False
         new.cause = ("death" if len(survivors) < len(state.participants)

@@ -8,6 +8,9 @@ previous attempt's keys (torch's shared agent store does: pytorch#135712):
   as torch): this process hosts a new ``StoreServer`` each round (see ``_agent_store``),
   on ``--master-port`` or a free port; ``next_rendezvous()`` returns a client to it.
 * otherwise workers' rank 0 hosts it on a port reserved afresh each round.
+
+The job's restart count is this node's: ``charge_restart()`` makes the next round count
+one more (the same rule as the multi-node rounds, ``_round.RoundMachine.charge_failure``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ class SoloRendezvousHandler(RendezvousHandler):
         self._use_agent_store = use_agent_store
         self._closed = False
         self._round = -1
+        self._restarts = 0  # the count of the round this node runs
+        self._owed = 0  # the least count the next round carries
         self._reservation: PortReservation | None = None
         self._agent_store = AgentStore()
         self._client: StoreClient | None = None
@@ -55,6 +60,7 @@ class SoloRendezvousHandler(RendezvousHandler):
             raise RendezvousClosedError(f"rendezvous {self._params.run_id!r} is closed")
         self._release()
         self._round += 1
+        self._restarts = max(self._restarts, self._owed)
         addr = self._fixed_addr or self._params.local_addr or fqdn()
         port = self._fixed_port
         if self._use_agent_store:
@@ -68,8 +74,11 @@ class SoloRendezvousHandler(RendezvousHandler):
             rank=0,
             world_size=1,
             bootstrap_store_info=RendezvousStoreInfo(addr, port, self._use_agent_store),
-            round=self._round,
+            round=self._round, restart_count=self._restarts,
         )
+
+    def charge_restart(self) -> None:
+        self._owed = max(self._owed, self._restarts + 1)
 
     def is_closed(self) -> bool:
         return self._closed

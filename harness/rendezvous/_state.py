@@ -15,6 +15,11 @@ Fields (one round at a time):
                   previous round); when all have joined the round completes without last call
     waiting       nodes that arrived after the round completed (a reason to re-rendezvous)
     cause         why this round began: start, join, leave, death, restart
+    restarts      the job's restart count: worker failures charged so far (each round that
+                  ended in one, counted once however many nodes saw it). Raised only while
+                  a round forms, so a complete round's value is fixed: it is the
+                  ``TORCHELASTIC_RESTART_COUNT`` every worker of that round sees, and a
+                  node that joins later (a fresh agent included) reads it, never resets it
     closed        the job is over; ``close_reason`` says why
     nodes         node id -> {"name", "addr", "port", "live"} metadata
 """
@@ -29,7 +34,7 @@ from harness.rendezvous._api import RendezvousStateError
 
 __all__ = ["RendezvousState", "SCHEMA", "KIND"]
 
-SCHEMA = 1
+SCHEMA = 2  # 2: ``restarts`` (an agent of schema 1 would drop it, resetting the count)
 KIND = "harness.rendezvous"
 _CAUSES = {"start", "join", "leave", "death", "restart", "timeout"}
 _MAX_NODES = 100_000
@@ -44,6 +49,7 @@ class RendezvousState:
     closed: bool = False
     close_reason: str = ""
     cause: str = "start"
+    restarts: int = 0
     participants: list[str] = field(default_factory=list)
     expected: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
@@ -76,6 +82,7 @@ class RendezvousState:
                 seq=_int(body["seq"]), round=_int(body["round"]),
                 complete=_bool(body["complete"]), closed=_bool(body["closed"]),
                 close_reason=_str(body["close_reason"]), cause=_str(body["cause"]),
+                restarts=_int(body["restarts"]),
                 participants=_ids(body["participants"]), expected=_ids(body["expected"]),
                 waiting=_ids(body["waiting"]), nodes=_nodes(body["nodes"]),
             )
@@ -89,7 +96,7 @@ class RendezvousState:
         return RendezvousState(
             run_id=self.run_id, seq=self.seq, round=self.round, complete=self.complete,
             closed=self.closed, close_reason=self.close_reason, cause=self.cause,
-            participants=list(self.participants), expected=list(self.expected),
+            restarts=self.restarts, participants=list(self.participants), expected=list(self.expected),
             waiting=list(self.waiting), nodes={k: dict(v) for k, v in self.nodes.items()},
         )
 

@@ -124,10 +124,34 @@ def _check_no_overlap(timeline: Timeline, problems: list[str]) -> None:
                         f"(pid {start['worker_pid']}) of round {older} was still alive")
 
 
+def _round_restart_counts(timeline: Timeline) -> dict[int, set[int]]:
+    """round -> the restart counts its agents (``rendezvous``) and workers
+    (``worker_start``: their ``TORCHELASTIC_RESTART_COUNT``) reported."""
+    counts: dict[int, set[int]] = defaultdict(set)
+    for event in timeline.events("rendezvous") + timeline.events("worker_start"):
+        if "round" in event and "restart_count" in event:
+            counts[event["round"]].add(event["restart_count"])
+    return counts
+
+
 def _check_restarts(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:
-    for node, count in timeline.restart_counts().items():
-        if count > facts.max_restarts:
-            problems.append(f"{node}: {count} restarts > max_restarts={facts.max_restarts}")
+    """Restarts are the job's, agreed through the rendezvous: every node of a round runs
+    with one count, no later round has a smaller one (no node can reset it), and the
+    job's count stays within ``max_restarts``."""
+    rounds = _round_restart_counts(timeline)
+    floor, floor_round = 0, None
+    for rnd, counts in sorted(rounds.items()):
+        if len(counts) > 1:
+            problems.append(f"round {rnd}: nodes ran with different restart counts "
+                            f"{sorted(counts)}; the count is the job's, one per round")
+        if min(counts) < floor:
+            problems.append(f"round {rnd}: restart count {min(counts)} is below round "
+                            f"{floor_round}'s {floor}; the job's count was reset")
+        if max(counts) >= floor:
+            floor, floor_round = max(counts), rnd
+    used = max((max(c) for c in rounds.values()), default=0)
+    if used > facts.max_restarts:
+        problems.append(f"the job used {used} restarts > max_restarts={facts.max_restarts}")
 
 
 def _check_outcome(timeline: Timeline, facts: JobFacts, problems: list[str]) -> None:

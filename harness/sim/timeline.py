@@ -236,7 +236,8 @@ class Timeline:
         return list(sizes.values())
 
     def restart_counts(self) -> dict[Hashable, int]:
-        """node -> the highest ``TORCHELASTIC_RESTART_COUNT`` it reached."""
+        """node -> the highest ``TORCHELASTIC_RESTART_COUNT`` it reached (the job's count
+        as far as that node saw it: nodes of one round share one count)."""
         counts: dict[Hashable, int] = {}
         for event in self.events("worker_start"):
             counts[event["node"]] = max(counts.get(event["node"], 0), event.get("restart_count", 0))

@@ -9,6 +9,7 @@ from harness.agent._decide import (
     Action,
     Decision,
     FenceClock,
+    RestartCount,
     Tick,
     decide,
     exit_barrier_needed,
@@ -83,3 +84,30 @@ def test_fence_clock_measures_one_fence_at_a_time():
     fence.begin()  # already on: keeps the first start
     clock.advance(0.5)
     assert fence.end() == 3.0 and fence.since is None
+
+
+def test_restart_count_is_the_rounds_from_the_rendezvous():
+    """Our rendezvous carries the job's count: the agent runs with it whatever it charged
+    itself (another node's failure counts; two charges of one failure count once)."""
+    count = RestartCount(max_restarts=2)
+    assert (count.current, count.remaining) == (0, 2)
+    assert count.adopt(1) == 1 and count.remaining == 1 and count.job_wide  # another node failed
+    count.charge()
+    assert count.current == 1  # a charge shows from the next round on
+    assert count.adopt(2) == 2 and count.remaining == 0
+    assert decide(Tick(S.FAILED), count.remaining).action is Action.GIVE_UP
+
+
+def test_restart_count_without_a_job_count_is_the_agents_own():
+    """A handler that keeps no count (a foreign one): torch's rule, per agent."""
+    count = RestartCount(max_restarts=1)
+    count.adopt(None)
+    count.charge()
+    assert count.current == 0 and count.adopt(None) == 1 and not count.job_wide
+    assert count.remaining == 0
+
+
+def test_remaining_is_never_negative():
+    count = RestartCount(max_restarts=1)
+    count.adopt(3)
+    assert count.remaining == 0

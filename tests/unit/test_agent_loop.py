@@ -160,3 +160,47 @@ def test_healthy_ticks_do_nothing_until_success():
     assert agent.run().state is S.SUCCEEDED  # success wins even when fenced at the end
     assert agent.log == ["start@1", "shutdown"]
     assert "fenced" not in agent.events.kinds
+
+
+class JobHandler(Handler):
+    """A rendezvous that keeps the job's restart count, as ours do: ``counts`` says what
+    each round carries (other nodes' failures included); ``charges`` counts the charges."""
+
+    def __init__(self, counts: list[int]):
+        super().__init__()
+        self.counts = iter(counts)
+        self.charges = 0
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        info = super().next_rendezvous()
+        info.restart_count = next(self.counts)
+        return info
+
+    def charge_restart(self) -> None:
+        self.charges += 1
+
+
+def test_the_budget_is_the_jobs_another_nodes_failure_uses_it():
+    """Round 2 carries count 1: a failure elsewhere used the job's one restart, so this
+    agent's first failure of its own ends the job (torch: it still had a budget)."""
+    handler = JobHandler([0, 1])
+    agent = ScriptedAgent(handler, [(S.HEALTHY, change), (S.FAILED, nothing)], max_restarts=1)
+    assert agent.run().state is S.FAILED
+    assert agent.log == ["start@1", "stop", "start@2", "stop", "shutdown"]
+    assert agent.restart_count == 1 and handler.charges == 0
+
+
+def test_only_a_failure_of_its_own_is_charged_to_the_job():
+    handler = JobHandler([0, 0, 0, 1])
+    agent = ScriptedAgent(handler, [(S.FAILED, change), (S.HEALTHY, fence), (S.FAILED, nothing),
+                                    (S.SUCCEEDED, nothing)], max_restarts=3)
+    assert agent.run().state is S.SUCCEEDED
+    assert handler.charges == 1  # the re-form and the fence are no restarts
+    assert agent.restart_count == 1  # the count the rendezvous gave the last round
+
+
+def test_a_fresh_agent_starts_with_the_jobs_count():
+    """pytorch#147064: an agent that (re)joins a job that used its restarts has none left."""
+    agent = ScriptedAgent(JobHandler([2]), [(S.FAILED, nothing)], max_restarts=2)
+    assert agent.run().state is S.FAILED
+    assert agent.log == ["start@1", "stop", "shutdown"]

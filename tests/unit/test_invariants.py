@@ -86,6 +86,22 @@ def test_too_many_restarts(tmp_path):
     assert any("2 restarts > max_restarts=1" in p for p in problems)
 
 
+def test_the_nodes_of_a_round_must_share_one_restart_count(tmp_path):
+    """torch's per-agent count: node b only re-formed and kept 0 while a counted 1."""
+    events = good_events() + [start("b", 2, 1, 40)]
+    events[-1]["restart_count"] = 0
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("round 1: nodes ran with different restart counts [0, 1]" in p for p in problems)
+
+
+def test_the_restart_count_is_never_lowered(tmp_path):
+    """A fresh agent that started again at 0 (pytorch#147064)."""
+    events = good_events() + [start("a", 0, 2, 30)]
+    events[-1]["restart_count"] = 0
+    problems = check_timeline(write(tmp_path, events), FACTS)
+    assert any("round 2: restart count 0 is below round 1's 1" in p for p in problems)
+
+
 def test_failed_job_with_restarts_left(tmp_path):
     events = good_events()[:6] + [{"node": "harness", "kind": "fault", "fault": "worker_kill"}]
     facts = JobFacts(max_restarts=3, nproc_per_node=2, finished=True, succeeded=False)

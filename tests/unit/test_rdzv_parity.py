@@ -84,3 +84,20 @@ def test_single_node_static_returns_a_usable_store():
 def test_malformed_endpoint_is_a_value_error_for_every_backend(backend, nnodes):
     with pytest.raises(ValueError, match="notaport:xyz"):
         get_rendezvous_handler(RendezvousParameters(backend, "notaport:xyz", "r", 1, nnodes, rank=0))
+
+
+@pytest.mark.parametrize("backend, endpoint", [("static", "localhost:0"), ("c10d", "localhost:0")])
+def test_single_node_handler_counts_the_jobs_restarts(backend, endpoint):
+    """The single-node rendezvous counts restarts as the multi-node one: a charged round's
+    successor carries one more, however many charges; an uncharged re-rendezvous none."""
+    handler = get_rendezvous_handler(RendezvousParameters(backend, endpoint, "r", 1, 1, rank=0))
+    try:
+        assert handler.next_rendezvous().restart_count == 0
+        handler.charge_restart()
+        handler.charge_restart()  # the same failure, reported twice
+        assert handler.next_rendezvous().restart_count == 1
+        assert handler.next_rendezvous().restart_count == 1  # re-formed, nothing failed
+        handler.charge_restart()
+        assert handler.next_rendezvous().restart_count == 2
+    finally:
+        handler.shutdown()

@@ -270,6 +270,115 @@ def test_a_dead_waiting_node_is_not_expected_in_the_next_round():
     assert w.state.expected == ["a"] and w.state.cause == "restart"
 
 
+# -- the job's restart count ---------------------------------------------------------------
+
+
+def charge(world: World, *names: str) -> None:
+    """``names``' workers failed on their own in the round they run: their agents charge
+    it (``charge_restart``) and call ``next_rendezvous``."""
+    for name in names:
+        world.machines[name].charge_failure(world.state.restarts)
+    world.again(*names)
+
+
+def test_a_failure_seen_by_every_node_of_the_round_counts_once():
+    w = World(rules(2, 2))
+    form(w, "a", "b")
+    charge(w, "a", "b")  # a collective failed on both nodes: both charge round 0
+    assert set(w.settle("a", "b").values()) == {"finish"}
+    assert (w.state.round, w.state.restarts) == (1, 1)
+    charge(w, "b", "a")  # the next failure, opened by the other node this time
+    w.settle("a", "b")
+    assert (w.state.round, w.state.restarts) == (2, 2)
+
+
+def test_a_node_that_only_reforms_gets_the_count_the_failed_node_charged():
+    w = World(rules(2, 2))
+    form(w, "a", "b")
+    charge(w, "a")  # a's worker failed; b re-forms (a membership change for it)
+    assert w.step("a").kind == "write" and w.state.restarts == 1 and not w.state.complete
+    w.again("b")
+    assert set(w.settle("a", "b").values()) == {"finish"}
+    assert w.state.complete and w.state.restarts == 1
+
+
+def test_the_charge_lands_on_the_join_when_another_node_opened_the_round():
+    w = World(rules(2, 2))
+    form(w, "a", "b")
+    w.again("b")
+    w.step("b")  # b opens round 1 (it saw the change first): no charge of its own
+    assert w.state.round == 1 and w.state.restarts == 0
+    charge(w, "a")
+    w.settle("a", "b")
+    assert w.state.complete and w.state.restarts == 1
+
+
+def test_membership_changes_use_no_restart():
+    w = World(rules(1, 2, last_call=1.0))
+    form(w, "a", "b")
+    w.dead = {"b"}
+    w.again("a")
+    w.settle("a")
+    w.start("c")
+    w.step("c")  # waits
+    w.again("a")
+    w.settle("a", "c")
+    assert w.state.round == 2 and w.state.participants == ["a", "c"] and w.state.restarts == 0
+
+
+def test_a_complete_rounds_count_is_fixed_a_waiting_nodes_charge_waits():
+    w = World(rules(1, 2, last_call=1.0))
+    form(w, "a", "b")
+    w.dead = {"b"}  # b is slow: round 1 forms without it
+    charge(w, "b")
+    w.again("a")
+    w.settle("a")
+    assert w.state.complete and w.state.participants == ["a"] and w.state.restarts == 0
+    w.dead = set()
+    assert w.step("b").kind == "write" and w.state.waiting == ["b"]
+    assert w.state.restarts == 0  # round 1 runs with 0 on a: it stays 0
+    w.again("a")
+    w.settle("a", "b")
+    assert w.state.round == 2 and w.state.restarts == 1
+
+
+def test_a_fresh_node_reads_the_count_and_cannot_lower_it():
+    """pytorch#147064: a node that exits and comes back at once must not bring a fresh
+    budget. Its machine is new (nothing owed); the count is the job's."""
+    w = World(rules(1, 2, last_call=1.0))
+    form(w, "a", "b")
+    charge(w, "a")
+    w.again("b")
+    w.settle("a", "b")
+    assert w.state.restarts == 1
+    w.dead = {"b"}
+    w.again("a")
+    w.settle("a")
+    w.dead = set()
+    w.start("b2")  # b again, as a fresh agent
+    w.step("b2")
+    w.again("a")
+    w.settle("a", "b2")
+    assert w.state.participants == ["a", "b2"] and w.state.restarts == 1
+
+
+def test_a_late_charge_for_an_older_round_adds_nothing():
+    w = World(rules(2, 2))
+    form(w, "a", "b")
+    w.state.restarts = 3
+    w.machines["a"].charge_failure(1)  # "I ran with 1": the job is past that already
+    w.again("a", "b")
+    w.settle("a", "b")
+    assert w.state.restarts == 3
+
+
+def test_a_leave_keeps_the_count():
+    state = RendezvousState(run_id="j", round=3, complete=True, participants=["a", "b"],
+                            restarts=2)
+    new = withdrawn_state(state, "b", leaving=True)
+    assert new is not None and new.restarts == 2
+
+
 # -- pure transitions --------------------------------------------------------------------
 
 
