@@ -8,6 +8,6 @@ be applied; ``Job.wait`` raises it) and ``TargetNotReady`` (its target is not ru
 
 from harness.sim.faults import *  # noqa: F403
 from harness.sim.faults import __all__ as _fault_names
-from harness.sim.scheduler import FaultError, TargetNotReady
+from harness.sim.scheduler import FaultError, FaultNotFired, TargetNotReady
 
-__all__ = [*_fault_names, "FaultError", "TargetNotReady"]
+__all__ = [*_fault_names, "FaultError", "FaultNotFired", "TargetNotReady"]

@@ -30,6 +30,13 @@ A scenario is a job, a fault schedule and expectations::
 Every key, with its default and meaning, is defined once in ``harness.sim.schema`` and
 listed by ``python -m harness.sim.schema`` (a reference that is itself a valid scenario;
 ``tests/unit/test_schema.py`` checks it, and this example).
+
+A ``[[fault]]`` that names a node, local rank or rank the job can never have fails the
+scenario before it runs; one whose trigger is never met (the job ended first) fails it
+afterwards, saying why (``rank 0 reported no step >= 8``...), unless the scenario says
+``allow_unfired = true`` in ``[expect]`` (for a fault that legitimately may not fire) or
+runs under ``--elastic-chaos-overload`` (chaos may end the job before it). Faults chaos
+adds never fail it: the report lists them as not fired.
 """
 
 from __future__ import annotations
@@ -85,6 +92,15 @@ def _fault(spec: dict[str, Any]) -> Any:
         raise ScenarioFailure(f"[[fault]] {e}") from None
 
 
+def _schedule(job: Any, entries: list[Any]) -> None:
+    from harness.errors import ConfigError
+
+    try:
+        job.schedule(entries)
+    except ConfigError as e:  # a target this job can never have
+        raise ScenarioFailure(f"[[fault]] {e}") from None
+
+
 class ScenarioItem(pytest.Item):
     def __init__(self, *, spec: dict[str, Any], **kwargs: Any):
         super().__init__(**kwargs)
@@ -119,8 +135,10 @@ class ScenarioItem(pytest.Item):
             args = [a.replace("{tmp}", scratch) for a in args]  # a per-run dir, e.g. checkpoints
             entry = str(base / script) if script else module
             self._job = job = cluster.launch(entry, *args, nodes=nodes, module=module is not None)
-            job.schedule([_fault(f) for f in self.spec.get("fault", [])])
-            result = job.wait(timeout=timeout)
+            _schedule(job, [_fault(f) for f in self.spec.get("fault", [])])
+            expect = self.spec.get("expect", {})
+            allow_unfired = expect.get("allow_unfired", False) or (chaos is not None and chaos.overload)
+            result = job.wait(timeout=timeout, allow_unfired=allow_unfired)
             _check_expectations(self.spec.get("expect", {}), job, result, steps, chaos is not None)
         except BaseException:
             record.call_failed = True
@@ -138,7 +156,9 @@ class ScenarioItem(pytest.Item):
                 _record_properties(self, record)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str | TerminalRepr:
-        if isinstance(excinfo.value, (ScenarioFailure, TimeoutError)):
+        from harness.faults import FaultError
+
+        if isinstance(excinfo.value, (ScenarioFailure, TimeoutError, FaultError)):
             return f"scenario {self.name}: {excinfo.value}"
         return super().repr_failure(excinfo, style=style)
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.agent import WorkerState
+from harness.errors import ConfigError
 from harness.sim import schema
 
 if TYPE_CHECKING:
@@ -222,11 +223,19 @@ class Trigger:
         (None: only an event can make it ready)."""
         return None
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        """Why this trigger, armed at ``armed_at``, was not met by the end of the job (one
+        clause, for ``Job.wait``'s "never fired" error)."""
+        return "its trigger was never met"
+
 
 @dataclass(frozen=True)
 class Immediately(Trigger):
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return True
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return "it was due at once"
 
 
 @dataclass(frozen=True)
@@ -239,6 +248,9 @@ class After(Trigger):
     def deadline(self, job: Job, armed_at: float) -> float | None:
         return armed_at + self.seconds
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return f"the job ended before {self.seconds:g}s had passed since it was scheduled"
+
 
 @dataclass(frozen=True)
 class OnState(Trigger):
@@ -249,6 +261,11 @@ class OnState(Trigger):
 
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return job.in_state(self.state, self.node)
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        who = "every running node" if self.node is None else f"node {self.node}"
+        live = " with live workers" if self.state == WorkerState.HEALTHY else ""
+        return f"{who} was never {self.state.value}{live} while it was armed"
 
 
 @dataclass(frozen=True)
@@ -266,6 +283,13 @@ class AtStep(Trigger):
                 return True
         return False
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        steps = [e.get("step", -1) for e in job.timeline.steps(self.rank) if e.get("mono", 0) >= armed_at]
+        if steps:
+            return f"rank {self.rank} reported steps up to {max(steps)} only, none >= {self.step}"
+        return (f"rank {self.rank} reported no step >= {self.step} — does the script call "
+                "harness.report_step?")
+
 
 @dataclass(frozen=True)
 class HealthyThenAfter(After):
@@ -279,6 +303,11 @@ class HealthyThenAfter(After):
         first = job.first_healthy_time()
         return None if first is None else max(first, armed_at) + self.seconds
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        if job.first_healthy_time() is None:
+            return "the job was never HEALTHY"
+        return f"the job ended less than {self.seconds:g}s after it was first HEALTHY"
+
 
 @dataclass(frozen=True)
 class OnWorldSize(Trigger):
@@ -289,6 +318,10 @@ class OnWorldSize(Trigger):
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return any(e["world_size"] == self.size and e.get("mono", 0) >= armed_at
                    for e in job.timeline.events("rendezvous"))
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return (f"no rendezvous round of WORLD_SIZE {self.size} formed while it was armed "
+                f"(rounds: {job.timeline.world_sizes()})")
 
 
 @dataclass(frozen=True)
@@ -307,13 +340,56 @@ class ScheduledFault:
         return f"{self.fault.describe()} @ {trigger}({args}){chained}"
 
 
-def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> None:
-    """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the next)."""
+@dataclass(frozen=True)
+class JobShape:
+    """What a fault may target in a job: node indices ``0..nodes-1`` (the job's maximum,
+    plus one per node join scheduled), ``nproc_per_node`` local ranks, ``world`` ranks."""
+
+    nodes: int
+    nproc_per_node: int
+    world: int
+    nnodes: str  # as the user wrote it, for the message
+
+
+def check_targets(entry: ScheduledFault, shape: JobShape) -> None:
+    """Raise ``ConfigError`` if ``entry`` names a node, local rank or rank the job can never
+    have: such a fault would never fire (and wait() would only say so at the end)."""
+    where = entry.describe()
+    nodes = f"its nodes are 0..{shape.nodes - 1} (nnodes={shape.nnodes})"
+
+    def node_ok(name: str, value: Any) -> None:
+        if isinstance(value, int) and not 0 <= value < shape.nodes:
+            raise ConfigError(name, value, f"names no node of this job: {nodes}", where)
+
+    fault, trigger = entry.fault, entry.trigger
+    node_ok("node", getattr(fault, "node", None))
+    local_rank = getattr(fault, "local_rank", None)
+    if isinstance(local_rank, int) and not 0 <= local_rank < shape.nproc_per_node:
+        raise ConfigError("local_rank", local_rank, "names no worker of a node: local ranks are "
+                          f"0..{shape.nproc_per_node - 1} (nproc_per_node={shape.nproc_per_node})", where)
+    peers = getattr(fault, "peers", None)
+    if isinstance(peers, (list, tuple)):
+        for peer in peers:
+            node_ok("peers", peer)
+    if isinstance(trigger, AtStep) and not 0 <= trigger.rank < shape.world:
+        raise ConfigError("rank", trigger.rank, f"names no rank of this job: ranks are 0..{shape.world - 1} "
+                          f"(at most {shape.world} workers)", where)
+    if isinstance(trigger, OnState):
+        node_ok("state_node", trigger.node)
+    if isinstance(trigger, OnWorldSize) and not 1 <= trigger.size <= shape.world:
+        raise ConfigError("on_world_size", trigger.size, f"can never form: WORLD_SIZE is 1..{shape.world} "
+                          "in this job", where)
+
+
+def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> str:
+    """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the
+    next); its path (``report_step`` removes it when it obeys)."""
     name = f"{rank}.{'any' if step is None else step}"
     path = os.path.join(orders_dir, name)
     with open(path + ".tmp", "w") as fp:
         fp.write(str(int(exit_code)))
     os.replace(path + ".tmp", path)
+    return path
 
 
 # -- the scenario vocabulary (``[[fault]]`` tables, ``--elastic-schedule`` JSON) -----------

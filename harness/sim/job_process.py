@@ -76,6 +76,9 @@ class ProcessFaults:
     def add_node(self) -> int:
         raise NotImplementedError
 
+    def _order_left(self, path: str, what: str, why: str) -> None:
+        raise NotImplementedError
+
     def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
         """The worker exits with ``exit_code`` at its next ``report_step``."""
         self._check_local_rank(node, local_rank)
@@ -85,7 +88,10 @@ class ProcessFaults:
         rank = starts[local_rank]["rank"]
         self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
                                   local_rank=local_rank, rank=rank, exit_code=exit_code)
-        write_exit_order(self.orders_dir, rank, exit_code)
+        path = write_exit_order(self.orders_dir, rank, exit_code)
+        self._order_left(path, f"exit {exit_code} ordered for node {node} local rank {local_rank}",
+                         f"rank {rank} reported no step after the order — does the script call "
+                         "harness.report_step?")
 
     def kill_store_host(self) -> None:
         """The process hosting the rendezvous store dies."""

@@ -30,11 +30,23 @@ from harness.sim.faults import ScheduledFault
 if TYPE_CHECKING:
     from harness.sim.job import Job
 
-__all__ = ["FaultScheduler", "FaultError", "TargetNotReady"]
+__all__ = ["FaultScheduler", "FaultError", "FaultNotFired", "TargetNotReady"]
 
 
 class FaultError(ElasticError):
     """A scheduled fault could not be applied; the message names it and says why."""
+
+
+class FaultNotFired(FaultError):
+    """The job ended with scheduled faults that never fired (``Job.wait``); the message
+    names each and says why, and ``entries`` holds them."""
+
+    def __init__(self, reasons: list[tuple[str, str]]):
+        self.entries = [what for what, _ in reasons]
+        lines = "; ".join(f"{what} never fired: {why}" for what, why in reasons)
+        super().__init__(f"{len(reasons)} scheduled fault(s) never fired before the job ended: {lines} "
+                         "(wait(allow_unfired=True), or [expect] allow_unfired = true in a scenario, "
+                         "if that is expected)")
 
 
 class TargetNotReady(ConfigError):
@@ -50,6 +62,8 @@ class _Pending:
     armed_at: float | None
     successor: _Pending | None = None
     fired: bool = False
+    #: why its target could not take it, the last time its trigger was met (TargetNotReady)
+    blocked: str | None = None
 
 
 class FaultScheduler:
@@ -86,6 +100,22 @@ class FaultScheduler:
         """(entry, reason) of every entry that could not be applied."""
         with self._lock:
             return [(p.entry, reason) for p, reason in self._failures]
+
+    def never_fired(self) -> list[tuple[ScheduledFault, str]]:
+        """(entry, why) of every entry still pending: its trigger's reason, or that its
+        predecessor never fired, or what kept its target from taking it."""
+        with self._lock:
+            entries = list(self._entries)
+        reasons = []
+        for p in entries:
+            if p.armed_at is None:
+                why = "it was never armed: the fault before it never fired"
+            elif p.blocked is not None:
+                why = f"its trigger was met but its target never could take it ({p.blocked})"
+            else:
+                why = p.entry.trigger.never_met(self._job, p.armed_at)
+            reasons.append((p.entry, why))
+        return reasons
 
     def unfired(self) -> list[ScheduledFault]:
         """Entries pending, then those that failed before they fired."""
@@ -139,7 +169,8 @@ class FaultScheduler:
             self._applying = p
             try:
                 p.entry.fault.apply(self._job)
-            except TargetNotReady:
+            except TargetNotReady as e:
+                p.blocked = str(e)
                 continue  # still pending: retried when the next event arrives
             except Exception as e:  # recorded and raised by the job's waits, never dropped
                 self._fail(p, e)

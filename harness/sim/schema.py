@@ -185,6 +185,8 @@ EXPECT_KEYS: tuple[Key, ...] = (
     Key("min_world_size", None, "no rendezvous round smaller than this", integer(1), example=1),
     Key("final_world_size", None, "WORLD_SIZE of the last round", integer(1), example=1),
     Key("faults_fired", None, "faults that fired, at least", integer(0), example=0),
+    Key("allow_unfired", False, "a [[fault]] still pending when the job ends is no failure (by "
+        "default the scenario fails, saying why each never fired)", BOOL),
 )
 
 #: top-level entries of a scenario file

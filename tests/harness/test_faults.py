@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 
 import psutil
@@ -64,20 +65,21 @@ def test_exit_order_at_next_step():
 
 
 def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired():
-    """A worker that does not exist: ``wait()`` raises with the reason (it used to return
-    normally, the error kept in a list nothing read), and the fault is not listed as fired."""
-    from harness.sim.scheduler import FaultError
+    """No store process to lose in a one-node job: ``wait()`` raises with the reason (it
+    used to return normally, the error kept in a list nothing read), and the fault is not
+    listed as fired."""
+    from harness.faults import FaultError, StoreHostLoss
 
     with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "50", "0.02")
-        entry = ScheduledFault(WorkerCrash(local_rank=7), OnState(WorkerState.HEALTHY))
+        entry = ScheduledFault(StoreHostLoss(), OnState(WorkerState.HEALTHY))
         job.schedule([entry])
-        with pytest.raises(FaultError, match=r"local_rank=7 is not a worker of node 0"):
+        with pytest.raises(FaultError, match=r"has no separate store process to lose"):
             job.wait(timeout=60)
         assert job.timeline.faults() == [] and not job.pending_faults()
         assert job.unfired_faults() == [entry] and job.failed_faults()[0][0] is entry
         [error] = job.timeline.events("fault_error")
-        assert "local_rank=7" in error["error"]
+        assert "store_host" in error["error"]
 
 
 def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
@@ -93,3 +95,65 @@ def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
         restarted = min(e["mono"] for e in job.timeline.events("worker_start") if e["restart_count"] == 1)
         assert second["mono"] > restarted
         assert job.timeline.restart_counts()[0] == 2
+
+
+# -- faults that cannot fire say so ---------------------------------------------------------
+
+
+def test_a_fault_on_a_target_the_job_can_never_have_is_refused_at_inject():
+    """A node, local rank or rank outside the job's shape can never be hit: inject() says so
+    at once, naming the valid values (it used to accept it, and the fault never fired)."""
+    from harness.errors import ConfigError
+    from harness.faults import OnWorldSize
+
+    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"), nodes=1)
+        for fault, trigger, message in [
+            (WorkerCrash(node=7, local_rank=0), AtStep(step=1, rank=0),
+             "node=7 names no node of this job: its nodes are 0..1 (nnodes=1:2)"),
+            (WorkerCrash(local_rank=2), None, "local_rank=2 names no worker of a node: local ranks are 0..1"),
+            (WorkerHang(), AtStep(step=1, rank=4), "rank=4 names no rank of this job: ranks are 0..3"),
+            (WorkerHang(), OnState(WorkerState.HEALTHY, node=2), "state_node=2 names no node"),
+            (WorkerHang(), OnWorldSize(size=5), "on_world_size=5 can never form: WORLD_SIZE is 1..4"),
+        ]:
+            with pytest.raises(ConfigError, match=re.escape(message)):
+                job.inject(fault, trigger)
+        assert not job.pending_faults() and job.timeline.events("fault_armed") == []
+
+
+def test_wait_fails_naming_each_fault_that_never_fired_and_why():
+    """The job ends with faults still pending: wait() raises FaultNotFired with one reason
+    per trigger kind (it used to return as if all was well); allow_unfired=True accepts it."""
+    from harness.faults import FaultNotFired, OnWorldSize
+
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(STEPPER, "5", "0.01")
+        job.schedule([ScheduledFault(WorkerCrash(local_rank=0), AtStep(step=1000, rank=0)),
+                      ScheduledFault(WorkerHang(local_rank=1), AtStep(step=2, rank=1), after_previous=True),
+                      ScheduledFault(WorkerHang(), OnWorldSize(size=1)),
+                      ScheduledFault(WorkerHang(), After(3600)),
+                      ScheduledFault(WorkerCrash(exit_code=3), AtStep(step=999, rank=1))])
+        with pytest.raises(FaultNotFired) as info:
+            job.wait(timeout=60)
+        text = str(info.value)
+        for reason in ("WorkerCrash(node=0, local_rank=0, sig=9, exit_code=None) @ AtStep(step=1000, rank=0) "
+                       "never fired: rank 0 reported steps up to 4 only, none >= 1000",
+                       "never fired: it was never armed: the fault before it never fired",
+                       "never fired: no rendezvous round of WORLD_SIZE 1 formed while it was armed (rounds: [2])",
+                       "never fired: the job ended before 3600s had passed",
+                       "@ AtStep(step=999, rank=1) never fired: rank 1 reported no step 999"):
+            assert reason in text, text
+        assert len(info.value.entries) == 5 and "\n" not in text
+        assert job.wait(timeout=5, allow_unfired=True).state == WorkerState.SUCCEEDED
+
+
+def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step():
+    from harness.faults import FaultNotFired
+
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(str(SCRIPTS / "env_dump.py"))
+        job.inject(WorkerCrash(), AtStep(step=1, rank=0))
+        with pytest.raises(FaultNotFired, match=re.escape(
+                "AtStep(step=1, rank=0) never fired: rank 0 reported no step >= 1 — does the script "
+                "call harness.report_step?")):
+            job.wait(timeout=60)

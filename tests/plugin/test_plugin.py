@@ -189,3 +189,28 @@ restarts = 3
     for line in ("*scenario wrong: 0 restart(s), expected 3*", "*broken.toml: not valid TOML*",
                  "*typo.toml: [[]job[]] has unknown key(s) [[]'nproc'[]]*"):
         result.stdout.fnmatch_lines([line])
+
+
+def test_a_scenario_fault_that_never_fires_fails_it_unless_allowed(pytester):
+    scen = pytester.mkdir("scenarios")
+    body = f"""
+[job]
+script = {STEPPER!r}
+args = ["4", "0.01"]
+nnodes = "1"
+
+[[fault]]
+kind = "worker_crash"
+at_step = 50
+rank = 0
+"""
+    (scen / "unfired.toml").write_text(body)
+    (scen / "allowed.toml").write_text(body + "\n[expect]\nallow_unfired = true\n")
+    (scen / "nowhere.toml").write_text(body.replace("rank = 0", "rank = 0\nnode = 3"))
+    result = pytester.runpytest_subprocess("scenarios", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*scenario nowhere: [[][[]fault[]][]] node=3 names no node of this job: its nodes are 0..0 (nnodes=1:1)*",
+        "*scenario unfired: 1 scheduled fault(s) never fired before the job ended: WorkerCrash(*) @ "
+        "AtStep(step=50, rank=0) never fired: rank 0 reported steps up to 3 only, none >= 50*",
+    ])
