@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from harness.agent import WorkerState
 from harness.errors import ConfigError
 from harness.sim import schema
+from harness.sim.checks import number
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Job
@@ -43,6 +44,13 @@ class Fault:
     kind: ClassVar[str] = "fault"
     #: whether the fault is a *failure* (uses a restart) rather than a membership change
     is_failure: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        """Bad field values fail here, at construction, not when the fault fires (checks:
+        the class's row in ``harness.sim.schema``; a class with no row checks nothing)."""
+        row = schema.FAULT_KINDS.get(self.kind)
+        if row is not None and row.cls == type(self).__name__:
+            schema.check_fields(row.cls, ((p.name, p, getattr(self, p.name)) for p in row.params))
 
     def apply(self, job: Job) -> None:
         raise NotImplementedError
@@ -215,6 +223,13 @@ class Trigger:
     """When a fault fires. The scheduler evaluates ``ready`` whenever events arrive, and at
     ``deadline`` for triggers that come due with time alone (no polling tick)."""
 
+    def __post_init__(self) -> None:
+        """Bad field values fail at construction (checks: the class's ``TriggerForm`` in
+        ``harness.sim.schema``; ``_TRIGGER_FIELDS``)."""
+        name = type(self).__name__
+        fields = _TRIGGER_FIELDS.get(name, ())
+        schema.check_fields(name, ((attr, key, getattr(self, attr)) for key, attr in fields))
+
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         raise NotImplementedError
 
@@ -258,6 +273,11 @@ class OnState(Trigger):
 
     state: WorkerState = WorkerState.HEALTHY
     node: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.state, WorkerState):  # "HEALTHY": the state of that name
+            object.__setattr__(self, "state", WorkerState(self.state))
 
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return job.in_state(self.state, self.node)
@@ -412,6 +432,10 @@ for _kind, _cls in _KINDS.items():
     if _cls.kind != _kind:
         raise ImportError(f"{_cls.__name__}.kind={_cls.kind!r}, but harness.sim.schema says {_kind!r}")
 _TRIGGER_CLASSES: dict[str, type[Trigger]] = {form.key: _class_of(form.cls, Trigger) for form in schema.TRIGGERS}
+#: trigger class name -> (key, field) of each field it checks at construction
+_TRIGGER_FIELDS: dict[str, tuple[tuple[schema.Key, str], ...]] = {
+    **{form.cls: form.fields for form in schema.TRIGGERS},
+    "After": ((schema.Key("seconds", 0.0, "delay", number(0)), "seconds"),)}
 _TRIGGER_FORMS: dict[type[Trigger], schema.TriggerForm] = {
     _TRIGGER_CLASSES[form.key]: form for form in schema.TRIGGERS}
 SPEC_KEYS = schema.SPEC_KEYS

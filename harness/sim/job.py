@@ -61,8 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 
-#: how long a kill waits for the harness's own waitpid of the agent it killed
-_REAP_S = 10.0
 #: agent states after which the harness adds no terminal entry of its own
 _FINAL = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN)
 
@@ -91,6 +89,10 @@ class Job(ProcessFaults, NetworkFaults):
     """A running job: its nodes, its timeline, its waits and its end; the faults you can
     inject come from ``ProcessFaults`` (signals to agents and workers) and
     ``NetworkFaults`` (cut, thinned and healed links)."""
+
+    #: seconds a kill (``kill_node``, ``kill_agent``...) waits for the killed agent to be
+    #: reaped before it raises ``FaultError``; also bounds the wait for a SIGSTOP to land
+    reap_timeout: float = 10.0
 
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
@@ -266,14 +268,20 @@ class Job(ProcessFaults, NetworkFaults):
         self._harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
 
     def _await_exit(self, node: int) -> None:
-        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded."""
-        self.bus.wait_until(lambda: node in self._exits, _REAP_S, lifecycle=True)
+        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded;
+        ``FaultError`` if that does not happen within ``reap_timeout`` (the kill methods
+        promise a reaped agent and its terminal entry: never return as if they had one)."""
+        if not self.bus.wait_until(lambda: node in self._exits, self.reap_timeout, lifecycle=True):
+            raise FaultError(f"node {node}'s agent (pid {self._node(node).pid}) was SIGKILLed but never "
+                             f"reaped within {self.reap_timeout:g}s, so its exit and terminal entry are "
+                             "not on the timeline (stuck in the kernel, or its parent, the node fork "
+                             "server, is not reaping)")
 
     def _await_stop(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
         writes can follow the terminal entry; a bounded poll of one process."""
         pid = self._node(node).pid
-        deadline = time.monotonic() + _REAP_S
+        deadline = time.monotonic() + self.reap_timeout
         pause = 0.0005
         while time.monotonic() < deadline:
             try:

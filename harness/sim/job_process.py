@@ -121,7 +121,8 @@ class ProcessFaults:
 
     def kill_agent(self, node: int) -> None:
         """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
-        harness reaped the agent (its terminal entry is on the timeline)."""
+        harness reaped the agent (its terminal entry is on the timeline); ``FaultError`` if
+        it was not reaped within ``Job.reap_timeout``."""
         target = self._live_node(node)
         self._harm(node, "agent_kill")
         self._fault("agent_kill", target_node=node)
@@ -144,7 +145,8 @@ class ProcessFaults:
 
     def kill_node(self, node: int) -> None:
         """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
-        reaped the agent (its terminal entry is on the timeline)."""
+        reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
+        not reaped within ``Job.reap_timeout``."""
         self._signal_node(node, "node_kill", signal.SIGKILL)
         self._await_exit(node)
 

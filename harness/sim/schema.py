@@ -80,6 +80,7 @@ __all__ = [
     "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
     "START_METHODS", "STATES",
     "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
+    "check_cluster_keywords", "check_fields",
     "check_scenario", "marker_signature", "scenario_reference",
 ]
 
@@ -106,6 +107,10 @@ class Key:
 
     def to_python(self, value: Any) -> Any:
         return value if self.load is None or value is None else self.load(value)
+
+    def good_value(self) -> Any:
+        """A value that passes the check, to show in a fix (``e.g. node=0``)."""
+        return self.example if self.example is not None else self.default
 
 
 START_METHODS = ("zygote", "spawn", "fork", "forkserver")
@@ -372,6 +377,23 @@ def _unknown_kinds(unknown: list[str]) -> str:
 
 
 # -- checking tables -----------------------------------------------------------------------
+
+
+def check_cluster_keywords(values: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` for the first bad ``harness.Cluster(...)`` keyword, naming it
+    as the caller wrote it (``nnodes='3:1' must be ... (from Cluster(nnodes=...))``)."""
+    for key in CLUSTER_OPTIONS:
+        if key.name in values and key.check is not None and not key.check(values[key.name]):
+            raise ConfigError(key.name, values[key.name], key.check.says, f"Cluster({key.name}=...)")
+
+
+def check_fields(owner: str, fields: Iterable[tuple[str, Key, Any]]) -> None:
+    """Raise ``ConfigError`` for the first (field, key, value) whose value fails the key's
+    check: ``node='a' must be an int >= 0; e.g. WorkerCrash(node=0)`` (``owner``: the class,
+    whose constructor the fix spells; enums are checked by value)."""
+    for name, key, value in fields:
+        if key.check is not None and not key.check(getattr(value, "value", value)):
+            raise ConfigError(name, value, f"{key.check.says}; e.g. {owner}({name}={key.good_value()!r})")
 
 
 def check_options(values: Mapping[str, Any], keys: Iterable[Key], where: str) -> list[str]:

@@ -351,9 +351,9 @@ def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
 
 
 def test_bad_multinode_configurations_are_clear_errors():
-    with Cluster(nnodes=2, rdzv_backend="static") as cluster:
-        with pytest.raises(ConfigError, match="rdzv_backend='static' must be 'c10d' or 'etcd'"):
-            cluster.launch(SLEEPER)
+    with pytest.raises(ConfigError, match=re.escape("rdzv_backend='static' must be one of c10d, etcd, "
+                                                    "etcd-v2 (from Cluster(rdzv_backend=...))")):
+        Cluster(nnodes=2, rdzv_backend="static")
     with Cluster(nnodes=2, rdzv_backend="etcd", store_host="node0") as cluster:
         with pytest.raises(ConfigError, match="store_host='node0' must be 'harness'"):
             cluster.launch(SLEEPER)

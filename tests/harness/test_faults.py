@@ -157,3 +157,31 @@ def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step
                 "AtStep(step=1, rank=0) never fired: rank 0 reported no step >= 1 — does the script "
                 "call harness.report_step?")):
             job.wait(timeout=60)
+
+
+def test_kill_node_raises_when_the_agent_is_never_reaped():
+    """The node fork server (the agent's parent) is stopped: the SIGKILLed agent stays a
+    zombie, never reaped. kill_node used to return after 10 s as if it had been (its
+    docstring promises a reaped agent with its terminal entry); now it says so."""
+    import os
+
+    from harness.faults import FaultError
+    from harness.sim.node_forks import ForkedNode
+
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=30)
+        if not isinstance(job.nodes[1].popen, ForkedNode):
+            pytest.skip("node 1 was not forked by the node fork server here")
+        server = cluster.pool.node_server().process.pid
+        job.reap_timeout = 1.0
+        os.kill(server, signal.SIGSTOP)
+        try:
+            with pytest.raises(FaultError, match=r"node 1's agent \(pid \d+\) was SIGKILLed but never reaped "
+                                                 r"within 1s"):
+                job.kill_node(1)
+        finally:
+            os.kill(server, signal.SIGCONT)
+        job.reap_timeout = 30.0
+        job._await_exit(1)  # once its parent reaps again, the exit is recorded as before
+        assert job.timeline.states(1)[-1] == WorkerState.FAILED

@@ -322,3 +322,50 @@ def test_every_expect_key_is_enforced(tmp_path):
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
             _scenarios._check_expectations({key: value}, job, result, 10 if key == "no_lost_steps" else 5,
                                            chaotic=False)
+
+
+# -- validated at the edge ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"max_restarts": -1}, "max_restarts=-1 must be an int >= 0 (from Cluster(max_restarts=...))"),
+    ({"start_method": "bogus"}, "start_method='bogus' must be one of zygote, spawn, fork, forkserver "
+                                "(from Cluster(start_method=...))"),
+    ({"rdzv_backend": "x"}, "rdzv_backend='x' must be one of c10d, etcd, etcd-v2 (from Cluster(rdzv_backend=...))"),
+    ({"nnodes": "3:1"}, "nnodes='3:1' must be N or 'MIN:MAX' with 1 <= MIN <= MAX (from Cluster(nnodes=...))"),
+    ({"monitor_interval": 0}, "monitor_interval=0 must be a number > 0 (from Cluster(monitor_interval=...))"),
+    ({"env": {"A": 1}}, "env={'A': 1} must be a table of strings (name = value) (or None) (from Cluster(env=...))"),
+    ({"network": "wifi"}, "network='wifi' must be one of auto, netns, loopback (from Cluster(network=...))"),
+    ({"check_invariants": "yes"}, "check_invariants='yes' must be true or false (from Cluster(check_invariants=...))"),
+])
+def test_every_cluster_keyword_is_checked_by_its_schema_key(keywords, message):
+    """Only three keywords were checked, and a bad nnodes blamed --nnodes with no CLI involved."""
+    from harness import Cluster
+
+    with pytest.raises(ConfigError) as info:
+        Cluster(**keywords)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: faults.WorkerCrash(node="a"), "node='a' must be an int >= 0; e.g. WorkerCrash(node=0)"),
+    (lambda: faults.PacketLoss(probability=5),
+     "probability=5 must be a number in [0, 1]; e.g. PacketLoss(probability=0.05)"),
+    (lambda: faults.Partition(peers="bogus"), "peers='bogus' must be \"all\", \"store\" or a non-empty list of node "
+                                              "indices; e.g. Partition(peers='store')"),
+    (lambda: faults.Partition(direction="up"),
+     "direction='up' must be one of both, in, out; e.g. Partition(direction='in')"),
+    (lambda: faults.Heal(node=-1), "node=-1 must be an int >= 0 (or None); e.g. Heal(node=1)"),
+    (lambda: faults.AtStep(step="x"), "step='x' must be an int >= 0; e.g. AtStep(step=5)"),
+    (lambda: faults.OnState("BOGUS"), "state='BOGUS' must be one of UNKNOWN, INIT, HEALTHY"),
+    (lambda: faults.After(-1), "seconds=-1 must be a number >= 0; e.g. After(seconds=0.0)"),
+])
+def test_fault_data_is_checked_when_it_is_made(make, message):
+    """WorkerCrash(node="a") and friends used to construct, and fail (or never fire) later."""
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_state_trigger_takes_the_states_name_too():
+    assert faults.OnState("STOPPED", node=1) == faults.OnState(faults.WorkerState.STOPPED, node=1)
