@@ -106,7 +106,7 @@ class Cluster:
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):
-                job.add_node()
+                job._start_node()
         except BaseException:
             job.terminate()
             raise

@@ -26,12 +26,15 @@ from harness.sim.checks import number
 if TYPE_CHECKING:
     from harness.sim.cluster import Job
 
-__all__ = [
-    "Fault", "WorkerCrash", "WorkerHang", "AgentKill", "NodeKill", "NodeLeave", "NodeJoin",
-    "NodeFreeze", "StoreHostLoss", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
-    "Trigger", "Immediately", "After", "HealthyThenAfter", "OnState", "AtStep", "OnWorldSize",
-    "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class",
+#: what ``harness.faults`` shows users (the rest of ``__all__`` serves the harness itself)
+PUBLIC = [
+    "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",
+    "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
+    "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
+    "ScheduledFault",
 ]
+__all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
+           "check_targets", "write_exit_order"]
 
 ORDERS_ENV = "HARNESS_ORDERS"  # dir where exit-code orders for report_step are left
 
@@ -61,11 +64,11 @@ class Fault:
 
 
 @dataclass(frozen=True)
-class WorkerCrash(Fault):
+class WorkerKill(Fault):
     """A worker dies of ``sig`` (default SIGKILL), or exits with ``exit_code`` at its next
     ``report_step`` (exit codes need the worker to report steps)."""
 
-    kind: ClassVar[str] = "worker_crash"
+    kind: ClassVar[str] = "kill_worker"
     node: int = 0
     local_rank: int = 0
     sig: int = int(signal.SIGKILL)
@@ -80,7 +83,7 @@ class WorkerCrash(Fault):
 
 @dataclass(frozen=True)
 class WorkerHang(Fault):
-    kind: ClassVar[str] = "worker_hang"
+    kind: ClassVar[str] = "hang_worker"
     node: int = 0
     local_rank: int = 0
 
@@ -90,7 +93,7 @@ class WorkerHang(Fault):
 
 @dataclass(frozen=True)
 class AgentKill(Fault):
-    kind: ClassVar[str] = "agent_kill"
+    kind: ClassVar[str] = "kill_agent"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -100,7 +103,7 @@ class AgentKill(Fault):
 
 @dataclass(frozen=True)
 class NodeKill(Fault):
-    kind: ClassVar[str] = "node_kill"
+    kind: ClassVar[str] = "kill_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -109,8 +112,8 @@ class NodeKill(Fault):
 
 
 @dataclass(frozen=True)
-class NodeLeave(Fault):
-    kind: ClassVar[str] = "node_leave"
+class NodeRemove(Fault):
+    kind: ClassVar[str] = "remove_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -119,17 +122,17 @@ class NodeLeave(Fault):
 
 
 @dataclass(frozen=True)
-class NodeJoin(Fault):
-    kind: ClassVar[str] = "node_join"
+class NodeAdd(Fault):
+    kind: ClassVar[str] = "add_node"
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
-        job.join_node()
+        job.add_node()
 
 
 @dataclass(frozen=True)
 class NodeFreeze(Fault):
-    kind: ClassVar[str] = "node_freeze"
+    kind: ClassVar[str] = "freeze_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -138,8 +141,8 @@ class NodeFreeze(Fault):
 
 
 @dataclass(frozen=True)
-class StoreHostLoss(Fault):
-    kind: ClassVar[str] = "store_host_loss"
+class StoreHostKill(Fault):
+    kind: ClassVar[str] = "kill_store_host"
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
@@ -312,7 +315,7 @@ class AtStep(Trigger):
 
 
 @dataclass(frozen=True)
-class HealthyThenAfter(After):
+class AfterHealthy(After):
     """``seconds`` after the job was first seen HEALTHY (so the fault meets live workers)."""
 
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
@@ -442,14 +445,16 @@ SPEC_KEYS = schema.SPEC_KEYS
 
 
 def fault_class(kind: str) -> type[Fault]:
-    """The ``Fault`` class of a spec kind (``"node_kill"`` -> ``NodeKill``)."""
+    """The ``Fault`` class of a spec kind (``"kill_node"`` -> ``NodeKill``)."""
     return _KINDS[kind]
 
 
 def from_spec(spec: dict[str, Any]) -> ScheduledFault:
-    """``{"kind": "node_kill", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
+    """``{"kind": "kill_node", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
     Keys, triggers and defaults: ``harness.sim.schema`` (``python -m harness.sim.schema``
-    prints them all). Raises ``ConfigError`` naming the bad key or kind."""
+    prints them all). Raises ``ConfigError`` naming the bad key or kind; old spellings
+    pass with a DeprecationWarning."""
+    spec = schema.modern_spec(spec)
     schema.check_fault_spec(spec)
     row = schema.FAULT_KINDS[spec["kind"]]
     fault = _KINDS[row.kind](**{p.name: spec[p.name] for p in row.params if p.name in spec})
@@ -483,3 +488,12 @@ def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
     if entry.after_previous:
         data[schema.AFTER_PREVIOUS.name] = True
     return data
+
+
+def __getattr__(name: str) -> Any:
+    """Old class names (``WorkerCrash``...) still work, with a DeprecationWarning."""
+    new = schema.RENAMED_CLASSES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    schema.deprecated(name, new, "fault class")
+    return globals()[new]

@@ -40,10 +40,10 @@ from harness.sim.faults import (
     Fault,
     Immediately,
     JobShape,
-    NodeJoin,
+    NodeAdd,
     ScheduledFault,
     Trigger,
-    WorkerCrash,
+    WorkerKill,
     check_targets,
     write_exit_order,
 )
@@ -145,8 +145,8 @@ class Job(ProcessFaults, NetworkFaults):
         head = ["-u", "-m"] if self.module else ["-u"]
         return sys.executable, [*head, self.entrypoint, *map(str, self.args)]
 
-    def add_node(self) -> int:
-        """Start one more node agent (scale up when the job is running); its index."""
+    def _start_node(self) -> int:
+        """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
         from harness.launch import LaunchConfig
         from harness.sim.node_main import NodeSpec
 
@@ -422,12 +422,12 @@ class Job(ProcessFaults, NetworkFaults):
         ``wait`` raise ``FaultNotFired``."""
         joins = self._joins_scheduled
         for entry in entries:
-            joins += isinstance(entry.fault, NodeJoin)
+            joins += isinstance(entry.fault, NodeAdd)
             check_targets(entry, self._shape(joins))
         self._joins_scheduled = joins
         for entry in entries:
             crash = entry.fault
-            if isinstance(crash, WorkerCrash) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
+            if isinstance(crash, WorkerKill) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
                 # exact (rank, step) crashes are left as orders the worker obeys itself
                 rank, step = entry.trigger.rank, entry.trigger.step
                 self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,

@@ -73,7 +73,7 @@ class ProcessFaults:
     def _record_terminal(self, node: int, cause: str, **how: Any) -> None:
         raise NotImplementedError
 
-    def add_node(self) -> int:
+    def _start_node(self) -> int:
         raise NotImplementedError
 
     def _order_left(self, path: str, what: str, why: str) -> None:
@@ -168,9 +168,16 @@ class ProcessFaults:
                 self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
         self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
 
-    def join_node(self) -> int:
+    def add_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
         self._fault("node_join", target_node=len(self.nodes))
+        return self._start_node()
+
+    def join_node(self) -> int:
+        """Deprecated spelling of ``add_node``."""
+        from harness.sim.schema import deprecated
+
+        deprecated("Job.join_node", "Job.add_node", "method")
         return self.add_node()
 
 

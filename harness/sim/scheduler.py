@@ -2,7 +2,7 @@
 
 The thread sleeps on the job's event bus: it re-evaluates the triggers whenever new events
 arrive (``OnState``, ``AtStep``, ``OnWorldSize``...) and at the next time a time-based
-trigger (``After``, ``HealthyThenAfter``) comes due, never on a polling tick.
+trigger (``After``, ``AfterHealthy``) comes due, never on a polling tick.
 
 A fault is *fired* the moment the job records it (its ``fault`` event, written inside
 ``recording()``, under the lock ``pending()`` takes: no one sees the event of a fault still
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError, ElasticError
+from harness.errors import ElasticError
 from harness.sim.bus import SAFETY_S
 from harness.sim.faults import ScheduledFault
 
@@ -49,9 +49,14 @@ class FaultNotFired(FaultError):
                          "if that is expected)")
 
 
-class TargetNotReady(ConfigError):
+class TargetNotReady(FaultError):
     """The fault's target exists but cannot take it now (a worker between rounds, a node
-    that already exited); a scheduled fault stays pending and is retried."""
+    that already exited); a scheduled fault stays pending and is retried. Not bad input
+    (no ``ConfigError``/``ValueError``): the same call may succeed a moment later."""
+
+    def __init__(self, name: str, value: object, constraint: str):
+        self.name, self.value, self.constraint = name, value, constraint
+        super().__init__(f"{name}={value!r} {constraint}")
 
 
 @dataclass(eq=False)

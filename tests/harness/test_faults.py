@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from harness import Cluster, WorkerState
-from harness.faults import After, AtStep, OnState, ScheduledFault, WorkerCrash, WorkerHang
+from harness.faults import After, AtStep, OnState, ScheduledFault, WorkerHang, WorkerKill
 from tests.conftest import SCRIPTS
 
 STEPPER = str(SCRIPTS / "stepper.py")
@@ -18,7 +18,7 @@ STEPPER = str(SCRIPTS / "stepper.py")
 def test_exit_code_crash_at_exact_rank_and_step():
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "8", "0.02")
-        job.inject(WorkerCrash(exit_code=3), AtStep(step=4, rank=1))
+        job.inject(WorkerKill(exit_code=3), AtStep(step=4, rank=1))
         result = job.wait(timeout=60)
         assert result.state == WorkerState.SUCCEEDED
         exits = [e for e in job.timeline.events("worker_exit") if e["exitcode"] == 3]
@@ -31,7 +31,7 @@ def test_exit_code_crash_at_exact_rank_and_step():
 def test_signal_crash_on_state_trigger():
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "40", "0.02")
-        job.inject(WorkerCrash(local_rank=0, sig=int(signal.SIGTERM)), OnState(WorkerState.HEALTHY))
+        job.inject(WorkerKill(local_rank=0, sig=int(signal.SIGTERM)), OnState(WorkerState.HEALTHY))
         job.wait_for_recovery(timeout=30)
         result = job.wait(timeout=60)
         assert result.state == WorkerState.SUCCEEDED
@@ -59,7 +59,7 @@ def test_hang_after_delay_stops_the_worker():
 def test_exit_order_at_next_step():
     with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
-        job.inject(WorkerCrash(exit_code=9), OnState(WorkerState.HEALTHY))
+        job.inject(WorkerKill(exit_code=9), OnState(WorkerState.HEALTHY))
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
         assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 9
 
@@ -68,11 +68,11 @@ def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired():
     """No store process to lose in a one-node job: ``wait()`` raises with the reason (it
     used to return normally, the error kept in a list nothing read), and the fault is not
     listed as fired."""
-    from harness.faults import FaultError, StoreHostLoss
+    from harness.faults import FaultError, StoreHostKill
 
     with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "50", "0.02")
-        entry = ScheduledFault(StoreHostLoss(), OnState(WorkerState.HEALTHY))
+        entry = ScheduledFault(StoreHostKill(), OnState(WorkerState.HEALTHY))
         job.schedule([entry])
         with pytest.raises(FaultError, match=r"has no separate store process to lose"):
             job.wait(timeout=60)
@@ -87,8 +87,8 @@ def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
     first attempt; chained it waits for A, then for step 3 of the restarted attempt."""
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
-        job.schedule([ScheduledFault(WorkerCrash(local_rank=0), AtStep(step=10, rank=0)),
-                      ScheduledFault(WorkerCrash(local_rank=1), AtStep(step=3, rank=0), after_previous=True)])
+        job.schedule([ScheduledFault(WorkerKill(local_rank=0), AtStep(step=10, rank=0)),
+                      ScheduledFault(WorkerKill(local_rank=1), AtStep(step=3, rank=0), after_previous=True)])
         assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
         first, second = job.timeline.faults()
         assert (first["local_rank"], second["local_rank"]) == (0, 1)
@@ -109,9 +109,9 @@ def test_a_fault_on_a_target_the_job_can_never_have_is_refused_at_inject():
     with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"), nodes=1)
         for fault, trigger, message in [
-            (WorkerCrash(node=7, local_rank=0), AtStep(step=1, rank=0),
+            (WorkerKill(node=7, local_rank=0), AtStep(step=1, rank=0),
              "node=7 names no node of this job: its nodes are 0..1 (nnodes=1:2)"),
-            (WorkerCrash(local_rank=2), None, "local_rank=2 names no worker of a node: local ranks are 0..1"),
+            (WorkerKill(local_rank=2), None, "local_rank=2 names no worker of a node: local ranks are 0..1"),
             (WorkerHang(), AtStep(step=1, rank=4), "rank=4 names no rank of this job: ranks are 0..3"),
             (WorkerHang(), OnState(WorkerState.HEALTHY, node=2), "state_node=2 names no node"),
             (WorkerHang(), OnWorldSize(size=5), "on_world_size=5 can never form: WORLD_SIZE is 1..4"),
@@ -128,15 +128,15 @@ def test_wait_fails_naming_each_fault_that_never_fired_and_why():
 
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "5", "0.01")
-        job.schedule([ScheduledFault(WorkerCrash(local_rank=0), AtStep(step=1000, rank=0)),
+        job.schedule([ScheduledFault(WorkerKill(local_rank=0), AtStep(step=1000, rank=0)),
                       ScheduledFault(WorkerHang(local_rank=1), AtStep(step=2, rank=1), after_previous=True),
                       ScheduledFault(WorkerHang(), OnWorldSize(size=1)),
                       ScheduledFault(WorkerHang(), After(3600)),
-                      ScheduledFault(WorkerCrash(exit_code=3), AtStep(step=999, rank=1))])
+                      ScheduledFault(WorkerKill(exit_code=3), AtStep(step=999, rank=1))])
         with pytest.raises(FaultNotFired) as info:
             job.wait(timeout=60)
         text = str(info.value)
-        for reason in ("WorkerCrash(node=0, local_rank=0, sig=9, exit_code=None) @ AtStep(step=1000, rank=0) "
+        for reason in ("WorkerKill(node=0, local_rank=0, sig=9, exit_code=None) @ AtStep(step=1000, rank=0) "
                        "never fired: rank 0 reported steps up to 4 only, none >= 1000",
                        "never fired: it was never armed: the fault before it never fired",
                        "never fired: no rendezvous round of WORLD_SIZE 1 formed while it was armed (rounds: [2])",
@@ -152,7 +152,7 @@ def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step
 
     with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "env_dump.py"))
-        job.inject(WorkerCrash(), AtStep(step=1, rank=0))
+        job.inject(WorkerKill(), AtStep(step=1, rank=0))
         with pytest.raises(FaultNotFired, match=re.escape(
                 "AtStep(step=1, rank=0) never fired: rank 0 reported no step >= 1 — does the script "
                 "call harness.report_step?")):
