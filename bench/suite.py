@@ -21,7 +21,7 @@ timed from the first ``Popen`` to the last job's agents reaped:
   under both launchers (``HARNESS_EVENTS``/``HARNESS_ORDERS`` are set for torchrun's
   workers too), so ``at_step`` faults fire on the same (rank, step): exit-code crashes as
   the same order file the worker obeys, the others by the bench when the step event
-  appears. ``after = s`` counts from the moment every worker of the job is running (ours:
+  appears. ``after_healthy = s`` counts from the moment every worker of the job is running (ours:
   from the first HEALTHY state). What each fault does: worker crash/hang -> that worker
   (found by its agent and ``LOCAL_RANK``) gets the signal / SIGSTOP; agent kill -> SIGKILL
   to the agent; node kill/freeze -> SIGKILL/SIGSTOP to the agent and its workers; node
@@ -224,31 +224,31 @@ class TorchrunJob:
         if "at_step" in fault:
             rank = fault.get("rank", 0)
             return any(e.get("rank") == rank and e.get("step", -1) >= fault["at_step"] for e in self._steps)
-        return self.all_running_at is not None and now - self.all_running_at >= float(fault.get("after", 0))
+        return self.all_running_at is not None and now - self.all_running_at >= float(fault.get("after_healthy", 0))
 
     def fire(self, fault: dict) -> None:
         kind, node = fault["kind"], fault.get("node", 0)
         self.fired.append(kind)
-        if kind in ("worker_crash", "worker_hang"):
-            sig = signal.SIGSTOP if kind == "worker_hang" else int(fault.get("sig", signal.SIGKILL))
+        if kind in ("kill_worker", "hang_worker"):
+            sig = signal.SIGSTOP if kind == "hang_worker" else int(fault.get("sig", signal.SIGKILL))
             pid = self.workers(node).get(fault.get("local_rank", 0))
             if pid is not None:
                 _kill(pid, sig)
-        elif kind == "agent_kill":
+        elif kind == "kill_agent":
             self.targeted.add(node)
             _kill(self.agents[node].pid, signal.SIGKILL)
-        elif kind in ("node_kill", "node_freeze", "store_host_loss"):
-            node = 0 if kind == "store_host_loss" else node
+        elif kind in ("kill_node", "freeze_node", "kill_store_host"):
+            node = 0 if kind == "kill_store_host" else node
             self.targeted.add(node)
-            sig = signal.SIGSTOP if kind == "node_freeze" else signal.SIGKILL
+            sig = signal.SIGSTOP if kind == "freeze_node" else signal.SIGKILL
             pids = self.workers(node)
             _kill(self.agents[node].pid, sig)
             for pid in pids.values():
                 _kill(pid, sig)
-        elif kind == "node_leave":
+        elif kind == "remove_node":
             self.targeted.add(node)
             _kill(self.agents[node].pid, signal.SIGTERM)
-        elif kind == "node_join":
+        elif kind == "add_node":
             self.start_agent()
 
     def cleanup(self) -> None:
@@ -270,13 +270,14 @@ def _kill(pid: int, sig: int) -> None:
 
 def run_torchrun_job(scenario: Scenario, tmp: str, env: dict) -> dict:
     from harness.net import PortReservation
+    from harness.sim.schema import modern_spec
 
     job = TorchrunJob(scenario, tmp, env)
     low, high = scenario.nnodes
-    faults = [dict(f) for f in scenario.spec.get("fault", [])]
+    faults = [modern_spec(f) for f in scenario.spec.get("fault", [])]
     pending = []
     for fault in faults:  # exit-code crashes at a step: the order the worker obeys itself
-        if fault["kind"] == "worker_crash" and "exit_code" in fault and "at_step" in fault:
+        if fault["kind"] == "kill_worker" and "exit_code" in fault and "at_step" in fault:
             with open(os.path.join(job.orders, f"{fault.get('rank', 0)}.{fault['at_step']}"), "w") as fp:
                 fp.write(str(int(fault["exit_code"])))
             job.fired.append("worker_exit_order")

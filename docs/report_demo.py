@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness import WorkerState
-from harness.faults import AgentKill, AtStep, NodeKill, WorkerCrash
+from harness.faults import AgentKill, AtStep, NodeKill, WorkerKill
 
 STEPPER = str(Path(__file__).resolve().parent.parent / "tests" / "scripts" / "stepper.py")
 
@@ -21,7 +21,7 @@ STEPPER = str(Path(__file__).resolve().parent.parent / "tests" / "scripts" / "st
 @pytest.mark.elastic(nnodes="2:4", nproc_per_node=2, max_restarts=4)
 def test_training_under_chaos(elastic_cluster):
     job = elastic_cluster.launch(STEPPER, "300", "0.03")
-    job.inject(WorkerCrash(node=1, local_rank=0), AtStep(step=90, rank=0))
+    job.inject(WorkerKill(node=1, local_rank=0), AtStep(step=90, rank=0))
     job.inject(NodeKill(node=3), AtStep(step=160, rank=0))
     job.inject(AgentKill(node=2), AtStep(step=230, rank=0))
     assert job.wait(timeout=120).state == WorkerState.SUCCEEDED

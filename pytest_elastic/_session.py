@@ -65,8 +65,10 @@ def _chaos(settings: Settings, test_id: str) -> tuple[Any, int | None]:
 def reproduction_line(test_id: str, settings: Settings, schedule: str | None = None,
                       shrink_budget: int | None = None) -> str:
     """The command that replays this test's chaos run (``schedule``: exact JSON schedules)."""
+    from harness.sim.schema import DEFAULT_CHAOS_KINDS
+
     line = f"pytest '{test_id}' --elastic-chaos --elastic-seed={settings.seed}"
-    if settings.faults != "worker":
+    if settings.faults != ",".join(DEFAULT_CHAOS_KINDS):
         line += f" --elastic-faults={settings.faults}"
     if settings.overload:
         line += " --elastic-chaos-overload"

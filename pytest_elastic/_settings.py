@@ -47,7 +47,7 @@ class Settings:
     chaos: bool = False
     seed: int = 0
     seed_given: bool = False
-    faults: str = "worker"
+    faults: str = "kill_worker"
     overload: bool = False
     report_dir: str | None = None
     start_method: str = "zygote"
@@ -124,7 +124,7 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         seed = seed_from_controller  # xdist: every worker uses the controller's seed
     else:
         seed = int(seed_text) if seed_given else random.SystemRandom().randrange(1, 2**31)
-    faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), "worker", _fault_kinds, "faults")
+    faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), "kill_worker", _fault_kinds, "faults")
     timeout = _pick(option.elastic_timeout, "TIMEOUT", ini("elastic_timeout"), None, _positive, "timeout")
     schedule = _pick(getattr(option, "elastic_schedule", None), "SCHEDULE", None, None,
                      _schedule_text, "schedule")
@@ -151,10 +151,12 @@ def _fault_kinds(value: Any) -> str:
     if not names:
         raise ValueError("names no fault kind")
     try:
-        parse_chaos_kinds(",".join(names))
+        parse_chaos_kinds(",".join(names))  # an old name warns here, once per session
     except ConfigError as e:
         raise ValueError(e.constraint) from None
-    return ",".join(names)
+    from harness.sim.schema import RENAMED_CHAOS_KINDS
+
+    return ",".join(RENAMED_CHAOS_KINDS.get(name, name) for name in names)
 
 
 def _start_method(value: Any) -> str:
@@ -173,7 +175,7 @@ def _non_negative_int(value: Any) -> int:
 
 
 def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
-    """``[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}, ...], ...]``: one list of
+    """``[[{"kind": "kill_worker", "local_rank": 1, "after_healthy": 0.3}, ...], ...]``: one list of
     faults per job, in launch order, each a fault spec (``harness.sim.schema``, the keys of
     a scenario's ``[[fault]]``); checked (ValueError names the job, fault and key)."""
     from harness.errors import ConfigError
@@ -185,7 +187,7 @@ def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
         raise ValueError(f"not JSON ({e})") from None
     if not isinstance(data, list) or not all(isinstance(job, list) for job in data):
         raise ValueError("must be a JSON list with one list of faults per job, e.g. "
-                         '[[{"kind": "worker_crash", "local_rank": 1, "after": 0.3}]]')
+                         '[[{"kind": "kill_worker", "local_rank": 1, "after_healthy": 0.3}]]')
     for j, job in enumerate(data):
         for i, entry in enumerate(job):
             if not isinstance(entry, dict):

@@ -244,7 +244,7 @@ def _find(schedules: Schedules, entry: Any) -> tuple[int, int] | None:
 def entry_to_json(entry: Any) -> dict[str, Any] | None:
     """One fault in the vocabulary of a scenario's ``[[fault]]``; None when its trigger has
     no spelling there."""
-    from harness.faults import to_spec
+    from harness.sim.faults import to_spec
 
     return to_spec(entry)
 
@@ -261,7 +261,7 @@ def schedules_to_json(schedules: Schedules) -> str | None:
 
 
 def entry_from_json(data: dict[str, Any]) -> Any:
-    from harness.faults import from_spec
+    from harness.sim.faults import from_spec
 
     return from_spec(data)
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.sim import schema
-from harness.sim.faults import Fault, Heal, HealthyThenAfter, ScheduledFault, fault_class
+from harness.sim.faults import AfterHealthy, Fault, Heal, ScheduledFault, fault_class
 
-__all__ = ["FAULT_KINDS", "ChaosConfig", "HealthyThenAfter", "derive_seed", "generate_schedule",
+__all__ = ["FAULT_KINDS", "ChaosConfig", "AfterHealthy", "derive_seed", "generate_schedule",
            "parse_fault_kinds"]
 
 #: the kinds chaos generates (``--elastic-faults``), each a row of ``harness.sim.schema``
 FAULT_KINDS: tuple[str, ...] = tuple(schema.CHAOS_KINDS)
 DEFAULT_KINDS = schema.DEFAULT_CHAOS_KINDS
-#: ``"worker,scale"`` -> ``("worker", "leave", "join")`` (ConfigError naming unknown kinds)
+#: ``"kill_worker,scale"`` -> ``("kill_worker", "remove_node", "add_node")`` (ConfigError naming unknown kinds)
 parse_fault_kinds = schema.parse_chaos_kinds
 
 
@@ -89,7 +89,7 @@ def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nod
         if row.heal_after is not None:  # a lasting fault: healed before the job can end
             low, high = row.heal_after
             lasts = round(low + rng.random() * (high - low), 3)
-            schedule.append(ScheduledFault(Heal(node=node), HealthyThenAfter(seconds=lasts), after_previous=True))
+            schedule.append(ScheduledFault(Heal(node=node), AfterHealthy(seconds=lasts), after_previous=True))
             delay = round(delay + lasts, 3)
     return schedule
 
@@ -117,6 +117,6 @@ def _make(row: schema.FaultKind, node: int, local_rank: int, rng: random.Random)
     return fault_class(row.kind)(**values)
 
 
-def _trigger(delay: float) -> HealthyThenAfter:
+def _trigger(delay: float) -> AfterHealthy:
     """Fire ``delay`` s after the job first became HEALTHY (so the fault meets workers)."""
-    return HealthyThenAfter(seconds=delay)
+    return AfterHealthy(seconds=delay)

@@ -46,13 +46,12 @@ class Cluster:
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
                  pool: WarmPool | None = None, network: str = "auto"):
+        given = {name: value for name, value in locals().items() if name != "self"}  # the keywords
         from harness.run import parse_min_max_nnodes
+        from harness.sim.schema import check_cluster_keywords
 
-        self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))
-        if not isinstance(nproc_per_node, int) or nproc_per_node < 1:
-            raise ConfigError("nproc_per_node", nproc_per_node, "must be an int >= 1")
-        if store_host not in ("harness", "node0"):
-            raise ConfigError("store_host", store_host, "must be 'harness' or 'node0'")
+        check_cluster_keywords(given)  # each through the schema's check, named as written
+        self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))  # checked: cannot fail
         self.nproc_per_node = nproc_per_node
         self.max_restarts = max_restarts
         self.rdzv_backend = rdzv_backend
@@ -107,7 +106,7 @@ class Cluster:
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):
-                job.add_node()
+                job._start_node()
         except BaseException:
             job.terminate()
             raise

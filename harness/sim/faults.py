@@ -19,17 +19,22 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.agent import WorkerState
+from harness.errors import ConfigError
 from harness.sim import schema
+from harness.sim.checks import number
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Job
 
-__all__ = [
-    "Fault", "WorkerCrash", "WorkerHang", "AgentKill", "NodeKill", "NodeLeave", "NodeJoin",
-    "NodeFreeze", "StoreHostLoss", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
-    "Trigger", "Immediately", "After", "HealthyThenAfter", "OnState", "AtStep", "OnWorldSize",
-    "ScheduledFault", "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class",
+#: what ``harness.faults`` shows users (the rest of ``__all__`` serves the harness itself)
+PUBLIC = [
+    "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",
+    "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
+    "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
+    "ScheduledFault",
 ]
+__all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
+           "check_targets", "write_exit_order"]
 
 ORDERS_ENV = "HARNESS_ORDERS"  # dir where exit-code orders for report_step are left
 
@@ -43,6 +48,13 @@ class Fault:
     #: whether the fault is a *failure* (uses a restart) rather than a membership change
     is_failure: ClassVar[bool] = True
 
+    def __post_init__(self) -> None:
+        """Bad field values fail here, at construction, not when the fault fires (checks:
+        the class's row in ``harness.sim.schema``; a class with no row checks nothing)."""
+        row = schema.FAULT_KINDS.get(self.kind)
+        if row is not None and row.cls == type(self).__name__:
+            schema.check_fields(row.cls, ((p.name, p, getattr(self, p.name)) for p in row.params))
+
     def apply(self, job: Job) -> None:
         raise NotImplementedError
 
@@ -52,11 +64,11 @@ class Fault:
 
 
 @dataclass(frozen=True)
-class WorkerCrash(Fault):
+class WorkerKill(Fault):
     """A worker dies of ``sig`` (default SIGKILL), or exits with ``exit_code`` at its next
     ``report_step`` (exit codes need the worker to report steps)."""
 
-    kind: ClassVar[str] = "worker_crash"
+    kind: ClassVar[str] = "kill_worker"
     node: int = 0
     local_rank: int = 0
     sig: int = int(signal.SIGKILL)
@@ -71,7 +83,7 @@ class WorkerCrash(Fault):
 
 @dataclass(frozen=True)
 class WorkerHang(Fault):
-    kind: ClassVar[str] = "worker_hang"
+    kind: ClassVar[str] = "hang_worker"
     node: int = 0
     local_rank: int = 0
 
@@ -81,7 +93,7 @@ class WorkerHang(Fault):
 
 @dataclass(frozen=True)
 class AgentKill(Fault):
-    kind: ClassVar[str] = "agent_kill"
+    kind: ClassVar[str] = "kill_agent"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -91,7 +103,7 @@ class AgentKill(Fault):
 
 @dataclass(frozen=True)
 class NodeKill(Fault):
-    kind: ClassVar[str] = "node_kill"
+    kind: ClassVar[str] = "kill_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -100,8 +112,8 @@ class NodeKill(Fault):
 
 
 @dataclass(frozen=True)
-class NodeLeave(Fault):
-    kind: ClassVar[str] = "node_leave"
+class NodeRemove(Fault):
+    kind: ClassVar[str] = "remove_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -110,17 +122,17 @@ class NodeLeave(Fault):
 
 
 @dataclass(frozen=True)
-class NodeJoin(Fault):
-    kind: ClassVar[str] = "node_join"
+class NodeAdd(Fault):
+    kind: ClassVar[str] = "add_node"
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
-        job.join_node()
+        job.add_node()
 
 
 @dataclass(frozen=True)
 class NodeFreeze(Fault):
-    kind: ClassVar[str] = "node_freeze"
+    kind: ClassVar[str] = "freeze_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
 
@@ -129,8 +141,8 @@ class NodeFreeze(Fault):
 
 
 @dataclass(frozen=True)
-class StoreHostLoss(Fault):
-    kind: ClassVar[str] = "store_host_loss"
+class StoreHostKill(Fault):
+    kind: ClassVar[str] = "kill_store_host"
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
@@ -214,6 +226,13 @@ class Trigger:
     """When a fault fires. The scheduler evaluates ``ready`` whenever events arrive, and at
     ``deadline`` for triggers that come due with time alone (no polling tick)."""
 
+    def __post_init__(self) -> None:
+        """Bad field values fail at construction (checks: the class's ``TriggerForm`` in
+        ``harness.sim.schema``; ``_TRIGGER_FIELDS``)."""
+        name = type(self).__name__
+        fields = _TRIGGER_FIELDS.get(name, ())
+        schema.check_fields(name, ((attr, key, getattr(self, attr)) for key, attr in fields))
+
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         raise NotImplementedError
 
@@ -222,11 +241,19 @@ class Trigger:
         (None: only an event can make it ready)."""
         return None
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        """Why this trigger, armed at ``armed_at``, was not met by the end of the job (one
+        clause, for ``Job.wait``'s "never fired" error)."""
+        return "its trigger was never met"
+
 
 @dataclass(frozen=True)
 class Immediately(Trigger):
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return True
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return "it was due at once"
 
 
 @dataclass(frozen=True)
@@ -239,6 +266,9 @@ class After(Trigger):
     def deadline(self, job: Job, armed_at: float) -> float | None:
         return armed_at + self.seconds
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return f"the job ended before {self.seconds:g}s had passed since it was scheduled"
+
 
 @dataclass(frozen=True)
 class OnState(Trigger):
@@ -247,8 +277,18 @@ class OnState(Trigger):
     state: WorkerState = WorkerState.HEALTHY
     node: int | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.state, WorkerState):  # "HEALTHY": the state of that name
+            object.__setattr__(self, "state", WorkerState(self.state))
+
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return job.in_state(self.state, self.node)
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        who = "every running node" if self.node is None else f"node {self.node}"
+        live = " with live workers" if self.state == WorkerState.HEALTHY else ""
+        return f"{who} was never {self.state.value}{live} while it was armed"
 
 
 @dataclass(frozen=True)
@@ -266,9 +306,16 @@ class AtStep(Trigger):
                 return True
         return False
 
+    def never_met(self, job: Job, armed_at: float) -> str:
+        steps = [e.get("step", -1) for e in job.timeline.steps(self.rank) if e.get("mono", 0) >= armed_at]
+        if steps:
+            return f"rank {self.rank} reported steps up to {max(steps)} only, none >= {self.step}"
+        return (f"rank {self.rank} reported no step >= {self.step} — does the script call "
+                "harness.report_step?")
+
 
 @dataclass(frozen=True)
-class HealthyThenAfter(After):
+class AfterHealthy(After):
     """``seconds`` after the job was first seen HEALTHY (so the fault meets live workers)."""
 
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
@@ -278,6 +325,11 @@ class HealthyThenAfter(After):
     def deadline(self, job: Job, armed_at: float) -> float | None:
         first = job.first_healthy_time()
         return None if first is None else max(first, armed_at) + self.seconds
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        if job.first_healthy_time() is None:
+            return "the job was never HEALTHY"
+        return f"the job ended less than {self.seconds:g}s after it was first HEALTHY"
 
 
 @dataclass(frozen=True)
@@ -289,6 +341,10 @@ class OnWorldSize(Trigger):
     def ready(self, job: Job, armed_at: float, now: float) -> bool:
         return any(e["world_size"] == self.size and e.get("mono", 0) >= armed_at
                    for e in job.timeline.events("rendezvous"))
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        return (f"no rendezvous round of WORLD_SIZE {self.size} formed while it was armed "
+                f"(rounds: {job.timeline.world_sizes()})")
 
 
 @dataclass(frozen=True)
@@ -307,13 +363,56 @@ class ScheduledFault:
         return f"{self.fault.describe()} @ {trigger}({args}){chained}"
 
 
-def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> None:
-    """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the next)."""
+@dataclass(frozen=True)
+class JobShape:
+    """What a fault may target in a job: node indices ``0..nodes-1`` (the job's maximum,
+    plus one per node join scheduled), ``nproc_per_node`` local ranks, ``world`` ranks."""
+
+    nodes: int
+    nproc_per_node: int
+    world: int
+    nnodes: str  # as the user wrote it, for the message
+
+
+def check_targets(entry: ScheduledFault, shape: JobShape) -> None:
+    """Raise ``ConfigError`` if ``entry`` names a node, local rank or rank the job can never
+    have: such a fault would never fire (and wait() would only say so at the end)."""
+    where = entry.describe()
+    nodes = f"its nodes are 0..{shape.nodes - 1} (nnodes={shape.nnodes})"
+
+    def node_ok(name: str, value: Any) -> None:
+        if isinstance(value, int) and not 0 <= value < shape.nodes:
+            raise ConfigError(name, value, f"names no node of this job: {nodes}", where)
+
+    fault, trigger = entry.fault, entry.trigger
+    node_ok("node", getattr(fault, "node", None))
+    local_rank = getattr(fault, "local_rank", None)
+    if isinstance(local_rank, int) and not 0 <= local_rank < shape.nproc_per_node:
+        raise ConfigError("local_rank", local_rank, "names no worker of a node: local ranks are "
+                          f"0..{shape.nproc_per_node - 1} (nproc_per_node={shape.nproc_per_node})", where)
+    peers = getattr(fault, "peers", None)
+    if isinstance(peers, (list, tuple)):
+        for peer in peers:
+            node_ok("peers", peer)
+    if isinstance(trigger, AtStep) and not 0 <= trigger.rank < shape.world:
+        raise ConfigError("rank", trigger.rank, f"names no rank of this job: ranks are 0..{shape.world - 1} "
+                          f"(at most {shape.world} workers)", where)
+    if isinstance(trigger, OnState):
+        node_ok("state_node", trigger.node)
+    if isinstance(trigger, OnWorldSize) and not 1 <= trigger.size <= shape.world:
+        raise ConfigError("on_world_size", trigger.size, f"can never form: WORLD_SIZE is 1..{shape.world} "
+                          "in this job", where)
+
+
+def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> str:
+    """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the
+    next); its path (``report_step`` removes it when it obeys)."""
     name = f"{rank}.{'any' if step is None else step}"
     path = os.path.join(orders_dir, name)
     with open(path + ".tmp", "w") as fp:
         fp.write(str(int(exit_code)))
     os.replace(path + ".tmp", path)
+    return path
 
 
 # -- the scenario vocabulary (``[[fault]]`` tables, ``--elastic-schedule`` JSON) -----------
@@ -336,20 +435,26 @@ for _kind, _cls in _KINDS.items():
     if _cls.kind != _kind:
         raise ImportError(f"{_cls.__name__}.kind={_cls.kind!r}, but harness.sim.schema says {_kind!r}")
 _TRIGGER_CLASSES: dict[str, type[Trigger]] = {form.key: _class_of(form.cls, Trigger) for form in schema.TRIGGERS}
+#: trigger class name -> (key, field) of each field it checks at construction
+_TRIGGER_FIELDS: dict[str, tuple[tuple[schema.Key, str], ...]] = {
+    **{form.cls: form.fields for form in schema.TRIGGERS},
+    "After": ((schema.Key("seconds", 0.0, "delay", number(0)), "seconds"),)}
 _TRIGGER_FORMS: dict[type[Trigger], schema.TriggerForm] = {
     _TRIGGER_CLASSES[form.key]: form for form in schema.TRIGGERS}
 SPEC_KEYS = schema.SPEC_KEYS
 
 
 def fault_class(kind: str) -> type[Fault]:
-    """The ``Fault`` class of a spec kind (``"node_kill"`` -> ``NodeKill``)."""
+    """The ``Fault`` class of a spec kind (``"kill_node"`` -> ``NodeKill``)."""
     return _KINDS[kind]
 
 
 def from_spec(spec: dict[str, Any]) -> ScheduledFault:
-    """``{"kind": "node_kill", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
+    """``{"kind": "kill_node", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
     Keys, triggers and defaults: ``harness.sim.schema`` (``python -m harness.sim.schema``
-    prints them all). Raises ``ConfigError`` naming the bad key or kind."""
+    prints them all). Raises ``ConfigError`` naming the bad key or kind; old spellings
+    pass with a DeprecationWarning."""
+    spec = schema.modern_spec(spec)
     schema.check_fault_spec(spec)
     row = schema.FAULT_KINDS[spec["kind"]]
     fault = _KINDS[row.kind](**{p.name: spec[p.name] for p in row.params if p.name in spec})
@@ -383,3 +488,12 @@ def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
     if entry.after_previous:
         data[schema.AFTER_PREVIOUS.name] = True
     return data
+
+
+def __getattr__(name: str) -> Any:
+    """Old class names (``WorkerCrash``...) still work, with a DeprecationWarning."""
+    new = schema.RENAMED_CLASSES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    schema.deprecated(name, new, "fault class")
+    return globals()[new]

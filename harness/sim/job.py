@@ -39,9 +39,12 @@ from harness.sim.faults import (
     AtStep,
     Fault,
     Immediately,
+    JobShape,
+    NodeAdd,
     ScheduledFault,
     Trigger,
-    WorkerCrash,
+    WorkerKill,
+    check_targets,
     write_exit_order,
 )
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
@@ -49,7 +52,7 @@ from harness.sim.job_network import NetworkFaults
 from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.node_process import NodeProcess, start_node
-from harness.sim.scheduler import FaultError, FaultScheduler, TargetNotReady
+from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
@@ -58,8 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 
-#: how long a kill waits for the harness's own waitpid of the agent it killed
-_REAP_S = 10.0
 #: agent states after which the harness adds no terminal entry of its own
 _FINAL = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN)
 
@@ -89,6 +90,10 @@ class Job(ProcessFaults, NetworkFaults):
     inject come from ``ProcessFaults`` (signals to agents and workers) and
     ``NetworkFaults`` (cut, thinned and healed links)."""
 
+    #: seconds a kill (``kill_node``, ``kill_agent``...) waits for the killed agent to be
+    #: reaped before it raises ``FaultError``; also bounds the wait for a SIGSTOP to land
+    reap_timeout: float = 10.0
+
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
         self.cluster: Cluster = cluster
@@ -114,6 +119,9 @@ class Job(ProcessFaults, NetworkFaults):
         #: the nodes' network (built with the first node: the store lives in it too)
         self.network: Network = None  # type: ignore[assignment]
         self._scheduler: FaultScheduler | None = None
+        self._joins_scheduled = 0  # node joins scheduled: each makes one more node index valid
+        #: exit-code orders left for report_step: path -> (what was ordered, why it may not fire)
+        self._orders: dict[str, tuple[str, str]] = {}
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.frozen_nodes: set[int] = set()  # nodes the harness SIGSTOPped (never finish)
@@ -137,8 +145,8 @@ class Job(ProcessFaults, NetworkFaults):
         head = ["-u", "-m"] if self.module else ["-u"]
         return sys.executable, [*head, self.entrypoint, *map(str, self.args)]
 
-    def add_node(self) -> int:
-        """Start one more node agent (scale up when the job is running); its index."""
+    def _start_node(self) -> int:
+        """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
         from harness.launch import LaunchConfig
         from harness.sim.node_main import NodeSpec
 
@@ -260,14 +268,20 @@ class Job(ProcessFaults, NetworkFaults):
         self._harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
 
     def _await_exit(self, node: int) -> None:
-        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded."""
-        self.bus.wait_until(lambda: node in self._exits, _REAP_S, lifecycle=True)
+        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded;
+        ``FaultError`` if that does not happen within ``reap_timeout`` (the kill methods
+        promise a reaped agent and its terminal entry: never return as if they had one)."""
+        if not self.bus.wait_until(lambda: node in self._exits, self.reap_timeout, lifecycle=True):
+            raise FaultError(f"node {node}'s agent (pid {self._node(node).pid}) was SIGKILLed but never "
+                             f"reaped within {self.reap_timeout:g}s, so its exit and terminal entry are "
+                             "not on the timeline (stuck in the kernel, or its parent, the node fork "
+                             "server, is not reaping)")
 
     def _await_stop(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
         writes can follow the terminal entry; a bounded poll of one process."""
         pid = self._node(node).pid
-        deadline = time.monotonic() + _REAP_S
+        deadline = time.monotonic() + self.reap_timeout
         pause = 0.0005
         while time.monotonic() < deadline:
             try:
@@ -402,18 +416,50 @@ class Job(ProcessFaults, NetworkFaults):
 
     def schedule(self, entries: list[ScheduledFault]) -> None:
         """Arm a list of scheduled faults; a background thread fires each when due. One that
-        cannot be applied makes the job's waits (``wait``...) raise ``FaultError``."""
+        names a node, local rank or rank this job can never have raises ``ConfigError`` here
+        (none of the list is armed then); one that cannot be applied makes the job's waits
+        (``wait``...) raise ``FaultError``, and one still pending when the job ends makes
+        ``wait`` raise ``FaultNotFired``."""
+        joins = self._joins_scheduled
+        for entry in entries:
+            joins += isinstance(entry.fault, NodeAdd)
+            check_targets(entry, self._shape(joins))
+        self._joins_scheduled = joins
         for entry in entries:
             crash = entry.fault
-            if isinstance(crash, WorkerCrash) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
+            if isinstance(crash, WorkerKill) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
                 # exact (rank, step) crashes are left as orders the worker obeys itself
-                self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=entry.trigger.rank,
-                                          step=entry.trigger.step, exit_code=crash.exit_code)
-                write_exit_order(self.orders_dir, entry.trigger.rank, crash.exit_code, entry.trigger.step)
+                rank, step = entry.trigger.rank, entry.trigger.step
+                self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,
+                                          step=step, exit_code=crash.exit_code)
+                path = write_exit_order(self.orders_dir, rank, crash.exit_code, step)
+                self._orders[path] = (entry.describe(), f"rank {rank} reported no step {step} — does "
+                                      "the script call harness.report_step?")
                 continue
             if self._scheduler is None:
                 self._scheduler = FaultScheduler(self)
             self._scheduler.add(entry)
+
+    def _shape(self, joins: int) -> JobShape:
+        cluster = self.cluster
+        nnodes = f"{cluster.min_nodes}:{cluster.max_nodes}"
+        return JobShape(nodes=max(cluster.max_nodes, len(self.nodes)) + joins,
+                        nproc_per_node=cluster.nproc_per_node,
+                        world=cluster.max_nodes * cluster.nproc_per_node, nnodes=nnodes)
+
+    def _order_left(self, path: str, what: str, why: str) -> None:
+        """An exit-code order was left for ``report_step`` (it fires when obeyed)."""
+        self._orders[path] = (what, why)
+
+    def never_fired(self) -> list[tuple[str, str]]:
+        """(fault, why) of every fault of the caller's own still not fired: scheduled ones
+        pending (chaos faults excepted: they may not fire), and exit-code orders no worker
+        obeyed (no ``report_step`` at that step)."""
+        chaos = {id(e) for e in self.chaos_schedule}
+        pending = self._scheduler.never_fired() if self._scheduler else []
+        reasons = [(entry.describe(), why) for entry, why in pending if id(entry) not in chaos]
+        reasons += [(what, why) for path, (what, why) in self._orders.items() if os.path.exists(path)]
+        return reasons
 
     def pending_faults(self) -> list[ScheduledFault]:
         """Scheduled faults armed (or waiting for their predecessor), not fired yet."""
@@ -434,14 +480,20 @@ class Job(ProcessFaults, NetworkFaults):
         # a snapshot: the fault thread may add a node (join) while we wait
         return [i for i, n in list(self.nodes.items()) if i not in self.frozen_nodes and n.alive()]
 
-    def wait(self, timeout: float = 120) -> JobResult:
+    def wait(self, timeout: float = 120, allow_unfired: bool = False) -> JobResult:
         """Wait for every node agent to finish (nodes the harness froze excepted: they
         never will; close() kills them); the merged result. Raises ``FaultError`` as soon
-        as a scheduled fault could not be applied."""
+        as a scheduled fault could not be applied, and ``FaultNotFired`` (saying why for
+        each) if the job ended with faults of the caller's still not fired, unless
+        ``allow_unfired`` (chaos faults never count: ``unfired_faults()`` lists them)."""
         if not self._wait(lambda: not self._running(), timeout, lifecycle=True):
             running = self._running()
             raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; nodes "
                                f"{running} still running\n{self.timeline.format()}")
+        if not allow_unfired:
+            unfired = self.never_fired()
+            if unfired:
+                raise FaultNotFired(unfired)
         return self.result()
 
     def finished(self) -> bool:

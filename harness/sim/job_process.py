@@ -73,7 +73,10 @@ class ProcessFaults:
     def _record_terminal(self, node: int, cause: str, **how: Any) -> None:
         raise NotImplementedError
 
-    def add_node(self) -> int:
+    def _start_node(self) -> int:
+        raise NotImplementedError
+
+    def _order_left(self, path: str, what: str, why: str) -> None:
         raise NotImplementedError
 
     def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
@@ -85,7 +88,10 @@ class ProcessFaults:
         rank = starts[local_rank]["rank"]
         self._harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
                                   local_rank=local_rank, rank=rank, exit_code=exit_code)
-        write_exit_order(self.orders_dir, rank, exit_code)
+        path = write_exit_order(self.orders_dir, rank, exit_code)
+        self._order_left(path, f"exit {exit_code} ordered for node {node} local rank {local_rank}",
+                         f"rank {rank} reported no step after the order — does the script call "
+                         "harness.report_step?")
 
     def kill_store_host(self) -> None:
         """The process hosting the rendezvous store dies."""
@@ -115,7 +121,8 @@ class ProcessFaults:
 
     def kill_agent(self, node: int) -> None:
         """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
-        harness reaped the agent (its terminal entry is on the timeline)."""
+        harness reaped the agent (its terminal entry is on the timeline); ``FaultError`` if
+        it was not reaped within ``Job.reap_timeout``."""
         target = self._live_node(node)
         self._harm(node, "agent_kill")
         self._fault("agent_kill", target_node=node)
@@ -138,7 +145,8 @@ class ProcessFaults:
 
     def kill_node(self, node: int) -> None:
         """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
-        reaped the agent (its terminal entry is on the timeline)."""
+        reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
+        not reaped within ``Job.reap_timeout``."""
         self._signal_node(node, "node_kill", signal.SIGKILL)
         self._await_exit(node)
 
@@ -160,9 +168,16 @@ class ProcessFaults:
                 self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
         self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
 
-    def join_node(self) -> int:
+    def add_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
         self._fault("node_join", target_node=len(self.nodes))
+        return self._start_node()
+
+    def join_node(self) -> int:
+        """Deprecated spelling of ``add_node``."""
+        from harness.sim.schema import deprecated
+
+        deprecated("Job.join_node", "Job.add_node", "method")
         return self.add_node()
 
 

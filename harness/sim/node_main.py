@@ -62,7 +62,7 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
 
 
 def _cli(argv: list[str]) -> int:
-    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job.add_node``), or
+    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job._start_node``), or
     ``node_main --serve FD [--parent PID]``: the node fork server (``node_forks``)."""
     if argv[0] == "--serve":
         from harness.sim.node_forks import serve

@@ -2,7 +2,7 @@
 
 The thread sleeps on the job's event bus: it re-evaluates the triggers whenever new events
 arrive (``OnState``, ``AtStep``, ``OnWorldSize``...) and at the next time a time-based
-trigger (``After``, ``HealthyThenAfter``) comes due, never on a polling tick.
+trigger (``After``, ``AfterHealthy``) comes due, never on a polling tick.
 
 A fault is *fired* the moment the job records it (its ``fault`` event, written inside
 ``recording()``, under the lock ``pending()`` takes: no one sees the event of a fault still
@@ -23,23 +23,40 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.errors import ConfigError, ElasticError
+from harness.errors import ElasticError
 from harness.sim.bus import SAFETY_S
 from harness.sim.faults import ScheduledFault
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
 
-__all__ = ["FaultScheduler", "FaultError", "TargetNotReady"]
+__all__ = ["FaultScheduler", "FaultError", "FaultNotFired", "TargetNotReady"]
 
 
 class FaultError(ElasticError):
     """A scheduled fault could not be applied; the message names it and says why."""
 
 
-class TargetNotReady(ConfigError):
+class FaultNotFired(FaultError):
+    """The job ended with scheduled faults that never fired (``Job.wait``); the message
+    names each and says why, and ``entries`` holds them."""
+
+    def __init__(self, reasons: list[tuple[str, str]]):
+        self.entries = [what for what, _ in reasons]
+        lines = "; ".join(f"{what} never fired: {why}" for what, why in reasons)
+        super().__init__(f"{len(reasons)} scheduled fault(s) never fired before the job ended: {lines} "
+                         "(wait(allow_unfired=True), or [expect] allow_unfired = true in a scenario, "
+                         "if that is expected)")
+
+
+class TargetNotReady(FaultError):
     """The fault's target exists but cannot take it now (a worker between rounds, a node
-    that already exited); a scheduled fault stays pending and is retried."""
+    that already exited); a scheduled fault stays pending and is retried. Not bad input
+    (no ``ConfigError``/``ValueError``): the same call may succeed a moment later."""
+
+    def __init__(self, name: str, value: object, constraint: str):
+        self.name, self.value, self.constraint = name, value, constraint
+        super().__init__(f"{name}={value!r} {constraint}")
 
 
 @dataclass(eq=False)
@@ -50,6 +67,8 @@ class _Pending:
     armed_at: float | None
     successor: _Pending | None = None
     fired: bool = False
+    #: why its target could not take it, the last time its trigger was met (TargetNotReady)
+    blocked: str | None = None
 
 
 class FaultScheduler:
@@ -86,6 +105,22 @@ class FaultScheduler:
         """(entry, reason) of every entry that could not be applied."""
         with self._lock:
             return [(p.entry, reason) for p, reason in self._failures]
+
+    def never_fired(self) -> list[tuple[ScheduledFault, str]]:
+        """(entry, why) of every entry still pending: its trigger's reason, or that its
+        predecessor never fired, or what kept its target from taking it."""
+        with self._lock:
+            entries = list(self._entries)
+        reasons = []
+        for p in entries:
+            if p.armed_at is None:
+                why = "it was never armed: the fault before it never fired"
+            elif p.blocked is not None:
+                why = f"its trigger was met but its target never could take it ({p.blocked})"
+            else:
+                why = p.entry.trigger.never_met(self._job, p.armed_at)
+            reasons.append((p.entry, why))
+        return reasons
 
     def unfired(self) -> list[ScheduledFault]:
         """Entries pending, then those that failed before they fired."""
@@ -139,7 +174,8 @@ class FaultScheduler:
             self._applying = p
             try:
                 p.entry.fault.apply(self._job)
-            except TargetNotReady:
+            except TargetNotReady as e:
+                p.blocked = str(e)
                 continue  # still pending: retried when the next event arrives
             except Exception as e:  # recorded and raised by the job's waits, never dropped
                 self._fail(p, e)

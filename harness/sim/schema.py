@@ -18,7 +18,7 @@ was printed from contained). Now each door derives from the tables below:
   ``TRIGGERS`` (trigger key -> Trigger class and fields) and ``AFTER_PREVIOUS``;
   ``harness.sim.faults.from_spec``/``to_spec`` are written against these tables only;
 * chaos kinds (``--elastic-faults``): each ``FaultKind.chaos`` name, plus ``CHAOS_ALIASES``
-  (``scale`` = ``leave`` + ``join``); ``harness.sim.chaos`` generates faults from the row.
+  (``scale`` = ``remove_node`` + ``add_node``); ``harness.sim.chaos`` generates faults from the row.
 
 **Adding a fault kind** (e.g. the network faults: partition, heal, packet_loss, bandwidth,
 link_down) is one row in ``FAULT_KINDS`` here plus its ``Fault`` subclass in
@@ -42,11 +42,12 @@ never at its own import time (``tests/plugin/test_plugin.py`` pins that). Nothin
 import the rest of ``harness.sim`` (``tests/unit/test_schema.py`` pins that).
 
 Bad input is reported as one line naming the key (or kind) and what is valid, in the
-``ConfigError`` form: ``kind='meteor' must be one of worker_crash, ...``.
+``ConfigError`` form: ``kind='meteor' must be one of kill_worker, ...``.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,10 +77,12 @@ __all__ = [
     "Key", "FaultKind", "TriggerForm",
     "CLUSTER_OPTIONS", "PLUGIN_OWNED", "TIMEOUT", "MARKER_OPTIONS", "JOB_ONLY_OPTIONS",
     "SCENARIO_JOB_OPTIONS", "EXPECT_KEYS", "SCENARIO_TABLES",
-    "FAULT_KINDS", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
+    "FAULT_KINDS", "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS",
+    "deprecated", "modern_spec", "vocabulary_table", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
     "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
     "START_METHODS", "STATES",
     "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
+    "check_cluster_keywords", "check_fields",
     "check_scenario", "marker_signature", "scenario_reference",
 ]
 
@@ -106,6 +109,10 @@ class Key:
 
     def to_python(self, value: Any) -> Any:
         return value if self.load is None or value is None else self.load(value)
+
+    def good_value(self) -> Any:
+        """A value that passes the check, to show in a fix (``e.g. node=0``)."""
+        return self.example if self.example is not None else self.default
 
 
 START_METHODS = ("zygote", "spawn", "fork", "forkserver")
@@ -185,6 +192,8 @@ EXPECT_KEYS: tuple[Key, ...] = (
     Key("min_world_size", None, "no rendezvous round smaller than this", integer(1), example=1),
     Key("final_world_size", None, "WORLD_SIZE of the last round", integer(1), example=1),
     Key("faults_fired", None, "faults that fired, at least", integer(0), example=0),
+    Key("allow_unfired", False, "a [[fault]] still pending when the job ends is no failure (by "
+        "default the scenario fails, saying why each never fired)", BOOL),
 )
 
 #: top-level entries of a scenario file
@@ -215,25 +224,29 @@ class FaultKind:
     heal_after: tuple[float, float] | None = None
 
 
+#: One name per fault: a row's ``kind`` is its ``Job`` method's name, its scenario kind and
+#: (where chaos draws it) its chaos kind; its class is the method's words turned round
+#: (``kill_node`` -> ``NodeKill``, as DESIGN.md names them). README.md's table of faults is
+#: ``vocabulary_table()`` (tests/unit/test_schema.py keeps them equal).
 FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
-    FaultKind("worker_crash", "WorkerCrash",
+    FaultKind("kill_worker", "WorkerKill",
               (NODE, LOCAL_RANK, Key("sig", 9, "signal that kills the worker", integer(1)),
                Key("exit_code", None, "exit with this code at the worker's next report_step "
                    "instead of a signal", optional(integer(0)), example=3)),
-              "a worker dies (of a signal, or exits with a code)", chaos="worker",
+              "a worker dies (of a signal, or exits with a code)", chaos="kill_worker",
               chaos_choices={"sig": (9, 15)}),
-    FaultKind("worker_hang", "WorkerHang", (NODE, LOCAL_RANK), "a worker is SIGSTOPped (stuck, not dead)",
-              chaos="hang"),
-    FaultKind("agent_kill", "AgentKill", (NODE,), "a node's agent is SIGKILLed; its workers follow",
-              chaos="agent", membership=-1),
-    FaultKind("node_kill", "NodeKill", (NODE,), "a node's agent and workers are SIGKILLed at once",
-              chaos="node", membership=-1),
-    FaultKind("node_leave", "NodeLeave", (NODE,), "a node leaves gracefully (SIGTERM to its agent)",
-              chaos="leave", membership=-1),
-    FaultKind("node_join", "NodeJoin", (), "a new node joins (scale up)", chaos="join", membership=+1),
-    FaultKind("node_freeze", "NodeFreeze", (NODE,), "a whole node is SIGSTOPped (frozen, not dead)",
-              chaos="freeze", membership=-1),
-    FaultKind("store_host_loss", "StoreHostLoss", (), "the process hosting the rendezvous store dies"),
+    FaultKind("hang_worker", "WorkerHang", (NODE, LOCAL_RANK), "a worker is SIGSTOPped (stuck, not dead)",
+              chaos="hang_worker"),
+    FaultKind("kill_agent", "AgentKill", (NODE,), "a node's agent is SIGKILLed; its workers follow",
+              chaos="kill_agent", membership=-1),
+    FaultKind("kill_node", "NodeKill", (NODE,), "a node's agent and workers are SIGKILLed at once",
+              chaos="kill_node", membership=-1),
+    FaultKind("remove_node", "NodeRemove", (NODE,), "a node leaves gracefully (SIGTERM to its agent)",
+              chaos="remove_node", membership=-1),
+    FaultKind("add_node", "NodeAdd", (), "a new node joins (scale up)", chaos="add_node", membership=+1),
+    FaultKind("freeze_node", "NodeFreeze", (NODE,), "a whole node is SIGSTOPped (frozen, not dead)",
+              chaos="freeze_node", membership=-1),
+    FaultKind("kill_store_host", "StoreHostKill", (), "the process hosting the rendezvous store dies"),
     # network faults (Cluster(network="netns")); chaos heals each before the job ends
     FaultKind("partition", "Partition",
               (NODE, Key("peers", "all", 'whom the node loses: "all", "store" or [node, ...]', PEERS,
@@ -248,12 +261,44 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               "a node's network faults end (partition, loss, bandwidth, link down)"),
     FaultKind("packet_loss", "PacketLoss",
               (NODE, Key("probability", 0.05, "chance each packet is dropped", PROBABILITY)),
-              "a share of a node's packets is dropped", chaos="loss",
+              "a share of a node's packets is dropped", chaos="packet_loss",
               chaos_choices={"probability": (0.02, 0.05)}, heal_after=(2.0, 5.0)),
     FaultKind("bandwidth", "Bandwidth",
               (NODE, Key("rate", "1mbit", "the link's rate", RATE, example="500kbit")), "a node's link is slowed"),
     FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)"),
 )}
+
+#: old spellings, each still accepted with a DeprecationWarning naming the new one
+RENAMED_KINDS: dict[str, str] = {
+    "worker_crash": "kill_worker", "worker_hang": "hang_worker", "agent_kill": "kill_agent",
+    "node_kill": "kill_node", "node_leave": "remove_node", "node_join": "add_node",
+    "node_freeze": "freeze_node", "store_host_loss": "kill_store_host"}
+RENAMED_CHAOS_KINDS: dict[str, str] = {
+    "worker": "kill_worker", "hang": "hang_worker", "agent": "kill_agent", "node": "kill_node",
+    "leave": "remove_node", "join": "add_node", "freeze": "freeze_node", "loss": "packet_loss"}
+RENAMED_CLASSES: dict[str, str] = {
+    "WorkerCrash": "WorkerKill", "NodeLeave": "NodeRemove", "NodeJoin": "NodeAdd",
+    "StoreHostLoss": "StoreHostKill", "HealthyThenAfter": "AfterHealthy"}
+RENAMED_SPEC_KEYS: dict[str, str] = {"after": "after_healthy"}
+
+
+def deprecated(old: str, new: str, where: str) -> None:
+    """The one DeprecationWarning of an old spelling: ``where`` says which vocabulary."""
+    warnings.warn(f"{where} {old!r} is deprecated: use {new!r}", DeprecationWarning, stacklevel=3)
+
+
+def modern_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` with old kinds and keys in their new spelling (a DeprecationWarning each)."""
+    new = dict(spec)
+    kind = new.get("kind")
+    if isinstance(kind, str) and kind in RENAMED_KINDS:
+        deprecated(kind, RENAMED_KINDS[kind], "fault kind")
+        new["kind"] = RENAMED_KINDS[kind]
+    for old, modern in RENAMED_SPEC_KEYS.items():
+        if old in new and modern not in new:
+            deprecated(old, modern, "fault spec key")
+            new = {modern if k == old else k: v for k, v in new.items()}
+    return new
 
 
 @dataclass(frozen=True)
@@ -271,8 +316,8 @@ class TriggerForm:
 
 
 TRIGGERS: tuple[TriggerForm, ...] = (
-    TriggerForm("HealthyThenAfter", ((Key("after", 0.0, "seconds after the job was first HEALTHY",
-                                          number(0), load=float), "seconds"),),
+    TriggerForm("AfterHealthy", ((Key("after_healthy", 0.0, "seconds after the job was first HEALTHY",
+                                      number(0), load=float), "seconds"),),
                 "a delay after the job first ran"),
     TriggerForm("AtStep", ((Key("at_step", 0, "training step reached (harness.report_step)", integer(0),
                                 example=5), "step"),
@@ -315,7 +360,9 @@ def _spec_key(kind: str, name: str) -> Key:
 
 
 def check_fault_spec(spec: Mapping[str, Any]) -> None:
-    """Raise ``ConfigError`` (one line) unless ``spec`` is a valid fault spec."""
+    """Raise ``ConfigError`` (one line) unless ``spec`` is a valid fault spec (old
+    spellings pass, with a DeprecationWarning: ``modern_spec``)."""
+    spec = modern_spec(spec)
     kind = spec.get("kind")
     if kind not in FAULT_KINDS:
         raise ConfigError("kind", kind, f"must be one of {', '.join(FAULT_KINDS)}")
@@ -345,21 +392,25 @@ def trigger_form(spec: Mapping[str, Any]) -> TriggerForm | None:
 
 CHAOS_KINDS: dict[str, FaultKind] = {row.chaos: row for row in FAULT_KINDS.values() if row.chaos}
 #: --elastic-faults names that stand for several kinds (DESIGN.md's "scale": both directions)
-CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("leave", "join")}
+CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("remove_node", "add_node")}
 CHAOS_CHOICES: tuple[str, ...] = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
-DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("worker",)
+DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("kill_worker",)
 
 
 def parse_chaos_kinds(text: str | None) -> tuple[str, ...]:
-    """``"worker,scale"`` -> ``("worker", "leave", "join")``; empty: the default kinds."""
+    """``"kill_worker,scale"`` -> ``("kill_worker", "remove_node", "add_node")``; empty:
+    the default kinds. Old names pass, with a DeprecationWarning naming the new one."""
     names = [k.strip() for k in (text or "").split(",") if k.strip()]
     if not names:
         return DEFAULT_CHAOS_KINDS
-    unknown = [k for k in names if k not in CHAOS_CHOICES]
+    unknown = [k for k in names if k not in CHAOS_CHOICES and k not in RENAMED_CHAOS_KINDS]
     if unknown:
         raise ConfigError("--elastic-faults", text, _unknown_kinds(unknown))
     expanded: list[str] = []
     for name in names:
+        if name in RENAMED_CHAOS_KINDS:
+            deprecated(name, RENAMED_CHAOS_KINDS[name], "chaos kind")
+            name = RENAMED_CHAOS_KINDS[name]
         expanded.extend(CHAOS_ALIASES.get(name, (name,)))
     return tuple(dict.fromkeys(expanded))
 
@@ -370,6 +421,23 @@ def _unknown_kinds(unknown: list[str]) -> str:
 
 
 # -- checking tables -----------------------------------------------------------------------
+
+
+def check_cluster_keywords(values: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` for the first bad ``harness.Cluster(...)`` keyword, naming it
+    as the caller wrote it (``nnodes='3:1' must be ... (from Cluster(nnodes=...))``)."""
+    for key in CLUSTER_OPTIONS:
+        if key.name in values and key.check is not None and not key.check(values[key.name]):
+            raise ConfigError(key.name, values[key.name], key.check.says, f"Cluster({key.name}=...)")
+
+
+def check_fields(owner: str, fields: Iterable[tuple[str, Key, Any]]) -> None:
+    """Raise ``ConfigError`` for the first (field, key, value) whose value fails the key's
+    check: ``node='a' must be an int >= 0; e.g. WorkerCrash(node=0)`` (``owner``: the class,
+    whose constructor the fix spells; enums are checked by value)."""
+    for name, key, value in fields:
+        if key.check is not None and not key.check(getattr(value, "value", value)):
+            raise ConfigError(name, value, f"{key.check.says}; e.g. {owner}({name}={key.good_value()!r})")
 
 
 def check_options(values: Mapping[str, Any], keys: Iterable[Key], where: str) -> list[str]:
@@ -424,6 +492,18 @@ def marker_signature() -> str:
     return f"elastic({args})"
 
 
+def vocabulary_table() -> str:
+    """The faults, one row each, as README.md shows them (Markdown): the one name each
+    has as ``Job`` method, scenario kind and chaos kind, and its class."""
+    lines = ["| fault class | Job method | scenario kind | chaos kind | what it does |",
+             "|---|---|---|---|---|"]
+    for row in FAULT_KINDS.values():
+        chaos = f"`{row.chaos}`" if row.chaos else "—"
+        lines.append(f"| `{row.cls}` | `job.{row.kind}()` | `{row.kind}` | {chaos} | {row.doc} |")
+    aliases = "; ".join(f"`{a}` = {' + '.join(f'`{k}`' for k in kinds)}" for a, kinds in CHAOS_ALIASES.items())
+    return "\n".join(lines) + f"\n\nChaos kind groups: {aliases}.\n"
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -461,7 +541,7 @@ def scenario_reference() -> str:
         lines += [_line(p, _doc_value(p)) for p in row.params]
     for form in TRIGGERS:
         lines += ["", f"[[fault]]                               # trigger: {form.doc}",
-                  'kind = "worker_crash"']
+                  'kind = "kill_worker"']
         lines += [_line(key, _doc_value(key)) for key, _ in form.fields]
         if form is TRIGGERS[-1]:
             lines.append(_line(AFTER_PREVIOUS, True))

@@ -21,13 +21,13 @@ from harness.errors import ConfigError
 from harness.faults import (
     After,
     AtStep,
+    NodeAdd,
     NodeFreeze,
-    NodeJoin,
     NodeKill,
     OnState,
     ScheduledFault,
-    WorkerCrash,
     WorkerHang,
+    WorkerKill,
 )
 from tests.conftest import SCRIPTS
 
@@ -137,7 +137,7 @@ def test_worker_kill_on_one_node_restarts_every_node():
 def test_exit_code_crash_at_rank_and_step_on_the_second_node():
     with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "12", "0.02")
-        job.inject(WorkerCrash(exit_code=5), AtStep(step=4, rank=3))
+        job.inject(WorkerKill(exit_code=5), AtStep(step=4, rank=3))
         result = job.wait(timeout=60)
         # group ranks follow the rendezvous join order: find the node rank 3 ran on
         [host] = {s["node"] for s in job.timeline.events("worker_start")
@@ -225,7 +225,7 @@ def test_node_join_grows_the_world():
     with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
         job.wait_for_state(S.HEALTHY, timeout=30)
-        index = job.join_node()
+        index = job.add_node()
         assert index == 2
         _wait_until(lambda: job.timeline.world_sizes()[-1:] == [3], 30, "world grew to 3", job)
         result = job.wait(timeout=60)
@@ -313,7 +313,7 @@ def test_scheduled_join_after_delay_then_node_kill_on_state():
     with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
         job.wait_for_state(S.HEALTHY, timeout=30)
-        job.schedule([ScheduledFault(NodeJoin(), After(0.3))])
+        job.schedule([ScheduledFault(NodeAdd(), After(0.3))])
         _wait_until(lambda: job.timeline.world_sizes()[-1:] == [3], 30, "world grew to 3", job)
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.inject(NodeKill(node=0), OnState(S.HEALTHY, node=2))
@@ -351,9 +351,9 @@ def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
 
 
 def test_bad_multinode_configurations_are_clear_errors():
-    with Cluster(nnodes=2, rdzv_backend="static") as cluster:
-        with pytest.raises(ConfigError, match="rdzv_backend='static' must be 'c10d' or 'etcd'"):
-            cluster.launch(SLEEPER)
+    with pytest.raises(ConfigError, match=re.escape("rdzv_backend='static' must be one of c10d, etcd, "
+                                                    "etcd-v2 (from Cluster(rdzv_backend=...))")):
+        Cluster(nnodes=2, rdzv_backend="static")
     with Cluster(nnodes=2, rdzv_backend="etcd", store_host="node0") as cluster:
         with pytest.raises(ConfigError, match="store_host='node0' must be 'harness'"):
             cluster.launch(SLEEPER)

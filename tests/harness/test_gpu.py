@@ -109,7 +109,7 @@ def test_a_node_joining_after_a_loss_takes_the_freed_slice():
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.inject(NodeKill(node=0), OnState(WorkerState.HEALTHY))
         job.nodes[0].popen.wait(30)
-        assert job.join_node() == 2
+        assert job.add_node() == 2
         assert [job.gpus_for(i) for i in (0, 1, 2)] == [("0",), ("1",), ("0",)]
         assert [f["fault"] for f in job.timeline.faults()] == ["node_kill", "node_join"]
 

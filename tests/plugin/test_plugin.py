@@ -34,7 +34,7 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
     pytester.makeini("[pytest]\nelastic_start_method = spawn\nelastic_timeout = 44\n")
     result = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=7", "--co")
     result.stdout.fnmatch_lines(
-        ["elastic: chaos=on seed=7 faults=worker shrink=8 start_method=spawn timeout=33s network=*"])
+        ["elastic: chaos=on seed=7 faults=kill_worker shrink=8 start_method=spawn timeout=33s network=*"])
     result = pytester.runpytest_subprocess("--elastic-timeout=5", "--co")
     result.stdout.fnmatch_lines(["elastic: chaos=off start_method=spawn timeout=5s network=*"])
     from harness.sim.net import resolve_mode  # the header says what "auto" gives here
@@ -43,20 +43,21 @@ def test_header_shows_resolved_settings(pytester, monkeypatch):
 
 
 def test_bad_settings_are_usage_errors(pytester):
-    result = pytester.runpytest_subprocess("--elastic-faults=worker,meteor")
+    result = pytester.runpytest_subprocess("--elastic-faults=kill_worker,meteor")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*unknown fault kind(s) [[]'meteor'[]]; choose from worker, hang, *scale*"])
-    result = pytester.runpytest_subprocess('--elastic-schedule=[[{"kind": "node_join", "node": 1}]]')
+    result.stderr.fnmatch_lines(["*unknown fault kind(s) [[]'meteor'[]]; choose from kill_worker, "
+                                 "hang_worker, *scale*"])
+    result = pytester.runpytest_subprocess('--elastic-schedule=[[{"kind": "add_node", "node": 1}]]')
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--elastic-schedule=*is not valid: job 0 fault 0: "
-                                 "kind='node_join' takes no key(s) [[]'node'[]]; its keys: kind, after*"])
+                                 "kind='add_node' takes no key(s) [[]'node'[]]; its keys: kind, after_healthy*"])
 
 
 def test_schedule_with_every_trigger_form_is_accepted(pytester):
     """What a shrunk failure prints (chained faults, world-size triggers) replays."""
-    schedule = ('[[{"kind":"node_leave","node":1,"at_step":8},{"kind":"node_join","on_world_size":1,'
-                '"after_previous":true},{"kind":"worker_hang","node":2,"on_state":"HEALTHY","state_node":2,'
-                '"after_previous":true},{"kind":"worker_crash","sig":15,"after":0.5}]]')
+    schedule = ('[[{"kind":"remove_node","node":1,"at_step":8},{"kind":"add_node","on_world_size":1,'
+                '"after_previous":true},{"kind":"hang_worker","node":2,"on_state":"HEALTHY","state_node":2,'
+                '"after_previous":true},{"kind":"kill_worker","sig":15,"after_healthy":0.5}]]')
     result = pytester.runpytest_subprocess(f"--elastic-schedule={schedule}", "--elastic-seed=3", "--co")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines(["elastic: chaos=on seed=3 * schedule=given *"])
@@ -84,12 +85,12 @@ def test_fixture_runs_a_job_and_records_properties(pytester):
     pytester.makepyfile(f"""
         import pytest
         from harness import WorkerState
-        from harness.faults import WorkerCrash, OnState
+        from harness.faults import WorkerKill, OnState
 
         @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=1)
         def test_job(elastic_cluster, record_property):
             job = elastic_cluster.launch({STEPPER!r}, "30", "0.02")
-            job.inject(WorkerCrash(local_rank=1), OnState(WorkerState.HEALTHY))
+            job.inject(WorkerKill(local_rank=1), OnState(WorkerState.HEALTHY))
             assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
     """)
     result = pytester.runpytest_subprocess("--junitxml=out.xml")
@@ -149,7 +150,7 @@ def test_chaos_same_seed_same_history_and_repro_line(pytester, monkeypatch):
     second.assert_outcomes(passed=1, failed=1)
     assert _schedule(first) and _schedule(first) == _schedule(second) != _schedule(other)
     first.stdout.fnmatch_lines([
-        "*elastic chaos*", "fault schedule:", "  WorkerCrash(*",
+        "*elastic chaos*", "fault schedule:", "  WorkerKill(*",
         "reproduce with:", "  pytest '*test_too_fragile' --elastic-chaos --elastic-seed=11",
     ])
 
@@ -166,7 +167,7 @@ max_restarts = 1
 steps = 20
 
 [[fault]]
-kind = "worker_crash"
+kind = "kill_worker"
 exit_code = 2
 at_step = 6
 rank = 0
@@ -190,3 +191,28 @@ restarts = 3
     for line in ("*scenario wrong: 0 restart(s), expected 3*", "*broken.toml: not valid TOML*",
                  "*typo.toml: [[]job[]] has unknown key(s) [[]'nproc'[]]*"):
         result.stdout.fnmatch_lines([line])
+
+
+def test_a_scenario_fault_that_never_fires_fails_it_unless_allowed(pytester):
+    scen = pytester.mkdir("scenarios")
+    body = f"""
+[job]
+script = {STEPPER!r}
+args = ["4", "0.01"]
+nnodes = "1"
+
+[[fault]]
+kind = "kill_worker"
+at_step = 50
+rank = 0
+"""
+    (scen / "unfired.toml").write_text(body)
+    (scen / "allowed.toml").write_text(body + "\n[expect]\nallow_unfired = true\n")
+    (scen / "nowhere.toml").write_text(body.replace("rank = 0", "rank = 0\nnode = 3"))
+    result = pytester.runpytest_subprocess("scenarios", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*scenario nowhere: [[][[]fault[]][]] node=3 names no node of this job: its nodes are 0..0 (nnodes=1:1)*",
+        "*scenario unfired: 1 scheduled fault(s) never fired before the job ended: WorkerKill(*) @ "
+        "AtStep(step=50, rank=0) never fired: rank 0 reported steps up to 3 only, none >= 50*",
+    ])

@@ -29,12 +29,12 @@ main()
 TESTS = f"""
 import pytest
 from harness import WorkerState
-from harness.faults import WorkerCrash, OnState
+from harness.faults import WorkerKill, OnState
 
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=1)
 def test_recovers(elastic_cluster):
     job = elastic_cluster.launch({STEPPER!r}, "20", "0.02")
-    job.inject(WorkerCrash(local_rank=1), OnState(WorkerState.HEALTHY))
+    job.inject(WorkerKill(local_rank=1), OnState(WorkerState.HEALTHY))
     assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
 
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=0)

@@ -9,8 +9,8 @@ import shlex
 
 import pytest
 
-from harness.faults import AtStep, Heal, NodeJoin, NodeKill, Partition, ScheduledFault, WorkerCrash, WorkerHang
-from harness.sim.chaos import HealthyThenAfter
+from harness.faults import AtStep, Heal, NodeAdd, NodeKill, Partition, ScheduledFault, WorkerHang, WorkerKill
+from harness.sim.chaos import AfterHealthy
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
 from pytest_elastic._shrink import Outcome, schedules_from_json, schedules_to_json, shrink, signature
 from tests.conftest import SCRIPTS
@@ -20,7 +20,7 @@ BUG = ("call", "AssertionError", "test_x.py", 7)
 
 
 def crash(local_rank: int, after: float, sig: int = 9) -> ScheduledFault:
-    return ScheduledFault(WorkerCrash(local_rank=local_rank, sig=sig), HealthyThenAfter(seconds=after))
+    return ScheduledFault(WorkerKill(local_rank=local_rank, sig=sig), AfterHealthy(seconds=after))
 
 
 class FakeTest:
@@ -98,8 +98,8 @@ def test_moving_later_is_kept_only_while_it_fails():
 
 def partition_then_heal(node: int, after: float) -> tuple[ScheduledFault, ScheduledFault]:
     """As chaos draws a lasting fault: the heal is chained to its partition."""
-    return (ScheduledFault(Partition(node=node, peers="store"), HealthyThenAfter(seconds=after)),
-            ScheduledFault(Heal(node=node), HealthyThenAfter(seconds=2.0), after_previous=True))
+    return (ScheduledFault(Partition(node=node, peers="store"), AfterHealthy(seconds=after)),
+            ScheduledFault(Heal(node=node), AfterHealthy(seconds=2.0), after_previous=True))
 
 
 class PartitionBug:
@@ -156,27 +156,28 @@ def test_signature_is_phase_type_and_place():
 
 
 def test_schedule_json_round_trip():
-    schedule = ((crash(1, 0.25, sig=15), ScheduledFault(NodeKill(node=1), HealthyThenAfter(seconds=0.5))),
-                (ScheduledFault(WorkerCrash(local_rank=0, exit_code=3), AtStep(step=4, rank=1)),
-                 ScheduledFault(NodeJoin(), HealthyThenAfter(seconds=1.0)),
-                 ScheduledFault(WorkerHang(node=1), HealthyThenAfter(seconds=0.0))), ())
+    schedule = ((crash(1, 0.25, sig=15), ScheduledFault(NodeKill(node=1), AfterHealthy(seconds=0.5))),
+                (ScheduledFault(WorkerKill(local_rank=0, exit_code=3), AtStep(step=4, rank=1)),
+                 ScheduledFault(NodeAdd(), AfterHealthy(seconds=1.0)),
+                 ScheduledFault(WorkerHang(node=1), AfterHealthy(seconds=0.0))), ())
     text = schedules_to_json(schedule)
-    assert json.loads(text)[0][0] == {"kind": "worker_crash", "local_rank": 1, "sig": 15, "after": 0.25}
+    assert json.loads(text)[0][0] == {"kind": "kill_worker", "local_rank": 1, "sig": 15, "after_healthy": 0.25}
     assert schedules_from_json(text) == schedule
     assert shlex.split(f"--elastic-schedule='{text}'") == [f"--elastic-schedule={text}"]
 
 
 @pytest.mark.parametrize("text, message", [
     ("[{", "not JSON"),
-    ('{"kind": "worker_crash"}', "one list of faults per job"),
-    ('[[{"kind": "meteor"}]]', "job 0 fault 0: kind='meteor' must be one of worker_crash, worker_hang,"),
-    ('[[], [{"kind": "node_kill", "nodes": 2}]]',
-     "job 1 fault 0: kind='node_kill' takes no key(s) ['nodes']; its keys: kind, node, after,"),
-    ('[[{"kind": "node_join", "node": 1}]]', "job 0 fault 0: kind='node_join' takes no key(s) ['node']"),
-    ('[[{"kind": "node_kill", "node": "1"}]]', "job 0 fault 0: node='1' must be an int >= 0"),
-    ('[[{"kind": "node_kill", "after": 1, "at_step": 2}]]', "trigger=['after', 'at_step'] must be one of"),
-    ('[[{"kind": "node_kill", "rank": 1}]]', "job 0 fault 0: rank=1 needs at_step="),
-    ('[[{"kind": "node_kill", "on_state": "GREEN"}]]', "on_state='GREEN' must be one of UNKNOWN, INIT,"),
+    ('{"kind": "kill_worker"}', "one list of faults per job"),
+    ('[[{"kind": "meteor"}]]', "job 0 fault 0: kind='meteor' must be one of kill_worker, hang_worker,"),
+    ('[[], [{"kind": "kill_node", "nodes": 2}]]',
+     "job 1 fault 0: kind='kill_node' takes no key(s) ['nodes']; its keys: kind, node, after_healthy,"),
+    ('[[{"kind": "add_node", "node": 1}]]', "job 0 fault 0: kind='add_node' takes no key(s) ['node']"),
+    ('[[{"kind": "kill_node", "node": "1"}]]', "job 0 fault 0: node='1' must be an int >= 0"),
+    ('[[{"kind": "kill_node", "after_healthy": 1, "at_step": 2}]]',
+     "trigger=['after_healthy', 'at_step'] must be one of"),
+    ('[[{"kind": "kill_node", "rank": 1}]]', "job 0 fault 0: rank=1 needs at_step="),
+    ('[[{"kind": "kill_node", "on_state": "GREEN"}]]', "on_state='GREEN' must be one of UNKNOWN, INIT,"),
 ])
 def test_bad_schedules_say_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -199,7 +200,7 @@ def test_schedule_accepts_what_it_prints_chained_and_by_world_size():
     from harness.faults import OnState, OnWorldSize
 
     schedule = ((ScheduledFault(NodeKill(node=1), AtStep(step=8, rank=0)),
-                 ScheduledFault(NodeJoin(), OnWorldSize(size=1), after_previous=True),
+                 ScheduledFault(NodeAdd(), OnWorldSize(size=1), after_previous=True),
                  ScheduledFault(WorkerHang(node=2), OnState(WorkerState.HEALTHY, node=2), after_previous=True)),)
     text = schedules_to_json(schedule)
     assert '"after_previous":true' in text and '"on_world_size":1' in text
@@ -241,9 +242,9 @@ def test_fine(elastic_cluster):
     assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
 """
 # three faults, of which only the one on rank 1 matters
-SCHEDULE = json.dumps([[{"kind": "worker_crash", "local_rank": 0, "after": 0.1},
-                        {"kind": "worker_crash", "local_rank": 1, "sig": 15, "after": 0.3},
-                        {"kind": "worker_crash", "local_rank": 0, "after": 0.5}]])
+SCHEDULE = json.dumps([[{"kind": "kill_worker", "local_rank": 0, "after_healthy": 0.1},
+                        {"kind": "kill_worker", "local_rank": 1, "sig": 15, "after_healthy": 0.3},
+                        {"kind": "kill_worker", "local_rank": 0, "after_healthy": 0.5}]])
 
 
 def test_failing_chaos_test_is_shrunk_and_the_result_replays(pytester):
@@ -256,7 +257,7 @@ def test_failing_chaos_test_is_shrunk_and_the_result_replays(pytester):
         "shrunk 3 fault(s) to 1 in * re-run(s) (budget 8, *s); same failure throughout: "
         "AssertionError at *test_failing_chaos_test_is_shrunk_and_the_result_replays.py:* (call)",
         "minimal failing schedule:",
-        "  job 0: WorkerCrash(node=0, local_rank=1, sig=15, exit_code=None) @ HealthyThenAfter(seconds=*)",
+        "  job 0: WorkerKill(node=0, local_rank=1, sig=15, exit_code=None) @ AfterHealthy(seconds=*)",
         "shrink steps:",
         "  drop every fault: passes: not kept",
         "replay exactly this schedule (no shrinking) with:",
@@ -269,7 +270,7 @@ def test_failing_chaos_test_is_shrunk_and_the_result_replays(pytester):
     line = next(l.strip() for l in result.stdout.lines if "--elastic-shrink-budget=0" in l)
     replay = pytester.runpytest_subprocess(*shlex.split(line)[1:])
     replay.assert_outcomes(failed=1)
-    minimal = next(l.strip() for l in result.stdout.lines if l.startswith("  job 0: WorkerCrash"))
+    minimal = next(l.strip() for l in result.stdout.lines if l.startswith("  job 0: WorkerKill"))
     replay.stdout.fnmatch_lines(["*AssertionError: rank 1 was hit*", "fault schedule:",
                                  f"  {minimal[len('job 0: '):]}"])
     assert "minimal failing schedule" not in replay.stdout.str()
@@ -281,7 +282,7 @@ def test_shrink_budget_zero_turns_it_off(pytester, monkeypatch):
     result = pytester.runpytest_subprocess(f"--elastic-schedule={SCHEDULE}", "-k", "fragile")
     result.assert_outcomes(failed=1)
     assert "minimal failing schedule" not in result.stdout.str()
-    result.stdout.fnmatch_lines(["elastic: chaos=on seed=* faults=worker shrink=off schedule=given *"])
+    result.stdout.fnmatch_lines(["elastic: chaos=on seed=* faults=kill_worker shrink=off schedule=given *"])
 
 
 def test_bad_shrink_budget_is_a_usage_error(pytester):

@@ -10,7 +10,7 @@ from harness.sim.chaos import ChaosConfig
 from harness.sim.schema import FAULT_KINDS
 from pytest_elastic._scenarios import _chaos_around
 
-TAKERS = ("agent", "node", "leave", "freeze", "partition")  # kinds that take a node out
+TAKERS = ("kill_agent", "kill_node", "remove_node", "freeze_node", "partition")  # kinds that take a node out
 
 
 def _takes_a_node(entry) -> bool:
@@ -19,7 +19,7 @@ def _takes_a_node(entry) -> bool:
 
 @pytest.mark.parametrize("reserved, some_take", [(0, True), (1, False)])
 def test_chaos_keeps_the_reserved_nodes_spare(reserved, some_take):
-    schedules = [chaos.generate_schedule(seed, TAKERS + ("worker",), min_nodes=1, max_nodes=2,
+    schedules = [chaos.generate_schedule(seed, TAKERS + ("kill_worker",), min_nodes=1, max_nodes=2,
                                          nproc_per_node=1, max_restarts=3, initial_nodes=2,
                                          reserved_nodes=reserved)
                  for seed in range(30)]
@@ -30,15 +30,15 @@ def test_chaos_keeps_the_reserved_nodes_spare(reserved, some_take):
 
 def test_a_scenario_that_takes_nodes_reserves_each_once():
     faults = [{"kind": "partition", "node": 1, "peers": "store"}, {"kind": "heal", "node": 1},
-              {"kind": "partition", "node": 1, "peers": "store"}, {"kind": "node_kill", "node": 2},
-              {"kind": "worker_crash", "node": 0}]
-    around = _chaos_around(ChaosConfig(seed=1, kinds=("worker", "node", "partition")), faults,
+              {"kind": "partition", "node": 1, "peers": "store"}, {"kind": "kill_node", "node": 2},
+              {"kind": "kill_worker", "node": 0}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "kill_node", "partition")), faults,
                            max_restarts=3)
     assert around.reserved_nodes == 2  # nodes 1 and 2
     assert around.max_faults == 2  # the scenario's own crash used one of three restarts
-    assert around.kinds == ("worker", "node")  # it cuts links itself: no chaos cuts
+    assert around.kinds == ("kill_worker", "kill_node")  # it cuts links itself: no chaos cuts
 
 
 def test_a_scenario_with_only_network_chaos_and_its_own_cuts_gets_none():
     faults = [{"kind": "packet_loss", "node": 1, "probability": 0.05}]
-    assert _chaos_around(ChaosConfig(seed=1, kinds=("loss",)), faults, max_restarts=0) is None
+    assert _chaos_around(ChaosConfig(seed=1, kinds=("packet_loss",)), faults, max_restarts=0) is None

@@ -61,12 +61,12 @@ def _round_trip(spec: dict) -> ScheduledFault:
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
 def test_every_fault_kind_round_trips(kind):
     row = schema.FAULT_KINDS[kind]
-    spec = {"kind": kind, **{p.name: _other_value(p) for p in row.params}, "after": 0.5}
+    spec = {"kind": kind, **{p.name: _other_value(p) for p in row.params}, "after_healthy": 0.5}
     entry = _round_trip(spec)
     assert type(entry.fault) is faults.fault_class(kind) and entry.fault.kind == kind
     assert {p.name: getattr(entry.fault, p.name) for p in row.params} == {
         p.name: spec[p.name] for p in row.params}
-    bare = {"kind": kind, "after": 0.5}  # every parameter at its default
+    bare = {"kind": kind, "after_healthy": 0.5}  # every parameter at its default
     assert _round_trip(bare).fault == faults.fault_class(kind)()
 
 
@@ -74,7 +74,7 @@ def test_every_fault_kind_round_trips(kind):
 @pytest.mark.parametrize("chained", [False, True], ids=["", "after_previous"])
 def test_every_trigger_form_round_trips(form, chained):
     key = form.fields[0][0]
-    only = {"kind": "worker_crash", key.name: _other_value(key)}
+    only = {"kind": "kill_worker", key.name: _other_value(key)}
     full = {**only, **{k.name: _other_value(k) for k, _ in form.fields[1:]}}
     for spec in (only, full):
         if chained:
@@ -87,14 +87,14 @@ def test_every_trigger_form_round_trips(form, chained):
 
 
 def test_no_trigger_means_every_node_healthy():
-    entry = from_spec({"kind": "node_join"})
+    entry = from_spec({"kind": "add_node"})
     assert entry.trigger == faults.OnState(faults.WorkerState.HEALTHY, None)
-    assert to_spec(entry) == {"kind": "node_join", **schema.DEFAULT_TRIGGER}
+    assert to_spec(entry) == {"kind": "add_node", **schema.DEFAULT_TRIGGER}
 
 
 def test_triggers_without_a_spelling_are_not_printed():
-    assert to_spec(ScheduledFault(faults.NodeJoin(), faults.Immediately())) is None
-    assert to_spec(ScheduledFault(faults.NodeJoin(), faults.After(seconds=1))) is None
+    assert to_spec(ScheduledFault(faults.NodeAdd(), faults.Immediately())) is None
+    assert to_spec(ScheduledFault(faults.NodeAdd(), faults.After(seconds=1))) is None
 
 
 def test_rows_match_their_classes():
@@ -123,15 +123,16 @@ def test_spec_keys_are_every_kind_trigger_and_flag():
 
 
 @pytest.mark.parametrize("spec, message", [
-    ({}, "kind=None must be one of worker_crash, "),
-    ({"kind": "meteor"}, "kind='meteor' must be one of worker_crash, worker_hang, agent_kill, "),
-    ({"kind": "node_join", "node": 1}, "kind='node_join' takes no key(s) ['node']; its keys: kind, after,"),
-    ({"kind": "worker_crash", "local_rank": -1}, "local_rank=-1 must be an int >= 0"),
-    ({"kind": "worker_crash", "exit_code": "3"}, "exit_code='3' must be an int >= 0 (or None)"),
-    ({"kind": "worker_crash", "node": True}, "node=True must be an int >= 0"),
-    ({"kind": "node_kill", "after_previous": 1}, "after_previous=1 must be true or false"),
-    ({"kind": "node_kill", "state_node": 1}, "state_node=1 needs on_state="),
-    ({"kind": "node_kill", "after": 1, "on_world_size": 2}, "trigger=['after', 'on_world_size'] must be one of"),
+    ({}, "kind=None must be one of kill_worker, "),
+    ({"kind": "meteor"}, "kind='meteor' must be one of kill_worker, hang_worker, kill_agent, "),
+    ({"kind": "add_node", "node": 1}, "kind='add_node' takes no key(s) ['node']; its keys: kind, after_healthy,"),
+    ({"kind": "kill_worker", "local_rank": -1}, "local_rank=-1 must be an int >= 0"),
+    ({"kind": "kill_worker", "exit_code": "3"}, "exit_code='3' must be an int >= 0 (or None)"),
+    ({"kind": "kill_worker", "node": True}, "node=True must be an int >= 0"),
+    ({"kind": "kill_node", "after_previous": 1}, "after_previous=1 must be true or false"),
+    ({"kind": "kill_node", "state_node": 1}, "state_node=1 needs on_state="),
+    ({"kind": "kill_node", "after_healthy": 1, "on_world_size": 2},
+     "trigger=['after_healthy', 'on_world_size'] must be one of"),
 ])
 def test_bad_specs_are_one_line_naming_the_key(spec, message):
     with pytest.raises(ConfigError) as info:
@@ -145,8 +146,8 @@ def test_bad_specs_are_one_line_naming_the_key(spec, message):
 def test_chaos_kinds_come_from_the_rows():
     assert chaos.FAULT_KINDS == tuple(row.chaos for row in schema.FAULT_KINDS.values() if row.chaos)
     assert _settings.FAULT_KINDS == chaos.FAULT_KINDS + tuple(schema.CHAOS_ALIASES)
-    assert chaos.parse_fault_kinds("worker,scale") == ("worker", "leave", "join")
-    with pytest.raises(ConfigError, match=re.escape("unknown fault kind(s) ['meteor']; choose from worker,")):
+    assert chaos.parse_fault_kinds("kill_worker,scale") == ("kill_worker", "remove_node", "add_node")
+    with pytest.raises(ConfigError, match=re.escape("unknown fault kind(s) ['meteor']; choose from kill_worker,")):
         chaos.parse_fault_kinds("scale,meteor")
 
 
@@ -274,8 +275,8 @@ def test_every_scenario_file_is_valid(path):
     ({"job": {"script": "x.py", "module": "m"}}, "[job] needs exactly one of script= or module="),
     ({"job": {"script": "x.py"}, "expect": {"state": "DONE"}}, "[expect] state='DONE' must be one of UNKNOWN,"),
     ({"job": {"script": "x.py"}, "expect": {"world_size": [2]}}, "[expect] has unknown key(s) ['world_size']"),
-    ({"job": {"script": "x.py"}, "fault": [{"kind": "node_kill"}, {"kind": "nope"}]},
-     "[[fault]] #2: kind='nope' must be one of worker_crash,"),
+    ({"job": {"script": "x.py"}, "fault": [{"kind": "kill_node"}, {"kind": "nope"}]},
+     "[[fault]] #2: kind='nope' must be one of kill_worker,"),
     ({"job": {"script": "x.py"}, "faults": []}, "unknown table(s) ['faults']; known: description, job,"),
 ])
 def test_bad_scenarios_say_which_key(data, message):
@@ -315,9 +316,147 @@ def test_every_expect_key_is_enforced(tmp_path):
              "min_world_size": (2, "world sizes [2, 1, 2], none expected below 2"),
              "final_world_size": (1, "final world size 2, expected 1"),
              "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2")}
-    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS}
+    # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py)
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"}
     _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
     for key, (value, message) in fails.items():
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
             _scenarios._check_expectations({key: value}, job, result, 10 if key == "no_lost_steps" else 5,
                                            chaotic=False)
+
+
+# -- validated at the edge ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"max_restarts": -1}, "max_restarts=-1 must be an int >= 0 (from Cluster(max_restarts=...))"),
+    ({"start_method": "bogus"}, "start_method='bogus' must be one of zygote, spawn, fork, forkserver "
+                                "(from Cluster(start_method=...))"),
+    ({"rdzv_backend": "x"}, "rdzv_backend='x' must be one of c10d, etcd, etcd-v2 (from Cluster(rdzv_backend=...))"),
+    ({"nnodes": "3:1"}, "nnodes='3:1' must be N or 'MIN:MAX' with 1 <= MIN <= MAX (from Cluster(nnodes=...))"),
+    ({"monitor_interval": 0}, "monitor_interval=0 must be a number > 0 (from Cluster(monitor_interval=...))"),
+    ({"env": {"A": 1}}, "env={'A': 1} must be a table of strings (name = value) (or None) (from Cluster(env=...))"),
+    ({"network": "wifi"}, "network='wifi' must be one of auto, netns, loopback (from Cluster(network=...))"),
+    ({"check_invariants": "yes"}, "check_invariants='yes' must be true or false (from Cluster(check_invariants=...))"),
+])
+def test_every_cluster_keyword_is_checked_by_its_schema_key(keywords, message):
+    """Only three keywords were checked, and a bad nnodes blamed --nnodes with no CLI involved."""
+    from harness import Cluster
+
+    with pytest.raises(ConfigError) as info:
+        Cluster(**keywords)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: faults.WorkerKill(node="a"), "node='a' must be an int >= 0; e.g. WorkerKill(node=0)"),
+    (lambda: faults.PacketLoss(probability=5),
+     "probability=5 must be a number in [0, 1]; e.g. PacketLoss(probability=0.05)"),
+    (lambda: faults.Partition(peers="bogus"), "peers='bogus' must be \"all\", \"store\" or a non-empty list of node "
+                                              "indices; e.g. Partition(peers='store')"),
+    (lambda: faults.Partition(direction="up"),
+     "direction='up' must be one of both, in, out; e.g. Partition(direction='in')"),
+    (lambda: faults.Heal(node=-1), "node=-1 must be an int >= 0 (or None); e.g. Heal(node=1)"),
+    (lambda: faults.AtStep(step="x"), "step='x' must be an int >= 0; e.g. AtStep(step=5)"),
+    (lambda: faults.OnState("BOGUS"), "state='BOGUS' must be one of UNKNOWN, INIT, HEALTHY"),
+    (lambda: faults.After(-1), "seconds=-1 must be a number >= 0; e.g. After(seconds=0.0)"),
+])
+def test_fault_data_is_checked_when_it_is_made(make, message):
+    """WorkerKill(node="a") and friends used to construct, and fail (or never fire) later."""
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_state_trigger_takes_the_states_name_too():
+    assert faults.OnState("STOPPED", node=1) == faults.OnState(faults.WorkerState.STOPPED, node=1)
+
+
+# -- one name per fault -------------------------------------------------------------------
+
+
+class _Recorder:
+    """Stands in for the Job a fault is applied to: records which method ``apply`` calls."""
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: self.called.append(name)
+
+
+_VERBS = ("kill", "hang", "remove", "add", "freeze")
+
+
+@pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
+def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
+    """The scenario kind is the Job method ``apply`` calls, the chaos kind (if any) is the
+    same word, and the class is the method's words turned round (kill_node -> NodeKill)."""
+    from harness.sim.job import Job
+
+    row = schema.FAULT_KINDS[kind]
+    cls = faults.fault_class(kind)
+    job = _Recorder()
+    cls().apply(job)
+    assert job.called == [kind] and callable(getattr(Job, kind))
+    assert row.chaos in (None, kind)
+    verb, _, rest = kind.partition("_")
+    words = rest.split("_") + [verb] if verb in _VERBS else kind.split("_")
+    assert cls.__name__ == row.cls == "".join(w.capitalize() for w in words)
+
+
+def test_the_readme_has_the_one_table_of_faults():
+    assert schema.vocabulary_table() in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("old, new", list(schema.RENAMED_CLASSES.items()))
+def test_old_class_names_still_work_and_warn(old, new):
+    import harness.faults
+
+    for module in (harness.faults, faults):
+        with pytest.warns(DeprecationWarning, match=re.escape(f"fault class '{old}' is deprecated: use '{new}'")):
+            assert getattr(module, old) is getattr(faults, new)
+        assert old not in module.__all__
+
+
+@pytest.mark.parametrize("old, new", list(schema.RENAMED_KINDS.items()))
+def test_old_scenario_kinds_and_after_still_work_and_warn(old, new):
+    with pytest.warns(DeprecationWarning) as caught:
+        entry = from_spec({"kind": old, "after": 0.5})
+    said = [str(w.message) for w in caught]
+    assert f"fault kind '{old}' is deprecated: use '{new}'" in said
+    assert "fault spec key 'after' is deprecated: use 'after_healthy'" in said
+    assert entry == from_spec({"kind": new, "after_healthy": 0.5})
+    assert to_spec(entry) == {"kind": new, "after_healthy": 0.5}  # printed in the new spelling
+    with pytest.warns(DeprecationWarning):
+        assert schema.check_scenario({"job": {"script": "x.py"}, "fault": [{"kind": old}]}) == []
+
+
+@pytest.mark.parametrize("old, new", list(schema.RENAMED_CHAOS_KINDS.items()))
+def test_old_chaos_kinds_still_work_and_warn(old, new):
+    with pytest.warns(DeprecationWarning, match=re.escape(f"chaos kind '{old}' is deprecated: use '{new}'")):
+        assert schema.parse_chaos_kinds(old) == (new,)
+
+
+def test_job_join_node_and_the_internal_names_once_exported_warn():
+    import harness.faults
+    from harness.sim.job_process import ProcessFaults
+
+    job = _Recorder()
+    with pytest.warns(DeprecationWarning, match=re.escape("method 'Job.join_node' is deprecated: use 'Job.add_node'")):
+        ProcessFaults.join_node(job)  # type: ignore[arg-type]
+    assert job.called == ["add_node"]
+    for name in ("ORDERS_ENV", "SPEC_KEYS", "to_spec", "from_spec", "fault_class"):
+        assert name not in harness.faults.__all__
+        with pytest.warns(DeprecationWarning, match=f"use 'harness.sim.faults.{name}'"):
+            assert getattr(harness.faults, name) is getattr(faults, name)
+
+
+def test_target_not_ready_is_a_fault_error_not_bad_input():
+    from harness.errors import ElasticError
+    from harness.faults import FaultError, TargetNotReady
+
+    error = TargetNotReady("local_rank", 1, "has no running worker on node 0 now")
+    assert isinstance(error, FaultError) and isinstance(error, ElasticError)
+    assert not isinstance(error, (ConfigError, ValueError))
+    assert str(error) == "local_rank=1 has no running worker on node 0 now"
