@@ -134,7 +134,11 @@ class ScenarioItem(pytest.Item):
         if chaos is not None:
             chaos = _chaos_around(chaos, self.spec.get("fault", []), job_spec.get("max_restarts", 3))
         _skip_without_netns(job_spec, self.spec.get("fault", []))
+        expect = self.spec.get("expect", {})
+        if expect.get("same_as_golden") or expect.get("diverges"):
+            job_spec["golden"] = True  # the workers digest their final state for the twin
         cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
+        cluster.golden_cache = golden_cache(self.config)
         self._elastic_record = record = ElasticRecord(cluster, settings, seed)
         try:
             import tempfile
@@ -144,10 +148,9 @@ class ScenarioItem(pytest.Item):
             entry = str(base / script) if script else module
             self._job = job = cluster.launch(entry, *args, nodes=nodes, module=module is not None)
             _schedule(job, [_fault(f) for f in self.spec.get("fault", [])])
-            expect = self.spec.get("expect", {})
             allow_unfired = expect.get("allow_unfired", False) or (chaos is not None and chaos.overload)
             result = job.wait(timeout=timeout, allow_unfired=allow_unfired)
-            _check_expectations(self.spec.get("expect", {}), job, result, steps, chaos is not None)
+            _check_expectations(expect, job, result, steps, chaos is not None, timeout)
         except BaseException:
             record.call_failed = True
             from pytest_elastic._report_failures import collect_failures
@@ -218,7 +221,8 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
 
 
-def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool) -> None:
+def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,
+                        timeout: float = 120.0) -> None:
     from pytest_elastic._report import timeline_chart
 
     problems: list[str] = []
@@ -247,8 +251,41 @@ def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: in
             latency = fault.recovery_latency
             if latency is not None and latency > bound:
                 problems.append(f"{fault['fault']} recovered after {latency:.2f}s > {bound}s")
+    problems.extend(_training_truth(expect, job, timeout))
     if problems:
         raise ScenarioFailure("; ".join(problems) + "\n" + timeline_chart(job.timeline))
+
+
+def _training_truth(expect: dict[str, Any], job: Any, timeout: float) -> list[str]:
+    """The expectations judged on the training: resume latency, goodput, the twin."""
+    problems: list[str] = []
+    bound = expect.get("max_resume_latency")
+    if bound is not None:
+        for fault in job.timeline.faults():
+            latency = fault.resume_latency
+            if latency is None:
+                problems.append(f"{fault['fault']}: training never resumed after it")
+            elif latency > bound:
+                problems.append(f"{fault['fault']}: training resumed after {latency:.2f}s > {bound}s")
+    floor = expect.get("min_goodput")
+    if floor is not None:
+        goodput = job.goodput()
+        if goodput.ratio < floor:
+            problems.append(f"{goodput.summary()} < min_goodput {floor}")
+    if expect.get("same_as_golden") or expect.get("diverges"):
+        diff = job.compare_golden(rtol=expect.get("golden_rtol"), timeout=timeout)
+        if expect.get("same_as_golden") and diff.diverged:
+            problems.append(diff.explain())
+        if expect.get("diverges") and not diff.diverged:
+            problems.append("expected the run to diverge from its fault-free twin (diverges = true), but it "
+                            f"did not: {diff.explain()} -- the oracle missed what the script forgot")
+    return problems
+
+
+def golden_cache(config: pytest.Config) -> str | None:
+    """Where twins' records are kept between sessions: pytest's cache dir (None without it)."""
+    cache = getattr(config, "cache", None)
+    return str(cache.mkdir("elastic-golden")) if cache is not None else None
 
 
 def _lost_progress(job: Any, steps: int) -> list[str]:

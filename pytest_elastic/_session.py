@@ -123,10 +123,15 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
             pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
     chaos, seed = _chaos(settings, item.nodeid)
     cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool())
+    from pytest_elastic._scenarios import golden_cache
+
+    cluster.golden_cache = golden_cache(request.config)
     record = ElasticRecord(cluster, settings, seed)
     item._elastic_record = record
     try:
         yield cluster
+        if cluster.golden:
+            _judge_against_twins(cluster)
     finally:
         try:
             cluster.close(check_invariants=not record.call_failed)
@@ -135,6 +140,15 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
             pytest.fail(f"elastic cluster teardown: {e}", pytrace=False)
         finally:
             _record_properties(item, record)
+
+
+def _judge_against_twins(cluster: Any) -> None:
+    """``golden=True``: every finished job must compute what its fault-free twin does."""
+    for i, job in enumerate(cluster.jobs):
+        if job.finished():
+            diff = job.compare_golden()
+            if diff.diverged:
+                pytest.fail(f"job {i}: {diff.explain()}", pytrace=False)
 
 
 def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:

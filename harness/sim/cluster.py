@@ -45,7 +45,8 @@ class Cluster:
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
-                 pool: WarmPool | None = None, network: str = "auto"):
+                 pool: WarmPool | None = None, network: str = "auto", golden: bool = False,
+                 golden_rtol: float = 0.0):
         given = {name: value for name, value in locals().items() if name != "self"}  # the keywords
         from harness.run import parse_min_max_nnodes
         from harness.sim.schema import check_cluster_keywords
@@ -65,6 +66,11 @@ class Cluster:
         self.exit_barrier_timeout = exit_barrier_timeout
         self.check_invariants = check_invariants
         self.chaos = chaos  # harness.sim.chaos.ChaosConfig: a seeded fault schedule per job
+        #: jobs will be judged against their fault-free twin: workers digest their final state
+        self.golden = golden
+        self.golden_rtol = golden_rtol
+        #: where twins' records are kept between runs (the plugin: pytest's cache dir)
+        self.golden_cache: str | None = None
         self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
         self._gpu_plan: Any = None
         from harness.sim.net import resolve_mode
@@ -99,6 +105,7 @@ class Cluster:
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
         job = Job(self, entrypoint, list(args), module)
+        job.launched_nodes = count
         self.jobs.append(job)
         if self.start_method == "zygote":
             self.pool.start()  # its torch import overlaps the store's start

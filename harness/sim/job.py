@@ -52,14 +52,20 @@ from harness.sim.job_network import NetworkFaults
 from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.node_process import NodeProcess, start_node
+from harness.sim.progress import DIGEST_ENV
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
 
     from harness.sim.cluster import Cluster
+    from harness.sim.golden import GoldenDiff
+    from harness.sim.training import Goodput
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
+
+SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
+NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
 
 #: agent states after which the harness adds no terminal entry of its own
 _FINAL = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN)
@@ -109,6 +115,11 @@ class Job(ProcessFaults, NetworkFaults):
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
+        #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
+        #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
+        self.shared_dir = os.path.join(self.directory, "shared")
+        os.makedirs(self.shared_dir)
+        self.launched_nodes = 0  # nodes ``launch`` started (the twin starts as many)
         self._harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
         self._exit_lock = threading.Lock()
         self._exits: dict[int, int] = {}  # node -> its agent's return code, once recorded
@@ -139,11 +150,25 @@ class Job(ProcessFaults, NetworkFaults):
                 self._rdzv, self._store = _multinode.rendezvous_for(cluster, self)
         return self._rdzv
 
-    def _command(self) -> tuple[Callable[..., Any] | str, list[Any]]:
+    def _command(self, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
         if callable(self.entrypoint):
-            return self.entrypoint, list(self.args)
+            return self.entrypoint, [self._expand(a, index) for a in self.args]
         head = ["-u", "-m"] if self.module else ["-u"]
-        return sys.executable, [*head, self.entrypoint, *map(str, self.args)]
+        return sys.executable, [*head, self.entrypoint, *(self._expand(str(a), index) for a in self.args)]
+
+    def _expand(self, arg: Any, index: int) -> Any:
+        """``{shared}`` and ``{node_disk}`` in a launch arg: this job's dirs (node ``index``'s disk)."""
+        if not isinstance(arg, str):
+            return arg
+        return arg.replace("{shared}", self.shared_dir).replace("{node_disk}", self._disk_of(index))
+
+    def _disk_of(self, index: int) -> str:
+        return os.path.join(self.directory, f"node{index}", "disk")
+
+    def node_disk(self, node: int) -> str:
+        """Node ``node``'s local disk: ``{node_disk}`` in its args, ``HARNESS_NODE_DISK`` in its workers."""
+        self._node(node)  # an unknown node raises, naming the valid ones
+        return self._disk_of(node)
 
     def _start_node(self) -> int:
         """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
@@ -160,8 +185,9 @@ class Job(ProcessFaults, NetworkFaults):
         addr = self.network.address(index)
         directory = os.path.join(self.directory, f"node{index}")
         os.makedirs(os.path.join(directory, "tmp"))
+        os.makedirs(self._disk_of(index))
         rdzv = self._rendezvous_settings()
-        entrypoint, args = self._command()
+        entrypoint, args = self._command(index)
         config = LaunchConfig(
             min_nodes=cluster.min_nodes, max_nodes=cluster.max_nodes,
             nproc_per_node=cluster.nproc_per_node, run_id=self.run_id, role="default",
@@ -182,7 +208,10 @@ class Job(ProcessFaults, NetworkFaults):
             pickle.dump(spec, fp)
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
                WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
-               "TMPDIR": os.path.join(directory, "tmp")}
+               "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: self.shared_dir,
+               NODE_DISK_ENV: self._disk_of(index)}
+        if cluster.golden:
+            env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
         env.pop("TORCHELASTIC_ERROR_FILE", None)
         slot = self._free_slot()
         gpus = cluster.gpus_for(slot)
@@ -473,6 +502,31 @@ class Job(ProcessFaults, NetworkFaults):
         """Every scheduled fault that did not fire: pending, then failed before firing
         (what the chaos report lists as not fired, and shrinking drops)."""
         return self._scheduler.unfired() if self._scheduler else []
+
+    # -- training truth --------------------------------------------------------------------
+
+    def goodput(self) -> Goodput:
+        """How much of the job's wall time was training; the rest by category."""
+        return self.timeline.goodput()
+
+    def compare_golden(self, rtol: float | None = None, timeout: float = 120,
+                       cache_dir: str | None = None) -> GoldenDiff:
+        """Compare this (finished) job with its fault-free twin: the same script, args and
+        cluster shape, no faults, no chaos (``harness.sim.twin``; reused from ``cache_dir``, or
+        the cluster's ``golden_cache``, when it holds it). ``rtol``: default the cluster's
+        ``golden_rtol`` (0: bitwise). Final digests compare when the cluster was made with
+        ``golden=True`` (the workers then digest their final state)."""
+        from harness.sim.golden import compare
+        from harness.sim.twin import job_record, twin_record
+
+        if not self.finished():
+            raise ElasticError(f"job {self.run_id} is still running: wait() for it before compare_golden()")
+        cache = cache_dir if cache_dir is not None else self.cluster.golden_cache
+        twin, cached = twin_record(self, timeout, cache)
+        diff = compare(job_record(self), twin, self.cluster.golden_rtol if rtol is None else rtol)
+        self._harness_events.emit("golden", diverged=diff.diverged, first=diff.first, cached=cached,
+                                  steps_compared=diff.steps_compared, rtol=diff.rtol, note=diff.note)
+        return diff
 
     # -- the end -------------------------------------------------------------------------
 

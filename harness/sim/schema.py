@@ -150,6 +150,9 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("network", "auto", "nodes as network hosts: 'netns' (a namespace and address each; "
         "network faults), 'loopback' (127.0.1.x, no network faults) or 'auto' (netns where "
         "possible)", one_of("auto", "netns", "loopback")),
+    Key("golden", False, "judge each job against its fault-free twin (workers digest their final state; "
+        "the plugin fails a test whose run diverges)", BOOL),
+    Key("golden_rtol", 0.0, "relative tolerance of the twin comparison (0: bitwise)", number(0)),
 )
 
 #: cluster options the plugin provides itself, so neither the marker nor a scenario takes them
@@ -194,6 +197,16 @@ EXPECT_KEYS: tuple[Key, ...] = (
     Key("faults_fired", None, "faults that fired, at least", integer(0), example=0),
     Key("allow_unfired", False, "a [[fault]] still pending when the job ends is no failure (by "
         "default the scenario fails, saying why each never fired)", BOOL),
+    Key("same_as_golden", False, "the run computes what its fault-free twin does: every (rank, step) loss "
+        "and the final state digests (harness.report_step(step, loss=, state=))", BOOL),
+    Key("diverges", False, "the run must differ from its fault-free twin (a scenario that tests the oracle: "
+        "a trainer that forgets state on resume)", BOOL),
+    Key("golden_rtol", None, "relative tolerance of the twin comparison (default 0: bitwise; a run whose "
+        "world size changed uses 1e-4 unless given)", number(0), example=0.0),
+    Key("min_goodput", None, "the job's goodput (productive / wall time) is at least this",
+        number(0), example=0.5),
+    Key("max_resume_latency", None, "seconds from a fault to the first training step of a later round, "
+        "at most", number(0, strict=True), example=10.0),
 )
 
 #: top-level entries of a scenario file

@@ -287,7 +287,7 @@ class Timeline:
         with self._lock:
             everything = list(self._events)
         costs = [FaultCost(r.resume_latency, r.lost) for r in records]
-        return goodput(everything, costs)
+        return goodput(everything, costs, [r["mono"] for r in records])
 
     @staticmethod
     def _recovery(later: Iterable[dict[str, Any]], start: float) -> float | None:

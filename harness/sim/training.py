@@ -123,27 +123,38 @@ def _wasted(events: Sequence[Event], start: float, resumed: Event | None, new_pi
     return start - min(map(_mono, old)) if old else 0.0
 
 
-def goodput(events: Sequence[Event], costs: Sequence[FaultCost]) -> Goodput:
-    """The job's goodput from its time-ordered events and its faults' costs (module doc)."""
+def goodput(events: Sequence[Event], costs: Sequence[FaultCost],
+            fault_times: Sequence[float] = ()) -> Goodput:
+    """The job's goodput from its time-ordered events and its faults' costs (module doc).
+
+    Badput is counted as time spans, each instant once: a fault during the initial start-up,
+    a checkpoint inside wasted work, two faults whose recoveries overlap are not charged twice.
+    An instant goes to the first category that claims it, in ``_PRIORITY`` order.
+    ``fault_times``: each cost's fault instant (``mono``), in the same order as ``costs``.
+    """
     if not events:
         return Goodput(0.0, 0.0, 0.0, {})
     t0, t1 = _mono(events[0]), _mono(events[-1])
     wall = max(t1 - t0, 0.0)
     steps = [e for e in events if e.get("kind") == "step"]
-    badput: dict[str, float] = dict.fromkeys(("initial_startup", *LOST_CATEGORIES, "checkpoint", "tail"), 0.0)
+    spans: list[tuple[str, float, float]] = []
+    first_step = _mono(steps[0]) if steps else t1
+    spans.append(("initial_startup", t0, first_step))
     if steps:
-        badput["initial_startup"] = _mono(steps[0]) - t0
-        badput["tail"] = t1 - _mono(steps[-1])
-    else:
-        badput["initial_startup"] = wall
-    counted = [c for c in costs if c.resume_latency is not None or any(c.lost.values())]
-    for cost in counted:
-        for key in LOST_CATEGORIES:
-            badput[key] += cost.lost[key]
+        spans.append(("tail", _mono(steps[-1]), t1))
+    counted = [(c, t) for c, t in zip(costs, fault_times, strict=True)
+               if c.resume_latency is not None or any(c.lost.values())]
+    for cost, at in counted:
+        edge = at
+        for key in ("detection", "recovery", "startup"):
+            spans.append((key, edge, edge + cost.lost[key]))
+            edge += cost.lost[key]
+        spans.append(("wasted", at - cost.lost["wasted"], at))
     saves = _checkpoints(events)
-    badput["checkpoint"] = sum(d for _, d in saves)
+    spans.extend(("checkpoint", begin, begin + seconds) for begin, seconds in saves)
+    badput = _claim(spans)
     productive = max(wall - sum(badput.values()), 0.0)
-    resumed = [c.resume_latency for c in counted if c.resume_latency is not None]
+    resumed = [c.resume_latency for c, _ in counted if c.resume_latency is not None]
     starts = [s for s, _ in saves]
     return Goodput(
         ratio=productive / wall if wall > 0 else 0.0, productive_s=productive, wall_s=wall, badput=badput,
@@ -152,6 +163,35 @@ def goodput(events: Sequence[Event], costs: Sequence[FaultCost]) -> Goodput:
         checkpoint_cost_s=sum(d for _, d in saves) / len(saves) if saves else None,
         checkpoint_interval_s=(starts[-1] - starts[0]) / (len(starts) - 1) if len(starts) > 1 else None,
     )
+
+
+#: which category an instant claimed by several belongs to
+_PRIORITY = ("detection", "recovery", "startup", "initial_startup", "checkpoint", "wasted", "tail")
+
+
+def _claim(spans: Sequence[tuple[str, float, float]]) -> dict[str, float]:
+    """Seconds per category, each instant counted once (``_PRIORITY`` decides)."""
+    taken: list[tuple[float, float]] = []  # disjoint, sorted
+    out = dict.fromkeys(_PRIORITY, 0.0)
+    for category in _PRIORITY:
+        mine = _union([(a, b) for c, a, b in spans if c == category and b > a])
+        out[category] = sum(b - a for a, b in mine) - _overlap(mine, taken)
+        taken = _union([*taken, *mine])
+    return out
+
+
+def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, d) - max(a, c)) for a, b in xs for c, d in ys)
 
 
 def _checkpoints(events: Sequence[Event]) -> list[tuple[float, float]]:

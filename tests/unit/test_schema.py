@@ -296,18 +296,22 @@ def _finished_job(tmp_path):
     events += [{"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 1.2},
                {"kind": "fault", "fault": "node_kill", "node": "harness", "mono": 1.8},
                {"kind": "state", "node": "a", "state": "STOPPED", "mono": 1.9},
+               {"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 4.9, "worker_pid": 2, "round": 2},
                {"kind": "state", "node": "a", "state": "HEALTHY", "mono": 5.0}]
-    events += [{"kind": "step", "rank": 0, "step": s, "pid": 1, "mono": 5.1 + s} for s in range(5)]
+    events += [{"kind": "step", "rank": 0, "step": s, "pid": 2, "mono": 5.1 + s} for s in range(5)]
     path = tmp_path / "events.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
-    return SimpleNamespace(timeline=Timeline(str(path))), SimpleNamespace(state=faults.WorkerState.SUCCEEDED)
+    timeline = Timeline(str(path))
+    return (SimpleNamespace(timeline=timeline, goodput=timeline.goodput),
+            SimpleNamespace(state=faults.WorkerState.SUCCEEDED))
 
 
 def test_every_expect_key_is_enforced(tmp_path):
     """Each [expect] key the schema accepts is checked (min_world_size was accepted and ignored)."""
     job, result = _finished_job(tmp_path)
     holds = {"state": "SUCCEEDED", "world_sizes": [2, 1, 2], "restarts": 1, "no_lost_steps": True,
-             "max_recovery_latency": 5.0, "min_world_size": 1, "final_world_size": 2, "faults_fired": 1}
+             "max_recovery_latency": 5.0, "min_world_size": 1, "final_world_size": 2, "faults_fired": 1,
+             "max_resume_latency": 3.5, "min_goodput": 0.4}
     fails = {"state": ("FAILED", "final state SUCCEEDED, expected FAILED"),
              "world_sizes": ([2], "world sizes [2, 1, 2], expected [2]"),
              "restarts": (0, "1 restart(s), expected 0"),
@@ -315,9 +319,14 @@ def test_every_expect_key_is_enforced(tmp_path):
              "max_recovery_latency": (1.0, "node_kill recovered after 3.20s > 1.0s"),
              "min_world_size": (2, "world sizes [2, 1, 2], none expected below 2"),
              "final_world_size": (1, "final world size 2, expected 1"),
-             "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2")}
-    # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py)
-    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"}
+             "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2"),
+             "max_resume_latency": (3.0, "node_kill: training resumed after 3.30s > 3.0s"),
+             "min_goodput": (0.6, "goodput 0.49; lost 3.30 s to 1 fault: detection 0.10 s, recovery 3.00 s, "
+                                  "startup 0.20 s, wasted 0.00 s < min_goodput 0.6")}
+    # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py); the twin
+    # keys need a real twin run: tests/harness/test_golden.py and scenarios/training
+    twin_keys = {"same_as_golden", "diverges", "golden_rtol"}
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys
     _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
     for key, (value, message) in fails.items():
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):

@@ -70,15 +70,27 @@ def test_goodput_is_wall_minus_what_can_be_attributed():
     checkpoint = {"kind": "checkpoint", "mono": 4.3, "seconds": 0.3, "step": 3, "rank": 0, "restart_count": 0}
     events = sorted([*EVENTS, checkpoint], key=lambda e: e["mono"])
     cost = fault_cost(EVENTS[8], EVENTS, detection_latency=0.2)
-    g = goodput(events, [cost])
+    g = goodput(events, [cost], [6.5])
     assert g.wall_s == pytest.approx(12.0)
+    # the checkpoint (4.0..4.3) lies inside the wasted work (4.0..6.5): counted once, as checkpoint
     assert g.badput == pytest.approx({"initial_startup": 1.0, "detection": 0.2, "recovery": 0.7, "startup": 0.6,
-                                      "wasted": 2.5, "checkpoint": 0.3, "tail": 1.0})
-    assert g.productive_s == pytest.approx(12.0 - 6.3)
-    assert g.ratio == pytest.approx(5.7 / 12.0)
+                                      "wasted": 2.2, "checkpoint": 0.3, "tail": 1.0})
+    assert g.productive_s == pytest.approx(6.0)
+    assert g.ratio == pytest.approx(0.5)
     assert g.faults == 1 and g.restart_cost_s == pytest.approx(1.5) and g.checkpoint_cost_s == pytest.approx(0.3)
-    assert g.summary() == ("goodput 0.48; lost 4.00 s to 1 fault: detection 0.20 s, recovery 0.70 s, "
-                           "startup 0.60 s, wasted 2.50 s")
+    assert g.summary() == ("goodput 0.50; lost 3.70 s to 1 fault: detection 0.20 s, recovery 0.70 s, "
+                           "startup 0.60 s, wasted 2.20 s")
+
+
+def test_a_fault_during_the_initial_start_up_is_not_charged_twice():
+    events = [start(0.0, 10, 0), {"kind": "fault", "mono": 0.5}, {"kind": "state", "mono": 0.6, "state": "FAILED"},
+              start(1.0, 20, 1, attempt=1), *[step(2.0 + i, 20, i) for i in range(3)], {"kind": "result", "mono": 5.0}]
+    cost = fault_cost(events[1], events, detection_latency=0.1)
+    assert cost.resume_latency == pytest.approx(1.5)
+    g = goodput(events, [cost], [0.5])
+    assert g.badput["initial_startup"] == pytest.approx(0.5)  # 0.0..0.5; the fault owns 0.5..2.0
+    assert sum(g.badput.values()) + g.productive_s == pytest.approx(g.wall_s)
+    assert g.productive_s == pytest.approx(2.0)
 
 
 def test_a_fault_free_job():

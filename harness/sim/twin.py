@@ -1,0 +1,120 @@
+"""The fault-free twin: the same job, run again with nothing broken, to judge the faulted one.
+
+``Job.compare_golden`` asks here for the twin's record (``harness.sim.golden.GoldenRecord``):
+from a cache when one is given and holds it, else by running the twin on a fresh cluster of
+the same shape, with no faults and no chaos, sharing the caller's warm pool. The twin is a new
+``Job``, so it gets its own fresh ``{shared}`` and ``{node_disk}``: it can never resume from
+the faulted run's checkpoint.
+
+The cache key is everything that changes what the script computes: the script's bytes (or a
+callable's source), its args as written (placeholders unexpanded), module or script, the
+nodes it starts and workers per node, the worker environment the cluster adds, the start
+method, the torch and Python versions. The cache is a directory of JSON files (the plugin
+uses pytest's cache dir): a key's file is written whole, then renamed, so concurrent xdist
+workers never read half a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import platform
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ElasticError
+from harness.sim.golden import GoldenRecord, record_of
+
+if TYPE_CHECKING:
+    from harness.sim.job import Job
+
+__all__ = ["TwinError", "twin_key", "twin_record", "job_record"]
+
+
+class TwinError(ElasticError):
+    """The fault-free twin did not succeed: nothing to compare against."""
+
+
+def _torch_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # no torch distribution: the key says so
+        return "none"
+
+
+def _entry_bytes(job: Job) -> bytes:
+    entry = job.entrypoint
+    if callable(entry):
+        try:
+            return inspect.getsource(entry).encode()
+        except (OSError, TypeError):
+            return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', repr(entry))}".encode()
+    if job.module:
+        return entry.encode()
+    with open(entry, "rb") as fp:
+        return fp.read()
+
+
+def twin_key(job: Job) -> str:
+    """The cache key of ``job``'s twin (module doc)."""
+    cluster = job.cluster
+    parts = {
+        "entry": hashlib.sha256(_entry_bytes(job)).hexdigest(), "module": job.module,
+        "args": [str(a) for a in job.args], "nodes": job.launched_nodes,
+        "nproc_per_node": cluster.nproc_per_node, "env": sorted(cluster.env.items()),
+        "start_method": cluster.start_method, "torch": _torch_version(), "python": platform.python_version(),
+        "digests": True,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def job_record(job: Job) -> GoldenRecord:
+    """What the oracle compares of a finished job: its counted losses and final digests."""
+    return record_of(job.timeline.steps(), job.timeline.world_sizes())
+
+
+def twin_record(job: Job, timeout: float, cache_dir: str | None) -> tuple[GoldenRecord, bool]:
+    """The twin's record and whether it came from the cache."""
+    key = twin_key(job)
+    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
+    if path and os.path.exists(path):
+        try:
+            with open(path) as fp:
+                return GoldenRecord.from_json(json.load(fp)), True
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged entry is re-made below
+    record = _run_twin(job, timeout)
+    if path:
+        os.makedirs(cache_dir, exist_ok=True)  # type: ignore[arg-type]
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fp:
+            json.dump(record.to_json(), fp)
+        os.replace(tmp, path)
+    return record, False
+
+
+def _run_twin(job: Job, timeout: float) -> GoldenRecord:
+    from harness.agent import WorkerState
+    from harness.sim.cluster import Cluster
+
+    cluster = job.cluster
+    with Cluster(nnodes=f"{cluster.min_nodes}:{cluster.max_nodes}", nproc_per_node=cluster.nproc_per_node,
+                 max_restarts=cluster.max_restarts, rdzv_backend=cluster.rdzv_backend,
+                 monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
+                 env=cluster.env, rdzv_conf=cluster.rdzv_conf, shutdown_timeout=cluster.shutdown_timeout,
+                 seed=cluster.seed, exit_barrier_timeout=cluster.exit_barrier_timeout, pool=cluster.pool,
+                 network=cluster.network, golden=True) as twin_cluster:
+        twin = twin_cluster.launch(job.entrypoint, *job.args, nodes=job.launched_nodes, module=job.module)
+        result = twin.wait(timeout=timeout)
+        if result.state != WorkerState.SUCCEEDED:
+            raise TwinError(f"the fault-free twin of job {job.run_id} did not succeed ({result.state.value}): "
+                            f"the script fails without faults too\n{twin.timeline.format(40)}")
+        return job_record(twin)
+
+
+def describe_twin(job: Job) -> dict[str, Any]:
+    """What the twin was keyed on, for a report."""
+    return {"key": twin_key(job), "nodes": job.launched_nodes, "nproc_per_node": job.cluster.nproc_per_node}
