@@ -70,10 +70,12 @@ class ScenarioFile(pytest.File):
             data = tomllib.loads(self.path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise self.CollectError(f"{self.path}: not valid TOML: {e}") from None
+        faults = data.get("fault")
+        if isinstance(faults, list) and all(isinstance(f, dict) for f in faults):
+            data["fault"] = _modern(faults)  # an old spelling warns once, here
         problems = _validate(data)
         if problems:
             raise self.CollectError(f"{self.path}: " + "; ".join(problems))
-        data["fault"] = _modern(data.get("fault", []))
         yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
 
 

@@ -462,8 +462,8 @@ class Job(ProcessFaults, NetworkFaults):
                 self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,
                                           step=step, exit_code=crash.exit_code)
                 path = write_exit_order(self.orders_dir, rank, crash.exit_code, step)
-                self._orders[path] = (entry.describe(), f"rank {rank} reported no step {step} — does "
-                                      "the script call harness.report_step?")
+                self._order_left(path, entry.describe(), f"rank {rank} reported no step {step} — does "
+                                 "the script call harness.report_step?")
                 continue
             if self._scheduler is None:
                 self._scheduler = FaultScheduler(self)

@@ -39,10 +39,10 @@ class FaultError(ElasticError):
 
 class FaultNotFired(FaultError):
     """The job ended with scheduled faults that never fired (``Job.wait``); the message
-    names each and says why, and ``entries`` holds them."""
+    names each and says why; ``unfired`` holds their descriptions."""
 
     def __init__(self, reasons: list[tuple[str, str]]):
-        self.entries = [what for what, _ in reasons]
+        self.unfired = [what for what, _ in reasons]
         lines = "; ".join(f"{what} never fired: {why}" for what, why in reasons)
         super().__init__(f"{len(reasons)} scheduled fault(s) never fired before the job ended: {lines} "
                          "(wait(allow_unfired=True), or [expect] allow_unfired = true in a scenario, "
@@ -112,11 +112,14 @@ class FaultScheduler:
         with self._lock:
             entries = list(self._entries)
         reasons = []
+        now = time.monotonic()
         for p in entries:
             if p.armed_at is None:
                 why = "it was never armed: the fault before it never fired"
             elif p.blocked is not None:
                 why = f"its trigger was met but its target never could take it ({p.blocked})"
+            elif p.entry.trigger.ready(self._job, p.armed_at, now):
+                why = "its trigger was met only as the job ended, too late to act on"
             else:
                 why = p.entry.trigger.never_met(self._job, p.armed_at)
             reasons.append((p.entry, why))

@@ -23,8 +23,12 @@ was printed from contained). Now each door derives from the tables below:
 **Adding a fault kind** (e.g. the network faults: partition, heal, packet_loss, bandwidth,
 link_down) is one row in ``FAULT_KINDS`` here plus its ``Fault`` subclass in
 ``harness.sim.faults`` (a frozen dataclass whose ``kind`` is the row's ``kind`` and whose
-fields are the row's ``params``, same defaults). Nothing else changes: from_spec/to_spec,
-the scenario check and reference, ``--elastic-schedule`` and, if the row names a ``chaos``
+fields are the row's ``params``, same defaults). One name per fault: the ``kind`` is the
+name of the ``Job`` method its ``apply`` calls, the ``chaos`` name (if any) is the same, and
+the class is the method's words turned round (``kill_node`` -> ``NodeKill``); a renamed
+spelling goes in the ``RENAMED_*`` tables, which keep it working with a DeprecationWarning.
+Nothing else changes: from_spec/to_spec, the scenario check and reference,
+``--elastic-schedule`` and, if the row names a ``chaos``
 kind, ``--elastic-faults`` and the chaos generator (which fills ``node``/``local_rank``
 and draws each ``chaos_choices`` parameter) all follow. ``tests/unit/test_schema.py``
 round-trips every row and fails if the class and the row disagree. A new trigger form is

@@ -143,7 +143,7 @@ def test_wait_fails_naming_each_fault_that_never_fired_and_why():
                        "never fired: the job ended before 3600s had passed",
                        "@ AtStep(step=999, rank=1) never fired: rank 1 reported no step 999"):
             assert reason in text, text
-        assert len(info.value.entries) == 5 and "\n" not in text
+        assert len(info.value.unfired) == 5 and "\n" not in text
         assert job.wait(timeout=5, allow_unfired=True).state == WorkerState.SUCCEEDED
 
 

@@ -216,3 +216,24 @@ rank = 0
         "*scenario unfired: 1 scheduled fault(s) never fired before the job ended: WorkerKill(*) @ "
         "AtStep(step=50, rank=0) never fired: rank 0 reported steps up to 3 only, none >= 50*",
     ])
+
+
+def test_a_scenario_in_old_spelling_runs_and_warns_once(pytester):
+    scen = pytester.mkdir("scenarios")
+    (scen / "old.toml").write_text(f"""
+[job]
+script = {STEPPER!r}
+args = ["4", "0.01"]
+
+[[fault]]
+kind = "worker_crash"
+after = 0.1
+
+[expect]
+allow_unfired = true
+""")
+    result = pytester.runpytest_subprocess("scenarios", "--co", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.OK
+    text = result.stdout.str()
+    assert text.count("fault kind 'worker_crash' is deprecated: use 'kill_worker'") == 1, text
+    assert text.count("fault spec key 'after' is deprecated: use 'after_healthy'") == 1, text
