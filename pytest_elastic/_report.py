@@ -66,8 +66,13 @@ def job_stats(job: Any) -> dict[str, Any]:
     faults = job.timeline.faults()
     detection = [f.detection_latency for f in faults if f.detection_latency is not None]
     recovery = [f.recovery_latency for f in faults if f.recovery_latency is not None]
+    resume = [f.resume_latency for f in faults if f.resume_latency is not None]
+    goodput = job.goodput()
     return {"faults": len(faults), "recovered": len(recovery), "detection": detection,
-            "recovery": recovery, "restarts": max(job.timeline.restart_counts().values(), default=0)}
+            "recovery": recovery, "resume": resume,
+            "restarts": max(job.timeline.restart_counts().values(), default=0),
+            "productive_s": goodput.productive_s, "wall_s": goodput.wall_s, "badput": goodput.badput,
+            "goodput_summary": goodput.summary()}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -82,12 +87,24 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
     failed_tests = sum(1 for s in stats if s.get("elastic_outcome") == "failed")
     detection = [v for s in stats for v in s.get("elastic_detection_latencies", [])]
     recovery = [v for s in stats for v in s.get("elastic_recovery_latencies", [])]
+    resume = [v for s in stats for v in s.get("elastic_resume_latencies", [])]
     lines = [f"elastic tests: {len(stats)} ({failed_tests} failed), jobs: {jobs}, "
              f"faults injected: {faults}, recovered: {recovered}"]
-    for name, values in (("detection", detection), ("recovery", recovery)):
+    for name, values in (("detection", detection), ("recovery", recovery), ("training resumed", resume)):
         if values:
             lines.append(f"{name} latency: median {statistics.median(values) * 1000:.0f} ms, "
                          f"p95 {_percentile(values, 0.95) * 1000:.0f} ms (n={len(values)})")
+    productive = sum(s.get("elastic_productive_s", 0.0) for s in stats)
+    wall = sum(s.get("elastic_wall_s", 0.0) for s in stats)
+    if wall > 0:
+        lost: dict[str, float] = {}
+        for s in stats:
+            for key, value in s.get("elastic_lost", {}).items():
+                lost[key] = lost.get(key, 0.0) + value
+        spent = sum(lost.get(k, 0.0) for k in ("detection", "recovery", "startup", "wasted"))
+        detail = ", ".join(f"{k} {lost.get(k, 0.0):.1f} s" for k in ("detection", "recovery", "startup", "wasted"))
+        lines.append(f"goodput {productive / wall:.2f} ({productive:.1f} s of {wall:.1f} s trained); "
+                     f"lost {spent:.1f} s to {faults} fault(s): {detail}")
     shrunk = [s for s in stats if "elastic_minimal_faults" in s]
     if shrunk:
         lines.append(f"shrunk: {len(shrunk)} failing chaos test(s), to "

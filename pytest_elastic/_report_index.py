@@ -50,6 +50,8 @@ def index_rows(stats: list[dict[str, Any]], settings: Any = None) -> list[dict[s
             "recovered": s.get("elastic_recovered", 0), "restarts": s.get("elastic_restarts", 0),
             "detection_s": _latency(list(s.get("elastic_detection_latencies", []))),
             "recovery_s": _latency(list(s.get("elastic_recovery_latencies", []))),
+            "resume_s": _latency(list(s.get("elastic_resume_latencies", []))),
+            "goodput": s.get("elastic_goodput"), "lost_s": s.get("elastic_lost", {}),
             "seed": s.get("elastic_seed"), "test_seed": s.get("elastic_test_seed"),
             "replay": s.get("elastic_replay"), "minimal_faults": s.get("elastic_minimal_faults"),
             "minimal_replay": _minimal_replay(test, s.get("elastic_minimal_schedule"), settings),
@@ -94,7 +96,8 @@ def _row_html(row: dict[str, Any]) -> str:
             if len(pages) > 1 else "")
     replay = row.get("minimal_replay") or row.get("replay") or ""
     kinds = ", ".join(sorted(set(row["fault_kinds"])))
-    det, rec = row["detection_s"], row["recovery_s"]
+    det, rec, res = row["detection_s"], row["recovery_s"], row["resume_s"]
+    goodput = row.get("goodput")
     seed = "" if row["seed"] is None else str(row["seed"])
     replay_html = f"<div><code>{html.escape(replay)}</code></div>" if replay else ""
     return (f"<tr><td data-v='{name}'>{link} {more}{replay_html}</td>"
@@ -107,6 +110,10 @@ def _row_html(row: dict[str, Any]) -> str:
             f"{_ms(det['median'])} / {_ms(det['p95'])}</td>"
             f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>"
             f"{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
+            f"<td data-v='{res['median'] if res['median'] is not None else -1}'>"
+            f"{_ms(res['median'])} / {_ms(res['p95'])}</td>"
+            f"<td data-v='{goodput if goodput is not None else -1}'>"
+            f"{'' if goodput is None else f'{goodput:.2f}'}</td>"
             f"<td>{html.escape(seed)}</td></tr>")
 
 
@@ -119,12 +126,13 @@ def write_index(directory: str, stats: list[dict[str, Any]], summary_lines: list
                "faults": sum(r["faults"] for r in rows), "restarts": sum(r["restarts"] for r in rows),
                "detection_s": _latency([v for s in stats for v in s.get("elastic_detection_latencies", [])]),
                "recovery_s": _latency([v for s in stats for v in s.get("elastic_recovery_latencies", [])]),
+               "resume_s": _latency([v for s in stats for v in s.get("elastic_resume_latencies", [])]),
                "summary": summary_lines, "results": rows}
     with open(os.path.join(directory, SUMMARY), "w", encoding="utf-8") as fp:
         json.dump(summary, fp, indent=1, default=str)
     head = "".join(f"<div>{html.escape(line)}</div>" for line in summary_lines)
     columns = ["test", "outcome", "faults", "restarts", "detection ms (median / p95)",
-               "recovery ms (median / p95)", "chaos seed"]
+               "recovery ms (median / p95)", "training resumed ms (median / p95)", "goodput", "chaos seed"]
     header = "".join(f"<th data-k='{i}'>{html.escape(c)}</th>" for i, c in enumerate(columns))
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>elastic report</title>"
             f"<style>{_CSS}</style></head><body><h1>Elastic tests: {len(rows)} "

@@ -17,6 +17,8 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, cast
 
+from harness.sim.training import TrainingIndex
+
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
 
@@ -70,6 +72,8 @@ class Fault:
     end: float | None = None
     detection: float | None = None
     recovery: float | None = None
+    resume: float | None = None  # fault -> the first training step of a later round
+    lost: dict[str, float] = field(default_factory=dict)  # seconds by category (harness.sim.training)
 
 
 @dataclass
@@ -218,7 +222,8 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
         return found
 
     steps, max_step = _steps([e for e in events if e.get("kind") == "step"], t0)
-    events = [e for e in events if e.get("kind") != "step"]  # the rest need no step
+    training = TrainingIndex(events)  # faults' costs need the steps; the rest does not
+    events = [e for e in events if e.get("kind") != "step"]
     for e in events:
         kind = e.get("kind")
         t = e.get("mono", t0) - t0
@@ -263,20 +268,23 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
         lane(node).workers.setdefault(first.get("local_rank", 0), []).append(
             Span(start, end, "running", text, _worker_extra(first, pid, None)))
     ordered = [lanes[k] for k in _node_order(lanes)]
-    _place_faults(events, faults, ordered, end)
+    _place_faults(events, faults, ordered, end, training)
     outcome = ("FAILED" if "FAILED" in results else "SUCCEEDED") if results else "unfinished"
     return Model(t0, duration, ordered, sorted(rounds.values(), key=lambda r: r.at),
                  [f for f in faults if f.kind not in _ENDING_FAULTS], steps, max_step, outcome,
                  [f for f in faults if f.kind in _ENDING_FAULTS])
 
 
-def _place_faults(events: list[dict[str, Any]], faults: list[Fault], lanes: list[Lane], end: float) -> None:
-    """Latencies, the end of every lasting fault, dead nodes."""
+def _place_faults(events: list[dict[str, Any]], faults: list[Fault], lanes: list[Lane], end: float,
+                  training: TrainingIndex) -> None:
+    """Latencies and training costs, the end of every lasting fault, dead nodes."""
     t0 = events[0].get("mono", 0.0) if events else 0.0
     last_seen = {e.get("node"): e.get("mono", t0) - t0 for e in events}  # time-ordered: the last wins
     measured = [f for f in faults if f.event.get("kind") == "fault"]  # heals have no latency
     for fault, (detection, recovery) in zip(measured, fault_latencies(events), strict=True):
         fault.detection, fault.recovery = detection, recovery
+        cost = training.cost(fault.event, detection)
+        fault.resume, fault.lost = cost.resume_latency, cost.lost
     for i, fault in enumerate(faults):
         if fault.kind in _ENDING_FAULTS:
             fault.end = fault.at
@@ -340,6 +348,10 @@ def fault_text(fault: Fault) -> str:
         parts.append(f"detected after {fault.detection * 1000:.0f} ms")
     if fault.recovery is not None:
         parts.append(f"recovered after {fault.recovery * 1000:.0f} ms")
+    if fault.resume is not None:
+        parts.append(f"training resumed after {fault.resume * 1000:.0f} ms")
+    if fault.lost:
+        parts.append("lost " + " + ".join(f"{k} {v * 1000:.0f} ms" for k, v in fault.lost.items()))
     parts.extend(f"{k}={v}" for k, v in detail.items())
     return ", ".join(parts)
 

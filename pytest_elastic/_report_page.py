@@ -12,7 +12,15 @@ import statistics
 from typing import Any
 
 from pytest_elastic._report_model import Model, fault_text
-from pytest_elastic._report_svg import LABEL_W, PLOT_W, STATE_COLOURS, WORKER_COLOURS, render_steps, render_timeline
+from pytest_elastic._report_svg import (
+    LABEL_W,
+    LOST_COLOURS,
+    PLOT_W,
+    STATE_COLOURS,
+    WORKER_COLOURS,
+    render_steps,
+    render_timeline,
+)
 
 __all__ = ["build_page", "page_figures", "EVENT_ROWS_LIMIT"]
 
@@ -43,6 +51,7 @@ svg .fault-line{stroke:#d62f2f;stroke-opacity:.22;pointer-events:none}svg .fault
 svg .fault-marker{fill:#d62f2f;stroke:#fff;stroke-width:.5;cursor:pointer}
 svg .fault-span{fill:#d62f2f;fill-opacity:.55;cursor:pointer}
 svg .fault-span.on-lane{fill:url(#hatch);fill-opacity:.25;stroke:#d62f2f;stroke-width:1}
+span.lostbar{display:inline-flex;width:100px;height:9px;background:#eee;vertical-align:middle}span.lostbar i{display:block;height:9px}
 svg .detect{fill:#f08c00;fill-opacity:.18;pointer-events:none}svg .recover{fill:#f5c542;fill-opacity:.16;pointer-events:none}
 svg .dead{fill:url(#hatch);fill-opacity:.8}svg .dead.left{fill-opacity:.35}svg .dead-label{fill:#fff;font-weight:600;pointer-events:none}
 svg .step-line{fill:none;stroke-width:1.2;stroke-opacity:.85}
@@ -123,7 +132,8 @@ def page_figures(model: Model) -> dict[str, Any]:
     return {"outcome": model.outcome, "nodes": len(model.lanes), "duration_s": round(model.duration, 3),
             "faults": [f.kind for f in model.faults], "rounds": len(model.rounds),
             "world_sizes": [r.world_size for r in model.rounds], "detection_s": detection,
-            "recovery_s": recovery, "max_step": model.max_step}
+            "recovery_s": recovery, "resume_s": [f.resume for f in model.faults if f.resume is not None],
+            "max_step": model.max_step}
 
 
 def _legend() -> str:
@@ -152,12 +162,26 @@ def _fault_table(model: Model) -> str:
     for i, f in enumerate(model.faults):
         det = f"{f.detection * 1000:.0f} ms" if f.detection is not None else "–"
         rec = f"{f.recovery * 1000:.0f} ms" if f.recovery is not None else "–"
+        res = f"{f.resume * 1000:.0f} ms" if f.resume is not None else "–"
         until = f"{f.end:.3f}s" if f.end is not None and f.end > f.at else ""
         rows.append(f'<tr data-f="{i}"><td>{f.at:.3f}s</td><td>{html.escape(f.kind)}</td>'
                     f'<td>{html.escape(str(f.target)) if f.target is not None else ""}</td><td>{until}</td>'
-                    f'<td>{det}</td><td>{rec}</td><td class="mono">{html.escape(fault_text(f))}</td></tr>')
+                    f'<td>{det}</td><td>{rec}</td><td>{res}</td><td>{_lost_bar(f.lost)}</td>'
+                    f'<td class="mono">{html.escape(fault_text(f))}</td></tr>')
     return ("<table class='faults'><tr><th>at</th><th>fault</th><th>target</th><th>until</th>"
-            f"<th>detected</th><th>recovered</th><th>details</th></tr>{''.join(rows)}</table>")
+            "<th>detected</th><th>recovered</th><th>training resumed</th><th>time lost</th>"
+            f"<th>details</th></tr>{''.join(rows)}</table>")
+
+
+def _lost_bar(lost: dict[str, float]) -> str:
+    """A fault's lost seconds as one stacked bar (100 px = the largest of its parts' sum)."""
+    total = sum(lost.values())
+    if total <= 0:
+        return "–"
+    parts = "".join(f'<i class="lost-{k}" style="width:{100 * v / total:.1f}%;background:{LOST_COLOURS[k]}" '
+                    f'title="{k} {v * 1000:.0f} ms"></i>' for k, v in lost.items() if v > 0 and k in LOST_COLOURS)
+    return f'<span class="lostbar" title="{total:.2f} s lost">{parts}</span> {total:.2f} s'
+
 
 
 def _event_table(events: list[dict[str, Any]], t0: float) -> str:
@@ -196,7 +220,11 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
             f"<span><b>{figures['rounds']}</b> rendezvous rounds "
             f"(world sizes {html.escape(_sizes(figures['world_sizes']))})</span>",
             f"<span>detection median <b>{_median_ms(figures['detection_s'])}</b></span>",
-            f"<span>recovery median <b>{_median_ms(figures['recovery_s'])}</b></span>"]
+            f"<span>recovery median <b>{_median_ms(figures['recovery_s'])}</b></span>",
+            f"<span>training resumed median <b>{_median_ms(figures['resume_s'])}</b></span>"]
+    goodput = info.get("goodput")
+    if goodput:
+        head.append(f"<span class='goodput'>{html.escape(goodput)}</span>")
     if restarts is not None:
         head.insert(4, f"<span><b>{restarts}</b> restarts</span>")
     if info.get("seed") is not None:

@@ -133,6 +133,10 @@ def _fault(fault: Fault, index: int, scale: _Scale, bottom: float, layers: _Laye
                       f'd="M{x:.1f} {_TOP - 4}l-5 -9h10z"><title>{title}</title></path>')
 
 
+#: the lost-time categories' colours: the timeline's bars and the page's fault table share them
+LOST_COLOURS = {"wasted": "#9e9e9e", "detection": "#f08c00", "recovery": "#f5c542", "startup": "#4a90d9"}
+
+
 def _shading(fault: Fault, scale: _Scale, bottom: float) -> str:
     """Fault -> detection (darker), detection -> recovery (lighter), behind the lanes."""
     out = []
@@ -145,6 +149,27 @@ def _shading(fault: Fault, scale: _Scale, bottom: float) -> str:
             xr = scale.x(fault.at + fault.recovery)
             out.append(f'<rect class="recover" x="{xd:.1f}" y="{_TOP}" width="{xr - xd:.1f}" '
                        f'height="{bottom - _TOP:g}"/>')
+    out.append(_lost_bar(fault, scale))
+    return "".join(out)
+
+
+def _lost_bar(fault: Fault, scale: _Scale) -> str:
+    """The fault's lost time as a stacked bar on the time axis, just above the lanes: the
+    wasted work before it (grey), then detection, recovery and start-up up to the step that
+    resumed training."""
+    if not fault.lost:
+        return ""
+    edges = [("wasted", fault.at - fault.lost.get("wasted", 0.0), fault.at)]
+    t = fault.at
+    for key in ("detection", "recovery", "startup"):
+        edges.append((key, t, t + fault.lost.get(key, 0.0)))
+        t += fault.lost.get(key, 0.0)
+    out = []
+    for key, a, b in edges:
+        if b > a:
+            xa, xb = scale.x(a), scale.x(b)
+            out.append(f'<rect class="lost lost-{key}" x="{xa:.1f}" y="{_TOP - 3}" width="{max(xb - xa, 0.5):.1f}" '
+                       f'height="3" fill="{LOST_COLOURS[key]}"><title>{key}: {(b - a) * 1000:.0f} ms</title></rect>')
     return "".join(out)
 
 

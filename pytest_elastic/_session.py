@@ -167,6 +167,16 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
     props.append(("elastic_restarts", sum(s["restarts"] for s in stats)))
     props.append(("elastic_detection_latencies", [v for s in stats for v in s["detection"]]))
     props.append(("elastic_recovery_latencies", [v for s in stats for v in s["recovery"]]))
+    props.append(("elastic_resume_latencies", [v for s in stats for v in s["resume"]]))
+    productive, wall = sum(s["productive_s"] for s in stats), sum(s["wall_s"] for s in stats)
+    props.append(("elastic_productive_s", productive))
+    props.append(("elastic_wall_s", wall))
+    props.append(("elastic_goodput", productive / wall if wall > 0 else None))
+    lost: dict[str, float] = {}
+    for s in stats:
+        for key, value in s["badput"].items():
+            lost[key] = lost.get(key, 0.0) + value
+    props.append(("elastic_lost", lost))
     props.append(("elastic_outcome", "failed" if record.call_failed or record.problems else "passed"))
     if record.settings.report_dir:
         _write_html(item, record)
@@ -197,7 +207,8 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
         pages.append(f"{safe}.job{i}.html")
         restarts = max(job.timeline.restart_counts().values(), default=0)
         write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
-                   "\n".join(record.problems), info={**info, "restarts": restarts},
+                   "\n".join(record.problems),
+                   info={**info, "restarts": restarts, "goodput": job.goodput().summary()},
                    failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
     item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
                                  ("elastic_replay", info["replay"])])

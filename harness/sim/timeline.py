@@ -26,7 +26,7 @@ from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
-from harness.sim.training import LOST_CATEGORIES, FaultCost, Goodput, annotate_steps, fault_cost, goodput
+from harness.sim.training import LOST_CATEGORIES, FaultCost, Goodput, TrainingIndex, annotate_steps, goodput
 
 __all__ = ["Timeline", "FaultRecord", "HARNESS"]
 
@@ -268,6 +268,7 @@ class Timeline:
                                for e in self._by_kind.get(kind, [])
                                if e.get("node") != HARNESS and e.get("source") != HARNESS), key=_order)
             everything = list(self._events)
+        index = TrainingIndex(everything)
         records = []
         for fault in faults:
             record = FaultRecord(fault)
@@ -276,7 +277,7 @@ class Timeline:
             reactions = [e for e in later if e.get("state") != WorkerState.HEALTHY.value]
             record["detection_latency"] = reactions[0]["mono"] - start if reactions else None
             record["recovery_latency"] = self._recovery(later, start)
-            cost = fault_cost(fault, everything, record["detection_latency"])
+            cost = index.cost(fault, record["detection_latency"])
             record["resume_latency"], record["lost"] = cost.resume_latency, cost.lost
             records.append(record)
         return records

@@ -181,6 +181,8 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
     stats = [{"elastic_test": "t.py::test_ok", "elastic_outcome": "passed", "elastic_fault_count": 2,
               "elastic_faults": "worker_kill; node_kill", "elastic_restarts": 1, "elastic_seed": 9,
               "elastic_detection_latencies": [0.02, 0.04], "elastic_recovery_latencies": [0.2],
+              "elastic_resume_latencies": [1.5, 2.5], "elastic_goodput": 0.8,
+              "elastic_lost": {"detection": 0.06, "recovery": 0.3, "startup": 3.6, "wasted": 1.0},
               "elastic_replay": "pytest 't.py::test_ok' --elastic-chaos --elastic-seed=9",
               "elastic_pages": ["t.py_test_ok.job0.html", "t.py_test_ok.job1.html"]},
              {"elastic_test": "t.py::test_bad", "elastic_outcome": "failed", "elastic_fault_count": 1,
@@ -192,9 +194,40 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
     ok = summary["results"][1]
     assert ok["detection_s"] == {"median": 0.03, "p95": 0.04, "n": 2}
     assert ok["fault_kinds"] == ["worker_kill", "node_kill"]
+    assert ok["resume_s"] == {"median": 2.0, "p95": 2.5, "n": 2} and ok["goodput"] == 0.8
+    assert ok["lost_s"]["startup"] == 3.6 and summary["resume_s"]["n"] == 2
     assert summary["results"][0]["minimal_replay"] == \
         "pytest 't.py::test_bad' --elastic-chaos --elastic-seed=9 --elastic-schedule='[[1]]'"
     assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)
     page = open(index).read()
     assert "href='t.py_test_ok.job0.html'" in page and "href='t.py_test_ok.job1.html'>job 1<" in page
-    assert page.count("<th data-k=") == 7 and "--elastic-schedule=&#x27;[[1]]&#x27;" in page
+    assert page.count("<th data-k=") == 9 and "training resumed ms" in page and ">0.80<" in page
+    assert "--elastic-schedule=&#x27;[[1]]&#x27;" in page
+
+
+def test_a_fault_shows_when_training_resumed_and_what_it_cost(tmp_path):
+    """The page prices each fault on the training: resume latency in the table, the lost
+    seconds as a stacked bar on the time axis and in the table; the header shows goodput."""
+    from pytest_elastic._report import write_html
+    from tests.unit.test_training_cost import EVENTS
+
+    events = [dict(e, node=0, ts=e["mono"]) for e in EVENTS]
+    path = tmp_path / "page.html"
+    write_html(str(path), "priced", events, info={"goodput": "goodput 0.48; lost 4.00 s to 1 fault"})
+    page = path.read_text()
+    assert "<th>training resumed</th>" in page and "<td>1500 ms</td>" in page
+    assert all(f'class="lost lost-{k}"' in page for k in ("wasted", "detection", "recovery", "startup"))
+    assert "goodput 0.48; lost 4.00 s to 1 fault" in page and "4.00 s" in page
+
+
+def test_the_session_summary_says_goodput_and_resume_latency():
+    from pytest_elastic._report import session_summary
+    from pytest_elastic._settings import Settings
+
+    stats = [{"elastic_jobs": 1, "elastic_fault_count": 1, "elastic_resume_latencies": [2.0],
+              "elastic_productive_s": 8.0, "elastic_wall_s": 10.0,
+              "elastic_lost": {"detection": 0.1, "recovery": 0.4, "startup": 1.5, "wasted": 0.5, "tail": 0.2}}]
+    lines = session_summary(stats, Settings())
+    assert "training resumed latency: median 2000 ms, p95 2000 ms (n=1)" in lines
+    assert ("goodput 0.80 (8.0 s of 10.0 s trained); lost 2.5 s to 1 fault(s): detection 0.1 s, "
+            "recovery 0.4 s, startup 1.5 s, wasted 0.5 s") in lines
