@@ -72,7 +72,8 @@ def job_stats(job: Any) -> dict[str, Any]:
             "recovery": recovery, "resume": resume,
             "restarts": max(job.timeline.restart_counts().values(), default=0),
             "productive_s": goodput.productive_s, "wall_s": goodput.wall_s, "badput": goodput.badput,
-            "goodput_summary": goodput.summary()}
+            "goodput_summary": goodput.summary(), "checkpoint_cost_s": goodput.checkpoint_cost_s,
+            "checkpoint_interval_s": goodput.checkpoint_interval_s}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -105,6 +106,8 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
         detail = ", ".join(f"{k} {lost.get(k, 0.0):.1f} s" for k in ("detection", "recovery", "startup", "wasted"))
         lines.append(f"goodput {productive / wall:.2f} ({productive:.1f} s of {wall:.1f} s trained); "
                      f"lost {spent:.1f} s to {faults} fault(s): {detail}")
+    if getattr(settings, "project", None):
+        lines.append(_projection_line(stats, settings.project, resume))
     shrunk = [s for s in stats if "elastic_minimal_faults" in s]
     if shrunk:
         lines.append(f"shrunk: {len(shrunk)} failing chaos test(s), to "
@@ -113,6 +116,25 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
     if settings.chaos:
         lines.append(f"chaos seed: {settings.seed} (replay with --elastic-chaos --elastic-seed={settings.seed})")
     return lines
+
+
+def _projection_line(stats: list[dict[str, Any]], spec: str, resume: list[float]) -> str:
+    """``--elastic-project``: the session's mean cost per fault and per checkpoint, at scale."""
+    from harness.errors import ConfigError
+    from harness.sim.projection import project_goodput
+    from pytest_elastic._settings import parse_project
+
+    kwargs = parse_project(spec)
+    costs = [c for s in stats for c in s.get("elastic_checkpoint_costs", [])]
+    intervals = [i for s in stats for i in s.get("elastic_checkpoint_intervals", [])]
+    kwargs.setdefault("restart_cost_s", statistics.mean(resume) if resume else None)
+    kwargs.setdefault("checkpoint_cost_s", statistics.mean(costs) if costs else None)
+    kwargs.setdefault("checkpoint_interval_s", statistics.mean(intervals) if intervals else None)
+    try:
+        return "projected: " + project_goodput(**kwargs).summary()
+    except ConfigError as e:
+        return (f"projected: cannot project ({e}); mark checkpoint saves with harness.report_checkpoint() "
+                "or pass interval=S,checkpoint=S to --elastic-project")
 
 
 def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict[str, Any] | None = None,

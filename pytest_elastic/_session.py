@@ -130,8 +130,6 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     item._elastic_record = record
     try:
         yield cluster
-        if cluster.golden:
-            _judge_against_twins(cluster)
     finally:
         try:
             cluster.close(check_invariants=not record.call_failed)
@@ -142,7 +140,7 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
             _record_properties(item, record)
 
 
-def _judge_against_twins(cluster: Any) -> None:
+def judge_against_twins(cluster: Any) -> None:
     """``golden=True``: every finished job must compute what its fault-free twin does."""
     for i, job in enumerate(cluster.jobs):
         if job.finished():
@@ -177,6 +175,9 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         for key, value in s["badput"].items():
             lost[key] = lost.get(key, 0.0) + value
     props.append(("elastic_lost", lost))
+    props.append(("elastic_checkpoint_costs", [s["checkpoint_cost_s"] for s in stats if s["checkpoint_cost_s"]]))
+    props.append(("elastic_checkpoint_intervals",
+                  [s["checkpoint_interval_s"] for s in stats if s["checkpoint_interval_s"]]))
     props.append(("elastic_outcome", "failed" if record.call_failed or record.problems else "passed"))
     if record.settings.report_dir:
         _write_html(item, record)

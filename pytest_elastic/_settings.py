@@ -56,6 +56,9 @@ class Settings:
     timeout_given: bool = False
     #: re-runs a failing chaos test may spend shrinking its fault schedule (0: off)
     shrink_budget: int = 8
+    #: ``--elastic-project``: project the session's measured fault and checkpoint costs to a
+    #: cluster of this shape (``nodes=N[,mtbf=H|NAME][,interval=S][,checkpoint=S]``), validated
+    project: str | None = None
     #: ``--elastic-schedule``: an explicit schedule per job (compact JSON), replayed as given
     schedule: str | None = None
 
@@ -140,7 +143,41 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         shrink_budget=_pick(getattr(option, "elastic_shrink_budget", None), "SHRINK_BUDGET",
                             ini("elastic_shrink_budget"), 8, _non_negative_int, "shrink_budget"),
         schedule=schedule,
+        project=_pick(getattr(option, "elastic_project", None), "PROJECT", None, None, _project_text, "project"),
     )
+
+
+#: ``--elastic-project`` keys -> ``project_goodput`` arguments
+PROJECT_KEYS = {"nodes": "nodes", "mtbf": "mtbf_node_hours", "interval": "checkpoint_interval_s",
+                "checkpoint": "checkpoint_cost_s"}
+
+
+def parse_project(text: str) -> dict[str, Any]:
+    """``nodes=1024,mtbf=llama3,interval=600`` -> ``project_goodput`` keyword arguments."""
+    out: dict[str, Any] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = part.partition("=")
+        if not sep or key not in PROJECT_KEYS:
+            raise ValueError(f"{part!r} is not KEY=VALUE with KEY one of {', '.join(PROJECT_KEYS)}")
+        if key == "nodes":
+            out["nodes"] = int(value)
+            if out["nodes"] < 1:
+                raise ValueError("nodes must be >= 1")
+        elif key == "mtbf":
+            try:
+                out[PROJECT_KEYS[key]] = float(value)
+            except ValueError:
+                out[PROJECT_KEYS[key]] = value  # a name of a published rate; project_goodput checks it
+        else:
+            out[PROJECT_KEYS[key]] = float(value)
+    if "nodes" not in out:
+        raise ValueError("needs nodes=N (e.g. nodes=1024)")
+    return out
+
+
+def _project_text(value: Any) -> str:
+    parse_project(str(value))
+    return str(value)
 
 
 def _fault_kinds(value: Any) -> str:

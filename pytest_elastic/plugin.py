@@ -50,6 +50,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--elastic-schedule", default=None, metavar="JSON",
                     help="replay this exact fault schedule (one JSON list per job, as printed "
                          "under a shrunk failure); implies --elastic-chaos")
+    group.addoption("--elastic-project", default=None, metavar="nodes=N[,mtbf=H|NAME][,interval=S][,checkpoint=S]",
+                    help="project the session's measured cost per fault and per checkpoint to N nodes: "
+                         "the effective training time ratio and the checkpoint interval that maximises it "
+                         "(Young/Daly); mtbf: node MTBF in hours or llama3 / meta-rsc (default llama3)")
     for name, help_text in (("elastic_chaos", "enable chaos mode (true/false)"),
                             ("elastic_faults", "chaos fault kinds"),
                             ("elastic_report", "directory for HTML timelines"),
@@ -168,14 +172,21 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """A test that asks for a network fault where nodes cannot be network hosts (no network
-    namespaces, not root) is skipped, saying what is missing, rather than failed."""
+    namespaces, not root) is skipped, saying what is missing, rather than failed; a test
+    marked ``golden=True`` that passed is then judged against its jobs' fault-free twins."""
     try:
-        return (yield)
+        outcome = yield
     except Exception as e:
         net = sys.modules.get("harness.sim.net")
         if net is not None and isinstance(e, net.NetworkUnavailable):
             pytest.skip(str(e))
         raise
+    record = getattr(item, "_elastic_record", None)
+    if record is not None and record.cluster.golden:  # part of the test: a divergence fails its call
+        from pytest_elastic._session import judge_against_twins
+
+        judge_against_twins(record.cluster)
+    return outcome
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

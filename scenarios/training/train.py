@@ -37,11 +37,16 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-try:  # the harness's step reports; a no-op outside it
-    from harness import report_step
+try:  # the harness's step and checkpoint reports; no-ops outside it
+    from harness import report_checkpoint, report_step
 except ImportError:  # pragma: no cover
+    import contextlib
+
     def report_step(step: int, loss: object = None, state: object = None, **fields: object) -> None:
         pass
+
+    def report_checkpoint(step: int) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
 
 FORGETTABLE = ("rng", "data-position", "optimizer", "lr-scheduler")
 SAMPLES, FEATURES = 256, 16
@@ -177,7 +182,8 @@ def main() -> int:
         final = dict(zip(("model", "optim"), get_state_dict(model, opt), strict=True)) if done == args.steps else None
         report_step(step, loss=loss_global, state=final)
         if done % args.ckpt_every == 0 or done == args.steps:
-            save(args, checkpoint_state(model, opt, sched, data, done), done)
+            with report_checkpoint(done):  # its time is checkpoint badput in the job's goodput
+                save(args, checkpoint_state(model, opt, sched, data, done), done)
     if rank == 0:
         print(json.dumps({"steps": args.steps, "resumed_from": resumed_from, "world_size": world,
                           "loss": float(loss_global), "forgot": args.forget}), flush=True)
