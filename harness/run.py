@@ -16,7 +16,7 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
 from harness.launch import LaunchConfig, elastic_launch, launch_agent
@@ -53,7 +53,8 @@ class _CheckEnv(argparse.Action):
 
     def __init__(self, dest: str, default: bool = False, **kwargs: Any):
         env_value = os.environ.get(f"PET_{dest.upper()}")
-        default = bool(int(env_value)) if env_value and env_value.isdigit() else default
+        # isdecimal(), not isdigit(): PET_X="²" is a digit that int() refuses
+        default = bool(int(env_value)) if env_value and env_value.isdecimal() else default
         super().__init__(dest=dest, const=True, default=default, nargs=0, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
@@ -75,8 +76,17 @@ def _comma_list(text: str) -> list[str]:
     return [item.replace(placeholder, ",") for item in text.replace(",,", placeholder).split(",") if item]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (its usage block is 20; ``--help`` has it),
+    with line breaks in what the user typed escaped (``unrecognized arguments`` quotes it raw)."""
+
+    def error(self, message: str) -> NoReturn:
+        flat = "\\n".join(message.splitlines())
+        self.exit(2, f"{self.prog}: error: {flat} (see --help)\n")
+
+
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="elastic-run",
         description="Elastic launcher for PyTorch training scripts (torchrun-compatible).",
     )
@@ -161,8 +171,11 @@ def _cuda_device_count() -> int:
 
 def determine_local_world_size(value: str) -> int:
     text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        count = int(text)
+    try:  # not isdigit(): "²" and "--5" pass it, then int() raises
+        count: int | None = int(text)
+    except ValueError:
+        count = None
+    if count is not None:
         if count < 1:
             raise ConfigError("nproc_per_node", count, "must be >= 1", "--nproc-per-node")
         return count
@@ -334,6 +347,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
 # -- signals ----------------------------------------------------------------------------
 
 
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
+
+
 def _parse_signals(text: str) -> list[signal.Signals]:
     result = []
     for name in filter(None, (n.strip() for n in text.split(","))):
@@ -342,6 +358,9 @@ def _parse_signals(text: str) -> list[signal.Signals]:
         except KeyError:
             raise ConfigError("signals_to_handle", text, f"names an unknown signal {name!r}",
                               "--signals-to-handle") from None
+        if result[-1] in _UNCATCHABLE:  # signal.signal() would raise OSError(EINVAL)
+            raise ConfigError("signals_to_handle", text, f"names {name}, which no process can "
+                              "catch", "--signals-to-handle")
     return result
 
 
