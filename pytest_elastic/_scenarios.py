@@ -60,13 +60,23 @@ class ScenarioFailure(AssertionError):
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[ScenarioItem]:
         try:
-            data = tomllib.loads(self.path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise self.CollectError(f"{self.path}: not valid TOML: {e}") from None
+            data = _parse(self.path.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise self.CollectError(f"{self.path}: {e}") from None
         problems = _validate(data)
         if problems:
             raise self.CollectError(f"{self.path}: " + "; ".join(problems))
         yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
+
+
+def _parse(text: str) -> dict[str, Any]:
+    """The file's tables; ValueError (one line) if it is not TOML, or nests deeper than
+    tomllib's recursion reaches (``a = [[[[...]]]]``: a RecursionError otherwise)."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ValueError(f"not valid TOML: {e}") from None
+    return data
 
 
 def _validate(data: dict[str, Any]) -> list[str]:

@@ -10,9 +10,15 @@ from __future__ import annotations
 import os
 import random
 import string
+import time
+import traceback
 from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
+import pytest
 from faker import Faker
+
+T = TypeVar("T")
 
 #: the seed CI runs with (deterministic); ``ELASTIC_FUZZ_SEED`` replays another
 DEFAULT_SEED = 17
@@ -168,3 +174,30 @@ def cases(n: int, seed_: int | None = None, **kwargs: object) -> Iterator[tuple[
 def replay_hint(target: str, i: int, shown: object) -> str:
     return (f"fuzz target {target!r} failed at case {i} (ELASTIC_FUZZ_SEED={seed()}); "
             f"input: {shown!r}")
+
+
+def why(e: BaseException) -> str:
+    """A broken check's own message; anything else with the frames it came from."""
+    if isinstance(e, AssertionError):
+        return str(e)
+    return f"{type(e).__name__}: {str(e)[:300]}\n{traceback.format_exc(limit=-4)}"
+
+
+def run_target(target: str, base: int, make: Callable[[Bad], T], check: Callable[[T], str],
+               shown: Callable[[T], object] = lambda x: x, **kwargs: Any) -> dict[str, int]:
+    """Feed ``count(base)`` inputs from ``make`` to ``check`` (which returns the outcome's
+    name, or raises); fail on the first that raises, naming the case, the seed and the
+    input; print how many were tried, how fast, and the outcomes."""
+    n = count(base)
+    outcomes: dict[str, int] = {}
+    start = time.monotonic()
+    for i, b in cases(n, **kwargs):
+        value = make(b)
+        try:
+            outcome = check(value)
+        except BaseException as e:
+            pytest.fail(f"{replay_hint(target, i, shown(value))}\n{why(e)}")
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    print(f"\nfuzz {target}: {n} inputs in {time.monotonic() - start:.1f}s "
+          f"(ELASTIC_FUZZ_SEED={seed()}): {outcomes}")
+    return outcomes

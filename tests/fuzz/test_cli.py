@@ -15,15 +15,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import SCRIPTS, run_elastic
-from tests.fuzz._bad import Bad, cases, count, replay_hint, seed
+from tests.fuzz._bad import Bad, cases, count, replay_hint, run_target
 
 SCRIPT = str(SCRIPTS / "sleeper.py")
 #: (not SIGCHLD: handled, it would stop this test process at its next child's exit)
@@ -155,13 +153,6 @@ def check_in_process(argv: list[str]) -> str:
     return "error"
 
 
-def _why(e: BaseException) -> str:
-    """The broken check's message, or the escaped exception with where it came from."""
-    if isinstance(e, AssertionError):
-        return str(e)
-    return f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-4)}"
-
-
 @pytest.fixture
 def launch_stopped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import harness.launch
@@ -175,35 +166,23 @@ def launch_stopped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def test_flags_in_process(launch_stopped: None) -> None:
-    n = count(2000)
-    outcomes = {"accepted": 0, "error": 0}
-    start = time.monotonic()
-    for i, b in cases(n, nul=False):
-        argv = bad_argv(b)
-        try:
-            outcomes[check_in_process(argv)] += 1
-        except BaseException as e:
-            pytest.fail(f"{replay_hint('elastic-run flags', i, argv)}\n{_why(e)}")
-    print(f"\nfuzz elastic-run flags: {n} inputs in {time.monotonic() - start:.1f}s "
-          f"(ELASTIC_FUZZ_SEED={seed()}): {outcomes}")
-    assert outcomes["accepted"] and outcomes["error"], outcomes  # both sides were reached
+    outcomes = run_target("elastic-run flags", 2000, bad_argv, check_in_process, nul=False)
+    assert len(outcomes) == 2, outcomes  # both accepted and refused were reached
 
 
 def test_pet_environment_in_process(launch_stopped: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """``PET_<FLAG>`` is read when the parser is built: a bad value must fail the same way."""
     names = [f.lstrip("-").replace("-", "_").upper() for f in FLAG_VALUES if len(f) > 2]
-    n = count(400)
-    for i, b in cases(n, nul=False):
-        name = b.rng.choice(names)
-        value = b.clean(b.rng.choice([b.number, b.any])())
-        monkeypatch.setenv(f"PET_{name}", value)
-        try:
-            check_in_process([SCRIPT])
-        except BaseException as e:
-            pytest.fail(f"{replay_hint('PET_* environment', i, (name, value))}\n{_why(e)}")
-        finally:
-            monkeypatch.delenv(f"PET_{name}")
-    print(f"\nfuzz PET_* environment: {n} inputs")
+
+    def make(b: Bad) -> tuple[str, str]:
+        return b.rng.choice(names), b.clean(b.rng.choice([b.number, b.any])())
+
+    def check(setting: tuple[str, str]) -> str:
+        with monkeypatch.context() as env:
+            env.setenv(f"PET_{setting[0]}", setting[1])
+            return check_in_process([SCRIPT])
+
+    run_target("PET_* environment", 400, make, check, nul=False)
 
 
 END_TO_END = 6

@@ -66,3 +66,51 @@ def test_log_dir_that_cannot_exist_is_a_config_error(tmp_path) -> None:
         (tmp_path / "file").write_text("")
         with pytest.raises(ConfigError, match="--log-dir"):
             LogsSpecs(log_dir=str(bad)).root("run")
+
+
+@pytest.mark.parametrize("fault", [1, "worker_crash", ["x"], {"kind": ["worker_crash"]}, {"kind": {}}])
+def test_fault_that_is_not_a_table_is_refused_in_one_line(fault: object) -> None:
+    """``fault = [..., "SUCCEEDED"]`` raised AttributeError ('str' has no 'get') and a
+    list ``kind`` raised TypeError (unhashable) from check_fault_spec (scenario case 3,
+    schedule case 16)."""
+    from harness.sim.schema import check_fault_spec, check_scenario
+
+    with pytest.raises(ConfigError):
+        check_fault_spec(fault)  # type: ignore[arg-type]
+    problems = check_scenario({"job": {"script": "x.py"}, "fault": [fault]})
+    assert len(problems) == 1 and "[[fault]] #1" in problems[0]
+
+
+def test_schedule_nested_past_the_decoder_is_refused() -> None:
+    """``--elastic-schedule='[[[[...]]]]'`` raised RecursionError (schedule case 17)."""
+    from pytest_elastic._settings import parse_schedule
+
+    with pytest.raises(ValueError, match="not JSON"):
+        parse_schedule("[" * 100_000 + "]" * 100_000)
+
+
+def test_scenario_nested_past_the_parser_is_refused() -> None:
+    """``deep = [[[[...]]]]`` in a scenario raised RecursionError out of tomllib at
+    collection (scenario case 14)."""
+    from pytest_elastic._scenarios import _parse
+
+    with pytest.raises(ValueError, match="not valid TOML"):
+        _parse("deep = " + "[" * 5000 + "]" * 5000)
+
+
+def test_nnodes_digit_that_int_refuses() -> None:
+    """``nnodes = "²"`` passed isdigit() in the schema's check, then int() raised
+    (scenario case 7055 of seed 5)."""
+    from harness.sim.schema import check_scenario
+
+    problems = check_scenario({"job": {"script": "x.py", "nnodes": "²"}})
+    assert len(problems) == 1 and "nnodes" in problems[0]
+
+
+def test_chaos_schedule_is_bounded_whatever_the_restart_budget() -> None:
+    """A scenario with ``max_restarts = 9223372036854775807`` drew that many chaos faults
+    (seed 2 of the scenario fuzz ran out of memory)."""
+    from harness.sim.chaos import MAX_FAULTS, generate_schedule
+
+    schedule = generate_schedule(1, ("worker",), 1, 1, 1, 2**63 - 1)
+    assert 1 <= len(schedule) <= MAX_FAULTS
