@@ -114,3 +114,37 @@ def test_chaos_schedule_is_bounded_whatever_the_restart_budget() -> None:
 
     schedule = generate_schedule(1, ("worker",), 1, 1, 1, 2**63 - 1)
     assert 1 <= len(schedule) <= MAX_FAULTS
+
+
+def test_timer_expiration_past_float_range_is_rejected_not_fatal() -> None:
+    """``"expiration_time": 1000...0`` (400 digits) on the FIFO raised OverflowError in
+    the watchdog, which died of it (timer FIFO case 253)."""
+    from harness.timer import FileTimerRequest, FileTimerServer
+
+    server = FileTimerServer(None, "regression", workers={})
+    try:
+        server.register_timers([FileTimerRequest(4_000_000, "s", 10**400),  # type: ignore[arg-type]
+                                FileTimerRequest(4_000_000, "s", -(10**400))])  # type: ignore[arg-type]
+        assert server.rejected == 2
+    finally:
+        server.stop()
+
+
+def test_store_add_past_i64_drops_that_client_only() -> None:
+    """ADD that overflowed the i64 answer raised struct.error in the server's loop, which
+    died of it, taking every client with it (store wire case 180)."""
+    from harness.rendezvous._store import StoreClient, StoreConnectionError, StoreServer
+
+    server = StoreServer("127.0.0.1", 0).start()
+    try:
+        other = StoreClient("127.0.0.1", server.port, timeout=5)
+        greedy = StoreClient("127.0.0.1", server.port, timeout=5)
+        greedy.set("n", str(2**63 - 1))
+        with pytest.raises(StoreConnectionError):
+            greedy.add("n", 1)
+        other.ping()
+        assert other.get("n") == str(2**63 - 1).encode() and other.add("m", 2) == 2
+        other.close()
+        greedy.close()
+    finally:
+        server.stop()
