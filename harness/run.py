@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
-from harness.launch import LaunchConfig, elastic_launch, launch_agent
+from harness.launch import MAX_MONITOR_INTERVAL, LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
     "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
@@ -283,8 +283,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
     min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
     if args.max_restarts < 0:
         raise ConfigError("max_restarts", args.max_restarts, "must be >= 0", "--max-restarts")
-    if not args.monitor_interval > 0:
-        raise ConfigError("monitor_interval", args.monitor_interval, "must be > 0", "--monitor-interval")
+    if not 0 < args.monitor_interval <= MAX_MONITOR_INTERVAL:  # 1e28: OverflowError in poll()
+        raise ConfigError("monitor_interval", args.monitor_interval,
+                          f"must be > 0 and at most {MAX_MONITOR_INTERVAL:g} (s)", "--monitor-interval")
     if args.module and args.no_python:
         raise ConfigError("no_python", True, "cannot be combined with --module", "--no-python")
     nproc = determine_local_world_size(args.nproc_per_node)

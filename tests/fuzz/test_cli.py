@@ -186,28 +186,55 @@ def test_pet_environment_in_process(launch_stopped: None, monkeypatch: pytest.Mo
 
 
 END_TO_END = 6
+#: flags an accepted one-node run can take without needing a peer, a GPU or many workers
+RUNNABLE = ("--monitor-interval", "--shutdown-timeout", "--exit-barrier-timeout", "--max-restarts",
+            "--redirects", "--tee", "--local-ranks-filter", "--role", "--signals-to-handle",
+            "--start-method", "--log-dir", "--event-log-handler", "--rdzv-id", "--virtual-local-rank")
+
+
+def runnable_argv(b: Bad) -> list[str]:
+    """Like ``bad_argv``, with the one-node flags only, every value drawn from the flag's own
+    kind of odd (so that most are accepted and get run)."""
+    argv: list[str] = []
+    for flag in b.rng.sample(RUNNABLE, b.rng.randint(1, 3)):
+        make = FLAG_VALUES[flag]
+        argv += [flag] if make is None else [f"{flag}={b.clean(make(b))}"]
+    return [*argv, SCRIPT]
+
+
+def _refused(case: int) -> list[str]:
+    return next(argv for i, b in cases(count(2000), nul=False)
+                for argv in [bad_argv(b)] if i % END_TO_END == case and SCRIPT in argv
+                and check_in_process(argv) == "error")  # refused for a flag, not the script
+
+
+def _accepted(case: int) -> list[str]:
+    return next(argv for i, b in cases(count(2000), nul=False)
+                for argv in [runnable_argv(b)] if i % END_TO_END == case
+                and check_in_process(argv) == "accepted")
 
 
 @pytest.mark.parametrize("case", range(END_TO_END))
-def test_flags_end_to_end(case: int, launch_stopped: None, tmp_path: Path) -> None:
-    """The real console script on inputs the in-process run refused: the same refusal,
-    one line on stderr, a non-zero exit, in bounded time. The last case is accepted in
-    process but meets its failure only when it runs: a ``--log-dir`` past NAME_MAX."""
+@pytest.mark.parametrize("kind", ["refused", "accepted"])
+def test_flags_end_to_end(kind: str, case: int, launch_stopped: None, tmp_path: Path) -> None:
+    """The real console script, on inputs the in-process run refused (the same refusal:
+    one line on stderr, a non-zero exit, in bounded time) and on one-node inputs it
+    accepted, which now run a script that succeeds: exit 0, or one line saying why not.
+    The last accepted case meets its failure only when it runs: a ``--log-dir`` past NAME_MAX."""
     quick = tmp_path / "quick.py"
     quick.write_text("pass\n")
-    if case == END_TO_END - 1:
-        argv = ["--log-dir", str(tmp_path / ("x" * 300)), str(quick)]
+    if kind == "accepted" and case == END_TO_END - 1:
+        argv = ["--log-dir", str(tmp_path / ("x" * 300)), SCRIPT]
     else:
-        refused = (argv for i, b in cases(count(2000), nul=False)
-                   for argv in [bad_argv(b)] if i % END_TO_END == case and SCRIPT in argv
-                   and check_in_process(argv) == "error")  # refused for a flag, not the script
-        argv = next(refused)
+        argv = _refused(case) if kind == "refused" else _accepted(case)
     argv = [str(quick) if a == SCRIPT else a for a in argv]
+    hint = replay_hint(f"elastic-run end to end ({kind})", case, argv)
     try:
         result = run_elastic(*argv, env={"OMP_NUM_THREADS": "1"}, timeout=60, cwd=str(tmp_path))
     except Exception as e:
-        pytest.fail(f"{replay_hint('elastic-run end to end', case, argv)}\n{e}")
-    hint = replay_hint("elastic-run end to end", case, argv)
-    assert result.returncode != 0, hint
-    assert _one_line(result.stderr), f"{hint}\n{result.stderr}"
+        pytest.fail(f"{hint}\n{e}")
     print(f"\nelastic-run {argv!r}\n-> {result.returncode}: {result.stderr.strip()}")
+    if kind == "refused":
+        assert result.returncode != 0, hint
+    if result.returncode != 0:
+        assert _one_line(result.stderr), f"{hint}\n{result.stderr}"

@@ -148,3 +148,16 @@ def test_store_add_past_i64_drops_that_client_only() -> None:
         greedy.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("flag,value", [("--monitor-interval", "inf"), ("--monitor-interval", "nan"),
+                                        ("--monitor-interval", "6.098715497510755e+28"),
+                                        ("--shutdown-timeout", "nan"), ("--exit-barrier-timeout", "nan")])
+def test_timeouts_out_of_range_are_refused(flag: str, value: str) -> None:
+    """``--monitor-interval inf`` (or 6e28, end-to-end accepted case 0) passed the check
+    and raised OverflowError in the agent's loop (a traceback); nan passed ``< 0`` checks
+    of the two timeouts."""
+    from harness.run import config_from_args, parse_args
+
+    with pytest.raises(ConfigError, match=flag):
+        config_from_args(parse_args([flag, value, str(SCRIPTS / "sleeper.py")]))
