@@ -25,6 +25,9 @@ DEFAULT_SEED = 17
 #: inputs per target = BASE * ELASTIC_FUZZ_SCALE (default 1): raise it for a longer soak
 SCALE = float(os.environ.get("ELASTIC_FUZZ_SCALE", "1"))
 
+#: one line per target run in this process, for the terminal summary
+SUMMARY: list[str] = []
+
 _LOCALES = ["en_US", "ja_JP", "ar_AA", "ru_RU", "zh_CN", "he_IL", "hi_IN", "el_GR"]
 _faker: Faker | None = None
 
@@ -198,6 +201,8 @@ def run_target(target: str, base: int, make: Callable[[Bad], T], check: Callable
         except BaseException as e:
             pytest.fail(f"{replay_hint(target, i, shown(value))}\n{why(e)}")
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
-    print(f"\nfuzz {target}: {n} inputs in {time.monotonic() - start:.1f}s "
-          f"(ELASTIC_FUZZ_SEED={seed()}): {outcomes}")
+    line = (f"{target}: {n} inputs in {time.monotonic() - start:.1f}s "
+            f"(ELASTIC_FUZZ_SEED={seed()}): {outcomes}")
+    print(f"\nfuzz {line}")
+    SUMMARY.append(line)  # tests/fuzz/conftest.py shows it in the terminal summary
     return outcomes
