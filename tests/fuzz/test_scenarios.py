@@ -13,10 +13,14 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from harness.sim import schema
-from tests.fuzz._bad import Bad, run_target
+from tests.fuzz._bad import Bad, cases, run_target
 
 FAULT_KEYS = sorted(schema.SPEC_KEYS)
 JOB_KEYS = [key.name for key in schema.SCENARIO_JOB_OPTIONS]
@@ -200,3 +204,33 @@ def test_schedule_json() -> None:
     outcomes = run_target("--elastic-schedule", 3000, schedule_text, check_schedule_text,
                           shown=lambda text: text[:2000])
     assert len(outcomes) == 2, outcomes
+
+
+END_TO_END_FILES = 40
+
+
+def test_scenario_files_collected_by_pytest(tmp_path: Path) -> None:
+    """The plugin itself, in one real ``pytest --collect-only`` over fuzz-made scenario
+    files: each refused file is one collection error of one line, the rest are items;
+    no traceback, no internal error."""
+    folder = tmp_path / "scenarios"
+    folder.mkdir()
+    refused = 0
+    for i, b in cases(END_TO_END_FILES * 3, nul=False):  # a file holds no lone surrogate
+        text = toml_text(b, scenario(b))
+        if check_scenario_text(text) == "accepted":
+            if i % 10:
+                continue  # a few accepted files: they must collect as items
+        else:
+            refused += 1
+        (folder / f"case_{i}.toml").write_text(text, encoding="utf-8")
+        if refused >= END_TO_END_FILES:
+            break
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly",
+                             "-p", "no:cacheprovider", "scenarios"], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    out = result.stdout + result.stderr
+    assert "Traceback" not in out and "INTERNALERROR" not in out, out[-5000:]
+    assert out.count("ERROR collecting") == refused, out[-5000:]
+    bodies = re.findall(r"_ ERROR collecting [^\n]*\n(.*?)\n(?=_{3,}|={3,})", out, re.S)
+    assert len(bodies) == refused and all("\n" not in body for body in bodies), bodies
