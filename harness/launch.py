@@ -23,6 +23,8 @@ __all__ = ["LaunchConfig", "build_agent", "elastic_launch", "launch_agent", "run
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+#: the agent's wait between checks is at most this (1e28 or inf: OverflowError in poll())
+MAX_MONITOR_INTERVAL = 3600.0
 
 
 @dataclass
@@ -63,9 +65,12 @@ class LaunchConfig:
                               "--nproc-per-node")
         if self.max_restarts < 0:
             raise ConfigError("max_restarts", self.max_restarts, "must be >= 0", "--max-restarts")
-        if not self.monitor_interval > 0:
-            raise ConfigError("monitor_interval", self.monitor_interval, "must be > 0",
-                              "--monitor-interval")
+        if not 0 < self.monitor_interval <= MAX_MONITOR_INTERVAL:
+            raise ConfigError("monitor_interval", self.monitor_interval,
+                              f"must be > 0 and at most {MAX_MONITOR_INTERVAL:g} (s)", "--monitor-interval")
+        if not self.exit_barrier_timeout >= 0:  # not `< 0`: nan passed that
+            raise ConfigError("exit_barrier_timeout", self.exit_barrier_timeout, "must be >= 0",
+                              "--exit-barrier-timeout")
         default_timeout = 900
         if self.rdzv_timeout != -1:
             default_timeout = self.rdzv_timeout
@@ -76,7 +81,7 @@ class LaunchConfig:
                 self.shutdown_timeout = float(raw)
             except ValueError:
                 raise ConfigError(SHUTDOWN_TIMEOUT_ENV, raw, "must be a number of seconds") from None
-        if self.shutdown_timeout < 0:
+        if not self.shutdown_timeout >= 0:  # nan too
             raise ConfigError("shutdown_timeout", self.shutdown_timeout, "must be >= 0",
                               "--shutdown-timeout")
         if self.logs_specs is None:

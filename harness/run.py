@@ -16,10 +16,10 @@ import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
-from harness.launch import LaunchConfig, elastic_launch, launch_agent
+from harness.launch import MAX_MONITOR_INTERVAL, LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
     "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
@@ -53,7 +53,8 @@ class _CheckEnv(argparse.Action):
 
     def __init__(self, dest: str, default: bool = False, **kwargs: Any):
         env_value = os.environ.get(f"PET_{dest.upper()}")
-        default = bool(int(env_value)) if env_value and env_value.isdigit() else default
+        # isdecimal(), not isdigit(): PET_X="²" is a digit that int() refuses
+        default = bool(int(env_value)) if env_value and env_value.isdecimal() else default
         super().__init__(dest=dest, const=True, default=default, nargs=0, **kwargs)
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
@@ -75,8 +76,17 @@ def _comma_list(text: str) -> list[str]:
     return [item.replace(placeholder, ",") for item in text.replace(",,", placeholder).split(",") if item]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (its usage block is 20; ``--help`` has it),
+    with line breaks in what the user typed escaped (``unrecognized arguments`` quotes it raw)."""
+
+    def error(self, message: str) -> NoReturn:
+        flat = "\\n".join(message.splitlines())
+        self.exit(2, f"{self.prog}: error: {flat} (see --help)\n")
+
+
 def get_args_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="elastic-run",
         description="Elastic launcher for PyTorch training scripts (torchrun-compatible).",
     )
@@ -161,8 +171,11 @@ def _cuda_device_count() -> int:
 
 def determine_local_world_size(value: str) -> int:
     text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        count = int(text)
+    try:  # not isdigit(): "²" and "--5" pass it, then int() raises
+        count: int | None = int(text)
+    except ValueError:
+        count = None
+    if count is not None:
         if count < 1:
             raise ConfigError("nproc_per_node", count, "must be >= 1", "--nproc-per-node")
         return count
@@ -270,8 +283,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
     min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
     if args.max_restarts < 0:
         raise ConfigError("max_restarts", args.max_restarts, "must be >= 0", "--max-restarts")
-    if not args.monitor_interval > 0:
-        raise ConfigError("monitor_interval", args.monitor_interval, "must be > 0", "--monitor-interval")
+    if not 0 < args.monitor_interval <= MAX_MONITOR_INTERVAL:  # 1e28: OverflowError in poll()
+        raise ConfigError("monitor_interval", args.monitor_interval,
+                          f"must be > 0 and at most {MAX_MONITOR_INTERVAL:g} (s)", "--monitor-interval")
     if args.module and args.no_python:
         raise ConfigError("no_python", True, "cannot be combined with --module", "--no-python")
     nproc = determine_local_world_size(args.nproc_per_node)
@@ -334,6 +348,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
 # -- signals ----------------------------------------------------------------------------
 
 
+_UNCATCHABLE = (signal.SIGKILL, signal.SIGSTOP)
+
+
 def _parse_signals(text: str) -> list[signal.Signals]:
     result = []
     for name in filter(None, (n.strip() for n in text.split(","))):
@@ -342,6 +359,9 @@ def _parse_signals(text: str) -> list[signal.Signals]:
         except KeyError:
             raise ConfigError("signals_to_handle", text, f"names an unknown signal {name!r}",
                               "--signals-to-handle") from None
+        if result[-1] in _UNCATCHABLE:  # signal.signal() would raise OSError(EINVAL)
+            raise ConfigError("signals_to_handle", text, f"names {name}, which no process can "
+                              "catch", "--signals-to-handle")
     return result
 
 

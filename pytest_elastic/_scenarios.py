@@ -67,9 +67,9 @@ class ScenarioFailure(AssertionError):
 class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[ScenarioItem]:
         try:
-            data = tomllib.loads(self.path.read_text(encoding="utf-8"))
-        except tomllib.TOMLDecodeError as e:
-            raise self.CollectError(f"{self.path}: not valid TOML: {e}") from None
+            data = _parse(self.path.read_text(encoding="utf-8"))
+        except ValueError as e:
+            raise self.CollectError(f"{self.path}: {e}") from None
         faults = data.get("fault")
         if isinstance(faults, list) and all(isinstance(f, dict) for f in faults):
             data["fault"] = _modern(faults)  # an old spelling warns once, here
@@ -77,6 +77,16 @@ class ScenarioFile(pytest.File):
         if problems:
             raise self.CollectError(f"{self.path}: " + "; ".join(problems))
         yield ScenarioItem.from_parent(self, name=self.path.stem, spec=data)
+
+
+def _parse(text: str) -> dict[str, Any]:
+    """The file's tables; ValueError (one line) if it is not TOML, or nests deeper than
+    tomllib's recursion reaches (``a = [[[[...]]]]``: a RecursionError otherwise)."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as e:
+        raise ValueError(f"not valid TOML: {e}") from None
+    return data
 
 
 def _validate(data: dict[str, Any]) -> list[str]:

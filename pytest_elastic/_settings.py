@@ -220,7 +220,7 @@ def parse_schedule(text: str) -> list[list[dict[str, Any]]]:
 
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, RecursionError) as e:  # [[[[...]]]] past the decoder's depth
         raise ValueError(f"not JSON ({e})") from None
     if not isinstance(data, list) or not all(isinstance(job, list) for job in data):
         raise ValueError("must be a JSON list with one list of faults per job, e.g. "

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -24,6 +25,18 @@ def pytest_configure(config: pytest.Config) -> None:
     _PRIVATE_TMP = tempfile.mkdtemp(prefix="pytest-elastic-tmp-")
     os.environ["TMPDIR"] = _PRIVATE_TMP
     tempfile.tempdir = _PRIVATE_TMP
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The fuzz suite's inputs tried per target and its seed (``tests/fuzz/conftest.py``
+    puts them in each report's user_properties; here, not there: under xdist only this
+    conftest is loaded in the controller)."""
+    lines = [value for key in ("passed", "failed") for report in terminalreporter.stats.get(key, [])
+             for name, value in getattr(report, "user_properties", []) if name == "fuzz"]
+    if lines:
+        terminalreporter.section("fuzz: inputs tried")
+        for line in lines:
+            terminalreporter.line(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from string import Template
 
+from harness.errors import ConfigError
 from harness.procs._std import Std, std_for_rank
 
 __all__ = ["LogsSpecs", "RankLogs", "AttemptLogs", "DEFAULT_PREFIX_TEMPLATE", "TorchShapedLogsSpecs",
@@ -64,8 +65,12 @@ class LogsSpecs:
         if self._root is None:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)[:64]
             if self.log_dir:
-                os.makedirs(self.log_dir, exist_ok=True)
-                self._root = tempfile.mkdtemp(prefix=f"{safe}_", dir=self.log_dir)
+                try:  # a path too long, unwritable or under a file: the user's to fix, in one line
+                    os.makedirs(self.log_dir, exist_ok=True)
+                    self._root = tempfile.mkdtemp(prefix=f"{safe}_", dir=self.log_dir)
+                except (OSError, ValueError) as e:
+                    raise ConfigError("log_dir", self.log_dir, f"cannot hold the run's logs: "
+                                      f"{getattr(e, 'strerror', None) or e}", "--log-dir") from None
             else:
                 self._root = tempfile.mkdtemp(prefix=f"elastic_{safe}_")
                 self._owned = True

@@ -22,7 +22,8 @@ class Std(enum.IntFlag):
 
 
 def _one(value: str, name: str) -> Std:
-    if not value.strip().isdigit() or int(value) not in (0, 1, 2, 3):
+    # isdecimal(), not isdigit(): "①" and "²" are digits that int() refuses
+    if not value.strip().isdecimal() or int(value) not in (0, 1, 2, 3):
         raise ConfigError(name, value, "must be 0 (none), 1 (stdout), 2 (stderr) or 3 (both)",
                           f"--{name}")
     return Std(int(value))
@@ -37,7 +38,7 @@ def parse_std(text: str | int | Std, name: str) -> Std | dict[int, Std]:
     result: dict[int, Std] = {}
     for item in text.split(","):
         rank, sep, value = item.partition(":")
-        if not sep or not rank.strip().isdigit():
+        if not sep or not rank.strip().isdecimal():  # isdigit() passes "²"; int() refuses it
             raise ConfigError(name, text, "must be N or a list like 0:3,1:0", f"--{name}")
         result[int(rank)] = _one(value, name)
     return result

@@ -56,6 +56,7 @@ _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _I64 = struct.Struct("<q")
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 
 class StoreConnectionError(RendezvousConnectionError):
@@ -619,6 +620,8 @@ class StoreServer:
                 total = int(data.get(key, b"0")) + amount
             except ValueError:
                 raise StoreProtocolError(f"add on key {key!r} whose value is not an integer") from None
+            if not _I64_MIN <= total <= _I64_MAX:  # the answer is an i64: struct.error killed the loop
+                raise StoreProtocolError(f"add on key {key!r} overflows a 64-bit integer")
             data[key] = str(total).encode()
             self._wake_waiters()
             self._reply(conn, _I64.pack(total))

@@ -50,6 +50,10 @@ class ChaosConfig:
     reserved_nodes: int = 0
 
 
+#: faults in one generated schedule, at most (a job's restart budget may be any int)
+MAX_FAULTS = 64
+
+
 def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nodes: int,
                       nproc_per_node: int, max_restarts: int, overload: bool = False,
                       max_faults: int | None = None, horizon: float = 1.0,
@@ -63,6 +67,7 @@ def generate_schedule(seed: int, kinds: tuple[str, ...], min_nodes: int, max_nod
     schedule: list[ScheduledFault] = []
     delay = 0.0
     count = rng.randint(1, max(1, budget)) if budget else 0
+    count = min(count, MAX_FAULTS)  # max_restarts=10**18 drew that many faults (a hang)
     if max_faults is not None:
         count = min(count, max_faults)
     if not count:  # no restart to spare: only faults that cost none (network, membership)

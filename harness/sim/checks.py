@@ -65,7 +65,8 @@ def _nnodes_ok(value: Any) -> bool:
     if not isinstance(value, str):
         return False
     parts = value.split(":")
-    if len(parts) not in (1, 2) or not all(p.strip().isdigit() for p in parts):
+    # isdecimal(), not isdigit(): "²" is a digit that int() refuses
+    if len(parts) not in (1, 2) or not all(p.strip().isdecimal() for p in parts):
         return False
     return 1 <= int(parts[0]) <= int(parts[-1])
 

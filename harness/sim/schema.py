@@ -379,9 +379,11 @@ def _spec_key(kind: str, name: str) -> Key:
 def check_fault_spec(spec: Mapping[str, Any]) -> None:
     """Raise ``ConfigError`` (one line) unless ``spec`` is a valid fault spec (old
     spellings pass, with a DeprecationWarning: ``modern_spec``)."""
+    if not isinstance(spec, Mapping):  # ``fault = [1]``, ``[["x"]]``: no table at all
+        raise ConfigError("fault", spec, "must be a table like {kind = \"kill_worker\", ...}")
     spec = modern_spec(spec)
     kind = spec.get("kind")
-    if kind not in FAULT_KINDS:
+    if not isinstance(kind, str) or kind not in FAULT_KINDS:  # a list kind is unhashable
         raise ConfigError("kind", kind, f"must be one of {', '.join(FAULT_KINDS)}")
     allowed = keys_of(kind)
     unknown = sorted(set(spec) - set(allowed))

@@ -49,6 +49,15 @@ _LOUD_REJECTIONS = 20  # warnings before rejections are logged at debug level on
 LogEvent = Callable[[str, Any], None]
 
 
+def _finite(number: float) -> bool:
+    """math.isfinite, False too for an int past float's range (10**400 on the wire: isfinite
+    raised OverflowError and the watchdog died of it)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
+
+
 class BadRequest(ValueError):
     """A request that cannot be honoured; the message says why."""
 
@@ -249,8 +258,8 @@ class HeapTimerServer(TimerServer):
             raise BadRequest(f"worker_id={pid!r} must be a pid (int > 0)")
         if not isinstance(scope_id, str) or len(scope_id) > MAX_SCOPE_CHARS:
             raise BadRequest(f"scope_id must be a string of at most {MAX_SCOPE_CHARS} characters")
-        if isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or not math.isfinite(expiration):
-            raise BadRequest(f"expiration_time={expiration!r} must be a finite number")
+        if isinstance(expiration, bool) or not isinstance(expiration, (int, float)) or not _finite(expiration):
+            raise BadRequest(f"expiration_time={expiration!r:.40} must be a finite number")
         if isinstance(sig, bool) or not isinstance(sig, int):
             raise BadRequest(f"signal={sig!r} must be an int")
         if expiration >= 0 and sig > 0 and sig not in ALLOWED_SIGNALS:
