@@ -68,7 +68,7 @@ def test_log_dir_that_cannot_exist_is_a_config_error(tmp_path) -> None:
             LogsSpecs(log_dir=str(bad)).root("run")
 
 
-@pytest.mark.parametrize("fault", [1, "worker_crash", ["x"], {"kind": ["worker_crash"]}, {"kind": {}}])
+@pytest.mark.parametrize("fault", [1, "kill_worker", ["x"], {"kind": ["kill_worker"]}, {"kind": {}}])
 def test_fault_that_is_not_a_table_is_refused_in_one_line(fault: object) -> None:
     """``fault = [..., "SUCCEEDED"]`` raised AttributeError ('str' has no 'get') and a
     list ``kind`` raised TypeError (unhashable) from check_fault_spec (scenario case 3,
@@ -112,7 +112,7 @@ def test_chaos_schedule_is_bounded_whatever_the_restart_budget() -> None:
     (seed 2 of the scenario fuzz ran out of memory)."""
     from harness.sim.chaos import MAX_FAULTS, generate_schedule
 
-    schedule = generate_schedule(1, ("worker",), 1, 1, 1, 2**63 - 1)
+    schedule = generate_schedule(1, ("kill_worker",), 1, 1, 1, 2**63 - 1)
     assert 1 <= len(schedule) <= MAX_FAULTS
 
 

@@ -69,7 +69,7 @@ def scenario(b: Bad) -> dict[str, Any]:
     data: dict[str, Any] = {
         "description": "fuzz",
         "job": {"script": "scripts/train.py", "nnodes": "1:2", "nproc_per_node": 2, "steps": 20},
-        "fault": [{"kind": "worker_crash", "node": 0, "local_rank": 1, "exit_code": 3, "at_step": 5}],
+        "fault": [{"kind": "kill_worker", "node": 0, "local_rank": 1, "exit_code": 3, "at_step": 5}],
         "expect": {"state": "SUCCEEDED", "restarts": 1},
     }
     for _ in range(b.rng.randint(1, 3)):
@@ -126,7 +126,7 @@ def one_line(text: str) -> bool:
 
 def check_scenario_text(text: str) -> str:
     """What collection and the run do before launching; 'accepted', 'refused' or 'toml'."""
-    from harness.faults import from_spec
+    from harness.sim.faults import from_spec
     from harness.sim.chaos import ChaosConfig, generate_schedule
     from pytest_elastic._scenarios import _chaos_around, _parse, _validate
 
@@ -173,7 +173,7 @@ def schedule_text(b: Bad) -> str:
         return "[" * depth + "]" * depth
     if kind == 2:
         return json.dumps(bad_value(b), default=str)
-    jobs = [[fault_spec(b) if b.rng.random() < 0.5 else {"kind": "worker_crash", "after": 0.3}
+    jobs = [[fault_spec(b) if b.rng.random() < 0.5 else {"kind": "kill_worker", "after_healthy": 0.3}
              for _ in range(b.rng.randint(0, 3))] for _ in range(b.rng.randint(1, 3))]
     text = json.dumps(jobs, default=str)
     if kind == 3:  # JSON's own non-standard numbers
