@@ -277,13 +277,24 @@ class Job(ProcessFaults, NetworkFaults):
                 try:  # exited (its pidfd said so) but reaped by a wait in another thread just now
                     code = target.popen.wait(1.0)
                 except subprocess.TimeoutExpired:
-                    return
-            cause = self._harmed.get(node)
-            how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
-            self._harness_events.emit("node_exit", target_node=node, cause=cause, **how)
-            if cause is not None and node not in self._terminal:
-                self._record_terminal(node, cause, **how)
-            self._exits[node] = code
+                    code = None
+            if code is not None:
+                self._note_exit(node, code)
+                return
+        # dead but not reaped yet: a forked node's parent (the node fork server) may be
+        # stopped or slow; record the exit when it reaps, never drop it
+        later = getattr(target.popen, "when_exited", None)
+        if later is not None:
+            later(functools.partial(_record_exit_of, weakref.ref(self), node))
+
+    def _note_exit(self, node: int, code: int) -> None:
+        """The ``node_exit`` event and terminal entry of a reaped agent (under ``_exit_lock``)."""
+        cause = self._harmed.get(node)
+        how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
+        self._harness_events.emit("node_exit", target_node=node, cause=cause, **how)
+        if cause is not None and node not in self._terminal:
+            self._record_terminal(node, cause, **how)
+        self._exits[node] = code
 
     def _record_terminal(self, node: int, cause: str, **how: Any) -> None:
         """A terminal ``state`` entry on ``node``'s own timeline, written by the harness, unless

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
@@ -67,6 +67,10 @@ class ForkedNode:
             self.returncode = code
         return self.returncode
 
+    def when_exited(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once the server has reaped this node (now, if it has)."""
+        self._server.when_exited(self.ident, callback)
+
     def __repr__(self) -> str:
         return f"ForkedNode(pid={self.pid}, returncode={self.returncode})"
 
@@ -92,6 +96,8 @@ class NodeForkServer:
         self.python_env = _interpreter_settings(os.environ)
         self._replies: queue.Queue[tuple[Any, ...]] = queue.Queue()
         self._exits: dict[int, int] = {}
+        #: ident -> what to call when the server reports that node reaped
+        self._on_exit: dict[int, list[Callable[[], None]]] = {}
         self._pids: dict[int, int] = {}  # ident -> pid of every node forked
         self._abandoned: set[int] = set()  # requests given up on (the node starts the plain way)
         self._changed = threading.Condition()
@@ -136,6 +142,16 @@ class NodeForkServer:
         with self._changed:
             self._changed.wait_for(lambda: ident in self._exits, timeout)
             return self._exits.get(ident)
+
+    def when_exited(self, ident: int, callback: Callable[[], None]) -> None:
+        """``callback()`` on the reader thread when node ``ident``'s exit arrives (at once if
+        it has): an agent the harness saw die (its pidfd) may be reaped only later, when a
+        stopped or busy server gets to it, and its exit must still be recorded then."""
+        with self._changed:
+            if ident not in self._exits:
+                self._on_exit.setdefault(ident, []).append(callback)
+                return
+        callback()
 
     def _reply_to(self, ident: int) -> tuple[Any, ...]:
         """The server's answer to request ``ident``. A late answer to a request given up on
@@ -183,6 +199,9 @@ class NodeForkServer:
                 with self._changed:
                     self._exits[message[1]] = message[2]
                     self._changed.notify_all()
+                    callbacks = self._on_exit.pop(message[1], [])
+                for callback in callbacks:
+                    callback()
             elif message[0] == "started":
                 with self._changed:  # known here, so its exit is told even if the server dies now
                     self._pids[message[1]] = message[2]

@@ -83,7 +83,7 @@ def test_a_node_back_as_a_fresh_agent_cannot_reset_the_count():
         job.wait_for_recovery(timeout=30)
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.kill_agent(node=1)  # node 1 goes ...
-        fresh = job.join_node()  # ... and comes back at once: a new agent process
+        fresh = job.add_node()  # ... and comes back at once: a new agent process
         job.wait_for_state(S.HEALTHY, timeout=30, node=fresh)
         _wait_until(lambda: job.timeline.world_sizes()[-1] == 2, 30, "fresh node in", job)
         starts = [s for s in job.timeline.events("worker_start") if s["node"] == fresh]
