@@ -187,16 +187,17 @@ def main() -> int:
     if rank == 0:
         print(json.dumps({"steps": args.steps, "resumed_from": resumed_from, "world_size": world,
                           "loss": float(loss_global), "forgot": args.forget}), flush=True)
-    dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
     code = main()
-    # Leave without tearing the interpreter down: DDP's Reducer keeps the gloo process group
-    # alive past destroy_process_group(), and dropping it at exit can deadlock inside torch
-    # (the main thread joins gloo's runLoop thread while holding the GIL that thread needs to
-    # free its last finished Work; seen under torchrun too, py-spy in the issue-17 note).
+    # Leave without tearing the process group or the interpreter down. Dropping a gloo
+    # process group can deadlock inside torch 2.13: the main thread joins gloo's runLoop
+    # thread while holding the GIL that thread needs to free its last finished Work (seen
+    # under torchrun too: at interpreter exit with DDP's Reducer holding the group, and in
+    # destroy_process_group(); py-spy stacks in the issue-17 note). Every collective is done
+    # (save() ends in a barrier), so nothing is lost by not tearing down.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
