@@ -1,6 +1,7 @@
 """Launcher bench: ``elastic-run`` beside torch's ``torchrun`` in one run, alternating.
 
     .venv/bin/python bench/launch.py [--runs N] [--quick] [--restarts N] [--no-zygote]
+    .venv/bin/python bench/launch.py --abort-soak N
 
 Every round runs each scenario once under each launcher, in an order that rotates from
 round to round, so background load hits both alike; the table shows medians over the
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -72,6 +75,58 @@ class Bench:
         return run_process([*LAUNCHERS[launcher], *flags, str(SCRIPTS / script), *script_args],
                            env=self.env,
                            timeout=RUN_TIMEOUT_S, watch_rss=True)
+
+
+# -- the abort soak ---------------------------------------------------------------------
+
+NO_DESTROY = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "no_destroy.py"
+ABORTED = re.compile(r"exitcode\s*:\s*-6\b|SIGABRT")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def abort_soak(runs: int) -> int:
+    """``runs`` runs of PyTorch's no-destroy launcher test under each launcher, alternating.
+
+    Exactly as torch's launcher tests run it (``--run-path``, 4 workers, a master port),
+    in torchrun's default store mode. A run *aborts* when a worker died of SIGABRT (torch's
+    exit race, see tests/scripts/no_destroy.py); the bar is torchrun's abort rate.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PET_") and k != "TORCHELASTIC_ERROR_FILE"}
+    tally = {name: [0, 0, 0] for name in ("ours", "torchrun")}  # aborted, other failure, runs
+    print(f"abort soak: {runs} runs x {list(tally)}; {os.cpu_count()} CPUs, "
+          f"load {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    for i in range(runs):
+        for name in (["ours", "torchrun"] if i % 2 == 0 else ["torchrun", "ours"]):
+            cmd = [*LAUNCHERS[name], "--run-path", "--nnodes=1", "--nproc-per-node=4",
+                   "--master-addr=localhost", f"--master-port={_free_port()}",
+                   "--monitor-interval=1", str(NO_DESTROY), "--init-method=env://"]
+            sample = run_process(cmd, env=env, timeout=RUN_TIMEOUT_S)
+            counts = tally[name]
+            counts[2] += 1
+            output = sample.stdout + sample.stderr
+            status = "ok"
+            if not sample.ok:
+                aborted = bool(ABORTED.search(output))
+                counts[0 if aborted else 1] += 1
+                status = "ABORTED" if aborted else f"FAILED rc={sample.returncode}"
+                if not aborted:
+                    print(output[-1500:], file=sys.stderr)
+            print(f"  run {i + 1}/{runs} {name:<8} {sample.wall_s:6.2f} s {status}", file=sys.stderr)
+    rate = {name: aborted / total for name, (aborted, _, total) in tally.items()}
+    rows = [[name, f"{aborted}/{total}", f"{rate[name]:.1%}", str(other)]
+            for name, (aborted, other, total) in tally.items()]
+    verdict = "PASS" if rate["ours"] <= rate["torchrun"] and tally["ours"][1] == 0 else "FAIL"
+    print(f"\nabort soak, {runs} runs each (load after: {os.getloadavg()[0]:.2f}); "
+          f"ours/torchrun abort rate: {fmt_ratio(ratio(rate['ours'], rate['torchrun']))} "
+          f"(bar: torchrun's rate) {verdict}")
+    print_table(["launcher", "aborted/runs", "rate", "other failures"], rows)
+    return 0
 
 
 # -- what each sample yields ------------------------------------------------------------
@@ -166,7 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restarts", type=int, default=None,
                         help="crash-and-restart runs of ours for row 6 (default 20)")
     parser.add_argument("--no-zygote", action="store_true", help="skip --start-method=zygote")
+    parser.add_argument("--abort-soak", type=int, default=None, metavar="N",
+                        help="only this: N runs of the no-destroy script per launcher, abort counts")
     args = parser.parse_args(argv)
+    if args.abort_soak is not None:
+        if args.abort_soak < 1:
+            parser.error(f"--abort-soak {args.abort_soak} must be >= 1")
+        return abort_soak(args.abort_soak)
     runs = args.runs or (3 if args.quick else 5)
     restarts = args.restarts if args.restarts is not None else (5 if args.quick else 20)
     if runs < 1 or restarts < 0:

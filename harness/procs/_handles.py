@@ -1,7 +1,9 @@
 """One worker process: start it, learn when it exits, signal its process group.
 
-Every worker leads its own process group (as torch's) so a signal reaches its children
-too, and has PDEATHSIG=SIGKILL so it dies with the agent (torch's workers are orphaned).
+Every worker leads its own process group so a signal reaches its children too, and has
+PDEATHSIG=SIGKILL so it dies with the agent (torch's workers are orphaned). A program gets
+a session of its own too, as torch's do; a callable stays in the agent's session, as
+torch's multiprocessing workers stay in torchrun's (why: ``_run_callable``).
 Exit is *observed* through a file descriptor (pidfd, or multiprocessing's sentinel) so
 the agent can block on many workers at once instead of polling. Before a worker is
 reaped its group is swept with SIGKILL: while the leader is an unreaped zombie the group
@@ -15,11 +17,11 @@ import os
 import pickle
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import IO, Any, cast
 
+from harness.procs._exit import exit_like_python
 from harness.procs._prctl import die_with_parent
 
 __all__ = ["WorkerProcess", "BinaryProcess", "CallableProcess", "process_state", "process_start_time",
@@ -61,7 +63,7 @@ def is_same_process(pid: int, start_time: int | None) -> bool:
 
 def signal_process_group(pid: int, sig: int) -> None:
     """``sig`` to the process group ``pid`` leads; to ``pid`` alone when it leads none (a
-    callable worker before its setsid); nothing when it is gone. Callers make sure ``pid``
+    callable worker before its setpgid); nothing when it is gone. Callers make sure ``pid``
     cannot have been reused (unreaped child, or checked start time)."""
     try:
         os.killpg(pid, sig)
@@ -182,7 +184,11 @@ def _run_callable(payload: dict[str, Any]) -> None:
     """Body of a callable worker's process (runs in the child)."""
     # forkserver children are the server's, which itself dies with the agent
     die_with_parent(payload["agent_pid"] if payload["direct_child"] else os.getppid())
-    os.setsid()
+    # a process group of its own (the agent signals it with its children as one), but the
+    # agent's session, as torch's multiprocessing workers stay in torchrun's: a session of
+    # its own would also be a scheduler autogroup of its own, and a worker in one lost about
+    # a third of --run-path runs to torch's exit race (tests/scripts/no_destroy.py)
+    os.setpgid(0, 0)
     os.environ.update(payload["env"])
     from harness.procs._stackdump import install_from_env
 
@@ -204,8 +210,9 @@ def _run_callable(payload: dict[str, Any]) -> None:
     with open(tmp, "wb") as fp:
         pickle.dump(result, fp)
     os.replace(tmp, payload["return_path"])
-    sys.stdout.flush()
-    sys.stderr.flush()
+    # and no Py_FinalizeEx, where torch's exit race lives (harness.procs._exit), as after
+    # fork and forkserver (multiprocessing ends those children with os._exit) and the zygote
+    exit_like_python(0)
 
 
 class CallableProcess(WorkerProcess):

@@ -37,6 +37,7 @@ import sys
 import traceback
 from typing import Any, cast
 
+from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
 
@@ -232,7 +233,7 @@ class _Zygote:
             finally:
                 code = 1
         finally:
-            _exit_like_python(code)
+            exit_like_python(code)
 
 
 def _peer(conn: socket.socket) -> tuple[int, int]:
@@ -335,29 +336,6 @@ def _system_exit_code(e: SystemExit) -> int:
         return e.code & 0xFF
     print(e.code, file=sys.stderr)
     return 1
-
-
-def _exit_like_python(code: int) -> None:
-    """What interpreter shutdown does that a worker can observe: join non-daemon threads,
-    run atexit handlers, flush stdio. Module teardown is skipped (torch's takes ~0.4 s)."""
-    try:
-        import threading
-
-        threading._shutdown()  # type: ignore[attr-defined]
-    except BaseException:
-        pass
-    try:
-        import atexit
-
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    os._exit(code)
 
 
 # ----------------------------------------------------------------------------------------
