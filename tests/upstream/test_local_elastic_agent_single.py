@@ -104,25 +104,17 @@ def test_run_check_nccl_async_error_handling_env_default(endpoint, tmp_path, mon
 
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])
-def test_run_agent_local_watchdog_setup(endpoint, tmp_path, monkeypatch, enabled):
+@pytest.mark.parametrize("key", [TORCHELASTIC_TIMER_FILE, TORCHELASTIC_HEALTH_CHECK_PORT],
+                         ids=["local_watchdog", "healthcheck"])
+def test_run_agent_setup(endpoint, tmp_path, monkeypatch, key, enabled):
+    """Upstream's run_agent_{local_watchdog,healthcheck}_setup_{enabled,disabled}: the
+    agent's setting reaches the workers' environment only when set."""
     if enabled:
-        monkeypatch.setenv(TORCHELASTIC_TIMER_FILE, str(tmp_path / "watchdog_timer"))
+        value = str(tmp_path / "watchdog_timer") if key == TORCHELASTIC_TIMER_FILE else str(free_port())
+        monkeypatch.setenv(key, value)
     else:
-        monkeypatch.delenv(TORCHELASTIC_TIMER_FILE, raising=False)
-    agent = make_agent(endpoint, tmp_path, workers.check_env_present, 1,
-                       (TORCHELASTIC_TIMER_FILE, enabled), max_restarts=2)
-    assert not agent.run().is_failed()
-    agent.get_worker_group().spec.rdzv_handler.shutdown()
-
-
-@pytest.mark.parametrize("enabled", [True, False], ids=["enabled", "disabled"])
-def test_run_agent_healthcheck_setup(endpoint, tmp_path, monkeypatch, enabled):
-    if enabled:
-        monkeypatch.setenv(TORCHELASTIC_HEALTH_CHECK_PORT, str(free_port()))
-    else:
-        monkeypatch.delenv(TORCHELASTIC_HEALTH_CHECK_PORT, raising=False)
-    agent = make_agent(endpoint, tmp_path, workers.check_env_present, 1,
-                       (TORCHELASTIC_HEALTH_CHECK_PORT, enabled), max_restarts=2)
+        monkeypatch.delenv(key, raising=False)
+    agent = make_agent(endpoint, tmp_path, workers.check_env_present, 1, (key, enabled), max_restarts=2)
     assert not agent.run().is_failed()
     agent.get_worker_group().spec.rdzv_handler.shutdown()
 
