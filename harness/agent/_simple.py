@@ -59,6 +59,14 @@ def _fence_reason(handler: Any) -> str | None:
     return probe() if probe is not None else None
 
 
+def _mark_finished(handler: Any) -> None:
+    """Tell ``handler`` this node's workers succeeded (backends without the notion ignore
+    it): its close then does not stop the nodes still running."""
+    mark = getattr(handler, "mark_finished", None)
+    if mark is not None:
+        mark()
+
+
 class SimpleElasticAgent(ElasticAgent):
     """Supervises the workers of one ``WorkerSpec``; subclasses start/stop/monitor them."""
 
@@ -218,6 +226,7 @@ class SimpleElasticAgent(ElasticAgent):
                 continue
             self._set_state(state)
             if action is Action.SUCCEED:
+                _mark_finished(spec.rdzv_handler)
                 self._exit_barrier()
                 return result
             if action is Action.FENCE:

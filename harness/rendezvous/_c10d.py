@@ -218,6 +218,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._agent_store = AgentStore() if agent_store_enabled() else None
         self._closed_seen = False
         self._left = False
+        self._finished = False
         self._stopped = threading.Event()
         self._signaled = False
         self._pipe_r, self._pipe_w = os.pipe()
@@ -568,9 +569,32 @@ class C10dRendezvousHandler(RendezvousHandler):
                 if reason is not None or not (pending or stale) or remaining <= 0:
                     break
                 self._wakeup.wait(remaining)
+        if reason is not None and self._lost_a_member_only() and self._closed_by_a_finished_node():
+            return False
         if reason is not None:
             log.info("rendezvous %s: membership changed: %s", self._run_id, reason)
         return reason is not None
+
+    def _lost_a_member_only(self) -> bool:
+        """The change is a member gone (not the store): the store can still be read."""
+        with self._lock:
+            return (self._store_lost is None and self._fence_reason is None
+                    and bool(self._dead & set(self._running_members)))
+
+    def _closed_by_a_finished_node(self) -> bool:
+        """Whether the store says a node whose workers succeeded closed the rendezvous:
+        then the running round goes on here (see ``change_reason``). Read afresh, because
+        that node's liveness socket closes right after it closed the rendezvous, sooner
+        than the keeper's next read could show it."""
+        with self._lock:
+            known = self._snapshot
+        if known is not None and known.closed:
+            return known.closed_by_a_finished_node()
+        try:
+            _, state = self._read()
+        except (RendezvousError, StoreConnectionError, StoreTimeoutError):
+            return False
+        return state.closed_by_a_finished_node()
 
     def num_nodes_waiting(self) -> int:
         with self._lock:
@@ -588,10 +612,11 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def set_closed(self, reason: str = "") -> None:
         reason = reason or f"closed by {self._name}"
+        finished = self._node if self._finished else None
         deadline = time.monotonic() + self._settings.close_timeout
         while time.monotonic() < deadline:
             raw, state = self._read()
-            new = closed_state(state, reason)
+            new = closed_state(state, reason, finished)
             if new is None or self._cas(raw, state, new):
                 return
 
@@ -599,6 +624,11 @@ class C10dRendezvousHandler(RendezvousHandler):
         """The workers of the round this node runs failed on their own: the next round
         counts one more restart for the job (once, however many nodes report it)."""
         self._machine.charge_failure(self._running_restarts)
+
+    def mark_finished(self) -> None:
+        """This node's workers succeeded: when it closes the rendezvous (on shutdown), the
+        nodes still running their workers let them run to the end instead of re-forming."""
+        self._finished = True
 
     def round_abandoned(self, round_: int) -> str | None:
         """Why a wait inside ``round_`` (rank assignment, exit barrier) should give up."""

@@ -149,6 +149,11 @@ def change_reason(*, state: RendezvousState | None, running_round: int | None,
     if state is None or running_round is None:
         return None
     if state.closed:
+        if state.closed_by_a_finished_node() and not for_barrier:
+            # That node's exit barrier timed out before the slower nodes were done: as
+            # under torch, the running round goes on to its end here, whoever leaves now.
+            # Re-forming could only die on RendezvousClosedError and lose their results.
+            return None
         return f"the rendezvous was closed ({state.close_reason or 'job over'})"
     if state.round != running_round:
         return f"round {state.round} began ({state.cause})"

@@ -204,12 +204,16 @@ def complete_round(state: RendezvousState) -> None:
     state.expected = []
 
 
-def closed_state(state: RendezvousState, reason: str) -> RendezvousState | None:
-    """``state`` closed for ``reason``; None if it already is."""
+def closed_state(state: RendezvousState, reason: str,
+                 finished: str | None = None) -> RendezvousState | None:
+    """``state`` closed for ``reason``; None if it already is. ``finished``: the closing
+    node, when it closes because its workers succeeded (see ``change_reason``)."""
     if state.closed:
         return None
     new = state.copy()
     new.closed, new.close_reason = True, reason
+    if finished is not None:
+        new.nodes[finished] = {**new.nodes.get(finished, {}), "finished": True}
     return new
 
 

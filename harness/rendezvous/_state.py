@@ -100,6 +100,11 @@ class RendezvousState:
             waiting=list(self.waiting), nodes={k: dict(v) for k, v in self.nodes.items()},
         )
 
+    def closed_by_a_finished_node(self) -> bool:
+        """Closed by a node whose workers succeeded (the job ended there normally), not by
+        one that gave up."""
+        return self.closed and any(meta.get("finished") is True for meta in self.nodes.values())
+
     def name(self, node: str) -> str:
         return str(self.nodes.get(node, {}).get("name", node))
 
@@ -142,5 +147,7 @@ def _nodes(v: Any) -> dict[str, dict[str, Any]]:
             if not isinstance(port, int) or not 0 < port < 65536:
                 raise ValueError(f"node {k!r} port {port!r}")
             clean["port"] = port
+        if meta.get("finished") is True:  # closed the rendezvous after its workers succeeded
+            clean["finished"] = True
         out[_str(k)] = clean
     return out

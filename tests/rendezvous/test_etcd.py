@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from harness.rendezvous._etcd import EtcdStore
 from harness.rendezvous._store import StoreTimeoutError
 from tests.conftest import run_elastic
-from tests.rendezvous.conftest import ALLREDUCE, ENV_DUMP, LOOP, kill_node
+from tests.rendezvous.conftest import ALLREDUCE, ENV_DUMP, HERE, LOOP, kill_node
 
 
 def etcd_args(endpoint: str, nnodes: str, run_id: str, *extra: str, backend: str = "etcd",
@@ -81,3 +82,33 @@ def test_unreachable_etcd_is_a_clear_error():
                                  "--rdzv-conf=read_timeout=1"), ENV_DUMP)
     assert out.returncode == 1
     assert "could not reach etcd" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_node_that_finished_first_does_not_stop_a_slower_one(nodes, etcd_endpoint, tmp_path):
+    """Upstream's test_correct_rank_assignment_homogeneous_etcd (7 agents, 23 workers) lost
+    every slower node this way on 2 loaded cores (``KeyError: 'trainer'``): the fast node's
+    exit barrier timed out, it left and closed the rendezvous, and the slower nodes took the
+    closed rendezvous for a membership change, stopped their healthy workers and died on
+    ``RendezvousClosedError``. As under torch, the running round goes on to its end."""
+    go = tmp_path / "go"
+    args = etcd_args(etcd_endpoint, "2", "finish-first", "--max-restarts=0",
+                     "--exit-barrier-timeout=0.5")
+    agents = [nodes(*args, str(HERE / "scripts" / "finish_on_file.py"), str(go)) for _ in range(2)]
+    first = _first_to_exit(agents, timeout=90)
+    assert first.proc.returncode == 0, first.output
+    slow = agents[1 - agents.index(first)]
+    time.sleep(1.0)  # ten keep-alive intervals: the slower node has seen the closed rendezvous
+    go.touch()
+    assert slow.wait(60) == 0, slow.output
+    assert "DONE group_rank=1 restarts=0" in slow.output, slow.output
+
+
+def _first_to_exit(agents: list, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for agent in agents:
+            if agent.proc.poll() is not None:
+                agent.wait(5)
+                return agent
+        time.sleep(0.05)
+    raise AssertionError("no agent exited:\n" + "\n".join(a.output for a in agents))

@@ -4,6 +4,7 @@ on a fake clock."""
 from __future__ import annotations
 
 from harness.rendezvous._liveness import PeerWatch, StoreContact, change_reason
+from harness.rendezvous._round import closed_state
 from harness.rendezvous._state import RendezvousState
 from harness.timer import FakeClock
 
@@ -154,6 +155,27 @@ def test_each_reason_in_order_of_precedence():
     assert reason(running(round=3, cause="leave")) == "round 3 began (leave)"
     assert reason(dead={"b"}) == "lost host-b"
     assert reason(live_waiting=["c"]) == "1 node(s) waiting to join"
+
+
+def test_a_rendezvous_closed_by_a_node_that_finished_ends_no_running_round():
+    # its exit barrier timed out first; the slower nodes run their workers to the end (as
+    # under torch), whoever leaves after it; a wait in the round still gives up
+    closed = closed_state(running(), "the job ended on host-a", finished="a")
+    assert closed is not None and closed.closed_by_a_finished_node()
+    assert reason(closed) is None
+    assert reason(closed, dead={"a"}, live_waiting=["c"]) is None
+    assert "closed (the job ended on host-a)" in reason(closed, for_barrier=True)
+    # a node that gave up closes it without the mark: the others stop (unchanged)
+    gave_up = closed_state(running(), "the job ended on host-a")
+    assert gave_up is not None and not gave_up.closed_by_a_finished_node()
+    assert "closed (the job ended on host-a)" in reason(gave_up)
+
+
+def test_the_finished_mark_survives_the_wire():
+    closed = closed_state(running(), "over", finished="a")
+    assert closed is not None
+    back = RendezvousState.from_json(closed.to_json(), "j", "test")
+    assert back.closed_by_a_finished_node() and back.nodes["a"]["name"] == "host-a"
 
 
 def test_a_dead_node_outside_the_round_is_no_change():
