@@ -136,6 +136,12 @@ class SimpleElasticAgent(ElasticAgent):
         """The restart count of the round this agent runs: the job's (see ``RestartCount``)."""
         return self._restarts.current
 
+    @property
+    def _remaining_restarts(self) -> int:
+        """Restarts the job has left: torch's agent keeps this attribute, and code written
+        against torch (its own agent tests among it) reads it."""
+        return self._restarts.remaining
+
     def _set_state(self, state: WorkerState) -> None:
         group = self._worker_group
         if group.state != state:

@@ -124,11 +124,6 @@ def test_run_function_with_return_value(endpoint, tmp_path):
     assert res.return_values == {0: "foo", 1: "foo"}
 
 
-ITEM_1 = pytest.mark.xfail(strict=False, reason="issue 17 item 1: a gloo worker that exits without "
-                           "destroy_process_group() aborts (SIGABRT); another helper owns the fix")
-
-
-@ITEM_1
 def test_simple_dist_sum(endpoint, tmp_path):
     assert not run_agent(endpoint, tmp_path, workers.dist_sum, 2).is_failed()
 
@@ -206,7 +201,6 @@ def _results(lws_list, endpoint, tmp_path):
     return out
 
 
-@ITEM_1
 @pytest.mark.slow
 def test_run_distributed_sum_homogeneous(endpoint, tmp_path):
     results = _results([4, 4], endpoint, tmp_path)
@@ -217,7 +211,6 @@ def test_run_distributed_sum_homogeneous(endpoint, tmp_path):
     assert ranks == set(range(8))
 
 
-@ITEM_1
 @pytest.mark.slow
 def test_run_distributed_sum_heterogeneous(endpoint, tmp_path):
     results = _results([1, 2, 3], endpoint, tmp_path)
