@@ -60,8 +60,11 @@ def ours(scenario: str, start_method: str) -> dict:
     shape = {"crash": dict(nnodes=1, nproc_per_node=2, max_restarts=3),
              "node": dict(nnodes="1:2", nproc_per_node=1, max_restarts=3),
              "partition": dict(nnodes="1:2", nproc_per_node=1, max_restarts=3, network="netns")}[scenario]
+    # a partition takes a few ms to apply (nft rules): give the steps time so it lands mid-run;
+    # the first step after the resume then includes one such sleep (0.1 s, in "startup")
+    pace = ["--step-time", "0.1"] if scenario == "partition" else []
     with Cluster(start_method=start_method, **shape) as cluster:
-        job = cluster.launch(TRAINER, *ARGS, "--ckpt-dir", "{shared}/ckpt")
+        job = cluster.launch(TRAINER, *ARGS, *pace, "--ckpt-dir", "{shared}/ckpt")
         if scenario == "crash":
             job.inject(WorkerKill(node=0, local_rank=1), AtStep(step=FAULT_STEP, rank=1))
         elif scenario == "node":
@@ -70,7 +73,8 @@ def ours(scenario: str, start_method: str) -> dict:
             job.inject(Partition(node=1, peers="store"), AtStep(step=FAULT_STEP, rank=0))
         if scenario == "partition":  # heal once the survivor trained on: node 1 rejoins
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and not any(f.resume_latency for f in job.timeline.faults()):
+            while (time.monotonic() < deadline and not job.finished()
+                   and not any(f.resume_latency for f in job.timeline.faults())):
                 time.sleep(0.1)
             job.heal()
         result = job.wait(timeout=180)
