@@ -200,7 +200,7 @@ EXPECT_KEYS: tuple[Key, ...] = (
     Key("final_world_size", None, "WORLD_SIZE of the last round", integer(1), example=1),
     Key("faults_fired", None, "faults that fired, at least", integer(0), example=0),
     Key("allow_unfired", False, "a [[fault]] still pending when the job ends is no failure (by "
-        "default the scenario fails, saying why each never fired)", BOOL),
+        "default the scenario fails, saying why each never fired; under --elastic-chaos it never does)", BOOL),
     Key("same_as_golden", False, "the run computes what its fault-free twin does: every (rank, step) loss "
         "and the final state digests (harness.report_step(step, loss=, state=))", BOOL),
     Key("diverges", False, "the run must differ from its fault-free twin (a scenario that tests the oracle: "
