@@ -206,7 +206,11 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
     from harness.sim.schema import FAULT_KINDS
 
     if not chaos.overload:
-        own = sum(1 for f in faults if fault_class(f["kind"]).is_failure)
+        # restarts are the job's (one count through the rendezvous): keep one for each fault of
+        # the scenario's that fails workers, a cut link included (a step timer reaps the
+        # worker stuck behind it: a restart); a heal costs none
+        own = sum(1 for f in faults if fault_class(f["kind"]).is_failure
+                  or (f["kind"] in NETWORK_FAULT_KINDS and f["kind"] != "heal"))
         chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
     taken = {f.get("node", 0) for f in faults if FAULT_KINDS[f["kind"]].membership < 0}
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))

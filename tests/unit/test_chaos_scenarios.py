@@ -35,10 +35,19 @@ def test_a_scenario_that_takes_nodes_reserves_each_once():
     around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "kill_node", "partition")), faults,
                            max_restarts=3)
     assert around.reserved_nodes == 2  # nodes 1 and 2
-    assert around.max_faults == 2  # the scenario's own crash used one of three restarts
+    assert around.max_faults == 0  # its crash and its two cuts each keep one of the job's three restarts
     assert around.kinds == ("kill_worker", "kill_node")  # it cuts links itself: no chaos cuts
 
 
 def test_a_scenario_with_only_network_chaos_and_its_own_cuts_gets_none():
     faults = [{"kind": "packet_loss", "node": 1, "probability": 0.05}]
     assert _chaos_around(ChaosConfig(seed=1, kinds=("packet_loss",)), faults, max_restarts=0) is None
+
+
+def test_a_scenario_cut_keeps_a_restart_for_the_worker_it_strands():
+    """A peer partition strands a worker in a collective; the step timer reaps it: a restart of
+    the job's. Chaos drew three crashes on top and the job ran out (max_restarts=3, seed
+    1269083661): chaos now leaves one restart per cut, none per heal."""
+    faults = [{"kind": "partition", "node": 1, "peers": [0]}, {"kind": "heal", "node": 1}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker",)), faults, max_restarts=3)
+    assert around.max_faults == 2
