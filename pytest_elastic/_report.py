@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["timeline_chart", "session_summary", "write_html", "job_stats", "explain_job"]
@@ -67,13 +68,22 @@ def job_stats(job: Any) -> dict[str, Any]:
     detection = [f.detection_latency for f in faults if f.detection_latency is not None]
     recovery = [f.recovery_latency for f in faults if f.recovery_latency is not None]
     resume = [f.resume_latency for f in faults if f.resume_latency is not None]
-    goodput = job.goodput()
+    goodput = job.timeline.goodput(faults)  # the faults just priced: not priced again
     return {"faults": len(faults), "recovered": len(recovery), "detection": detection,
             "recovery": recovery, "resume": resume,
             "restarts": max(job.timeline.restart_counts().values(), default=0),
             "productive_s": goodput.productive_s, "wall_s": goodput.wall_s, "badput": goodput.badput,
             "goodput_summary": goodput.summary(), "checkpoint_cost_s": goodput.checkpoint_cost_s,
             "checkpoint_interval_s": goodput.checkpoint_interval_s}
+
+
+def sum_by_key(dicts: Iterable[dict[str, float]]) -> dict[str, float]:
+    """Seconds by category, added up over jobs (or tests)."""
+    total: dict[str, float] = {}
+    for d in dicts:
+        for key, value in d.items():
+            total[key] = total.get(key, 0.0) + value
+    return total
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -98,10 +108,7 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
     productive = sum(s.get("elastic_productive_s", 0.0) for s in stats)
     wall = sum(s.get("elastic_wall_s", 0.0) for s in stats)
     if wall > 0:
-        lost: dict[str, float] = {}
-        for s in stats:
-            for key, value in s.get("elastic_lost", {}).items():
-                lost[key] = lost.get(key, 0.0) + value
+        lost = sum_by_key(s.get("elastic_lost", {}) for s in stats)
         spent = sum(lost.get(k, 0.0) for k in ("detection", "recovery", "startup", "wasted"))
         detail = ", ".join(f"{k} {lost.get(k, 0.0):.1f} s" for k in ("detection", "recovery", "startup", "wasted"))
         lines.append(f"goodput {productive / wall:.2f} ({productive:.1f} s of {wall:.1f} s trained); "

@@ -150,7 +150,7 @@ def judge_against_twins(cluster: Any) -> None:
 
 
 def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
-    from pytest_elastic._report import job_stats
+    from pytest_elastic._report import job_stats, sum_by_key
 
     stats = [job_stats(job) for job in record.cluster.jobs]
     props = item.user_properties
@@ -170,11 +170,7 @@ def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
     props.append(("elastic_productive_s", productive))
     props.append(("elastic_wall_s", wall))
     props.append(("elastic_goodput", productive / wall if wall > 0 else None))
-    lost: dict[str, float] = {}
-    for s in stats:
-        for key, value in s["badput"].items():
-            lost[key] = lost.get(key, 0.0) + value
-    props.append(("elastic_lost", lost))
+    props.append(("elastic_lost", sum_by_key(s["badput"] for s in stats)))
     props.append(("elastic_checkpoint_costs", [s["checkpoint_cost_s"] for s in stats if s["checkpoint_cost_s"]]))
     props.append(("elastic_checkpoint_intervals",
                   [s["checkpoint_interval_s"] for s in stats if s["checkpoint_interval_s"]]))

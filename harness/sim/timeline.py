@@ -26,7 +26,15 @@ from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
-from harness.sim.training import LOST_CATEGORIES, FaultCost, Goodput, TrainingIndex, annotate_steps, goodput
+from harness.sim.training import (
+    LOST_CATEGORIES,
+    FaultCost,
+    Goodput,
+    TrainingIndex,
+    annotate_steps,
+    goodput,
+    round_of,
+)
 
 __all__ = ["Timeline", "FaultRecord", "HARNESS"]
 
@@ -162,7 +170,7 @@ class Timeline:
             _insert(self._steps.setdefault(event.get("rank", -1), []), event)
             self._give_round(event)
         elif kind == "worker_start" and "worker_pid" in event:
-            self._rounds[int(event["worker_pid"])] = (int(event.get("round", -1)), int(event.get("restart_count", 0)))
+            self._rounds[int(event["worker_pid"])] = round_of(event)
             for step in self._unplaced.pop(int(event["worker_pid"]), []):
                 self._give_round(step)
         node = event.get("node")
@@ -282,9 +290,10 @@ class Timeline:
             records.append(record)
         return records
 
-    def goodput(self) -> Goodput:
-        """How much of the job's wall time was training, and where the rest went."""
-        records = self.faults()
+    def goodput(self, records: list[FaultRecord] | None = None) -> Goodput:
+        """How much of the job's wall time was training, and where the rest went;
+        ``records``: this timeline's ``faults()``, when the caller already has them."""
+        records = self.faults() if records is None else records
         with self._lock:
             everything = list(self._events)
         costs = [FaultCost(r.resume_latency, r.lost) for r in records]

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-__all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "TrainingIndex", "annotate_steps", "fault_cost", "goodput"]
+__all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "TrainingIndex", "annotate_steps", "fault_cost", "goodput",
+           "round_of"]
 
 #: the keys of ``FaultRecord.lost``, always all present
 LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
@@ -75,9 +76,15 @@ def _mono(event: Event) -> float:
     return float(event.get("mono", 0.0))
 
 
+def round_of(worker_start: Event) -> tuple[int, int]:
+    """The (round, restart_count) a ``worker_start`` event started its worker for: what a
+    step of that worker belongs to (its ``round`` and ``attempt``)."""
+    return int(worker_start.get("round", -1)), int(worker_start.get("restart_count", 0))
+
+
 def worker_rounds(events: Iterable[Event]) -> dict[int, tuple[int, int]]:
     """worker pid -> (round, restart_count) it was started for."""
-    return {int(e["worker_pid"]): (int(e.get("round", -1)), int(e.get("restart_count", 0)))
+    return {int(e["worker_pid"]): round_of(e)
             for e in events if e.get("kind") == "worker_start" and "worker_pid" in e}
 
 
@@ -102,7 +109,7 @@ class TrainingIndex:
         self._pid_round: dict[int, tuple[int, int]] = {}
         for e in events:
             if e.get("kind") == "worker_start" and "worker_pid" in e:
-                key = (int(e.get("round", -1)), int(e.get("restart_count", 0)))
+                key = round_of(e)
                 t = _mono(e)
                 firsts[key] = min(t, firsts.get(key, t))
                 lasts[key] = max(t, lasts.get(key, t))

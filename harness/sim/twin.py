@@ -21,7 +21,7 @@ import inspect
 import json
 import os
 import platform
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.errors import ElasticError
 from harness.sim.golden import GoldenRecord, record_of
@@ -113,8 +113,3 @@ def _run_twin(job: Job, timeout: float) -> GoldenRecord:
             raise TwinError(f"the fault-free twin of job {job.run_id} did not succeed ({result.state.value}): "
                             f"the script fails without faults too\n{twin.timeline.format(40)}")
         return job_record(twin)
-
-
-def describe_twin(job: Job) -> dict[str, Any]:
-    """What the twin was keyed on, for a report."""
-    return {"key": twin_key(job), "nodes": job.launched_nodes, "nproc_per_node": job.cluster.nproc_per_node}
