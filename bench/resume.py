@@ -13,8 +13,11 @@ launcher). Scenarios, each on ``scenarios/training/train.py`` (DDP, gloo, DCP ch
 * ``partition``: 2 nodes, node 1 cut off from the store at step 6 (ours only, network
   namespaces needed: torchrun has no fencing and hangs, see ``bench/network.py``).
 
-Ours runs as ``harness.Cluster`` with zygote workers (the harness default) and with
-``start_method="spawn"``, and prints the four-way breakdown of each fault's lost time
+Ours runs as ``harness.Cluster`` with zygote workers (the harness default) on a warm pool (a
+``WarmPool`` that ran one fault-free job of the trainer first, as a test suite's session pool
+has: its zygote learned and preloaded what the trainer imports, ``harness.procs._preload``),
+on a cold private pool (``Cluster()`` alone), and with ``start_method="spawn"``,
+and prints the four-way breakdown of each fault's lost time
 (detection, recovery, startup, wasted; ``Timeline.faults()``). torchrun runs the same
 trainer (``--max-restarts=3``; node loss: two agents, c10d on loopback, the bench SIGKILLs
 one's process group) and reports fault -> resumed only. Medians over ``--runs``.
@@ -48,12 +51,15 @@ FAULT_STEP = 6
 ARGS = ["--steps", "14", "--ckpt-every", "3"]
 TORCHRUN_TIMEOUT_S = 120.0
 TARGET_S = 0.5  # issue 19: fault -> training resumed, worker crash and node loss
+#: our sides: a warm pool (the plugin's per-session pool after a first job: the zygote has
+#: preloaded what the trainer imports), a cold private pool (``Cluster()`` alone), spawn
+OURS = ("warm pool", "zygote", "spawn")
 
 
 # -- ours --------------------------------------------------------------------------------
 
 
-def ours(scenario: str, start_method: str) -> dict:
+def ours(scenario: str, start_method: str, pool: object = None) -> dict:
     from harness import Cluster, WorkerState
     from harness.faults import AtStep, NodeKill, Partition, WorkerKill
 
@@ -63,7 +69,8 @@ def ours(scenario: str, start_method: str) -> dict:
     # a partition takes a few ms to apply (nft rules): give the steps time so it lands mid-run;
     # the first step after the resume then includes one such sleep (0.1 s, in "startup")
     pace = ["--step-time", "0.1"] if scenario == "partition" else []
-    with Cluster(start_method=start_method, **shape) as cluster:
+    with Cluster(start_method=start_method, pool=pool, **shape) as cluster:
+        launched = time.monotonic()
         job = cluster.launch(TRAINER, *ARGS, *pace, "--ckpt-dir", "{shared}/ckpt")
         if scenario == "crash":
             job.inject(WorkerKill(node=0, local_rank=1), AtStep(step=FAULT_STEP, rank=1))
@@ -83,14 +90,25 @@ def ours(scenario: str, start_method: str) -> dict:
         if not ok or fault is None or fault.resume_latency is None:
             return {"ok": False, "detail": job.timeline.format(40)}
         return {"ok": True, "resume": fault.resume_latency, "lost": dict(fault.lost),
-                "first_step": _first_step(job)}
+                "first_step": _first_step(job, launched)}
 
 
-def _first_step(job) -> float | None:  # type: ignore[no-untyped-def]
-    """Launch (the first event) -> the first training step: what every test pays."""
-    events = job.timeline.events()
+def _first_step(job, launched: float) -> float | None:  # type: ignore[no-untyped-def]
+    """``cluster.launch()`` called -> the first training step (the workers' monotonic
+    stamp): what every test pays."""
     steps = job.timeline.steps()
-    return steps[0]["mono"] - events[0]["mono"] if steps and events else None
+    return min(s["mono"] for s in steps) - launched if steps else None
+
+
+def warm_up(pool: object) -> None:
+    """What a test suite's earlier tests do for a later one: one fault-free job of the
+    trainer on the pool, so its zygote has learned (and preloaded) what the trainer imports."""
+    from harness import Cluster
+
+    with Cluster(nnodes=1, nproc_per_node=2, pool=pool) as cluster:
+        job = cluster.launch(TRAINER, "--steps", "4", "--ckpt-every", "2", "--ckpt-dir", "{shared}/ckpt")
+        job.wait(timeout=180)
+    time.sleep(3)  # the zygote imports what it learned while idle
 
 
 # -- torchrun ----------------------------------------------------------------------------
@@ -184,23 +202,29 @@ def main(argv: list[str] | None = None) -> int:
 
     missing = netns_missing()
     rows = []
+    from harness import WarmPool
+
+    pool = WarmPool()
+    warm_up(pool)
     for scenario in scenarios:
         if scenario == "partition" and missing:
             print(f"partition: skipped ({'; '.join(missing)})", file=sys.stderr)
             continue
-        samples: dict[str, list[dict]] = {"zygote": [], "spawn": [], "torchrun": []}
+        samples: dict[str, list[dict]] = {side: [] for side in OURS + ("torchrun",)}
         for i in range(runs):
-            sides = ["zygote", "spawn"] + (["torchrun"] if not args.no_torchrun and scenario != "partition"
-                                           and TORCHRUN.exists() else [])
+            sides = [*OURS] + (["torchrun"] if not args.no_torchrun and scenario != "partition"
+                               and TORCHRUN.exists() else [])
             for side in sides[i % len(sides):] + sides[:i % len(sides)]:  # rotate the order
-                sample = torchrun(scenario, tmp) if side == "torchrun" else ours(scenario, side)
+                sample = (torchrun(scenario, tmp) if side == "torchrun"
+                          else ours(scenario, "zygote", pool) if side == "warm pool"
+                          else ours(scenario, side))
                 samples[side].append(sample)
                 print(f"{scenario} {side} run {i}: "
                       f"{_fmt(sample.get('resume')) if sample['ok'] else 'FAILED ' + sample['detail'][-300:]}",
                       file=sys.stderr)
         theirs = _median(samples["torchrun"], "resume")
         never = bool(samples["torchrun"]) and all(s.get("never") for s in samples["torchrun"])
-        for side in ("zygote", "spawn"):
+        for side in OURS:
             mine = _median(samples[side], "resume")
             lost = {k: statistics.median([s["lost"][k] for s in samples[side] if s.get("ok")] or [0.0])
                     for k in ("detection", "recovery", "startup", "wasted")}
@@ -211,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                          else f"> {TORCHRUN_TIMEOUT_S:g} s (never)" if never else _fmt(theirs), ratio,
                          " / ".join(f"{lost[k]:.2f}" for k in ("detection", "recovery", "startup", "wasted")),
                          _fmt(_median(samples[side], "first_step")), f"<= {TARGET_S} s", verdict])
+    pool.close()
     print(f"fault -> training resumed, median of {runs}; lost = detection / recovery / startup / wasted (s); "
           f"first step = launch -> first training step")
     print_table(["scenario (ours)", "ours", "torchrun", "ours/torchrun", "lost (ours)", "first step",

@@ -22,7 +22,9 @@ The forked child runs a script (``runpy.run_path``) or module (``runpy.run_modul
 ``__main__``. Differences from a fresh interpreter are listed in README.md.
 
 Wire format: each message is a JSON object; requests ``spawn`` (+3 fds) and ``signal``;
-replies ``spawned``/``error``; events ``exit``.
+replies ``spawned``/``error``; events ``exit``. Workers send ``learn`` (the modules they
+imported, on a connection of their own; no reply): the zygote imports those while idle
+(``harness.procs._preload``), so a restarted worker does not import them again.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from typing import Any, cast
 from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
+from harness.procs._preload import Preloader, note_fork, share_imports
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
 
@@ -78,8 +81,10 @@ def make_socket() -> socket.socket:
 
 
 class _Zygote:
-    def __init__(self, listener: socket.socket):
+    def __init__(self, listener: socket.socket, path: str):
         self.listener = listener
+        self.path = path
+        self.preloader = Preloader()  # what workers imported, imported here while idle
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, "accept")
         self.wake_r, self.wake_w = os.pipe()
@@ -94,7 +99,10 @@ class _Zygote:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         while True:
-            for key, _ in self.selector.select():
+            ready = self.selector.select(self.preloader.idle_timeout(bool(self.owner)))
+            if not ready:
+                self.preloader.start(bool(self.owner))
+            for key, _ in ready:
                 if key.data == "accept":
                     conn, _ = self.listener.accept()
                     pid, uid = _peer(conn)
@@ -175,6 +183,10 @@ class _Zygote:
         op = message.get("op")
         if op == "spawn":
             self.spawn(conn, message, fds)
+        elif op == "learn":  # a worker's imports (harness.procs._preload.share_imports)
+            for fd in fds:
+                os.close(fd)
+            self.preloader.learn(message.get("modules"))
         elif op == "signal":
             pid = int(message["pid"])
             if self.owner.get(pid) is conn:  # only its own, never-reaped workers
@@ -185,6 +197,7 @@ class _Zygote:
             send_message(conn, {"op": "error", "id": message.get("id"), "message": f"unknown op {op!r}"})
 
     def spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        self.preloader.pause()  # never fork mid-import (a worker would inherit a held import lock)
         try:
             pid = os.fork()
         except OSError as e:
@@ -226,6 +239,7 @@ class _Zygote:
             for fd in (*fds, *self.netns.values(), self.wake_r, self.wake_w):
                 if fd not in keep:
                     _close(fd)
+            note_fork(self.path)
             code = run_as_main(request)
         except BaseException:  # the child must never return into the server loop
             try:
@@ -326,6 +340,8 @@ def run_as_main(request: dict[str, Any]) -> int:
     except BaseException:
         traceback.print_exc()
         return 1
+    finally:
+        share_imports()  # what this worker imported, for the next one forked here
     return 0
 
 
@@ -362,7 +378,7 @@ def serve(path: str, ready_fd: int | None = None) -> None:
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    _Zygote(listener).run()
+    _Zygote(listener, path).run()
 
 
 if __name__ == "__main__":

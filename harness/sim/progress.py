@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
+from harness.procs import share_imports
 
 ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
 DIGEST_ENV = "HARNESS_STATE_DIGEST"  # set (to "1") by the harness when it wants state digests
@@ -23,6 +24,7 @@ __all__ = ["report_checkpoint", "report_step"]
 
 _writer: EventWriter | None = None
 _writer_pid: int | None = None
+_taught_pid: int | None = None  # this process told its zygote what it imported (first step)
 
 
 def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
@@ -84,6 +86,17 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
     writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                 restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
     _obey_orders(writer, rank, int(step))
+    _teach_zygote()
+
+
+def _teach_zygote() -> None:
+    """Once per worker, at its first step: by then it has imported what it trains with; the
+    zygote that forked it preloads that for the next worker (a restart: the resume is
+    mostly imports otherwise; ``harness.procs._preload``)."""
+    global _taught_pid
+    if _taught_pid != os.getpid():
+        _taught_pid = os.getpid()
+        share_imports()
 
 
 @contextlib.contextmanager
@@ -99,6 +112,7 @@ def report_checkpoint(step: int) -> Iterator[None]:
         writer.emit("checkpoint", step=int(step), rank=int(os.environ.get("RANK", -1)),
                     seconds=time.monotonic() - start,
                     restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+    share_imports()  # a save may import what the steps did not (torch.distributed.checkpoint)
 
 
 def _as_float(loss: object) -> float:

@@ -79,3 +79,36 @@ def test_bad_launch_arguments():
             cluster.launch("/no/such.py")
         with pytest.raises(ValueError, match="nodes=3 must be in 1..1"):
             cluster.launch(workers.rank_times, 1, nodes=3)
+
+
+def _import_report_and_vanish(name):
+    """A worker that imports ``name``, reports a step, and dies without Python's exit path
+    (as a SIGKILLed worker would): only the step can have taught the zygote."""
+    import importlib
+    import os
+
+    import harness
+
+    importlib.import_module(name)
+    harness.report_step(0)
+    os._exit(0)
+
+
+def _imported(name):
+    import sys
+
+    return name in sys.modules
+
+
+def test_a_pools_zygote_learns_a_workers_imports_at_its_first_step_and_preloads_them_for_the_next_job():
+    from harness import WarmPool
+
+    name = "mailbox"  # standard library, imported by neither torch nor the runtime
+    with WarmPool() as pool, Cluster(nnodes=1, nproc_per_node=1, max_restarts=0, pool=pool) as cluster:
+        assert cluster.launch(_imported, name).wait(timeout=60).return_values == {0: False}
+        cluster.launch(_import_report_and_vanish, name).wait(timeout=60)
+        for _ in range(100):  # the zygote imports it once idle, between jobs
+            if cluster.launch(_imported, name).wait(timeout=60).return_values == {0: True}:
+                break
+        else:
+            pytest.fail(f"the pool's zygote never preloaded {name}")

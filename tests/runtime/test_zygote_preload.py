@@ -1,0 +1,96 @@
+"""The zygote learns what its workers import and preloads it between jobs
+(``harness.procs._preload``): a restarted worker, or the next test's, does not import it again."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+from harness.procs._preload import Preloader, preloadable
+from harness.procs._zygote_client import ZygoteServerProcess
+
+LEARNER = """
+import xml.dom.minidom  # stdlib, not imported by torch or the runtime: the zygote may learn it
+import localmod  # the user's own module, next to the script: the zygote must never import it
+print("LEARNER ran", flush=True)
+"""
+PROBE = """
+import sys
+print("PRELOADED", "xml.dom.minidom" in sys.modules, "localmod" in sys.modules, flush=True)
+"""
+
+
+def _run(script, env, cwd):
+    out = subprocess.run([sys.executable, "-m", "harness.run", "--standalone", "--start-method=zygote",
+                          str(script)], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_a_shared_zygote_preloads_what_a_finished_worker_imported_and_never_user_code(tmp_path):
+    (tmp_path / "localmod.py").write_text("LOADED = True\n")
+    (tmp_path / "learner.py").write_text(LEARNER)
+    (tmp_path / "probe.py").write_text(PROBE)
+    server = ZygoteServerProcess()
+    try:
+        server.wait_ready()
+        env = {**os.environ, "HARNESS_ZYGOTE": server.path, "TMPDIR": str(tmp_path)}
+        assert "PRELOADED False False" in _run(tmp_path / "probe.py", env, tmp_path)  # nothing learned yet
+        assert "LEARNER ran" in _run(tmp_path / "learner.py", env, tmp_path)
+        deadline = time.monotonic() + 60  # the zygote imports once idle, between jobs
+        while True:
+            out = _run(tmp_path / "probe.py", env, tmp_path)
+            if "PRELOADED True" in out or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert "PRELOADED True False" in out, out  # the stdlib module yes, the user's module never
+    finally:
+        server.close()
+
+
+def test_only_torch_numpy_and_the_standard_library_may_be_preloaded():
+    assert preloadable("torch.distributed.checkpoint") and preloadable("numpy.linalg")
+    assert preloadable("xml.dom.minidom") and preloadable("json")
+    assert not preloadable("localmod") and not preloadable("transformers.models")
+    assert not preloadable("__main__") and not preloadable("antigravity") and not preloadable("harness.run")
+
+
+def test_the_preloader_ignores_garbage_and_what_is_already_imported():
+    preloader = Preloader()
+    assert preloader.learn("not a list") == 0
+    assert preloader.learn([1, None, {"a": 1}, "json", "localmod"]) == 0  # json is imported already
+    [name] = _unimported(1)
+    assert preloader.learn([name, name]) == 1
+    assert preloader.idle_timeout(workers_alive=True) is None  # never while workers run
+    assert preloader.idle_timeout(workers_alive=False) is not None
+
+
+def _unimported(count):
+    """Standard-library modules this test process has not imported (pytest's plugins vary)."""
+    names = [n for n in ("colorsys", "wave", "plistlib", "mailbox", "curses.ascii", "tomllib", "sndhdr",
+                         "xdrlib", "nntplib", "chunk", "imghdr", "mailcap") if n not in sys.modules]
+    assert len(names) >= count
+    return names[:count]
+
+
+def test_the_preloader_imports_on_a_thread_and_stops_learning_when_an_import_left_a_thread_behind():
+    first, second, third = _unimported(3)
+    preloader = Preloader()
+    assert preloader.learn([first]) == 1
+    preloader.start(workers_alive=False)
+    preloader.pause()  # joins the import thread: what a fork waits for
+    assert first in sys.modules and preloader.learning
+    stray_stop = threading.Event()
+    stray = threading.Thread(target=stray_stop.wait, daemon=True)
+    stray.start()  # as if the import had started it: forking with it would be unsafe
+    try:
+        assert preloader.learn([second]) == 1
+        preloader.start(workers_alive=False)
+        preloader.pause()
+        assert not preloader.learning and preloader.learn([third]) == 0
+    finally:
+        stray_stop.set()
+        stray.join()
