@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from harness.endpoints import split_endpoint
 from harness.errors import ConfigError
-from harness.net import split_endpoint
 from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._api import (
     RendezvousHandler,

@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from harness.selfpipe import drain_pipe, self_pipe
+
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
 
 _MAX_MESSAGE = 1 << 20
@@ -260,9 +262,7 @@ def serve(fd: int, parent: int | None) -> int:
     import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
 
     sock = socket.socket(fileno=fd)
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_read, False)
-    os.set_blocking(wake_write, False)
+    wake_read, wake_write = self_pipe()
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
     idents: dict[int, int] = {}  # pid -> ident of every node not reaped yet
@@ -294,11 +294,7 @@ def serve(fd: int, parent: int | None) -> int:
                     for received in fds:
                         os.close(received)
             else:
-                try:
-                    while os.read(wake_read, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                drain_pipe(wake_read)
         while idents:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
