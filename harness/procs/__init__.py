@@ -22,6 +22,7 @@ from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 
 __all__ = [
     "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext", "RunProcsResult",
-    "Std", "ZygoteError", "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
-    "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
+    "Std", "ZygoteError", "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns",
+    "process_start_time", "process_state", "render_prefix", "same_netns", "set_pdeathsig",
+    "signal_process_group",
 ]
