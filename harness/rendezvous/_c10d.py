@@ -97,6 +97,7 @@ from harness.rendezvous._round import (
 from harness.rendezvous._round_store import RoundStore
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import (
+    DEFAULT_PORT,
     StoreClient,
     StoreConnectionError,
     StoreServer,
@@ -109,7 +110,6 @@ __all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_ho
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 29400
 _local_ids = itertools.count()
 
 
