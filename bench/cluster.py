@@ -307,7 +307,7 @@ def run_child(kind: str, tmp: str, nodes: int, env: dict) -> dict:
 
 def torchrun_2x2(tmp: str, env: dict) -> dict:
     """The same job under two torchrun agents with c10d rendezvous on loopback."""
-    from harness.net import PortReservation
+    from harness.endpoints import PortReservation
 
     flag = os.path.join(tmp, f"killed-{uuid.uuid4().hex}")
     outs = [os.path.join(tmp, f"torchrun-{uuid.uuid4().hex}-{i}") for i in (0, 1)]

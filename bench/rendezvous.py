@@ -56,7 +56,7 @@ def free_port() -> int:
     """A port kept out of everyone else's reach for the bench's lifetime (a reservation the
     agents' stores can still bind: see harness/_net.py). A probe-then-close port could be
     taken by a concurrent process before the agents bind it; that failed a run once."""
-    from harness.net import PortReservation
+    from harness.endpoints import PortReservation
 
     reservation = PortReservation("127.0.0.1")
     _HELD.append(reservation)

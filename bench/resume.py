@@ -123,7 +123,7 @@ def _steps(path: str) -> list[dict]:
 
 
 def torchrun(scenario: str, tmp: str) -> dict:
-    from harness.net import PortReservation
+    from harness.endpoints import PortReservation
 
     events = os.path.join(tmp, f"events-{uuid.uuid4().hex}.jsonl")
     ckpt = os.path.join(tmp, f"ckpt-{uuid.uuid4().hex}")

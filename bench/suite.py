@@ -66,6 +66,8 @@ sys.path.insert(0, str(ROOT))
 
 from _common import fmt_ratio, fmt_s, isolate_tmpdir, print_table, ratio, run_process  # noqa: E402
 
+from harness.agent import DEFAULT_MAX_RESTARTS  # noqa: E402
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -162,7 +164,7 @@ class TorchrunJob:
         scratch = tempfile.mkdtemp(prefix="scratch-", dir=self.dir)
         args = [str(a).replace("{tmp}", scratch) for a in job.get("args", [])]
         flags = [f"--nproc-per-node={job.get('nproc_per_node', 1)}",
-                 f"--max-restarts={job.get('max_restarts', 3)}",
+                 f"--max-restarts={job.get('max_restarts', DEFAULT_MAX_RESTARTS)}",
                  f"--monitor-interval={job.get('monitor_interval', 0.1)}"]
         if high == 1:
             flags = ["--standalone", "--nnodes=1", *flags]
@@ -269,7 +271,7 @@ def _kill(pid: int, sig: int) -> None:
 
 
 def run_torchrun_job(scenario: Scenario, tmp: str, env: dict) -> dict:
-    from harness.net import PortReservation
+    from harness.endpoints import PortReservation
     from harness.sim.schema import modern_spec
 
     job = TorchrunJob(scenario, tmp, env)

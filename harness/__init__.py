@@ -8,7 +8,8 @@
     ``harness.errors``      @record, error files, ProcessFailure, ChildFailedError, and the
                             root of every error we raise on purpose (``ElasticError``)
     ``harness.events``      the event stream every agent writes (``HARNESS_EVENTS``)
-    ``harness.net``         ports and endpoints
+    ``harness.endpoints``   ports and endpoints (``harness.net``: its deprecated alias)
+    ``harness.selfpipe``    the self-pipe every select loop wakes on
     ``harness.launch``, ``harness.run``   LaunchConfig/elastic_launch and the CLI
 
 **The simulation** -- ``harness.sim``: multi-node jobs on one machine and the faults that break

@@ -1,7 +1,8 @@
 """``LaunchConfig`` and ``elastic_launch``: run one node's agent from Python.
 
-Public runtime API (re-exported by ``harness.run``, where DESIGN.md puts it): the simulation
-starts every node agent through ``run_agent``, exactly as ``elastic-run`` does.
+Public runtime API (re-exported by ``harness.run``, torchrun's home for them; pinned by
+``tests/unit/test_exports.py``): the simulation starts every node agent through
+``run_agent``, exactly as ``elastic-run`` does (docs/architecture.md, "The life of a job").
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import LocalElasticAgent, RunResult, WorkerSpec
+from harness.agent import DEFAULT_MAX_RESTARTS, LocalElasticAgent, RunResult, WorkerSpec
 from harness.errors import ChildFailedError, ConfigError, SignalException
 from harness.procs import LogsSpecs
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
@@ -41,7 +42,7 @@ class LaunchConfig:
     rdzv_backend: str = "etcd"
     rdzv_configs: dict[str, Any] = field(default_factory=dict)
     rdzv_timeout: int = -1
-    max_restarts: int = 3
+    max_restarts: int = DEFAULT_MAX_RESTARTS
     monitor_interval: float = 0.1
     start_method: str = "spawn"
     log_line_prefix_template: str | None = None

@@ -289,8 +289,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
     if args.module and args.no_python:
         raise ConfigError("no_python", True, "cannot be combined with --module", "--no-python")
     nproc = determine_local_world_size(args.nproc_per_node)
-    from harness.rendezvous import _registry  # noqa: F401
-    from harness.rendezvous._api import rendezvous_handler_registry
+    from harness.rendezvous import rendezvous_handler_registry
 
     if args.rdzv_backend not in rendezvous_handler_registry.names():
         raise ConfigError("rdzv_backend", args.rdzv_backend,

@@ -1,6 +1,7 @@
 """The elastic agent: worker specs, states, results and the agents that supervise workers."""
 
 from harness.agent._api import (
+    DEFAULT_MAX_RESTARTS,
     DEFAULT_ROLE,
     AgentEvent,
     ElasticAgent,
@@ -20,6 +21,7 @@ from harness.agent._simple import SimpleElasticAgent
 
 __all__ = [
     "AgentEvent",
+    "DEFAULT_MAX_RESTARTS",
     "DEFAULT_ROLE",
     "ElasticAgent",
     "HealthCheckServer",

@@ -14,6 +14,7 @@ from typing import Any
 from harness.errors import ConfigError, ProcessFailure
 
 __all__ = [
+    "DEFAULT_MAX_RESTARTS",
     "DEFAULT_ROLE",
     "WorkerSpec",
     "WorkerState",
@@ -25,6 +26,10 @@ __all__ = [
 ]
 
 DEFAULT_ROLE = "default"
+#: restarts of the worker group a job may use when nobody says: the one default of
+#: ``WorkerSpec``, ``LaunchConfig``, ``Cluster`` and a scenario's ``[job]`` (``elastic-run``'s
+#: ``--max-restarts`` keeps torchrun's 0)
+DEFAULT_MAX_RESTARTS = 3
 
 
 @dataclass
@@ -41,7 +46,7 @@ class WorkerSpec:
     fn: Callable[..., Any] | None = None
     entrypoint: Callable[..., Any] | str | None = None
     args: tuple[Any, ...] = ()
-    max_restarts: int = 3
+    max_restarts: int = DEFAULT_MAX_RESTARTS
     monitor_interval: float = 0.1
     master_port: int | None = None
     master_addr: str | None = None

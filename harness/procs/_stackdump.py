@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import signal
 
+#: the variable naming the dump directory; public as ``harness.procs.STACKS_ENV`` (the plugin
+#: sets it, so it imports the name instead of spelling it again)
 STACKS_ENV = "HARNESS_STACK_DUMP_DIR"
 
 _file = None  # kept open for faulthandler, which writes to its fd from the signal handler

@@ -6,12 +6,14 @@ from harness.rendezvous._api import (
     RendezvousError,
     RendezvousGracefulExitError,
     RendezvousHandler,
-    RendezvousHandlerRegistry,
     RendezvousInfo,
     RendezvousParameters,
     RendezvousStateError,
     RendezvousStoreInfo,
     RendezvousTimeoutError,
+)
+from harness.rendezvous._registry import (
+    RendezvousHandlerRegistry,
     get_rendezvous_handler,
     rendezvous_handler_registry,
 )

@@ -1,9 +1,9 @@
-"""The rendezvous handler interface, its parameters, results, errors and backend registry."""
+"""The rendezvous handler interface, its parameters, results and errors (the backend
+registry is ``_registry``: it names the backends, this module names none of them)."""
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +20,6 @@ __all__ = [
     "RendezvousInfo",
     "RendezvousHandler",
     "RendezvousParameters",
-    "RendezvousHandlerRegistry",
-    "rendezvous_handler_registry",
-    "get_rendezvous_handler",
 ]
 
 
@@ -204,48 +201,3 @@ class RendezvousParameters:
             f"RendezvousParameters(backend={self.backend!r}, endpoint={self.endpoint!r}, "
             f"run_id={self.run_id!r}, min_nodes={self.min_nodes}, max_nodes={self.max_nodes})"
         )
-
-
-HandlerCreator = Callable[[RendezvousParameters], RendezvousHandler]
-
-
-class RendezvousHandlerRegistry:
-    """Backend name -> handler factory."""
-
-    def __init__(self) -> None:
-        self._creators: dict[str, HandlerCreator] = {}
-
-    def register(self, backend: str, creator: HandlerCreator) -> None:
-        existing = self._creators.get(backend)
-        if existing is not None and existing is not creator:
-            raise ValueError(f"rendezvous backend {backend!r} is already registered")
-        self._creators[backend] = creator
-
-    def names(self) -> list[str]:
-        return sorted(self._creators)
-
-    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
-        creator = self._creators.get(params.backend)
-        if creator is None:
-            raise ConfigError(
-                "rdzv_backend", params.backend, f"is not one of {', '.join(self.names())}",
-                "--rdzv-backend",
-            )
-        handler = creator(params)
-        if handler.get_backend() != params.backend and params.backend not in _ALIASES:
-            raise RendezvousError(
-                f"backend {params.backend!r} created a handler for {handler.get_backend()!r}"
-            )
-        return handler
-
-
-_ALIASES = {"etcd-v2", "etcd"}
-
-rendezvous_handler_registry = RendezvousHandlerRegistry()
-
-
-def get_rendezvous_handler(params: RendezvousParameters) -> RendezvousHandler:
-    """Create the handler for ``params.backend`` (registered built-ins: c10d, static, ...)."""
-    from harness.rendezvous import _registry  # noqa: F401  (registers built-ins lazily)
-
-    return rendezvous_handler_registry.create_handler(params)

@@ -67,8 +67,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from harness.endpoints import PortReservation, fqdn, split_endpoint
 from harness.errors import ConfigError
-from harness.net import PortReservation, fqdn, split_endpoint
 from harness.rendezvous._agent_store import AgentStore, agent_store_enabled
 from harness.rendezvous._api import (
     RendezvousClosedError,
@@ -97,18 +97,19 @@ from harness.rendezvous._round import (
 from harness.rendezvous._round_store import RoundStore
 from harness.rendezvous._state import RendezvousState
 from harness.rendezvous._store import (
+    DEFAULT_PORT,
     StoreClient,
     StoreConnectionError,
     StoreServer,
     StoreTimeoutError,
 )
 from harness.rendezvous._store_host import elect_store_host, is_local_host
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 
 __all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_host"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 29400
 _local_ids = itertools.count()
 
 
@@ -221,9 +222,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._finished = False
         self._stopped = threading.Event()
         self._signaled = False
-        self._pipe_r, self._pipe_w = os.pipe()
-        os.set_blocking(self._pipe_r, False)
-        os.set_blocking(self._pipe_w, False)
+        self._pipe_r, self._pipe_w = self_pipe()
 
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("0.0.0.0", 0))
@@ -306,10 +305,7 @@ class C10dRendezvousHandler(RendezvousHandler):
     def _signal(self) -> None:
         with self._lock:
             self._wakeup.notify_all()
-        try:
-            os.write(self._pipe_w, b"!")
-        except OSError:
-            pass
+        wake_pipe(self._pipe_w)
 
     def _raise_if_broken(self) -> None:
         if self._store_lost is not None:
@@ -535,11 +531,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         return self._pipe_r
 
     def _drain(self) -> None:
-        try:
-            while os.read(self._pipe_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+        drain_pipe(self._pipe_r)
 
     def membership_changed(self, confirm: bool = False) -> bool:
         """Cheap when nothing changed: reads what the keeper thread saw, plus a

@@ -1,18 +1,32 @@
-"""Built-in backends, registered on first use (importing this module registers them)."""
+"""The backend registry: one table names every built-in backend and how to create it.
+
+The table is written out here, not filled in by backends registering themselves when they
+are imported: a reader finds every backend in one place, importing a backend has no side
+effect, and ``harness.rendezvous`` has no import cycle (``tests/unit/test_runtime_cycles.py``).
+A creator imports its backend's module when called, so an agent on the single-node
+handler never loads the c10d or etcd code. Users add their own backends with
+``rendezvous_handler_registry.register`` (torch's API).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+from harness.endpoints import split_endpoint
 from harness.errors import ConfigError
-from harness.net import split_endpoint
 from harness.rendezvous._agent_store import agent_store_enabled
 from harness.rendezvous._api import (
+    RendezvousError,
     RendezvousHandler,
     RendezvousParameters,
-    rendezvous_handler_registry,
 )
 from harness.rendezvous._solo import SoloRendezvousHandler
+from harness.rendezvous._store import DEFAULT_PORT as C10D_DEFAULT_PORT
 
-C10D_DEFAULT_PORT = 29400
+__all__ = ["BUILT_IN_BACKENDS", "C10D_DEFAULT_PORT", "HandlerCreator", "RendezvousHandlerRegistry",
+           "get_rendezvous_handler", "rendezvous_handler_registry"]
+
+HandlerCreator = Callable[[RendezvousParameters], RendezvousHandler]
 
 
 def _multi_node_pending(params: RendezvousParameters) -> RendezvousHandler:
@@ -56,8 +70,6 @@ def _create_static(params: RendezvousParameters) -> RendezvousHandler:
     return _multi_node_pending(params)
 
 
-rendezvous_handler_registry.register("c10d", _create_c10d)
-rendezvous_handler_registry.register("static", _create_static)
 def _create_etcd(params: RendezvousParameters) -> RendezvousHandler:
     if not params.endpoint:
         raise ConfigError("rdzv_endpoint", params.endpoint,
@@ -68,5 +80,52 @@ def _create_etcd(params: RendezvousParameters) -> RendezvousHandler:
     return EtcdRendezvousHandler(params, backend_name=params.backend)
 
 
-rendezvous_handler_registry.register("etcd", _create_etcd)
-rendezvous_handler_registry.register("etcd-v2", _create_etcd)
+#: every built-in backend: name -> creator (``etcd-v2`` is torch's name for the same etcd)
+BUILT_IN_BACKENDS: Mapping[str, HandlerCreator] = {
+    "c10d": _create_c10d,
+    "static": _create_static,
+    "etcd": _create_etcd,
+    "etcd-v2": _create_etcd,
+}
+
+#: backends whose handler reports another name (``get_backend()``) than the one asked for
+_ALIASES = {"etcd-v2", "etcd"}
+
+
+class RendezvousHandlerRegistry:
+    """Backend name -> handler factory (torch's ``RendezvousHandlerRegistry``)."""
+
+    def __init__(self, creators: Mapping[str, HandlerCreator] | None = None) -> None:
+        self._creators: dict[str, HandlerCreator] = dict(creators or {})
+
+    def register(self, backend: str, creator: HandlerCreator) -> None:
+        existing = self._creators.get(backend)
+        if existing is not None and existing is not creator:
+            raise ValueError(f"rendezvous backend {backend!r} is already registered")
+        self._creators[backend] = creator
+
+    def names(self) -> list[str]:
+        return sorted(self._creators)
+
+    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
+        creator = self._creators.get(params.backend)
+        if creator is None:
+            raise ConfigError(
+                "rdzv_backend", params.backend, f"is not one of {', '.join(self.names())}",
+                "--rdzv-backend",
+            )
+        handler = creator(params)
+        if handler.get_backend() != params.backend and params.backend not in _ALIASES:
+            raise RendezvousError(
+                f"backend {params.backend!r} created a handler for {handler.get_backend()!r}"
+            )
+        return handler
+
+
+#: the process's registry: the built-ins, and whatever users register
+rendezvous_handler_registry = RendezvousHandlerRegistry(BUILT_IN_BACKENDS)
+
+
+def get_rendezvous_handler(params: RendezvousParameters) -> RendezvousHandler:
+    """Create the handler for ``params.backend`` (built-ins: ``BUILT_IN_BACKENDS``)."""
+    return rendezvous_handler_registry.create_handler(params)

@@ -15,7 +15,7 @@ one more (the same rule as the multi-node rounds, ``_round.RoundMachine.charge_f
 
 from __future__ import annotations
 
-from harness.net import PortReservation, fqdn
+from harness.endpoints import PortReservation, fqdn
 from harness.rendezvous._agent_store import AgentStore
 from harness.rendezvous._api import (
     RendezvousClosedError,

@@ -44,6 +44,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: the port a c10d rendezvous store listens on when the endpoint names none (torch's)
+DEFAULT_PORT = 29400
 MAGIC = 0x3C85F7CE
 KEY_PREFIX = "/"
 

@@ -7,7 +7,7 @@ import errno
 import socket
 import time
 
-from harness.net import fqdn
+from harness.endpoints import fqdn
 from harness.rendezvous._store import StoreServer
 
 __all__ = ["elect_store_host", "is_local_host"]

@@ -14,14 +14,14 @@ import os
 import signal
 import sys
 
-from harness.rendezvous._store import StoreServer
+from harness.rendezvous._store import DEFAULT_PORT, StoreServer
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.rendezvous.store_server",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="", help="address to bind (default: all)")
-    parser.add_argument("--port", type=int, default=29400, help="port (0: pick a free one)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (0: pick a free one)")
     parser.add_argument("--detach", action="store_true",
                         help="keep running when the parent process dies")
     args = parser.parse_args(argv)

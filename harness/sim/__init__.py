@@ -2,7 +2,7 @@
 
 ``harness.sim`` drives the runtime (``harness.agent``, ``harness.rendezvous``,
 ``harness.timer``, ``harness.procs``, ``harness.run``/``harness.launch``, ``harness.errors``,
-``harness.events``, ``harness.net``) through its public API, its CLI and the event stream
+``harness.events``, ``harness.endpoints``) through its public API, its CLI and the event stream
 only; the runtime never imports this package. ``tests/unit/test_layers.py`` enforces both.
 
 Modules: ``cluster`` (``Cluster``), ``job`` (``Job``, ``JobResult``), ``pool`` (``WarmPool``,

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 from harness.sim.leftovers import remove_dead_owners
 from harness.sim.timeline import Timeline
 
@@ -60,7 +61,7 @@ class EventBus:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._sock.bind(path)
         self._sock.setblocking(False)
-        self._poke_r, self._poke_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._poke_r, self._poke_w = self_pipe()
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._poke_r, selectors.EVENT_READ)
         self._listening = False  # is the socket in the selector (someone waits on events)
@@ -165,10 +166,7 @@ class EventBus:
         self._poke()
 
     def _poke(self) -> None:
-        try:
-            os.write(self._poke_w, b".")
-        except (BlockingIOError, OSError):
-            pass  # the pipe is full: the reader is awake anyway
+        wake_pipe(self._poke_w)  # a full pipe: the reader is awake anyway
 
     def _take_watches(self) -> None:
         with self._lock:
@@ -216,7 +214,7 @@ class EventBus:
                 if key.fileobj is self._sock:
                     self._drain_socket()
                 elif key.fileobj == self._poke_r:
-                    self._drain_poke()
+                    drain_pipe(self._poke_r)
                     changed = True  # a new watch, a new fault entry, or close()
                 else:
                     fd = key.fd
@@ -244,13 +242,6 @@ class EventBus:
                 return
             except OSError:
                 return
-
-    def _drain_poke(self) -> None:
-        try:
-            while os.read(self._poke_r, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
 
     def close(self) -> None:
         """Stop the reader, wake every waiter, remove the socket; idempotent."""

@@ -20,7 +20,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from harness.agent import DEFAULT_MAX_RESTARTS
 from harness.errors import ConfigError, ElasticError
+from harness.procs import ZYGOTE_ENV
 from harness.sim.bytecode import ensure_compiled
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
@@ -39,7 +41,7 @@ class ClusterLeakError(ElasticError):
 class Cluster:
     """A simulated cluster. ``with Cluster(nnodes="1:4", nproc_per_node=2) as c: ...``"""
 
-    def __init__(self, nnodes: str | int = "1:1", nproc_per_node: int = 1, max_restarts: int = 3,
+    def __init__(self, nnodes: str | int = "1:1", nproc_per_node: int = 1, max_restarts: int = DEFAULT_MAX_RESTARTS,
                  rdzv_backend: str = "c10d", monitor_interval: float = 0.1,
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
@@ -179,6 +181,11 @@ class Cluster:
         """Socket path of the zygote this cluster's workers are forked from (as soon as it
         listens: node agents need not wait for its torch import)."""
         return self.pool.address()
+
+    def zygote_env(self) -> dict[str, str]:
+        """What a node agent's environment needs to fork its workers from this cluster's
+        zygote (the runtime names the variable: ``harness.procs.ZYGOTE_ENV``)."""
+        return {ZYGOTE_ENV: self.zygote_path()}
 
     def __del__(self) -> None:
         # an unclosed cluster still owns processes: end them rather than leak them

@@ -22,6 +22,7 @@ from harness.agent import WorkerState
 from harness.errors import ConfigError
 from harness.sim import schema
 from harness.sim.checks import number
+from harness.sim.progress import ORDERS_ENV
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Job
@@ -36,7 +37,6 @@ PUBLIC = [
 __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
            "check_targets", "write_exit_order"]
 
-ORDERS_ENV = "HARNESS_ORDERS"  # dir where exit-code orders for report_step are left
 
 
 # -- what ---------------------------------------------------------------------------------

@@ -220,7 +220,7 @@ class Job(ProcessFaults, NetworkFaults):
         if cluster.nproc_per_node > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
         if cluster.start_method == "zygote":
-            env["HARNESS_ZYGOTE"] = cluster.zygote_path()
+            env.update(cluster.zygote_env())
         if self.network.mode == "netns":
             env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
         netns = self.network.namespace_path(index)

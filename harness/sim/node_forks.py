@@ -5,6 +5,9 @@ does anything; a 32-node cluster pays that 32 times, ~1.6 s of wall time on two 
 the biggest single cost of starting it. The server imports the runtime once and forks a
 node per request (~2 ms each), as the worker zygote does for workers.
 
+The server is its own program, ``python -m harness.sim.node_forks FD [--parent PID]``;
+it imports ``node_main`` (what each forked child runs), never the other way round.
+
 A forked node is what ``python -m harness.sim.node_main SPEC`` would be: its own session
 and process group, the harness's stdout, its ``agent.log`` as stderr, the node's
 environment, working directory (first on ``sys.path``, as ``-m`` puts it) and network
@@ -35,6 +38,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from harness.selfpipe import drain_pipe, self_pipe
+from harness.sim import node_main
 
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
 
@@ -83,7 +89,7 @@ class NodeForkServer:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.sim.node_main", "--serve", str(theirs.fileno()),
+                [sys.executable, "-m", "harness.sim.node_forks", str(theirs.fileno()),
                  "--parent", str(os.getpid())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
             )
@@ -250,7 +256,7 @@ def _await_gone(pid: int, timeout: float = 10.0) -> None:
 
 
 def serve(fd: int, parent: int | None) -> int:
-    """The server's loop (``node_main --serve FD --parent PID``)."""
+    """The server's loop (``python -m harness.sim.node_forks FD --parent PID``)."""
     import selectors
 
     from harness.procs import die_with_parent
@@ -260,9 +266,7 @@ def serve(fd: int, parent: int | None) -> int:
     import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
 
     sock = socket.socket(fileno=fd)
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_read, False)
-    os.set_blocking(wake_write, False)
+    wake_read, wake_write = self_pipe()
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd hears it
     idents: dict[int, int] = {}  # pid -> ident of every node not reaped yet
@@ -294,11 +298,7 @@ def serve(fd: int, parent: int | None) -> int:
                     for received in fds:
                         os.close(received)
             else:
-                try:
-                    while os.read(wake_read, 512):
-                        pass
-                except BlockingIOError:
-                    pass
+                drain_pipe(wake_read)
         while idents:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
@@ -327,12 +327,10 @@ def _become_node(request: dict[str, Any], fds: list[int], server: int, server_ha
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # what -m puts first: the working directory
-        sys.argv = [sys.argv[0], *request["argv"][1:]]
+        sys.argv = [node_main.__file__, *request["argv"][1:]]  # as -m harness.sim.node_main sets it
         import tempfile
 
         tempfile.tempdir = None  # the node's TMPDIR, not whatever the server computed
-        from harness.sim import node_main
-
         code = node_main.main(request["spec_path"], server, request["netns"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -342,6 +340,15 @@ def _become_node(request: dict[str, Any], fds: list[int], server: int, server_ha
         traceback.print_exc()
         code = 1
     finally:
-        from harness.sim.node_main import exit_now
+        node_main.exit_now(code)
 
-        exit_now(code)
+
+def _cli(argv: list[str]) -> int:
+    """``node_forks FD [--parent PID]`` (started by ``NodeForkServer``)."""
+    options = dict(zip(argv[1::2], argv[2::2], strict=True))
+    parent = options.get("--parent")
+    return serve(int(argv[0]), int(parent) if parent else None)
+
+
+if __name__ == "__main__":
+    node_main.exit_now(_cli(sys.argv[1:]))  # no interpreter teardown, as a node

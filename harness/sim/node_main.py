@@ -62,14 +62,8 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
 
 
 def _cli(argv: list[str]) -> int:
-    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``Job._start_node``), or
-    ``node_main --serve FD [--parent PID]``: the node fork server (``node_forks``)."""
-    if argv[0] == "--serve":
-        from harness.sim.node_forks import serve
-
-        options = dict(zip(argv[2::2], argv[3::2], strict=True))
-        parent = options.get("--parent")
-        return serve(int(argv[1]), int(parent) if parent else None)
+    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``start_node``). The
+    node fork server is its own program (``python -m harness.sim.node_forks``)."""
     options = dict(zip(argv[1::2], argv[2::2], strict=True))  # flag, value pairs
     parent = options.get("--parent")
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))

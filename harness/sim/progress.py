@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
 from harness.procs import share_imports
 
-ORDERS_ENV = "HARNESS_ORDERS"  # same name as harness.sim.faults.ORDERS_ENV (kept import-light)
+#: dir where exit-code orders for report_step are left (defined here, the import-light end
+#: a worker loads; ``harness.sim.faults`` re-exports it)
+ORDERS_ENV = "HARNESS_ORDERS"
 DIGEST_ENV = "HARNESS_STATE_DIGEST"  # set (to "1") by the harness when it wants state digests
 
 __all__ = ["report_checkpoint", "report_step"]

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import WorkerState
+from harness.agent import DEFAULT_MAX_RESTARTS, WorkerState
 from harness.errors import ConfigError
 from harness.sim.checks import (
     ARGS,
@@ -129,7 +129,7 @@ STATES = tuple(state.value for state in WorkerState)
 CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("nnodes", "1:1", "nodes: N, or 'MIN:MAX' for an elastic job", NNODES, shown="'1'"),
     Key("nproc_per_node", 1, "workers per node", integer(1)),
-    Key("max_restarts", 3, "restarts of the worker group before the job fails", integer(0)),
+    Key("max_restarts", DEFAULT_MAX_RESTARTS, "restarts of the worker group before the job fails", integer(0)),
     Key("rdzv_backend", "c10d", "rendezvous backend (etcd needs the etcd binary)",
         one_of("c10d", "etcd", "etcd-v2")),
     Key("monitor_interval", 0.1, "seconds between the agent's health checks of its workers",
@@ -243,7 +243,7 @@ class FaultKind:
 
 #: One name per fault: a row's ``kind`` is its ``Job`` method's name, its scenario kind and
 #: (where chaos draws it) its chaos kind; its class is the method's words turned round
-#: (``kill_node`` -> ``NodeKill``, as DESIGN.md names them). README.md's table of faults is
+#: (``kill_node`` -> ``NodeKill``). README.md's table of faults is
 #: ``vocabulary_table()`` (tests/unit/test_schema.py keeps them equal).
 FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("kill_worker", "WorkerKill",
@@ -410,7 +410,7 @@ def trigger_form(spec: Mapping[str, Any]) -> TriggerForm | None:
 # -- chaos kinds (--elastic-faults) ---------------------------------------------------------
 
 CHAOS_KINDS: dict[str, FaultKind] = {row.chaos: row for row in FAULT_KINDS.values() if row.chaos}
-#: --elastic-faults names that stand for several kinds (DESIGN.md's "scale": both directions)
+#: --elastic-faults names that stand for several kinds (README.md's chaos kind groups: "scale" is both directions)
 CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("remove_node", "add_node")}
 CHAOS_CHOICES: tuple[str, ...] = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
 DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("kill_worker",)

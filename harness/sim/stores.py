@@ -35,8 +35,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
-from harness.net import PortReservation
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from harness.errors import ConfigError, ElasticError
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 from harness.timer._api import TimerClient, TimerExpiry, TimerRequest, TimerUnavailableError
 from harness.timer._clock import Clock
 from harness.timer._engine import BadRequest, HeapTimerServer
@@ -313,7 +314,7 @@ class FileTimerServer(HeapTimerServer):
             raise
         self._file_path = path
         self._fifo_fd = fd
-        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_r, self._wake_w = self_pipe()
         self._fd_lock = threading.Lock()
         self._closed = False
         self._poller = select.poll()
@@ -343,7 +344,7 @@ class FileTimerServer(HeapTimerServer):
         requests: list[Any] = []
         for fd, _ in self._poller.poll(ms):
             if fd == self._wake_r:
-                self._drain_wake()
+                drain_pipe(self._wake_r)
             elif fd == self._fifo_fd:
                 requests.extend(self._read_fifo())
         return requests
@@ -380,21 +381,11 @@ class FileTimerServer(HeapTimerServer):
         finally:
             self._dispatch(events)
 
-    def _drain_wake(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def _wake(self) -> None:
         with self._fd_lock:
             if self._closed:
                 return
-            try:
-                os.write(self._wake_w, b"w")
-            except BlockingIOError:  # already a wake-up pending
-                pass
+            wake_pipe(self._wake_w)  # a full pipe: a wake-up is already pending
 
     _restartable = False  # stop() removes the FIFO its clients were given
 

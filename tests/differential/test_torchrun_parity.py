@@ -23,7 +23,7 @@ Normalised, because they legitimately differ between two runs:
 
 Restart mode: torchrun runs with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``. With torch's
 default (workers reuse the agent's TCPStore across attempts) restarts fail 23 of 31 times
-(stale keys, pytorch#135712; see shared/reference/torchrun-baseline.md, b3/b4). With it set,
+(stale keys, pytorch#135712). With it set,
 torch gives workers ``TORCHELASTIC_USE_AGENT_STORE=False`` (worker rank 0 hosts the store).
 The variable is set for both launchers (ours honours it the same way; without it ours hosts
 a fresh store per attempt in the agent, see ``tests/runtime/test_agent_store.py``), so that

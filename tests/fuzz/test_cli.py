@@ -41,7 +41,7 @@ def _stop_at_launch(config: Any, cmd: Any, args: list[Any]) -> Any:
     """``run_agent``'s stand-in: what ``build_agent`` checks, short of starting anything
     (the agent itself would open pipes and, for ``zygote``, start a warm interpreter)."""
     from harness.agent import WorkerSpec
-    from harness.rendezvous._api import RendezvousParameters, get_rendezvous_handler
+    from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
     from harness.rendezvous._c10d import C10dSettings
     from harness.rendezvous._registry import C10D_DEFAULT_PORT, _endpoint
 

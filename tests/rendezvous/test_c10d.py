@@ -285,7 +285,7 @@ def test_store_host_election_survives_a_simultaneous_bind():
     import socket
     import threading
 
-    from harness.net import PortReservation
+    from harness.endpoints import PortReservation
     from harness.rendezvous._store_host import elect_store_host as _elect_store_host
 
     with PortReservation("127.0.0.1") as reservation:

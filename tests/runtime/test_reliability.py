@@ -1,4 +1,4 @@
-"""Failure semantics where torch's agent misbehaves (see shared/reference)."""
+"""Failure semantics where torch's agent misbehaves (the reference: torch/distributed/elastic)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 import harness.timer as timer
 
-CONTRACT = {  # DESIGN.md: names users and tests rely on (torch's names)
+CONTRACT = {  # names users and tests rely on (torch's names)
     "configure", "expires", "TimerRequest", "TimerServer", "TimerClient", "LocalTimerServer",
     "LocalTimerClient", "FileTimerServer", "FileTimerClient", "log_debug_info_for_expired_timers",
 }

@@ -13,16 +13,18 @@ import sys
 import pytest
 
 PINNED = {
-    "harness.run": {  # DESIGN.md: main, LaunchConfig, elastic_launch, launch_agent
+    "harness.run": {  # torchrun's home of main, LaunchConfig, elastic_launch, launch_agent
         "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
         "determine_local_world_size",
         "elastic_launch", "get_args_parser", "launch_agent", "main", "parse_args",
         "parse_min_max_nnodes", "run_script_path", "run_with_signal_handlers",
     },
     "harness.launch": {"LaunchConfig", "elastic_launch", "launch_agent", "build_agent", "run_agent"},
-    "harness.net": {"PortReservation", "fqdn", "split_endpoint"},
+    "harness.endpoints": {"PortReservation", "fqdn", "split_endpoint"},
+    "harness.selfpipe": {"drain_pipe", "self_pipe", "wake_pipe"},
     "harness.procs": {
-        "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
+        "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext", "RunProcsResult",
+        "Std", "ZygoteError",
         "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
         "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
     },
@@ -39,6 +41,19 @@ def test_exported_names_are_pinned(module):
         assert hasattr(mod, name), f"{module}.__all__ lists {name} but it is missing"
 
 
+def test_harness_net_is_a_deprecated_alias_of_harness_endpoints(monkeypatch):
+    """``harness.net`` was renamed (it read as part of ``harness.sim.net``); the README named
+    it, so the old path still works, says it is deprecated, and gives the same objects."""
+    import harness.endpoints
+
+    monkeypatch.delitem(sys.modules, "harness.net", raising=False)
+    with pytest.warns(DeprecationWarning, match="harness.endpoints"):
+        net = importlib.import_module("harness.net")
+    assert set(net.__all__) == set(harness.endpoints.__all__)
+    for name in net.__all__:
+        assert getattr(net, name) is getattr(harness.endpoints, name)
+
+
 def test_run_reexports_the_launcher_objects_themselves():
     import harness.launch
     import harness.run
@@ -48,7 +63,7 @@ def test_run_reexports_the_launcher_objects_themselves():
 
 
 def test_importing_the_runtime_loads_neither_torch_nor_the_simulation():
-    code = ("import sys, harness.run, harness.procs, harness.net, harness.launch; "
+    code = ("import sys, harness.run, harness.procs, harness.endpoints, harness.launch; "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('harness.sim')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

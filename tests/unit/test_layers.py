@@ -1,4 +1,4 @@
-"""The layers DESIGN.md draws, checked on the source: the runtime never imports the
+"""The layers docs/architecture.md draws, checked on the source: the runtime never imports the
 simulation or pytest; the simulation never imports pytest nor a private name of the runtime.
 
 Imports are read with ``ast`` (every ``import``/``from`` anywhere in a module, lazy ones
@@ -17,7 +17,8 @@ HARNESS = ROOT / "harness"
 
 #: the runtime: what ``elastic-run`` needs, and nothing of the simulation
 RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.procs", "harness.errors",
-           "harness.events", "harness.net", "harness.launch", "harness.run")
+           "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.launch",
+           "harness.run")
 SIMULATION = ("harness.sim",)
 #: public faces assembled at the top of the package (re-exports only)
 FACADES = ("harness", "harness.faults")

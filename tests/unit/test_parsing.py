@@ -2,8 +2,8 @@ import socket
 
 import pytest
 
+from harness.endpoints import PortReservation, split_endpoint
 from harness.errors import ConfigError
-from harness.net import PortReservation, split_endpoint
 from harness.procs import Std
 from harness.procs._logs import LogsSpecs, render_prefix
 from harness.procs._std import parse_std
