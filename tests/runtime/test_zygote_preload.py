@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 from harness.procs._preload import Preloader, preloadable
@@ -68,29 +67,36 @@ def test_the_preloader_ignores_garbage_and_what_is_already_imported():
     assert preloader.idle_timeout(workers_alive=False) is not None
 
 
+THREAD_CHECK = """
+import sys, threading
+from harness.procs._preload import Preloader
+first, second, third = "colorsys", "wave", "plistlib"
+assert not {first, second, third} & set(sys.modules)
+preloader = Preloader()
+assert preloader.learn([first]) == 1
+preloader.start(workers_alive=False)
+preloader.pause()  # joins the import thread: what a fork waits for
+assert first in sys.modules and preloader.learning, "imported, still learning"
+stray_stop = threading.Event()
+threading.Thread(target=stray_stop.wait, daemon=True).start()  # as if an import had started it
+assert preloader.learn([second]) == 1
+preloader.start(workers_alive=False)
+preloader.pause()
+assert not preloader.learning and preloader.learn([third]) == 0, "a new thread stops the learning"
+stray_stop.set()
+print("OK")
+"""
+
+
+def test_the_preloader_imports_on_a_thread_and_stops_learning_when_an_import_left_a_thread_behind():
+    """In a fresh interpreter: the test process's own threads (xdist's) come and go."""
+    out = subprocess.run([sys.executable, "-c", THREAD_CHECK], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
 def _unimported(count):
     """Standard-library modules this test process has not imported (pytest's plugins vary)."""
     names = [n for n in ("colorsys", "wave", "plistlib", "mailbox", "curses.ascii", "tomllib", "sndhdr",
                          "xdrlib", "nntplib", "chunk", "imghdr", "mailcap") if n not in sys.modules]
     assert len(names) >= count
     return names[:count]
-
-
-def test_the_preloader_imports_on_a_thread_and_stops_learning_when_an_import_left_a_thread_behind():
-    first, second, third = _unimported(3)
-    preloader = Preloader()
-    assert preloader.learn([first]) == 1
-    preloader.start(workers_alive=False)
-    preloader.pause()  # joins the import thread: what a fork waits for
-    assert first in sys.modules and preloader.learning
-    stray_stop = threading.Event()
-    stray = threading.Thread(target=stray_stop.wait, daemon=True)
-    stray.start()  # as if the import had started it: forking with it would be unsafe
-    try:
-        assert preloader.learn([second]) == 1
-        preloader.start(workers_alive=False)
-        preloader.pause()
-        assert not preloader.learning and preloader.learn([third]) == 0
-    finally:
-        stray_stop.set()
-        stray.join()

@@ -26,7 +26,7 @@ PINNED = {
         "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext", "RunProcsResult",
         "Std", "ZygoteError",
         "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
-        "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
+        "process_state", "render_prefix", "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
     },
     "harness.events": {"EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
                        "event_writer_from_env", "node_key"},
