@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
+__all__ = ["cut_off_from_store", "split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
 
 #: partitions that cut a node off from the rendezvous store
 STORE_LOSING_PEERS = ("store", "all")
@@ -78,7 +78,7 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
         deadline = cut + bound
         if (healed is not None and healed < deadline) or end < deadline:
             continue  # healed (or the job ended) before the node had to fence
-        names = {node, str(node)} | {e.get("node") for e in events if e.get("kind") == "node_start"
+        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
                                      and e.get("target_node") == node}
         for name in names:
             for pid, started in starts.get(name, {}).items():
@@ -88,6 +88,26 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
                     problems.append(f"node {node} lost the store but its worker pid {pid} exited {when} "
                                     f"(bound {bound:.2f}s): it did not fence itself")
     return problems
+
+
+def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[float, float]]]:
+    """Node name (index and label alike) -> the intervals it was cut off from the store:
+    (partition, its heal or +inf). While cut off, a node's workers are the fencing's to stop
+    (``unfenced_workers`` bounds how long), not its agent's: the survivors may well start
+    a new round before the cut-off node's keep-alive bound has run out."""
+    intervals: dict[Any, list[tuple[float, float]]] = defaultdict(list)
+    for i, event in enumerate(events):
+        if (event.get("kind") != "fault" or event.get("fault") != "partition"
+                or event.get("peers") not in STORE_LOSING_PEERS):
+            continue
+        node, cut = event.get("target_node"), event["mono"]
+        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
+                       and e.get("target_node") in (None, node)), float("inf"))
+        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
+                                     and e.get("target_node") == node}
+        for name in names:
+            intervals[name].append((cut, healed))
+    return dict(intervals)
 
 
 def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:

@@ -156,3 +156,26 @@ def test_integer_node_keys_labels_and_unknown_nodes(tmp_path):
         with pytest.raises(ConfigError, match=r"is not a node of this timeline \(nodes: \[0, 1\]\)"):
             timeline.states(unknown)
     assert "1:kate-1" in timeline.format()
+
+
+def _two_nodes_one_cut_off(heal_before_new_round):
+    """Node b (index 1) is cut off from the store; node a starts round 1 alone while b's
+    round-0 worker is still alive (its fence has not fired yet), then b's worker exits."""
+    events = [state("a", "INIT"), state("b", "INIT"),  # agents name their node by label here
+              {"node": "harness", "kind": "node_start", "target_node": 1, "label": "b"},
+              start("a", 0, 0, 10), start("b", 1, 0, 11, local=0),
+              {"node": "harness", "kind": "fault", "fault": "partition", "target_node": 1, "peers": "store"}]
+    if heal_before_new_round:
+        events.append({"node": "harness", "kind": "heal", "target_node": 1})
+    events += [exit_("a", 10, -15), start("a", 0, 1, 20, world=1), exit_("b", 11, -15)]
+    return events
+
+
+def test_a_cut_off_nodes_old_worker_is_the_fencings_to_stop_not_an_overlap(tmp_path):
+    problems = check_timeline(write(tmp_path, _two_nodes_one_cut_off(False)), FACTS)
+    assert not any("still alive" in p for p in problems), problems
+
+
+def test_once_healed_an_old_worker_alive_at_a_new_round_is_an_overlap_again(tmp_path):
+    problems = check_timeline(write(tmp_path, _two_nodes_one_cut_off(True)), FACTS)
+    assert any("pid 11" in p and "still alive" in p for p in problems), problems

@@ -60,3 +60,11 @@ def test_unhealed_faults_are_named():
     assert unhealed_message({1: ["partition"], 0: ["packet_loss", "bandwidth"]}) == (
         "network faults still in place when the job ended (heal them in the test, or expect "
         "their effect): node 0: bandwidth, packet_loss; node 1: partition")
+
+
+def test_a_node_named_by_its_label_is_still_the_cut_off_one():
+    """Agents may name their node by its label; the harness's node_start maps index -> label."""
+    events = [{"kind": "node_start", "node": "harness", "target_node": 1, "label": "n1", "mono": 0.0},
+              start("n1", 11, 0, 0.0), cut(1, 1.0), {"kind": "state", "mono": 9.0}]
+    [problem] = unfenced_workers(events, bound=2.0)
+    assert "worker pid 11 exited never" in problem
