@@ -46,6 +46,13 @@ drops the node from the state and opens the next round at once. ``shutdown()`` o
 closes the rendezvous: the job is over (success or restarts exhausted) and every other
 agent gets ``RendezvousClosedError`` at its next rendezvous.
 
+Three parts, one job each: ``_store_host.StoreHost`` reaches the store (and hosts it in
+this agent when elected), ``_keeper.Keeper`` is the thread behind the liveness and fencing
+above, and the handler here wires them to the round machine (``_round.RoundMachine``)
+and does the round's reads and writes. Constructing a handler opens nothing: the store is
+opened, the liveness socket bound and the keeper started on first use (``next_rendezvous``,
+``is_closed``, ``set_closed``).
+
 The store: by default the agent whose address matches the endpoint host hosts it (``is_host``
 overrides), in-process, as our pure-Python TCPStore server (``_store.StoreServer``: no torch
 import, wire-compatible with torch). That agent is the job's single point of failure, as
@@ -60,9 +67,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import select
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -81,13 +86,8 @@ from harness.rendezvous._api import (
     RendezvousStoreInfo,
     RendezvousTimeoutError,
 )
-from harness.rendezvous._liveness import (
-    MONOTONIC,
-    Clock,
-    PeerWatch,
-    StoreContact,
-    change_reason,
-)
+from harness.rendezvous._keeper import Keeper, KeeperSettings
+from harness.rendezvous._liveness import MONOTONIC, Clock
 from harness.rendezvous._round import (
     RoundMachine,
     RoundRules,
@@ -95,16 +95,13 @@ from harness.rendezvous._round import (
     withdrawn_state,
 )
 from harness.rendezvous._round_store import RoundStore
-from harness.rendezvous._state import RendezvousState
+from harness.rendezvous._state import RendezvousState, StoreKeys
 from harness.rendezvous._store import (
     DEFAULT_PORT,
-    StoreClient,
     StoreConnectionError,
-    StoreServer,
     StoreTimeoutError,
 )
-from harness.rendezvous._store_host import elect_store_host, is_local_host
-from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.rendezvous._store_host import StoreHost, is_local_host
 
 __all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_host"]
 
@@ -164,8 +161,7 @@ class C10dRendezvousHandler(RendezvousHandler):
                  backend_name: str = "c10d", default_port: int = DEFAULT_PORT, *,
                  clock: Clock = MONOTONIC):
         self._params = params
-        self._clock = clock
-        self._settings = settings or C10dSettings.from_params(params)
+        self._settings = s = settings or C10dSettings.from_params(params)
         self._backend_name = backend_name
         self._run_id = params.run_id
         try:
@@ -177,347 +173,92 @@ class C10dRendezvousHandler(RendezvousHandler):
                               "may use port 0 only for a single-node job (--nnodes=1): other "
                               "nodes could not know the port", "--rdzv-endpoint")
         self._endpoint = f"{host}:{port}"
-        self._prefix = f"harness/rdzv/{self._run_id}/"
-        self._state_key = self._prefix + "state"
+        self._keys = StoreKeys(self._run_id, self._endpoint)
         self._addr = params.local_addr or fqdn()
         local_id = next(_local_ids)
         self._node = f"{self._addr}_{os.getpid()}_{local_id}"
         self._name = f"{socket.gethostname()}:{os.getpid()}" + (f"#{local_id}" if local_id else "")
-        self._hb_key = self._hb(self._node)
 
-        self._server: StoreServer | None = None
-        self._client = self._open_store(host, port)
-        s = self._settings
+        self._store = self._store_host(host, port)
         self._machine = RoundMachine(self._node, RoundRules(
             min_nodes=params.min_nodes, max_nodes=params.max_nodes,
             last_call_timeout=s.last_call_timeout, join_timeout=s.join_timeout,
             poll=2 * s.keep_alive_interval), clock)
-        # A node fences one keep-alive interval before its peers can declare it dead
-        # (they need more than heartbeat_timeout of silence since they *saw* its last
-        # beat), so its workers are stopping before a smaller world can form. The agent
-        # hosting the store is never cut off from it: it never fences.
-        self._contact = StoreContact(clock, float("inf") if self._server is not None
-                                     else s.heartbeat_timeout - s.keep_alive_interval)
+        self._keeper = Keeper(self._store, self._keys, self._node, self._name, KeeperSettings(
+            keep_alive_interval=s.keep_alive_interval, heartbeat_timeout=s.heartbeat_timeout,
+            join_timeout=s.join_timeout), params.max_nodes, clock)
+        self._started: bool | None = None  # None: not yet; False: the start failed
         self._client_fences = 0  # fences the main connection has been renewed after
-        self._fence_reason: str | None = None
-
-        self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)
-        self._snapshot: RendezvousState | None = None
-        self._dead: set[str] = set()
-        self._suspects: set[str] = set()
-        self._snapshot_read_at = float("-inf")  # when the keeper began the read behind it
-        self._store_lost: str | None = None
-        self._state_error: RendezvousStateError | None = None
-        self._live_socks: dict[str, socket.socket] = {}
-        self._live_tried: set[str] = set()
-        self._running_round: int | None = None
-        self._running_members: list[str] = []
         self._running_restarts = 0  # the job's restart count in the round this node runs
         self._reservation: PortReservation | None = None
         # rank 0's agent hosts the workers' store, fresh per round (as _solo; torch's opt-out honoured)
         self._agent_store = AgentStore() if agent_store_enabled() else None
-        self._closed_seen = False
         self._left = False
         self._finished = False
-        self._stopped = threading.Event()
-        self._signaled = False
-        self._pipe_r, self._pipe_w = self_pipe()
 
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.bind(("0.0.0.0", 0))
-        self._listener.listen(1024)
-        self._live = f"{self._addr}:{self._listener.getsockname()[1]}"
+    def _store_host(self, host: str, port: int) -> StoreHost:
+        """How this handler reaches its store (the etcd backend brings its own)."""
+        s = self._settings
+        return StoreHost(host, port, read_timeout=s.read_timeout, is_host=s.is_host)
 
+    def _start(self) -> None:
+        """First use: open the store (hosting it here if elected), bind the liveness socket,
+        join the heartbeats, create the state if this node is first, start the keeper."""
+        if self._started:
+            return
+        if self._started is False:
+            raise RendezvousConnectionError(f"rendezvous {self._run_id!r} at {self._endpoint} "
+                                            f"could not be opened (see the first error)")
+        self._started = False
         try:
-            self._client.add(self._hb_key, 1)
+            self._store.open()
+            self._keeper.start(self._addr)
+            self._client.add(self._keys.heartbeat(self._node), 1)
             self._create_state()
         except BaseException:
             self._close_resources()
             raise
-        self._keeper = threading.Thread(target=self._keep, name=f"rdzv-keeper:{self._name}",
-                                        daemon=True)
-        self._keeper.start()
+        self._keeper.run()
+        self._started = True
 
-    # -- store hosting ------------------------------------------------------------------
+    @property
+    def _client(self) -> Any:
+        return self._store.client
 
-    def _open_store(self, host: str, port: int) -> StoreClient:
-        s = self._settings
-        is_host = s.is_host if s.is_host is not None else is_local_host(host)
-        if is_host:
-            self._server = elect_store_host(host, port)
-            if self._server is not None:
-                log.info("hosting the rendezvous store on port %d", port)
-            elif s.is_host:
-                log.info("is_host=true but port %d is taken; joining as a client", port)
-        try:
-            return StoreClient(host, port, timeout=s.read_timeout, connect_timeout=s.read_timeout)
-        except BaseException:
-            if self._server is not None:
-                self._server.stop()
-            raise
-
-    # -- small helpers ------------------------------------------------------------------
-
-    def _hb(self, node: str) -> str:
-        return f"{self._prefix}hb/{node}"
-
-    def _seq_key(self, seq: int) -> str:
-        return f"{self._prefix}seq/{seq}"
+    # -- reads and writes of the state --------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {"name": self._name, "addr": self._addr, "live": self._live}
+        meta: dict[str, Any] = {"name": self._name, "addr": self._addr, "live": self._keeper.live}
         if self._reservation is not None:
             meta["port"] = self._reservation.port
         return meta
 
-    def _parse(self, raw: bytes) -> RendezvousState:
-        return RendezvousState.from_json(raw, self._run_id,
-                                         f"key {self._state_key!r} of store {self._endpoint}")
-
     def _create_state(self) -> None:
         initial = RendezvousState(run_id=self._run_id).to_json()
-        current = self._client.compare_set(self._state_key, b"", initial)
+        current = self._client.compare_set(self._keys.state, b"", initial)
         if current != initial:
-            self._parse(current)  # raises on foreign or corrupt state
+            self._keys.parse(current)  # raises on foreign or corrupt state
         else:
-            self._client.set(self._seq_key(0), b"1")
+            self._client.set(self._keys.seq(0), b"1")
 
-    def _read(self, client: StoreClient | None = None) -> tuple[bytes, RendezvousState]:
-        raw = (client or self._client).get(self._state_key)
-        return raw, self._parse(raw)
+    def _read(self) -> tuple[bytes, RendezvousState]:
+        raw = self._client.get(self._keys.state)
+        return raw, self._keys.parse(raw)
 
     def _cas(self, raw: bytes, old: RendezvousState, new: RendezvousState) -> bool:
         new.seq = old.seq + 1
         body = new.to_json()
-        if self._client.compare_set(self._state_key, raw, body) != body:
+        if self._client.compare_set(self._keys.state, raw, body) != body:
             return False
-        self._client.set(self._seq_key(new.seq), b"1")
+        self._client.set(self._keys.seq(new.seq), b"1")
         return True
 
     def _wait_change(self, seq: int, timeout: float) -> None:
         try:
-            self._client.wait([self._seq_key(seq + 1)], max(timeout, 0.001))
+            self._client.wait([self._keys.seq(seq + 1)], max(timeout, 0.001))
         except StoreTimeoutError:
             if not getattr(self._client, "connected", True):
                 raise  # not even the cancel was answered: the store is silent
-
-    def _signal(self) -> None:
-        with self._lock:
-            self._wakeup.notify_all()
-        wake_pipe(self._pipe_w)
-
-    def _raise_if_broken(self) -> None:
-        if self._store_lost is not None:
-            raise RendezvousConnectionError(self._store_lost)
-        if self._state_error is not None:
-            raise self._state_error
-
-    # -- the keeper thread: heartbeats, liveness, news ----------------------------------
-
-    def _keep(self) -> None:
-        s = self._settings
-        peers = PeerWatch(self._clock, s.keep_alive_interval, s.heartbeat_timeout)
-        client: Any = None
-        try:
-            while not self._stopped.is_set():
-                if client is None:
-                    client = self._keeper_client()
-                    if client is None:  # unreachable: fenced (or soon), try again
-                        self._stopped.wait(s.keep_alive_interval)
-                        continue
-                try:
-                    client.set_timeout(self._op_timeout())
-                    seq = self._beat(client, peers)
-                    try:
-                        client.wait([self._seq_key(seq + 1)], s.keep_alive_interval)
-                    except StoreTimeoutError:
-                        if not getattr(client, "connected", True):
-                            raise  # not even the cancel was answered
-                    self._answered()  # news, or the cancel of a wait without news
-                except StoreTimeoutError as e:
-                    client.close()
-                    client = None
-                    self._no_answer(e)
-                except RendezvousStateError as e:
-                    with self._lock:
-                        self._state_error = e
-                    self._signal()
-                    self._stopped.wait(s.keep_alive_interval)
-        except StoreConnectionError as e:
-            if not self._stopped.is_set():
-                self._lose_store(e)
-        except Exception as e:  # never a traceback wall from a daemon thread
-            if not self._stopped.is_set():
-                log.warning("rendezvous keeper stopped: %s: %s", type(e).__name__, e)
-                self._lose_store(e)
-        finally:
-            if client is not None:
-                client.close()
-
-    def _op_timeout(self) -> float:
-        """How long the keeper waits for one answer: half the keep-alive bound (a slow
-        answer is retried on a fresh connection before it counts), and never past the
-        moment the fence is due."""
-        return self._contact.request_timeout(max(self._settings.heartbeat_timeout / 2, 0.05))
-
-    def _keeper_client(self) -> Any:
-        """A fresh connection for the keeper; None if the store does not answer (yet).
-        Raises ``StoreConnectionError`` if nothing listens there any more (refused):
-        the store is gone, not just out of reach."""
-        timeout = self._op_timeout()
-        if isinstance(self._client, StoreClient):
-            host, port = self._client.host, self._client.port
-            try:
-                socket.create_connection((host, port), timeout=timeout).close()
-            except ConnectionRefusedError as e:
-                raise StoreConnectionError(f"the rendezvous store at {self._endpoint} refused "
-                                           f"the connection: {e.strerror}") from None
-            except OSError as e:
-                self._no_answer(e)
-                return None
-            try:
-                client: Any = StoreClient(host, port, timeout=timeout, connect_timeout=timeout)
-            except (StoreTimeoutError, StoreConnectionError) as e:
-                self._no_answer(e)
-                return None
-            return client
-        try:
-            client = self._client.clone()  # another store (etcd): its own connect logic
-        except (StoreTimeoutError, StoreConnectionError) as e:
-            self._no_answer(e)
-            return None
-        client.set_timeout(timeout)
-        return client
-
-    def _beat(self, client: Any, peers: PeerWatch) -> int:
-        """One keep-alive round: bump our heartbeat, read the state and the peers'
-        heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
-        began = time.monotonic()
-        client.add(self._hb_key, 1)
-        self._answered()
-        raw, state = self._read(client)
-        watched = [n for n in dict.fromkeys(
-            state.participants + state.expected + state.waiting
-            + self._running_members) if n != self._node]
-        peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
-        values = peek([self._hb(n) for n in watched]) if watched else []
-        self._answered()
-        verdict = peers.observe(zip(watched, values, strict=False))
-        self._connect_live(state, watched)
-        dead = set(verdict.dead) | self._sock_dead()
-        with self._lock:
-            self._snapshot = state
-            self._snapshot_read_at = began
-            self._state_error = None
-            self._dead = dead & set(watched)
-            self._suspects = set(verdict.suspects) - dead
-            self._wakeup.notify_all()
-        self._maybe_signal()
-        return state.seq
-
-    def _answered(self) -> None:
-        silent = self._contact.silent_for()
-        if self._contact.ok():
-            with self._lock:
-                self._fence_reason = None
-                self._signaled = False
-                self._wakeup.notify_all()
-            log.info("rendezvous %s: the store at %s answers again after %.1fs",
-                     self._run_id, self._endpoint, silent)
-            self._signal()
-
-    def _no_answer(self, error: BaseException) -> None:
-        """A request got no answer: fence once silent for the bound, give up (fatal)
-        after ``join_timeout`` of silence."""
-        contact = self._contact
-        if contact.failed():
-            reason = (f"fenced: no answer from the rendezvous store at {self._endpoint} for "
-                      f"{contact.silent_for():.1f}s (its peers go on without this node "
-                      f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
-            with self._lock:
-                self._fence_reason = reason
-                self._wakeup.notify_all()
-            log.info("rendezvous %s: %s", self._run_id, reason)  # the agent says it louder
-            self._signal()
-        elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
-            raise StoreConnectionError(
-                f"no answer from the rendezvous store at {self._endpoint} for "
-                f"{contact.silent_for():.0f}s (join_timeout={self._settings.join_timeout:g}s): "
-                f"{error}")
-
-    def _lose_store(self, error: BaseException) -> None:
-        self._store_lost = self._store_lost_message(error)
-        self._signal()
-
-    def _store_lost_message(self, error: BaseException) -> str:
-        hosted = "this agent" if self._server is not None else "the node hosting it"
-        return (
-            f"lost the rendezvous store at {self._endpoint} ({error}); {hosted} is gone, so "
-            f"the job cannot continue. To survive the loss of any node, run the store outside "
-            f"the nodes (python -m harness.rendezvous.store_server --port N) and start the "
-            f"agents with --rdzv-conf is_host=false")
-
-    def _connect_live(self, state: RendezvousState, watched: list[str]) -> None:
-        for node in watched:
-            if node in self._live_tried:
-                continue
-            target = state.nodes.get(node, {}).get("live", "")
-            if not target:
-                continue
-            self._live_tried.add(node)
-            try:
-                host, port = split_endpoint(target, 0)
-                sock = socket.create_connection((host, port), timeout=0.3)
-                sock.setblocking(False)
-            except (OSError, ValueError):
-                continue
-            with self._lock:
-                self._live_socks[node] = sock
-
-    def _sock_dead(self) -> set[str]:
-        with self._lock:
-            items = list(self._live_socks.items())
-        if not items:
-            return set()
-        try:
-            readable, _, _ = select.select([s for _, s in items], [], [], 0)
-        except (OSError, ValueError):
-            return set()
-        dead = set()
-        for node, sock in items:
-            if sock in readable:
-                try:
-                    data = sock.recv(1, socket.MSG_PEEK)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    dead.add(node)
-        return dead
-
-    def _maybe_signal(self) -> None:
-        with self._lock:
-            reason = self._change_reason_locked(for_barrier=False)
-            fire = reason is not None and not self._signaled
-            if fire:
-                self._signaled = True
-        if fire:
-            self._signal()
-
-    def _change_reason_locked(self, for_barrier: bool) -> str | None:
-        return change_reason(
-            state=self._snapshot, running_round=self._running_round,
-            running_members=self._running_members, dead=self._dead,
-            live_waiting=self._live_waiting_locked(), max_nodes=self._params.max_nodes,
-            store_lost=self._store_lost, fenced=self._fence_reason, for_barrier=for_barrier)
-
-    def _live_waiting_locked(self) -> list[str]:
-        state = self._snapshot
-        if state is None:
-            return []
-        return [n for n in state.waiting if n not in self._dead and n != self._node]
 
     # -- the handler API ----------------------------------------------------------------
 
@@ -528,10 +269,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         return self._run_id
 
     def event_fd(self) -> int | None:
-        return self._pipe_r
-
-    def _drain(self) -> None:
-        drain_pipe(self._pipe_r)
+        return self._keeper.event_fd()
 
     def membership_changed(self, confirm: bool = False) -> bool:
         """Cheap when nothing changed: reads what the keeper thread saw, plus a
@@ -545,41 +283,22 @@ class C10dRendezvousHandler(RendezvousHandler):
         also waits, at most ``heartbeat_timeout``, for a keep-alive that read the store
         after this call began: the change that caused the failure is in the store by
         then, so it is found and not charged as a restart."""
-        self._drain()
-        if self._running_round is None:
+        self._keeper.drain()
+        if self._keeper.running_round is None:
             return False
-        asked = time.monotonic()
-        sock_dead = self._sock_dead()
-        deadline = asked + self._settings.heartbeat_timeout
-        with self._lock:
-            self._dead |= sock_dead & set(self._running_members)
-            while True:
-                reason = self._change_reason_locked(for_barrier=False)
-                pending = self._suspects & set(self._running_members)
-                stale = confirm and self._snapshot_read_at < asked
-                remaining = deadline - time.monotonic()
-                if reason is not None or not (pending or stale) or remaining <= 0:
-                    break
-                self._wakeup.wait(remaining)
-        if reason is not None and self._lost_a_member_only() and self._closed_by_a_finished_node():
+        reason = self._keeper.wait_for_verdict(confirm)
+        if reason is not None and self._keeper.lost_a_member_only() and self._closed_by_a_finished_node():
             return False
         if reason is not None:
             log.info("rendezvous %s: membership changed: %s", self._run_id, reason)
         return reason is not None
-
-    def _lost_a_member_only(self) -> bool:
-        """The change is a member gone (not the store): the store can still be read."""
-        with self._lock:
-            return (self._store_lost is None and self._fence_reason is None
-                    and bool(self._dead & set(self._running_members)))
 
     def _closed_by_a_finished_node(self) -> bool:
         """Whether the store says a node whose workers succeeded closed the rendezvous:
         then the running round goes on here (see ``change_reason``). Read afresh, because
         that node's liveness socket closes right after it closed the rendezvous, sooner
         than the keeper's next read could show it."""
-        with self._lock:
-            known = self._snapshot
+        known = self._keeper.snapshot()
         if known is not None and known.closed:
             return known.closed_by_a_finished_node()
         try:
@@ -589,12 +308,11 @@ class C10dRendezvousHandler(RendezvousHandler):
         return state.closed_by_a_finished_node()
 
     def num_nodes_waiting(self) -> int:
-        with self._lock:
-            return len(self._live_waiting_locked())
+        return len(self._keeper.live_waiting())
 
     def is_closed(self) -> bool:
-        with self._lock:
-            state = self._snapshot
+        self._start()
+        state = self._keeper.snapshot()
         if state is None:
             try:
                 _, state = self._read()
@@ -603,6 +321,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         return state.closed
 
     def set_closed(self, reason: str = "") -> None:
+        self._start()
         reason = reason or f"closed by {self._name}"
         finished = self._node if self._finished else None
         deadline = time.monotonic() + self._settings.close_timeout
@@ -624,37 +343,24 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def round_abandoned(self, round_: int) -> str | None:
         """Why a wait inside ``round_`` (rank assignment, exit barrier) should give up."""
-        self._sock_dead_into_dead()
-        with self._lock:
-            if self._running_round != round_:
-                return f"round {round_} is no longer current"
-            return self._change_reason_locked(for_barrier=True)
-
-    def _sock_dead_into_dead(self) -> None:
-        dead = self._sock_dead()
-        if dead:
-            with self._lock:
-                self._dead |= dead & set(self._running_members)
+        return self._keeper.round_abandoned(round_)
 
     # -- next_rendezvous ----------------------------------------------------------------
 
     def next_rendezvous(self) -> RendezvousInfo:
-        self._raise_if_broken()
-        with self._lock:
-            self._running_round = None
-            self._running_members = []
-            self._signaled = False
-        self._drain()
+        self._start()
+        self._keeper.raise_if_broken()
+        self._keeper.unwatch()
         self._release_port()
         self._reservation = PortReservation()
         machine = self._machine
         machine.begin()
         self._await_store(machine.deadline)
         while True:
-            self._raise_if_broken()
+            self._keeper.raise_if_broken()
             try:
                 raw, state = self._read()
-                step = machine.step(state, self._dead_now(), self._meta())
+                step = machine.step(state, self._keeper.dead_now(), self._meta())
                 if step.kind == "write":
                     assert step.state is not None
                     self._cas(raw, state, step.state)
@@ -684,45 +390,30 @@ class C10dRendezvousHandler(RendezvousHandler):
     def fence_reason(self) -> str | None:
         """Why this node is fenced (cut off from the store for the keep-alive bound: its
         workers must stop, none may start), or None when it is not."""
-        with self._lock:
-            return self._fence_reason
+        return self._keeper.fence_reason()
 
     def wait_unfenced(self, timeout: float) -> bool:
         """Block up to ``timeout`` s until this node is no longer fenced (or the store is
         lost for good: then the next call raises); True when it is not fenced."""
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._fence_reason is not None and self._store_lost is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._wakeup.wait(remaining)
-            return self._fence_reason is None
+        return self._keeper.wait_unfenced(timeout)
 
     def _await_store(self, deadline: float, renew: bool = False) -> None:
         """Wait out a fence (nothing can be decided without the store), then renew the
         main connection if it may have gone stale meanwhile (or ``renew``: a request on
         it went unanswered, so the stream is out of step)."""
         while self.fence_reason() is not None:
-            self._raise_if_broken()
+            self._keeper.raise_if_broken()
             if time.monotonic() > deadline:
                 raise RendezvousConnectionError(self.fence_reason() or "fenced")
             self.wait_unfenced(min(1.0, max(0.0, deadline - time.monotonic())))
-        self._raise_if_broken()
-        if renew or self._contact.fences != self._client_fences:
+        self._keeper.raise_if_broken()
+        if renew or self._keeper.fences != self._client_fences:
             if time.monotonic() > deadline:
                 raise RendezvousTimeoutError(
                     f"rendezvous {self._run_id!r}: the store at {self._endpoint} did not "
                     f"answer within join_timeout={self._settings.join_timeout:g}s")
-            self._client_fences = self._contact.fences
-            old, self._client = self._client, self._client.clone()
-            old.close()
-
-    def _dead_now(self) -> set[str]:
-        self._sock_dead_into_dead()
-        dead = self._sock_dead()
-        with self._lock:
-            return set(self._dead) | dead
+            self._client_fences = self._keeper.fences
+            self._store.renew()
 
     def _finish(self, state: RendezvousState) -> RendezvousInfo:
         rank = state.participants.index(self._node)
@@ -736,17 +427,12 @@ class C10dRendezvousHandler(RendezvousHandler):
         if rank == 0 and self._agent_store is not None:
             self._agent_store.host(int(master["port"]))  # the port our reservation held
         self._machine.finished(state)
-        with self._lock:
-            self._running_round = state.round
-            self._running_members = list(state.participants)
-            self._running_restarts = state.restarts
-            self._snapshot = state
-            self._signaled = False
-        self._drain()
+        self._running_restarts = state.restarts
+        self._keeper.watch(state)
         log.info("rendezvous %s round %d complete: rank %d of %d (%s), job restarts %d",
                  self._run_id, state.round, rank, len(state.participants), state.cause,
                  state.restarts)
-        store = RoundStore(self._client, f"{self._prefix}r{state.round}/", self, state.round,
+        store = RoundStore(self._client, self._keys.round(state.round), self, state.round,
                            self._settings.keep_alive_interval)
         return RendezvousInfo(
             store=store, rank=rank, world_size=len(state.participants),
@@ -755,6 +441,8 @@ class C10dRendezvousHandler(RendezvousHandler):
                                                      use_agent_store=self._agent_store is not None),
             round=state.round, restart_count=state.restarts,
         )
+
+    # -- leaving and the end ------------------------------------------------------------
 
     def _withdraw(self, leaving: bool = False) -> None:
         """Remove this node from the state; a leaving participant of a running round
@@ -772,6 +460,8 @@ class C10dRendezvousHandler(RendezvousHandler):
         if self._left:
             return
         self._left = True
+        if not self._started:  # never joined (or could not open the store): nothing to withdraw
+            return
         if self.fence_reason() is not None:  # the others already count this node out
             log.info("leaving rendezvous %s while fenced: nothing to withdraw", self._run_id)
             return
@@ -781,10 +471,15 @@ class C10dRendezvousHandler(RendezvousHandler):
             log.warning("could not leave rendezvous %s cleanly: %s", self._run_id, e)
 
     def shutdown(self) -> bool:
+        """Close the rendezvous (the job is over: every other agent gets
+        ``RendezvousClosedError``) and release everything. A handler whose store could
+        not be opened closes nothing; one never used opens it to close it, as torch's."""
         clean = True
-        if not self._left and self._store_lost is None and self.fence_reason() is not None:
+        if self._started is False:
+            clean = False  # the store could not be opened: nothing to close there
+        elif not self._left and self._keeper.store_lost is None and self.fence_reason() is not None:
             clean = False  # cannot reach the store to close it; the others count us out
-        elif not self._left and self._store_lost is None:
+        elif not self._left and self._keeper.store_lost is None:
             try:
                 self.set_closed(f"the job ended on {self._name}")
             except RendezvousError as e:
@@ -801,29 +496,11 @@ class C10dRendezvousHandler(RendezvousHandler):
             self._reservation = None
 
     def _close_resources(self) -> None:
-        self._stopped.set()
+        self._keeper.stop()
         self._release_port()
-        keeper = getattr(self, "_keeper", None)
-        if keeper is not None and keeper is not threading.current_thread():
-            keeper.join(timeout=2 * self._settings.keep_alive_interval + 1)
-        with self._lock:
-            socks = list(self._live_socks.values())
-            self._live_socks.clear()
-        for sock in socks:
-            sock.close()
-        self._listener.close()
-        self._client.close()
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-        for fd in (self._pipe_r, self._pipe_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._pipe_r = self._pipe_w = -1
+        self._store.close()
 
     def __repr__(self) -> str:
         return (f"C10dRendezvousHandler(run_id={self._run_id!r}, endpoint={self._endpoint!r}, "
-                f"node={self._name!r}, round={self._running_round}, "
-                f"host={'yes' if self._server else 'no'})")
+                f"node={self._name!r}, round={self._keeper.running_round}, "
+                f"host={'yes' if self._store.hosting else 'no'})")

@@ -39,6 +39,7 @@ from harness.errors import ConfigError
 from harness.rendezvous._api import RendezvousParameters
 from harness.rendezvous._c10d import C10dRendezvousHandler, C10dSettings
 from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
+from harness.rendezvous._store_host import NoAnswer, StoreHost
 
 __all__ = ["EtcdStore", "EtcdRendezvousHandler", "DEFAULT_ETCD_PORT"]
 
@@ -337,6 +338,41 @@ class EtcdStore:
         return int(reply.get("count", 0))
 
 
+class EtcdStoreHost(StoreHost):
+    """The store part of the etcd backend: etcd is never hosted by an agent, every
+    connection is an ``EtcdStore``, and this node's heartbeat key rides on a lease (so it
+    vanishes on the server when the node dies)."""
+
+    def __init__(self, host: str, port: int, read_timeout: float, prefix: str, lease_ttl: int,
+                 heartbeat_key: str):
+        super().__init__(host, port, read_timeout=read_timeout, is_host=False)
+        self._prefix = prefix
+        self._lease_ttl = lease_ttl
+        self._heartbeat_key = heartbeat_key
+
+    def _connect_main(self) -> Any:
+        timeout = self._read_timeout
+        store = EtcdStore(self.host, self.port, self._prefix, timeout=timeout,
+                          connect_timeout=timeout, lease_ttl=self._lease_ttl)
+        store.attach_lease(self._heartbeat_key)
+        return store
+
+    def open(self) -> None:
+        self._client = self._connect_main()
+
+    def connect(self, timeout: float) -> Any:
+        try:
+            client = self.client.clone()  # its own connect logic
+        except (StoreTimeoutError, StoreConnectionError) as e:
+            raise NoAnswer(e) from None
+        client.set_timeout(timeout)
+        return client
+
+    def lost_message(self, error: BaseException) -> str:
+        return (f"lost the etcd rendezvous store at {self.endpoint} ({error}); the job cannot "
+                f"continue without it")
+
+
 class EtcdRendezvousHandler(C10dRendezvousHandler):
     """The c10d round logic with etcd as the store (see the module docstring)."""
 
@@ -354,13 +390,6 @@ class EtcdRendezvousHandler(C10dRendezvousHandler):
         super().__init__(params, C10dSettings.from_params(params), backend_name,
                          default_port=DEFAULT_ETCD_PORT)
 
-    def _open_store(self, host: str, port: int) -> Any:
-        s = self._settings
-        store = EtcdStore(host, port, self._etcd_prefix, timeout=s.read_timeout,
-                          connect_timeout=s.read_timeout, lease_ttl=self._lease_ttl)
-        store.attach_lease(self._hb(self._node))
-        return store
-
-    def _store_lost_message(self, error: BaseException) -> str:
-        return (f"lost the etcd rendezvous store at {self._endpoint} ({error}); the job cannot "
-                f"continue without it")
+    def _store_host(self, host: str, port: int) -> StoreHost:
+        return EtcdStoreHost(host, port, self._settings.read_timeout, self._etcd_prefix,
+                             self._lease_ttl, self._keys.heartbeat(self._node))

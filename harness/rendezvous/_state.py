@@ -32,7 +32,7 @@ from typing import Any
 
 from harness.rendezvous._api import RendezvousStateError
 
-__all__ = ["RendezvousState", "SCHEMA", "KIND"]
+__all__ = ["RendezvousState", "SCHEMA", "KIND", "StoreKeys"]
 
 SCHEMA = 2  # 2: ``restarts`` (an agent of schema 1 would drop it, resetting the count)
 KIND = "harness.rendezvous"
@@ -151,3 +151,37 @@ def _nodes(v: Any) -> dict[str, dict[str, Any]]:
             clean["finished"] = True
         out[_str(k)] = clean
     return out
+
+
+@dataclass(frozen=True)
+class StoreKeys:
+    """Where one rendezvous (``run_id``) keeps its state in the store: every key under
+    one prefix, so jobs sharing a store never meet. ``endpoint`` names the store in errors."""
+
+    run_id: str
+    endpoint: str
+
+    @property
+    def prefix(self) -> str:
+        return f"harness/rdzv/{self.run_id}/"
+
+    @property
+    def state(self) -> str:
+        """The state document (``RendezvousState``)."""
+        return self.prefix + "state"
+
+    def heartbeat(self, node: str) -> str:
+        """``node``'s keep-alive counter."""
+        return f"{self.prefix}hb/{node}"
+
+    def seq(self, seq: int) -> str:
+        """Set once the state reaches ``seq``: waiters block on the next one."""
+        return f"{self.prefix}seq/{seq}"
+
+    def round(self, round_: int) -> str:
+        """The prefix of round ``round_``'s own keys (rank assignment, exit barrier)."""
+        return f"{self.prefix}r{round_}/"
+
+    def parse(self, raw: bytes) -> RendezvousState:
+        """The state read under ``state``; raises ``RendezvousStateError`` if not ours."""
+        return RendezvousState.from_json(raw, self.run_id, f"key {self.state!r} of store {self.endpoint}")

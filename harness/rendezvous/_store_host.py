@@ -1,16 +1,32 @@
-"""Where a c10d rendezvous's store lives: is the endpoint this machine, and which of the
-agents that share it hosts the store (an election by bind, as torch's agents do)."""
+"""Where a c10d rendezvous's store lives, and the handler's way to it.
+
+``StoreHost`` is one of the three parts of the dynamic rendezvous (``_c10d`` wires them):
+it opens the store (hosting it in this agent when the endpoint names this machine and
+this agent wins the election by bind, as torch's agents do), holds the main connection,
+opens fresh ones for the keeper (``_keeper``), and says what losing the store means.
+The etcd backend swaps in its own (``_etcd.EtcdStoreHost``); nothing here decides rounds
+or liveness.
+"""
 
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import time
+from typing import Any
 
 from harness.endpoints import fqdn
-from harness.rendezvous._store import StoreServer
+from harness.rendezvous._store import (
+    StoreClient,
+    StoreConnectionError,
+    StoreServer,
+    StoreTimeoutError,
+)
 
-__all__ = ["elect_store_host", "is_local_host"]
+__all__ = ["NoAnswer", "StoreHost", "elect_store_host", "is_local_host"]
+
+log = logging.getLogger(__name__)
 
 
 def is_local_host(host: str) -> bool:
@@ -53,3 +69,97 @@ def elect_store_host(host: str, port: int, attempts: int = 50) -> StoreServer | 
                 return None
         time.sleep(random.uniform(0.002, 0.03))
     return None
+
+
+class NoAnswer(Exception):
+    """The store did not answer a connection in time (``cause`` says how): unreachable,
+    maybe only for now; not gone (a refused connection is ``StoreConnectionError``)."""
+
+    def __init__(self, cause: BaseException):
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class StoreHost:
+    """The c10d rendezvous's store as this agent reaches it: ``open()`` connects (and hosts
+    the store here when elected), ``client`` is the main connection, ``connect()`` a fresh
+    one for the keeper; ``close()`` ends both and the hosted server. Opens nothing until
+    ``open()``: a handler binds no socket before it is used."""
+
+    def __init__(self, host: str, port: int, read_timeout: float, is_host: bool | None):
+        self.host = host
+        self.port = port
+        self.endpoint = f"{host}:{port}"
+        self._read_timeout = read_timeout
+        self._is_host = is_host
+        self.server: StoreServer | None = None
+        self._client: Any = None
+
+    @property
+    def hosting(self) -> bool:
+        """Whether this agent hosts the store (then it can never be cut off from it)."""
+        return self.server is not None
+
+    @property
+    def client(self) -> Any:
+        """The main connection (``open()`` first)."""
+        assert self._client is not None, "StoreHost.open() was not called"
+        return self._client
+
+    def open(self) -> None:
+        """Host the store if this agent should and may, then connect to it."""
+        is_host = self._is_host if self._is_host is not None else is_local_host(self.host)
+        if is_host:
+            self.server = elect_store_host(self.host, self.port)
+            if self.server is not None:
+                log.info("hosting the rendezvous store on port %d", self.port)
+            elif self._is_host:
+                log.info("is_host=true but port %d is taken; joining as a client", self.port)
+        try:
+            self._client = self._connect_main()
+        except BaseException:
+            self.close()
+            raise
+
+    def _connect_main(self) -> Any:
+        timeout = self._read_timeout
+        return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout)
+
+    def renew(self) -> None:
+        """Replace the main connection (a request on it went unanswered: the stream may be
+        out of step, or it went stale during a fence)."""
+        old, self._client = self._client, self.client.clone()
+        old.close()
+
+    def connect(self, timeout: float) -> Any:
+        """A fresh connection for the keeper, its requests bounded by ``timeout``. Raises
+        ``StoreConnectionError`` if nothing listens there any more (refused: the store is
+        gone), ``NoAnswer`` if it does not answer (yet)."""
+        try:
+            socket.create_connection((self.host, self.port), timeout=timeout).close()
+        except ConnectionRefusedError as e:
+            raise StoreConnectionError(f"the rendezvous store at {self.endpoint} refused "
+                                       f"the connection: {e.strerror}") from None
+        except OSError as e:
+            raise NoAnswer(e) from None
+        try:
+            return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout)
+        except (StoreTimeoutError, StoreConnectionError) as e:
+            raise NoAnswer(e) from None
+
+    def lost_message(self, error: BaseException) -> str:
+        """What the agent says when the store is gone for good."""
+        hosted = "this agent" if self.hosting else "the node hosting it"
+        return (
+            f"lost the rendezvous store at {self.endpoint} ({error}); {hosted} is gone, so "
+            f"the job cannot continue. To survive the loss of any node, run the store outside "
+            f"the nodes (python -m harness.rendezvous.store_server --port N) and start the "
+            f"agents with --rdzv-conf is_host=false")
+
+    def close(self) -> None:
+        """Close the main connection and stop the hosted server; idempotent."""
+        if self._client is not None:
+            self._client.close()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

@@ -23,9 +23,9 @@ def test_confirm_answers_from_a_keep_alive_begun_after_the_call():
         handler.next_rendezvous()
         asked = time.monotonic()
         assert handler.membership_changed() is False  # cheap: what the keeper last saw
-        assert handler._snapshot_read_at < asked  # the keeper sits in its 0.5 s wait
+        assert handler._keeper.snapshot_read_at < asked  # the keeper sits in its 0.5 s wait
         asked = time.monotonic()
         assert handler.membership_changed(confirm=True) is False
-        assert handler._snapshot_read_at >= asked
+        assert handler._keeper.snapshot_read_at >= asked
     finally:
         handler.shutdown()

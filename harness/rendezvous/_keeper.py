@@ -1,0 +1,433 @@
+"""The keeper: one thread per dynamic-rendezvous handler that keeps this node alive in the
+store and watches its peers (heartbeats, liveness sockets, fencing, the latest state).
+
+One of the three parts of the dynamic rendezvous (``_c10d`` wires them; ``_store_host``
+reaches the store). Every ``keep_alive_interval`` it bumps this node's heartbeat counter,
+reads the state and the peers' counters, judges them (``_liveness.PeerWatch``) and
+connects to each peer's liveness socket, whose EOF reveals a dead process within
+milliseconds. What it saw is kept under one lock for the handler's questions
+(``change_reason``, ``wait_for_verdict``, ``live_waiting``, ...), and news of a change to
+the round this node runs is written to a self-pipe (``event_fd``) so the agent wakes at
+once. A store that does not answer for ``heartbeat_timeout - keep_alive_interval`` fences
+this node (``_liveness.StoreContact``); one that refuses connections is lost for good.
+
+Nothing is opened before ``start()``: the listener is bound and the thread started when
+the handler is first used, not when it is constructed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness.endpoints import split_endpoint
+from harness.rendezvous._api import RendezvousConnectionError, RendezvousStateError
+from harness.rendezvous._liveness import Clock, PeerWatch, StoreContact, change_reason
+from harness.rendezvous._state import RendezvousState, StoreKeys
+from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
+from harness.rendezvous._store_host import NoAnswer, StoreHost
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+
+__all__ = ["Keeper", "KeeperSettings"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeeperSettings:
+    """The keeper's share of ``C10dSettings``."""
+
+    keep_alive_interval: float
+    heartbeat_timeout: float
+    join_timeout: float
+
+
+class Keeper:
+    """This node's heartbeat and its view of the peers; see the module docstring."""
+
+    def __init__(self, store: StoreHost, keys: StoreKeys, node: str, name: str,
+                 settings: KeeperSettings, max_nodes: int, clock: Clock):
+        self._store = store
+        self._keys = keys
+        self._node = node
+        self._name = name
+        self._settings = settings
+        self._max_nodes = max_nodes
+        self._clock = clock
+
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._snapshot: RendezvousState | None = None
+        self._dead: set[str] = set()
+        self._suspects: set[str] = set()
+        self.snapshot_read_at = float("-inf")  # when the keep-alive behind the snapshot began
+        self._store_lost: str | None = None
+        self._state_error: RendezvousStateError | None = None
+        self._fence_reason: str | None = None
+        self._live_socks: dict[str, socket.socket] = {}
+        self._live_tried: set[str] = set()
+        self._running_round: int | None = None
+        self._running_members: list[str] = []
+        self._signaled = False
+        self._stopped = threading.Event()
+        self._contact: StoreContact | None = None
+        self._pipe_r = self._pipe_w = -1
+        self._listener: socket.socket | None = None
+        self.live = ""  # host:port of our liveness socket, once started
+        self._thread: threading.Thread | None = None
+
+    # -- life ---------------------------------------------------------------------------
+
+    def start(self, addr: str) -> None:
+        """Bind the liveness socket (on ``addr``'s port, published as ``live``) and start
+        the thread. The store must be open: a node that hosts it never fences."""
+        s = self._settings
+        # A node fences one keep-alive interval before its peers can declare it dead
+        # (they need more than heartbeat_timeout of silence since they *saw* its last
+        # beat), so its workers are stopping before a smaller world can form. The agent
+        # hosting the store is never cut off from it: it never fences.
+        self._contact = StoreContact(self._clock, float("inf") if self._store.hosting
+                                     else s.heartbeat_timeout - s.keep_alive_interval)
+        self._pipe_r, self._pipe_w = self_pipe()
+        listener = self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("0.0.0.0", 0))
+        listener.listen(1024)
+        self.live = f"{addr}:{listener.getsockname()[1]}"
+
+    def run(self) -> None:
+        """Start the keep-alive thread (after ``start()`` and the state's creation)."""
+        self._thread = threading.Thread(target=self._keep, name=f"rdzv-keeper:{self._name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, close every socket and the pipe; idempotent."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2 * self._settings.keep_alive_interval + 1)
+        with self._lock:
+            socks = list(self._live_socks.values())
+            self._live_socks.clear()
+        for sock in socks:
+            sock.close()
+        if self._listener is not None:
+            self._listener.close()
+        for fd in (self._pipe_r, self._pipe_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._pipe_r = self._pipe_w = -1
+
+    # -- what the handler asks ----------------------------------------------------------
+
+    def event_fd(self) -> int | None:
+        return self._pipe_r if self._pipe_r >= 0 else None
+
+    def drain(self) -> None:
+        drain_pipe(self._pipe_r)
+
+    @property
+    def fences(self) -> int:
+        """How many times this node was fenced (the handler renews its connection after one)."""
+        return self._contact.fences if self._contact is not None else 0
+
+    def signal(self) -> None:
+        with self._lock:
+            self._wakeup.notify_all()
+        wake_pipe(self._pipe_w)
+
+    def raise_if_broken(self) -> None:
+        if self._store_lost is not None:
+            raise RendezvousConnectionError(self._store_lost)
+        if self._state_error is not None:
+            raise self._state_error
+
+    @property
+    def store_lost(self) -> str | None:
+        return self._store_lost
+
+    def watch(self, state: RendezvousState) -> None:
+        """This node runs round ``state.round``: report changes to it from now on."""
+        with self._lock:
+            self._running_round = state.round
+            self._running_members = list(state.participants)
+            self._snapshot = state
+            self._signaled = False
+        self.drain()
+
+    def unwatch(self) -> None:
+        """This node left its round (it is rendezvousing again)."""
+        with self._lock:
+            self._running_round = None
+            self._running_members = []
+            self._signaled = False
+        self.drain()
+
+    @property
+    def running_round(self) -> int | None:
+        return self._running_round
+
+    def snapshot(self) -> RendezvousState | None:
+        """The state as the last keep-alive read it (None before the first)."""
+        with self._lock:
+            return self._snapshot
+
+    def fence_reason(self) -> str | None:
+        with self._lock:
+            return self._fence_reason
+
+    def wait_unfenced(self, timeout: float) -> bool:
+        """Block up to ``timeout`` s until not fenced (or the store is lost for good)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._fence_reason is not None and self._store_lost is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._wakeup.wait(remaining)
+            return self._fence_reason is None
+
+    def wait_for_verdict(self, confirm: bool) -> str | None:
+        """Why the running round is over, None if it is not. Waits, at most
+        ``heartbeat_timeout``, while a peer of the round is suspect (heartbeat late), and
+        with ``confirm`` also for a keep-alive begun after this call (see
+        ``C10dRendezvousHandler.membership_changed``)."""
+        asked = time.monotonic()
+        sock_dead = self.sock_dead()
+        deadline = asked + self._settings.heartbeat_timeout
+        with self._lock:
+            self._dead |= sock_dead & set(self._running_members)
+            while True:
+                reason = self._change_reason_locked(for_barrier=False)
+                pending = self._suspects & set(self._running_members)
+                stale = confirm and self.snapshot_read_at < asked
+                remaining = deadline - time.monotonic()
+                if reason is not None or not (pending or stale) or remaining <= 0:
+                    return reason
+                self._wakeup.wait(remaining)
+
+    def lost_a_member_only(self) -> bool:
+        """The change is a member gone (not the store): the store can still be read."""
+        with self._lock:
+            return (self._store_lost is None and self._fence_reason is None
+                    and bool(self._dead & set(self._running_members)))
+
+    def live_waiting(self) -> list[str]:
+        with self._lock:
+            return self._live_waiting_locked()
+
+    def round_abandoned(self, round_: int) -> str | None:
+        """Why a wait inside ``round_`` (rank assignment, exit barrier) should give up."""
+        self._sock_dead_into_dead()
+        with self._lock:
+            if self._running_round != round_:
+                return f"round {round_} is no longer current"
+            return self._change_reason_locked(for_barrier=True)
+
+    def dead_now(self) -> set[str]:
+        """The peers known dead, by heartbeat or by a closed liveness socket."""
+        self._sock_dead_into_dead()
+        dead = self.sock_dead()
+        with self._lock:
+            return set(self._dead) | dead
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def _keep(self) -> None:
+        s = self._settings
+        peers = PeerWatch(self._clock, s.keep_alive_interval, s.heartbeat_timeout)
+        client: Any = None
+        try:
+            while not self._stopped.is_set():
+                if client is None:
+                    client = self._connect()
+                    if client is None:  # unreachable: fenced (or soon), try again
+                        self._stopped.wait(s.keep_alive_interval)
+                        continue
+                try:
+                    client.set_timeout(self._op_timeout())
+                    seq = self._beat(client, peers)
+                    try:
+                        client.wait([self._keys.seq(seq + 1)], s.keep_alive_interval)
+                    except StoreTimeoutError:
+                        if not getattr(client, "connected", True):
+                            raise  # not even the cancel was answered
+                    self._answered()  # news, or the cancel of a wait without news
+                except StoreTimeoutError as e:
+                    client.close()
+                    client = None
+                    self._no_answer(e)
+                except RendezvousStateError as e:
+                    with self._lock:
+                        self._state_error = e
+                    self.signal()
+                    self._stopped.wait(s.keep_alive_interval)
+        except StoreConnectionError as e:
+            if not self._stopped.is_set():
+                self._lose_store(e)
+        except Exception as e:  # never a traceback wall from a daemon thread
+            if not self._stopped.is_set():
+                log.warning("rendezvous keeper stopped: %s: %s", type(e).__name__, e)
+                self._lose_store(e)
+        finally:
+            if client is not None:
+                client.close()
+
+    def _op_timeout(self) -> float:
+        """How long the keeper waits for one answer: half the keep-alive bound (a slow
+        answer is retried on a fresh connection before it counts), and never past the
+        moment the fence is due."""
+        assert self._contact is not None
+        return self._contact.request_timeout(max(self._settings.heartbeat_timeout / 2, 0.05))
+
+    def _connect(self) -> Any:
+        """A fresh connection; None if the store does not answer (yet). Raises
+        ``StoreConnectionError`` if it refused: the store is gone, not just out of reach."""
+        try:
+            return self._store.connect(self._op_timeout())
+        except NoAnswer as e:
+            self._no_answer(e.cause)
+            return None
+
+    def _beat(self, client: Any, peers: PeerWatch) -> int:
+        """One keep-alive round: bump our heartbeat, read the state and the peers'
+        heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
+        began = time.monotonic()
+        client.add(self._keys.heartbeat(self._node), 1)
+        self._answered()
+        state = self._keys.parse(client.get(self._keys.state))
+        watched = [n for n in dict.fromkeys(
+            state.participants + state.expected + state.waiting
+            + self._running_members) if n != self._node]
+        peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
+        values = peek([self._keys.heartbeat(n) for n in watched]) if watched else []
+        self._answered()
+        verdict = peers.observe(zip(watched, values, strict=False))
+        self._connect_live(state, watched)
+        dead = set(verdict.dead) | self.sock_dead()
+        with self._lock:
+            self._snapshot = state
+            self.snapshot_read_at = began
+            self._state_error = None
+            self._dead = dead & set(watched)
+            self._suspects = set(verdict.suspects) - dead
+            self._wakeup.notify_all()
+        self._maybe_signal()
+        return state.seq
+
+    def _answered(self) -> None:
+        assert self._contact is not None
+        silent = self._contact.silent_for()
+        if self._contact.ok():
+            with self._lock:
+                self._fence_reason = None
+                self._signaled = False
+                self._wakeup.notify_all()
+            log.info("rendezvous %s: the store at %s answers again after %.1fs",
+                     self._keys.run_id, self._keys.endpoint, silent)
+            self.signal()
+
+    def _no_answer(self, error: BaseException) -> None:
+        """A request got no answer: fence once silent for the bound, give up (fatal)
+        after ``join_timeout`` of silence."""
+        contact = self._contact
+        assert contact is not None
+        if contact.failed():
+            reason = (f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
+                      f"for {contact.silent_for():.1f}s (its peers go on without this node "
+                      f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
+            with self._lock:
+                self._fence_reason = reason
+                self._wakeup.notify_all()
+            log.info("rendezvous %s: %s", self._keys.run_id, reason)  # the agent says it louder
+            self.signal()
+        elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
+            raise StoreConnectionError(
+                f"no answer from the rendezvous store at {self._keys.endpoint} for "
+                f"{contact.silent_for():.0f}s (join_timeout={self._settings.join_timeout:g}s): "
+                f"{error}")
+
+    def _lose_store(self, error: BaseException) -> None:
+        self._store_lost = self._store.lost_message(error)
+        self.signal()
+
+    # -- liveness sockets ---------------------------------------------------------------
+
+    def _connect_live(self, state: RendezvousState, watched: list[str]) -> None:
+        for node in watched:
+            if node in self._live_tried:
+                continue
+            target = state.nodes.get(node, {}).get("live", "")
+            if not target:
+                continue
+            self._live_tried.add(node)
+            try:
+                host, port = split_endpoint(target, 0)
+                sock = socket.create_connection((host, port), timeout=0.3)
+                sock.setblocking(False)
+            except (OSError, ValueError):
+                continue
+            with self._lock:
+                self._live_socks[node] = sock
+
+    def sock_dead(self) -> set[str]:
+        """The peers whose liveness socket was closed (their process is gone)."""
+        with self._lock:
+            items = list(self._live_socks.items())
+        if not items:
+            return set()
+        try:
+            readable, _, _ = select.select([s for _, s in items], [], [], 0)
+        except (OSError, ValueError):
+            return set()
+        dead = set()
+        for node, sock in items:
+            if sock in readable:
+                try:
+                    data = sock.recv(1, socket.MSG_PEEK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    dead.add(node)
+        return dead
+
+    def _sock_dead_into_dead(self) -> None:
+        dead = self.sock_dead()
+        if dead:
+            with self._lock:
+                self._dead |= dead & set(self._running_members)
+
+    # -- the verdict --------------------------------------------------------------------
+
+    def _maybe_signal(self) -> None:
+        with self._lock:
+            reason = self._change_reason_locked(for_barrier=False)
+            fire = reason is not None and not self._signaled
+            if fire:
+                self._signaled = True
+        if fire:
+            self.signal()
+
+    def _change_reason_locked(self, for_barrier: bool) -> str | None:
+        return change_reason(
+            state=self._snapshot, running_round=self._running_round,
+            running_members=self._running_members, dead=self._dead,
+            live_waiting=self._live_waiting_locked(), max_nodes=self._max_nodes,
+            store_lost=self._store_lost, fenced=self._fence_reason, for_barrier=for_barrier)
+
+    def _live_waiting_locked(self) -> list[str]:
+        state = self._snapshot
+        if state is None:
+            return []
+        return [n for n in state.waiting if n not in self._dead and n != self._node]
