@@ -169,8 +169,8 @@ class PssSampler(threading.Thread):
         roots = [n.pid for n in self._job.nodes.values()]
         if self._job.cluster.pool.pid is not None:
             roots.append(self._job.cluster.pool.pid)
-        if getattr(self._job._store, "pid", None):
-            roots.append(self._job._store.pid)
+        if getattr(self._job.store, "pid", None):
+            roots.append(self._job.store.pid)
         return _tree(roots)
 
     def run(self) -> None:

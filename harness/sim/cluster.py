@@ -115,7 +115,7 @@ class Cluster:
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):
-                job._start_node()
+                job.start_node()
         except BaseException:
             job.terminate()
             raise
@@ -138,8 +138,8 @@ class Cluster:
                                          chaos.max_faults, chaos.horizon, initial_nodes=count,
                                          reserved_nodes=chaos.reserved_nodes)
         job.chaos_schedule = schedule
-        job._harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
-                                 faults=[entry.describe() for entry in schedule])
+        job.harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
+                                faults=[entry.describe() for entry in schedule])
         job.schedule(schedule)
         for observer in chaos.on_job:
             observer(job)
@@ -153,7 +153,7 @@ class Cluster:
         leaks: list[str] = []
         finished = {id(job): job.finished() for job in self.jobs}
         for job in self.jobs:  # reported, not failed: a test may mean to end partitioned
-            unhealed = unhealed_message(job.open_network_faults()) if job.network is not None else None
+            unhealed = unhealed_message(job.network.open_faults())
             if unhealed:
                 warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
         for job in self.jobs:

@@ -76,9 +76,9 @@ class WorkerKill(Fault):
 
     def apply(self, job: Job) -> None:
         if self.exit_code is None:
-            job.kill_worker(self.node, self.local_rank, self.sig)
+            job.processes.kill_worker(self.node, self.local_rank, self.sig)
         else:
-            job.order_exit(self.node, self.local_rank, self.exit_code)
+            job.processes.order_exit(self.node, self.local_rank, self.exit_code)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class WorkerHang(Fault):
     local_rank: int = 0
 
     def apply(self, job: Job) -> None:
-        job.hang_worker(self.node, self.local_rank)
+        job.processes.hang_worker(self.node, self.local_rank)
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class AgentKill(Fault):
     node: int = 0
 
     def apply(self, job: Job) -> None:
-        job.kill_agent(self.node)
+        job.processes.kill_agent(self.node)
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class NodeKill(Fault):
     node: int = 0
 
     def apply(self, job: Job) -> None:
-        job.kill_node(self.node)
+        job.processes.kill_node(self.node)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class NodeRemove(Fault):
     node: int = 0
 
     def apply(self, job: Job) -> None:
-        job.remove_node(self.node)
+        job.processes.remove_node(self.node)
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class NodeAdd(Fault):
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
-        job.add_node()
+        job.processes.add_node()
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class NodeFreeze(Fault):
     node: int = 0
 
     def apply(self, job: Job) -> None:
-        job.freeze_node(self.node)
+        job.processes.freeze_node(self.node)
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class StoreHostKill(Fault):
     is_failure: ClassVar[bool] = False
 
     def apply(self, job: Job) -> None:
-        job.kill_store_host()
+        job.processes.kill_store_host()
 
 
 # network faults: need Cluster(network="netns"); each lasts until a Heal (or the job's end)
@@ -165,12 +165,12 @@ class Partition(Fault):
 
     def apply(self, job: Job) -> None:
         peers = self.peers if isinstance(self.peers, str) else list(self.peers)
-        job.partition(self.node, peers=peers, direction=self.direction)
+        job.network.partition(self.node, peers=peers, direction=self.direction)
 
 
 @dataclass(frozen=True)
 class Heal(Fault):
-    """End node ``node``'s network faults (``node=None``: every node's)."""
+    """End node ``node``'s lasting faults (``node=None``: every node's): ``Job.heal``."""
 
     kind: ClassVar[str] = "heal"
     is_failure: ClassVar[bool] = False
@@ -190,7 +190,7 @@ class PacketLoss(Fault):
     probability: float = 0.05
 
     def apply(self, job: Job) -> None:
-        job.packet_loss(self.node, self.probability)
+        job.network.packet_loss(self.node, self.probability)
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,7 @@ class Bandwidth(Fault):
     rate: Any = "1mbit"
 
     def apply(self, job: Job) -> None:
-        job.bandwidth(self.node, self.rate)
+        job.network.bandwidth(self.node, self.rate)
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ class LinkDown(Fault):
     node: int = 0
 
     def apply(self, job: Job) -> None:
-        job.link_down(self.node)
+        job.network.link_down(self.node)
 
 
 # -- when ---------------------------------------------------------------------------------

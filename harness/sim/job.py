@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,21 +45,23 @@ from harness.sim.faults import (
     Trigger,
     WorkerKill,
     check_targets,
-    write_exit_order,
 )
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
-from harness.sim.job_network import NetworkFaults
-from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
-from harness.sim.node_process import NodeProcess, start_node
+from harness.sim.network_faults import NetworkFaults
+from harness.sim.node_process import NodeProcess
+from harness.sim.node_process import start_node as start_agent_process
+from harness.sim.process_faults import ProcessFaults
 from harness.sim.progress import DIGEST_ENV
-from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
+from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
 
     from harness.sim.cluster import Cluster
+    from harness.sim.fault_target import LastingFaults
     from harness.sim.golden import GoldenDiff
+    from harness.sim.rendezvous_store import StoreHandle
     from harness.sim.training import Goodput
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
@@ -91,10 +93,13 @@ class JobResult:
 # -- nodes --------------------------------------------------------------------------------
 
 
-class Job(ProcessFaults, NetworkFaults):
-    """A running job: its nodes, its timeline, its waits and its end; the faults you can
-    inject come from ``ProcessFaults`` (signals to agents and workers) and
-    ``NetworkFaults`` (cut, thinned and healed links)."""
+class Job:
+    """A running job: its nodes, its timeline, its waits and its end. Its faults live in
+    parts that act on it as a ``FaultTarget`` (``harness.sim.fault_target``):
+    ``job.processes`` (signals to workers, agents, nodes, the store's host) and
+    ``job.network`` (cut, thinned and healed links); the short methods below
+    (``kill_worker``, ``partition``...) hand each call to its part, and ``heal`` ends the
+    lasting faults of every part in ``lasting``."""
 
     #: seconds a kill (``kill_node``, ``kill_agent``...) waits for the killed agent to be
     #: reaped before it raises ``FaultError``; also bounds the wait for a SIGSTOP to land
@@ -120,19 +125,24 @@ class Job(ProcessFaults, NetworkFaults):
         self.shared_dir = os.path.join(self.directory, "shared")
         os.makedirs(self.shared_dir)
         self.launched_nodes = 0  # nodes ``launch`` started (the twin starts as many)
-        self._harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
+        #: the harness's own events (node starts and exits, faults, heals), in the job's file
+        self.harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
         self._exit_lock = threading.Lock()
         self._exits: dict[int, int] = {}  # node -> its agent's return code, once recorded
         self._harmed: dict[int, str] = {}  # node -> what the harness did to it (a fault kind)
         self._terminal: set[int] = set()  # nodes whose terminal entry the harness wrote
         self._rdzv: dict[str, Any] | None = None
-        self._store: Any = None
+        #: the rendezvous store the harness runs for the job (None: one node hosts its own)
+        self.store: StoreHandle | None = None
         #: the nodes' network (built with the first node: the store lives in it too)
-        self.network: Network = None  # type: ignore[assignment]
+        self.net: Network = None  # type: ignore[assignment]
         self._scheduler: FaultScheduler | None = None
         self._joins_scheduled = 0  # node joins scheduled: each makes one more node index valid
-        #: exit-code orders left for report_step: path -> (what was ordered, why it may not fire)
-        self._orders: dict[str, tuple[str, str]] = {}
+        #: the job's faults, one part per kind of thing they break (each acts on the job as
+        #: a ``FaultTarget``); ``lasting`` holds each part whose faults ``heal`` ends
+        self.processes = ProcessFaults(self)
+        self.network = NetworkFaults(self)
+        self.lasting: list[LastingFaults] = [self.network]
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.frozen_nodes: set[int] = set()  # nodes the harness SIGSTOPped (never finish)
@@ -145,9 +155,9 @@ class Job(ProcessFaults, NetworkFaults):
             if cluster.max_nodes == 1 and cluster.rdzv_backend not in ("etcd", "etcd-v2"):
                 self._rdzv = {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}
             else:
-                from harness.sim import stores as _multinode
+                from harness.sim import rendezvous_store
 
-                self._rdzv, self._store = _multinode.rendezvous_for(cluster, self)
+                self._rdzv, self.store = rendezvous_store.rendezvous_for(cluster, self)
         return self._rdzv
 
     def _command(self, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
@@ -167,10 +177,10 @@ class Job(ProcessFaults, NetworkFaults):
 
     def node_disk(self, node: int) -> str:
         """Node ``node``'s local disk: ``{node_disk}`` in its args, ``HARNESS_NODE_DISK`` in its workers."""
-        self._node(node)  # an unknown node raises, naming the valid ones
+        self.node(node)  # an unknown node raises, naming the valid ones
         return self._disk_of(node)
 
-    def _start_node(self) -> int:
+    def start_node(self) -> int:
         """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
         from harness.launch import LaunchConfig
         from harness.sim.node_main import NodeSpec
@@ -178,11 +188,11 @@ class Job(ProcessFaults, NetworkFaults):
         cluster = self.cluster
         index = len(self.nodes)
         name = cluster._names.next(index)
-        if self.network is None:  # every node slot's host at once: joins find theirs ready
-            self.network = Network(cluster.max_nodes, mode=cluster.network)
-        while self.network.nnodes <= index:  # an extra node, past max_nodes
-            self.network.add_node()
-        addr = self.network.address(index)
+        if self.net is None:  # every node slot's host at once: joins find theirs ready
+            self.net = Network(cluster.max_nodes, mode=cluster.network)
+        while self.net.nnodes <= index:  # an extra node, past max_nodes
+            self.net.add_node()
+        addr = self.net.address(index)
         directory = os.path.join(self.directory, f"node{index}")
         os.makedirs(os.path.join(directory, "tmp"))
         os.makedirs(self._disk_of(index))
@@ -221,14 +231,14 @@ class Job(ProcessFaults, NetworkFaults):
             env.setdefault("OMP_NUM_THREADS", "1")
         if cluster.start_method == "zygote":
             env.update(cluster.zygote_env())
-        if self.network.mode == "netns":
+        if self.net.mode == "netns":
             env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
-        netns = self.network.namespace_path(index)
+        netns = self.net.namespace_path(index)
         with open(os.path.join(directory, "agent.log"), "wb") as log:
-            popen = start_node(cluster.pool.node_server(), spec_path, netns, env, log)
+            popen = start_agent_process(cluster.pool.node_server(), spec_path, netns, env, log)
         self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
-        self._harness_events.emit("node_start", target_node=index, label=name, pid=popen.pid,
-                                  addr=addr, slot=slot)
+        self.harness_events.emit("node_start", target_node=index, label=name, pid=popen.pid,
+                                 addr=addr, slot=slot)
         self.bus.watch(popen.pid, functools.partial(_record_exit_of, weakref.ref(self), index))
         return index
 
@@ -240,27 +250,24 @@ class Job(ProcessFaults, NetworkFaults):
 
     def node_name(self, node: int) -> str:
         """Node ``node``'s display label (the same as ``timeline.label(node)``)."""
-        return self._node(node).name
+        return self.node(node).name
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """The ``CUDA_VISIBLE_DEVICES`` ids node ``node`` was given (empty without GPUs)."""
-        return self._node(node).gpus
+        return self.node(node).gpus
 
-    def _node(self, node: int) -> NodeProcess:
+    def node(self, node: int) -> NodeProcess:
+        """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
         try:
             return self.nodes[node]
         except (KeyError, TypeError):
             raise ConfigError("node", node, f"is not one of this job's nodes {sorted(self.nodes)}") from None
 
-    def _live_node(self, node: int) -> NodeProcess:
-        target = self._node(node)
-        if not target.alive():
-            raise TargetNotReady("node", node, f"has no running agent (it exited with {target.popen.poll()})")
-        return target
-
     # -- what the harness does to nodes, recorded -----------------------------------------
 
-    def _harm(self, node: int, cause: str) -> None:
+    def harm(self, node: int, cause: str) -> None:
+        """The harness is about to end or stop ``node`` (``cause``: the fault kind): its
+        exit, once reaped, gets a terminal entry naming the cause. Called before acting."""
         with self._exit_lock:
             self._harmed.setdefault(node, cause)
 
@@ -291,7 +298,7 @@ class Job(ProcessFaults, NetworkFaults):
         """The ``node_exit`` event and terminal entry of a reaped agent (under ``_exit_lock``)."""
         cause = self._harmed.get(node)
         how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
-        self._harness_events.emit("node_exit", target_node=node, cause=cause, **how)
+        self.harness_events.emit("node_exit", target_node=node, cause=cause, **how)
         if cause is not None and node not in self._terminal:
             self._record_terminal(node, cause, **how)
         self._exits[node] = code
@@ -305,22 +312,32 @@ class Job(ProcessFaults, NetworkFaults):
         code = how.get("exitcode")
         state = WorkerState.SUCCEEDED if cause == "node_leave" and code == 0 else WorkerState.FAILED
         self._terminal.add(node)
-        self._harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
+        self.harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
 
-    def _await_exit(self, node: int) -> None:
+    def await_exit(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded;
         ``FaultError`` if that does not happen within ``reap_timeout`` (the kill methods
         promise a reaped agent and its terminal entry: never return as if they had one)."""
         if not self.bus.wait_until(lambda: node in self._exits, self.reap_timeout, lifecycle=True):
-            raise FaultError(f"node {node}'s agent (pid {self._node(node).pid}) was SIGKILLed but never "
+            raise FaultError(f"node {node}'s agent (pid {self.node(node).pid}) was SIGKILLed but never "
                              f"reaped within {self.reap_timeout:g}s, so its exit and terminal entry are "
                              "not on the timeline (stuck in the kernel, or its parent, the node fork "
                              "server, is not reaping)")
 
+    def await_frozen(self, node: int) -> None:
+        """``node`` was just SIGSTOPped: until its agent is stopped, then its terminal entry
+        (unless its exit already wrote one); ``wait`` no longer waits for it."""
+        self.frozen_nodes.add(node)
+        self._await_stop(node)
+        with self._exit_lock:
+            if node not in self._exits and node not in self._terminal:
+                self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
+        self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
+
     def _await_stop(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
         writes can follow the terminal entry; a bounded poll of one process."""
-        pid = self._node(node).pid
+        pid = self.node(node).pid
         deadline = time.monotonic() + self.reap_timeout
         pause = 0.0005
         while time.monotonic() < deadline:
@@ -334,15 +351,16 @@ class Job(ProcessFaults, NetworkFaults):
 
     def agent_log(self, node: int) -> str:
         try:
-            with open(os.path.join(self._node(node).directory, "agent.log"), errors="replace") as fp:
+            with open(os.path.join(self.node(node).directory, "agent.log"), errors="replace") as fp:
                 return fp.read()
         except FileNotFoundError:
             return ""
 
     # -- observing -----------------------------------------------------------------------
 
-    def _latest_starts(self, node: int) -> dict[int, dict[str, Any]]:
-        self._node(node)
+    def worker_starts(self, node: int) -> dict[int, dict[str, Any]]:
+        """local_rank -> the latest ``worker_start`` event of each of the node's workers."""
+        self.node(node)
         starts = self.timeline.events("worker_start", node)
         latest: dict[int, dict[str, Any]] = {}
         for start in starts:  # time-ordered: the last start of each local rank wins
@@ -351,11 +369,11 @@ class Job(ProcessFaults, NetworkFaults):
 
     def worker_pids(self, node: int) -> dict[int, int]:
         """local_rank -> pid of the node's current workers (alive, same process as started)."""
-        return {rank: s["worker_pid"] for rank, s in self._latest_starts(node).items()
+        return {rank: s["worker_pid"] for rank, s in self.worker_starts(node).items()
                 if is_same_process(s["worker_pid"], s.get("start_time"))}
 
     def _latest_state(self, node: int) -> WorkerState | None:
-        self._node(node)
+        self.node(node)
         states = self.timeline.states(node)
         return states[-1] if states else None
 
@@ -391,7 +409,7 @@ class Job(ProcessFaults, NetworkFaults):
     def wait_for_state(self, state: WorkerState, timeout: float = 30, node: int | None = None) -> None:
         """Block until ``node`` (default: every running node) is in ``state``."""
         if node is not None:
-            self._node(node)
+            self.node(node)
         if not self._wait(lambda: self.in_state(state, node), timeout):
             current = {i: getattr(self._latest_state(i), "value", None) for i in self.nodes}
             raise TimeoutError(f"nodes did not reach {state.value} within {timeout:g}s "
@@ -417,38 +435,89 @@ class Job(ProcessFaults, NetworkFaults):
         assert latency is not None
         return latency
 
-    # -- faults --------------------------------------------------------------------------
+    # -- faults: one-line hand-offs to the parts ------------------------------------------
 
-    def _fault(self, kind: str, **fields: Any) -> None:
-        """Record a fault the harness is about to apply (its target already resolved); a
-        scheduled one leaves ``pending_faults()`` atomically with this write."""
-        self._record_action("fault", fault=kind, **fields)
+    def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
+        """The worker dies of ``sig``; its agent must notice and restart the group."""
+        self.processes.kill_worker(node, local_rank, sig)
 
-    def _record_action(self, event: str, **fields: Any) -> None:
+    def hang_worker(self, node: int, local_rank: int) -> None:
+        """SIGSTOP: the worker is stuck, not dead."""
+        self.processes.hang_worker(node, local_rank)
+
+    def kill_agent(self, node: int) -> None:
+        """The agent dies (SIGKILL); its workers must follow on their own (returns once reaped)."""
+        self.processes.kill_agent(node)
+
+    def kill_node(self, node: int) -> None:
+        """Agent and workers SIGKILLed at once: a machine lost (returns once reaped)."""
+        self.processes.kill_node(node)
+
+    def remove_node(self, node: int) -> None:
+        """Graceful leave: SIGTERM to the agent."""
+        self.processes.remove_node(node)
+
+    def freeze_node(self, node: int) -> None:
+        """SIGSTOP the whole node: alive to TCP, silent to heartbeats."""
+        self.processes.freeze_node(node)
+
+    def add_node(self) -> int:
+        """A new node joins (scale up); its index."""
+        return self.processes.add_node()
+
+    def join_node(self) -> int:
+        """Deprecated spelling of ``add_node``."""
+        from harness.sim.schema import deprecated
+
+        deprecated("Job.join_node", "Job.add_node", "method")
+        return self.add_node()
+
+    def kill_store_host(self) -> None:
+        """The process hosting the rendezvous store dies."""
+        self.processes.kill_store_host()
+
+    def node_address(self, node: int) -> str:
+        """Node ``node``'s IP address (inside 198.18.0.0/15 with ``network="netns"``)."""
+        return self.network.address(node)
+
+    def partition(self, node: int, peers: str | Sequence[int] = "all", direction: str = "both") -> None:
+        """Silently drop node ``node``'s packets to and from ``peers`` ("all", "store" or
+        nodes); ``direction`` "in" or "out" cuts one way only."""
+        self.network.partition(node, peers, direction)
+
+    def packet_loss(self, node: int, probability: float) -> None:
+        """Drop each of node ``node``'s packets with ``probability`` (0..1), both ways."""
+        self.network.packet_loss(node, probability)
+
+    def bandwidth(self, node: int, rate: str | int) -> None:
+        """Limit node ``node``'s link to ``rate`` (e.g. "1mbit", or bits per second)."""
+        self.network.bandwidth(node, rate)
+
+    def link_down(self, node: int) -> None:
+        """Unplug node ``node``'s cable (until ``heal``)."""
+        self.network.link_down(node)
+
+    def heal(self, node: int | None = None) -> None:
+        """End node ``node``'s lasting faults (every node's with None), those of each part
+        in ``lasting`` (the network's: partitions, loss, bandwidth, link down); one ``heal``
+        event names what ended."""
+        if node is not None:
+            self.node(node)
+        healed = sorted(name for part in self.lasting for name in part.end_lasting(node))
+        self.record("heal", **({"target_node": node} if node is not None else {}), healed=healed)
+
+    # -- what a fault needs (``FaultTarget``) -------------------------------------------------
+
+    def record(self, event: str, **fields: Any) -> None:
         """Write the event of something the harness does to the job (a ``fault``, a
         ``heal``); a scheduled action fires atomically with the write."""
         if self._scheduler is None:
-            self._harness_events.emit(event, **fields)
+            self.harness_events.emit(event, **fields)
             return
         with self._scheduler.recording():
-            self._harness_events.emit(event, **fields)
+            self.harness_events.emit(event, **fields)
 
-    def _check_local_rank(self, node: int, local_rank: int) -> None:
-        self._node(node)
-        n = self.cluster.nproc_per_node
-        if not isinstance(local_rank, int) or not 0 <= local_rank < n:
-            raise ConfigError("local_rank", local_rank, f"is not a worker of node {node} "
-                              f"(local ranks: 0..{n - 1}, nproc_per_node={n})")
-
-    def _worker_pid(self, node: int, local_rank: int) -> int:
-        """The pid of a live worker (resolved before the fault is recorded, so a fault that
-        cannot hit its target is never recorded as fired)."""
-        self._check_local_rank(node, local_rank)
-        pids = self.worker_pids(node)
-        if local_rank not in pids:
-            raise TargetNotReady("local_rank", local_rank, f"has no running worker on node {node} "
-                                 f"now (running: {sorted(pids)})")
-        return pids[local_rank]
+    # -- scheduled faults -----------------------------------------------------------------
 
     def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
         """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""
@@ -469,12 +538,8 @@ class Job(ProcessFaults, NetworkFaults):
             crash = entry.fault
             if isinstance(crash, WorkerKill) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
                 # exact (rank, step) crashes are left as orders the worker obeys itself
-                rank, step = entry.trigger.rank, entry.trigger.step
-                self._harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,
-                                          step=step, exit_code=crash.exit_code)
-                path = write_exit_order(self.orders_dir, rank, crash.exit_code, step)
-                self._order_left(path, entry.describe(), f"rank {rank} reported no step {step} — does "
-                                 "the script call harness.report_step?")
+                self.processes.order_exit_at(entry.trigger.rank, entry.trigger.step, crash.exit_code,
+                                             entry.describe())
                 continue
             if self._scheduler is None:
                 self._scheduler = FaultScheduler(self)
@@ -487,10 +552,6 @@ class Job(ProcessFaults, NetworkFaults):
                         nproc_per_node=cluster.nproc_per_node,
                         world=cluster.max_nodes * cluster.nproc_per_node, nnodes=nnodes)
 
-    def _order_left(self, path: str, what: str, why: str) -> None:
-        """An exit-code order was left for ``report_step`` (it fires when obeyed)."""
-        self._orders[path] = (what, why)
-
     def never_fired(self) -> list[tuple[str, str]]:
         """(fault, why) of every fault of the caller's own still not fired: scheduled ones
         pending (chaos faults excepted: they may not fire), and exit-code orders no worker
@@ -498,7 +559,7 @@ class Job(ProcessFaults, NetworkFaults):
         chaos = {id(e) for e in self.chaos_schedule}
         pending = self._scheduler.never_fired() if self._scheduler else []
         reasons = [(entry.describe(), why) for entry, why in pending if id(entry) not in chaos]
-        reasons += [(what, why) for path, (what, why) in self._orders.items() if os.path.exists(path)]
+        reasons += self.processes.unobeyed()
         return reasons
 
     def pending_faults(self) -> list[ScheduledFault]:
@@ -535,8 +596,8 @@ class Job(ProcessFaults, NetworkFaults):
         cache = cache_dir if cache_dir is not None else self.cluster.golden_cache
         twin, cached = twin_record(self, timeout, cache)
         diff = compare(job_record(self), twin, self.cluster.golden_rtol if rtol is None else rtol)
-        self._harness_events.emit("golden", diverged=diff.diverged, first=diff.first, cached=cached,
-                                  steps_compared=diff.steps_compared, rtol=diff.rtol, note=diff.note)
+        self.harness_events.emit("golden", diverged=diff.diverged, first=diff.first, cached=cached,
+                                 steps_compared=diff.steps_compared, rtol=diff.rtol, note=diff.note)
         return diff
 
     # -- the end -------------------------------------------------------------------------
@@ -615,19 +676,19 @@ class Job(ProcessFaults, NetworkFaults):
                     _add_process(victims, pid)
             if node.alive():
                 self.killed_nodes.add(index)
-                self._harm(index, "close")
+                self.harm(index, "close")
                 signal_process_group(node.pid, signal.SIGCONT)
                 signal_process_group(node.pid, signal.SIGKILL)
             node.popen.wait()
             self._record_exit(index)
         _, alive = psutil.wait_procs(victims, timeout=5)
         self.bus.close()
-        self._harness_events.close()
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-        if self.network is not None:  # after every process in it: a live one pins a namespace
-            self.network.close()
+        self.harness_events.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.net is not None:  # after every process in it: a live one pins a namespace
+            self.net.close()
         return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
 
     def __repr__(self) -> str:

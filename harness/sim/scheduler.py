@@ -221,7 +221,7 @@ class FaultScheduler:
             if p in self._entries:
                 self._entries.remove(p)
             self._failures.append((p, reason))
-        self._job._harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
+        self._job.harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
         self._job.bus.notify(lifecycle=True)  # Job.wait raises it
 
     def stop(self) -> None:

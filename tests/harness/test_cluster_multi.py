@@ -91,7 +91,7 @@ def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd):
         assert job.timeline.world_sizes() == [4]
         [rdzv] = {e["master_addr"] for e in job.timeline.events("rendezvous")}
         assert rdzv in addresses
-        assert job._store.describe().startswith(f"store_server at {job.network.store_address}:")
+        assert job.store.describe().startswith(f"store_server at {job.net.store_address}:")
     out = capfd.readouterr().out
     sums = sorted(re.findall(r"SUM rank=(\d) world=4 value=(\S+)", out))
     assert sums == [("0", "10"), ("1", "10"), ("2", "10"), ("3", "10")], out
@@ -106,8 +106,8 @@ def test_each_node_runs_in_its_own_process_group():
             command = psutil.Process(node.pid).cmdline()
             # a node forked by the node fork server keeps the server's command line
             assert command[1:3] in (["-m", "harness.sim.node_main"], ["-m", "harness.sim.node_forks"]), command
-        assert job._store.alive() and os.getpgid(job._store.pid) == job._store.pid
-        store = job._store
+        assert job.store.alive() and os.getpgid(job.store.pid) == job.store.pid
+        store = job.store
     assert not store.alive()  # closed with the job
 
 
@@ -259,7 +259,7 @@ def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store():
         job = cluster.launch(SLEEPER)
         job.wait_for_state(S.HEALTHY, timeout=30)
         survivors = list(job.worker_pids(1).values())
-        endpoint = job._store.endpoint
+        endpoint = job.store.endpoint
         job.kill_store_host()
         assert _node_done(job, 1, timeout=30) == 1
         result = job.wait(timeout=30)
@@ -276,7 +276,7 @@ def test_harness_store_loss_fails_every_node():
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=3) as cluster:
         job = cluster.launch(SLEEPER)
         job.wait_for_state(S.HEALTHY, timeout=30)
-        endpoint = job._store.endpoint
+        endpoint = job.store.endpoint
         job.kill_store_host()
         result = job.wait(timeout=30)
         [fault] = job.timeline.faults()
@@ -337,7 +337,7 @@ def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
         first = cluster.launch(ALLREDUCE).wait(timeout=60)
         assert first.state == S.SUCCEEDED
         job = cluster.launch(STEPPER, "40", "0.03")
-        assert job._store.name == "etcd"
+        assert job.store.name == "etcd"
         job.inject(NodeKill(node=1), OnState(S.HEALTHY))
         _node_done(job, 0)
         assert _fault_kinds(job) == ["node_kill"]
@@ -371,7 +371,7 @@ def test_everything_dies_with_a_killed_harness(tmp_path):
         cluster = Cluster(nnodes=2, nproc_per_node=1)
         job = cluster.launch({SLEEPER!r})
         job.wait_for_state(WorkerState.HEALTHY, timeout=60)
-        pids = [cluster.pool.pid, job._store.pid] + [n.pid for n in job.nodes.values()]
+        pids = [cluster.pool.pid, job.store.pid] + [n.pid for n in job.nodes.values()]
         pids += [p for i in job.nodes for p in job.worker_pids(i).values()]
         os.write(1, ("PIDS " + " ".join(map(str, pids)) + "\\n").encode())
         time.sleep(120)

@@ -187,5 +187,5 @@ def test_kill_node_raises_when_the_agent_is_never_reaped():
         finally:
             os.kill(server, signal.SIGCONT)
         job.reap_timeout = 30.0
-        job._await_exit(1)  # once its parent reaps again, the exit is recorded as before
+        job.await_exit(1)  # once its parent reaps again, the exit is recorded as before
         assert job.timeline.states(1)[-1] == WorkerState.FAILED

@@ -384,14 +384,22 @@ def test_a_state_trigger_takes_the_states_name_too():
 # -- one name per fault -------------------------------------------------------------------
 
 
-class _Recorder:
-    """Stands in for the Job a fault is applied to: records which method ``apply`` calls."""
+#: the parts of a Job a fault may act through (``job.processes.kill_node``...)
+_PARTS = ("processes", "network")
 
-    def __init__(self) -> None:
-        self.called: list[str] = []
+
+class _Recorder:
+    """Stands in for the Job a fault is applied to: records which method ``apply`` calls,
+    through which part (``"processes.kill_node"``; ``"heal"`` on the job itself)."""
+
+    def __init__(self, called: list[str] | None = None, prefix: str = "") -> None:
+        self.called: list[str] = [] if called is None else called
+        self._prefix = prefix
 
     def __getattr__(self, name: str):
-        return lambda *args, **kwargs: self.called.append(name)
+        if name in _PARTS and not self._prefix:
+            return _Recorder(self.called, f"{name}.")
+        return lambda *args, **kwargs: self.called.append(self._prefix + name)
 
 
 _VERBS = ("kill", "hang", "remove", "add", "freeze")
@@ -399,15 +407,21 @@ _VERBS = ("kill", "hang", "remove", "add", "freeze")
 
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
 def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
-    """The scenario kind is the Job method ``apply`` calls, the chaos kind (if any) is the
-    same word, and the class is the method's words turned round (kill_node -> NodeKill)."""
+    """The scenario kind is the method ``apply`` calls (on the job's part for it, and the
+    Job's own one-line hand-off has the same name), the chaos kind (if any) is the same word,
+    and the class is the method's words turned round (kill_node -> NodeKill)."""
     from harness.sim.job import Job
+    from harness.sim.network_faults import NetworkFaults
+    from harness.sim.process_faults import ProcessFaults
 
     row = schema.FAULT_KINDS[kind]
     cls = faults.fault_class(kind)
     job = _Recorder()
     cls().apply(job)
-    assert job.called == [kind] and callable(getattr(Job, kind))
+    part_classes = {"processes": ProcessFaults, "network": NetworkFaults}
+    part, _, method = job.called[0].rpartition(".")
+    assert len(job.called) == 1 and method == kind and callable(getattr(Job, kind))
+    assert part == "" or callable(getattr(part_classes[part], kind))
     assert row.chaos in (None, kind)
     verb, _, rest = kind.partition("_")
     words = rest.split("_") + [verb] if verb in _VERBS else kind.split("_")
@@ -449,11 +463,11 @@ def test_old_chaos_kinds_still_work_and_warn(old, new):
 
 def test_job_join_node_and_the_internal_names_once_exported_warn():
     import harness.faults
-    from harness.sim.job_process import ProcessFaults
+    from harness.sim.job import Job
 
     job = _Recorder()
     with pytest.warns(DeprecationWarning, match=re.escape("method 'Job.join_node' is deprecated: use 'Job.add_node'")):
-        ProcessFaults.join_node(job)  # type: ignore[arg-type]
+        Job.join_node(job)  # type: ignore[arg-type]
     assert job.called == ["add_node"]
     for name in ("ORDERS_ENV", "SPEC_KEYS", "to_spec", "from_spec", "fault_class"):
         assert name not in harness.faults.__all__

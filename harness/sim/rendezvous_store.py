@@ -38,7 +38,7 @@ from typing import Any
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
 
-__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "STORE_ADDR"]
+__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "STORE_ADDR"]
 
 #: the loopback address every store the harness runs listens on in loopback mode
 STORE_ADDR = "127.0.0.1"
@@ -49,7 +49,7 @@ _STOP_GRACE = 5.0
 _ETCD_BACKENDS = ("etcd", "etcd-v2")
 
 
-def rendezvous_for(cluster: Any, job: Any) -> tuple[dict[str, Any], Any]:
+def rendezvous_for(cluster: Any, job: Any) -> tuple[dict[str, Any], StoreHandle]:
     """(settings for every node agent, a store handle with ``close()``/``kill()``)."""
     backend = cluster.rdzv_backend
     if backend == "c10d":
@@ -130,7 +130,7 @@ class NodeHostedStore:
     def kill(self) -> None:
         """The store host is lost: node ``node`` (agent and workers) dies at once."""
         if self.node in self._job.nodes:
-            self._job._signal_node_processes(self.node, signal.SIGKILL)
+            self._job.processes.signal_node_processes(self.node, signal.SIGKILL)
 
     def close(self) -> None:
         if self._reservation is not None:
@@ -143,6 +143,10 @@ class NodeHostedStore:
         return f"NodeHostedStore(node={self.node}, {self.endpoint})"
 
 
+#: what ``rendezvous_for`` hands the job (``job.store``): ``close()``, ``kill()``, ``describe()``
+StoreHandle = StoreProcess | NodeHostedStore
+
+
 # -- the three setups ---------------------------------------------------------------------
 
 
@@ -152,7 +156,7 @@ def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.
     from harness.procs import die_with_parent
 
     parent = os.getpid()
-    enter = job.network.enter_store()
+    enter = job.net.enter_store()
 
     def preexec() -> None:
         die_with_parent(parent)
@@ -165,8 +169,8 @@ def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.
 
 
 def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
-    host = job.network.store_address
-    port = NETNS_STORE_PORT if job.network.mode == "netns" else 0
+    host = job.net.store_address
+    port = NETNS_STORE_PORT if job.net.mode == "netns" else 0
     log_path = os.path.join(job.directory, "store.log")
     popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
                          "--port", str(port)], log_path, subprocess.PIPE)
@@ -203,8 +207,8 @@ def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
 
 
 def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
-    if job.network.mode == "netns":
-        store = NodeHostedStore(job, 0, None, f"{job.network.address(0)}:{NETNS_STORE_PORT}")
+    if job.net.mode == "netns":
+        store = NodeHostedStore(job, 0, None, f"{job.net.address(0)}:{NETNS_STORE_PORT}")
     else:
         reservation = PortReservation()
         store = NodeHostedStore(job, 0, reservation, f"{STORE_ADDR}:{reservation.port}")
@@ -218,9 +222,9 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
         raise ConfigError("rdzv_backend", backend,
                           "needs the etcd server binary on PATH (Debian: apt-get install "
                           "etcd-server), or use rdzv_backend='c10d'")
-    host = job.network.store_address
+    host = job.net.store_address
     reservations: list[PortReservation] = []
-    if job.network.mode == "netns":
+    if job.net.mode == "netns":
         client_port, peer_port = NETNS_STORE_PORT, NETNS_ETCD_PEER_PORT
     else:
         reservations = [PortReservation(host), PortReservation(host)]
@@ -235,7 +239,7 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
     endpoint = f"{host}:{client_port}"
     store = StoreProcess("etcd", popen, endpoint, reservations, data_dir)
     try:
-        job.network.call_in_store(lambda: _wait_listening(popen, host, client_port, log_path))
+        job.net.call_in_store(lambda: _wait_listening(popen, host, client_port, log_path))
     except BaseException:
         store.close()
         raise

@@ -1,0 +1,103 @@
+"""What a fault needs from the job it acts on: the ``FaultTarget`` protocol.
+
+A job's faults live in parts, one per kind of thing they break: ``job.processes``
+(``harness.sim.process_faults``: signals to workers, agents, whole nodes and the store's
+host) and ``job.network`` (``harness.sim.network_faults``: cut, thinned and healed links),
+with ``job.storage`` and ``job.resources`` next. Each part is a class constructed with the
+job, typed as this protocol, so that a part sees the few things a fault touches and nothing
+of the job's waits, results or reports. ``harness.sim.job.Job`` is the implementation; the
+protocol is the contract between the two (docs/architecture.md, "Adding a fault kind").
+
+A fault resolves its target first (``node`` raises ``ConfigError`` for a node the job does
+not have; a part raises ``TargetNotReady`` for one that cannot take the fault now), so one
+that cannot hit anything is never recorded as fired; then records its ``fault`` event
+(``record_fault``); then acts. A part whose faults last until healed is also a
+``LastingFaults``: ``Job.heal`` ends every such part's faults and records one ``heal`` event.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from harness.events import EventWriter
+    from harness.sim.cluster import Cluster
+    from harness.sim.net import Network
+    from harness.sim.node_process import NodeProcess
+    from harness.sim.rendezvous_store import StoreHandle
+
+__all__ = ["FaultTarget", "LastingFaults", "record_fault"]
+
+
+class FaultTarget(Protocol):
+    """The job as its fault parts see it."""
+
+    #: the job's settings (``nproc_per_node``, ``store_host``...)
+    cluster: Cluster
+    #: node index -> its agent's handle (pid, popen, directory), every node ever started
+    nodes: dict[int, NodeProcess]
+    #: the nodes' network (built with the first node)
+    net: Network
+    #: the job's rendezvous store as the harness holds it (None: a one-node job's agent
+    #: hosts its own)
+    store: StoreHandle | None
+    #: where exit-code orders are left for workers (``harness.report_step`` obeys them)
+    orders_dir: str
+    #: the harness's own event writer (events that are no fault: ``fault_armed``)
+    harness_events: EventWriter
+
+    def node(self, node: int) -> NodeProcess:
+        """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
+        ...
+
+    def worker_starts(self, node: int) -> dict[int, dict[str, Any]]:
+        """local_rank -> the latest ``worker_start`` event of each of node ``node``'s workers."""
+        ...
+
+    def worker_pids(self, node: int) -> dict[int, int]:
+        """local_rank -> pid of node ``node``'s current workers (alive)."""
+        ...
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Write the event of something the harness does to the job (a ``fault``, a
+        ``heal``); a scheduled fault fires atomically with the write."""
+        ...
+
+    def harm(self, node: int, cause: str) -> None:
+        """The harness is about to end or stop node ``node`` (``cause``: the fault kind):
+        its exit gets a terminal entry naming the cause. Call before acting."""
+        ...
+
+    def await_exit(self, node: int) -> None:
+        """Until the harness reaped node ``node``'s (just killed) agent and recorded its
+        exit; ``FaultError`` if that does not happen within the job's ``reap_timeout``."""
+        ...
+
+    def await_frozen(self, node: int) -> None:
+        """Node ``node`` was just SIGSTOPped: until its agent is stopped, then its terminal
+        entry; the job's waits stop waiting for it."""
+        ...
+
+    def start_node(self) -> int:
+        """Start one more node agent (a join); its index."""
+        ...
+
+
+class LastingFaults(Protocol):
+    """A part whose faults last until healed; ``Job.heal`` calls each such part."""
+
+    def end_lasting(self, node: int | None) -> list[str]:
+        """End node ``node``'s faults of this part (every node's with None) without
+        recording anything; the names of what ended (``[]``: nothing). ``Job.heal`` records
+        them all in its one ``heal`` event (``healed=[...]``)."""
+        ...
+
+    def open_faults(self) -> dict[int, list[str]]:
+        """node -> the faults of this part it still has (what a test has not healed)."""
+        ...
+
+
+def record_fault(target: FaultTarget, kind: str, **fields: Any) -> None:
+    """Record a fault about to be applied (its target already resolved): the ``fault``
+    event; a scheduled one leaves ``pending_faults()`` atomically with this write."""
+    target.record("fault", fault=kind, **fields)

@@ -1,0 +1,180 @@
+"""A job's process faults (``job.processes``): signal, kill, freeze, remove and add the
+processes of a simulated job (workers, agents, whole nodes, the store's host).
+
+Each resolves its target first (an unknown node or rank raises ``ConfigError``, a target
+not running yet ``TargetNotReady``), so a fault that cannot hit anything is never recorded
+as fired; then records the ``fault`` event, then acts. What the harness does to a node is
+told to the job first (``harm``) so that the node's exit, reaped by the harness, gets a
+terminal entry on its own timeline naming the cause. Exit-code orders (a worker exits
+with a code at a step of its own choosing) are left here too, as files the worker's
+``harness.report_step`` obeys.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from harness.errors import ConfigError
+from harness.procs import signal_process_group
+from harness.sim.fault_target import record_fault
+from harness.sim.faults import write_exit_order
+from harness.sim.scheduler import TargetNotReady
+
+if TYPE_CHECKING:
+    from harness.sim.fault_target import FaultTarget
+    from harness.sim.node_process import NodeProcess
+
+__all__ = ["ProcessFaults"]
+
+
+class ProcessFaults:
+    """The process faults of one job (``job.processes``); none of them lasts (no heal)."""
+
+    def __init__(self, target: FaultTarget):
+        self._target = target
+        #: exit-code orders left for ``report_step``: path -> (what was ordered, why it may not fire)
+        self._orders: dict[str, tuple[str, str]] = {}
+
+    # -- exit-code orders ---------------------------------------------------------------
+
+    def order_exit(self, node: int, local_rank: int, exit_code: int) -> None:
+        """The worker exits with ``exit_code`` at its next ``report_step``."""
+        self._check_local_rank(node, local_rank)
+        starts = self._target.worker_starts(node)
+        if local_rank not in starts:
+            raise TargetNotReady("local_rank", local_rank, f"has not started on node {node} yet")
+        rank = starts[local_rank]["rank"]
+        self._target.harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
+                                         local_rank=local_rank, rank=rank, exit_code=exit_code)
+        path = write_exit_order(self._target.orders_dir, rank, exit_code)
+        self._orders[path] = (f"exit {exit_code} ordered for node {node} local rank {local_rank}",
+                              f"rank {rank} reported no step after the order — does the script call "
+                              "harness.report_step?")
+
+    def order_exit_at(self, rank: int, step: int, exit_code: int, what: str) -> None:
+        """Rank ``rank`` exits with ``exit_code`` when it reports step ``step`` (an exact
+        (rank, step) crash, obeyed by the worker itself); ``what`` names it in ``unobeyed``."""
+        self._target.harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,
+                                         step=step, exit_code=exit_code)
+        path = write_exit_order(self._target.orders_dir, rank, exit_code, step)
+        self._orders[path] = (what, f"rank {rank} reported no step {step} — does the script call "
+                              "harness.report_step?")
+
+    def unobeyed(self) -> list[tuple[str, str]]:
+        """(order, why) of every exit-code order no worker obeyed yet (its file is still there)."""
+        return [(what, why) for path, (what, why) in self._orders.items() if os.path.exists(path)]
+
+    # -- kills and stops ----------------------------------------------------------------
+
+    def kill_store_host(self) -> None:
+        """The process hosting the rendezvous store dies."""
+        target = self._target
+        store = target.store
+        if store is None:
+            raise ConfigError("store_host", target.cluster.store_host,
+                              "has no separate store process to lose in this job")
+        host = store.node
+        where = {"target_node": host} if host is not None else {}
+        if host is not None:
+            target.harm(host, "store_host_loss")
+        record_fault(target, "store_host_loss", store=store.describe(), **where)
+        store.kill()
+        if host is not None:
+            target.await_exit(host)
+
+    def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
+        """The worker dies of ``sig``; its agent must notice and restart the group."""
+        pid = self._worker_pid(node, local_rank)
+        record_fault(self._target, "worker_kill", target_node=node, local_rank=local_rank, sig=int(sig))
+        _kill(pid, sig)
+
+    def hang_worker(self, node: int, local_rank: int) -> None:
+        """SIGSTOP: the worker is stuck, not dead."""
+        pid = self._worker_pid(node, local_rank)
+        record_fault(self._target, "worker_hang", target_node=node, local_rank=local_rank)
+        _kill(pid, signal.SIGSTOP)
+
+    def kill_agent(self, node: int) -> None:
+        """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
+        harness reaped the agent (its terminal entry is on the timeline); ``FaultError`` if
+        it was not reaped within ``Job.reap_timeout``."""
+        agent = self._live_node(node)
+        self._target.harm(node, "agent_kill")
+        record_fault(self._target, "agent_kill", target_node=node)
+        _kill(agent.pid, signal.SIGKILL)
+        self._target.await_exit(node)
+
+    def kill_node(self, node: int) -> None:
+        """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
+        reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
+        not reaped within ``Job.reap_timeout``."""
+        self._signal_node(node, "node_kill", signal.SIGKILL)
+        self._target.await_exit(node)
+
+    def remove_node(self, node: int) -> None:
+        """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
+        agent = self._live_node(node)
+        self._target.harm(node, "node_leave")
+        record_fault(self._target, "node_leave", target_node=node)
+        _kill(agent.pid, signal.SIGTERM)
+
+    def freeze_node(self, node: int) -> None:
+        """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
+        is written once the agent is stopped (it never writes again)."""
+        self._signal_node(node, "node_freeze", signal.SIGSTOP)
+        self._target.await_frozen(node)
+
+    def add_node(self) -> int:
+        """A new node joins (scale up); recorded as a fault, returns its index."""
+        record_fault(self._target, "node_join", target_node=len(self._target.nodes))
+        return self._target.start_node()
+
+    def signal_node_processes(self, node: int, sig: int) -> None:
+        """``sig`` to node ``node``'s agent and each of its workers, each with its process
+        group (no fault recorded: the caller records what it stands for)."""
+        agent = self._target.node(node)
+        pids = self._target.worker_pids(node)
+        signal_process_group(agent.pid, sig)
+        for pid in pids.values():
+            signal_process_group(pid, sig)
+
+    # -- resolving targets ----------------------------------------------------------------
+
+    def _signal_node(self, node: int, fault: str, sig: int) -> None:
+        """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
+        self._live_node(node)
+        self._target.harm(node, fault)
+        record_fault(self._target, fault, target_node=node)
+        self.signal_node_processes(node, sig)
+
+    def _live_node(self, node: int) -> NodeProcess:
+        agent = self._target.node(node)
+        if not agent.alive():
+            raise TargetNotReady("node", node, f"has no running agent (it exited with {agent.popen.poll()})")
+        return agent
+
+    def _check_local_rank(self, node: int, local_rank: int) -> None:
+        self._target.node(node)
+        n = self._target.cluster.nproc_per_node
+        if not isinstance(local_rank, int) or not 0 <= local_rank < n:
+            raise ConfigError("local_rank", local_rank, f"is not a worker of node {node} "
+                              f"(local ranks: 0..{n - 1}, nproc_per_node={n})")
+
+    def _worker_pid(self, node: int, local_rank: int) -> int:
+        """The pid of a live worker (resolved before the fault is recorded, so a fault that
+        cannot hit its target is never recorded as fired)."""
+        self._check_local_rank(node, local_rank)
+        pids = self._target.worker_pids(node)
+        if local_rank not in pids:
+            raise TargetNotReady("local_rank", local_rank, f"has no running worker on node {node} "
+                                 f"now (running: {sorted(pids)})")
+        return pids[local_rank]
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
