@@ -167,7 +167,7 @@ class ScenarioItem(pytest.Item):
             _check_expectations(expect, job, result, steps, chaos is not None, timeout)
         except BaseException:
             record.call_failed = True
-            from pytest_elastic._report_failures import collect_failures
+            from pytest_elastic.report.failures import collect_failures
 
             # the error files live in the cluster's temp dir: read them before close()
             record.failures = {i: collect_failures(job) for i, job in enumerate(cluster.jobs)}
@@ -241,7 +241,7 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
 
 def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,
                         timeout: float = 120.0) -> None:
-    from pytest_elastic._report import timeline_chart
+    from pytest_elastic.report.chart import timeline_chart
 
     problems: list[str] = []
     if "state" in expect and result.state.value != expect["state"]:

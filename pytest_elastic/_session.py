@@ -34,7 +34,7 @@ class ElasticRecord:
     problems: list[str] = field(default_factory=list)
     #: phase -> ids of the chaos entries still pending (not fired) when its report was made
     pending_ids: dict[str, set[int]] = field(default_factory=dict)
-    #: job index -> its failed ranks, read while the job's files exist (``_report_failures``)
+    #: job index -> its failed ranks, read while the job's files exist (``report.failures``)
     failures: dict[int, list[Any]] = field(default_factory=dict)
 
 
@@ -150,7 +150,7 @@ def judge_against_twins(cluster: Any) -> None:
 
 
 def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
-    from pytest_elastic._report import job_stats, sum_by_key
+    from pytest_elastic.report.stats import job_stats, sum_by_key
 
     stats = [job_stats(job) for job in record.cluster.jobs]
     props = item.user_properties
@@ -188,7 +188,8 @@ def _replay(item: pytest.Item, record: ElasticRecord) -> str:
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
-    from pytest_elastic._report import explain_job, write_html
+    from pytest_elastic.report.failures import explain_job
+    from pytest_elastic.report.page import write_html
 
     if item.nodeid in SCHEDULE_OVERRIDES:
         return  # a shrinking re-run: the pages show the run that failed
@@ -218,12 +219,13 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.unfired_faults()}
     if report.when == "call" and (report.failed or record.settings.report_dir) and not record.failures:
         # (a scenario collected them itself, before it closed its cluster and error files)
-        from pytest_elastic._report_failures import collect_failures
+        from pytest_elastic.report.failures import collect_failures
 
         record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}
     if not report.failed:
         return
-    from pytest_elastic._report import explain_job, timeline_chart
+    from pytest_elastic.report.chart import timeline_chart
+    from pytest_elastic.report.failures import explain_job
 
     for i, job in enumerate(record.cluster.jobs):
         why = explain_job(job, record.failures.get(i))

@@ -243,7 +243,7 @@ _STATS: list[dict[str, Any]] = []
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     if not _STATS:
         return
-    from pytest_elastic._report import session_summary
+    from pytest_elastic.report.stats import session_summary
 
     settings = config.stash[SETTINGS_KEY]
     lines = session_summary(_STATS, settings)
@@ -251,7 +251,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     for line in lines:
         terminalreporter.write_line(line)
     if settings.report_dir and not hasattr(config, "workerinput"):  # the controller ties the pages together
-        from pytest_elastic._report_index import write_index
+        from pytest_elastic.report.index import write_index
 
         terminalreporter.write_line(f"elastic report: {write_index(settings.report_dir, _STATS, lines, settings)}")
 
