@@ -7,13 +7,13 @@ Measured:
   build    seconds to build and write one job's page (the drawn timeline, steps, tables)
            plus the session index and summary.json, from a synthetic event list of a
            40-node x 2-rank job, 10 minutes, 100 faults, one step a second per rank
-           (``pytest_elastic._report_synth``: the event kinds and fields agents and harness
+           (``bench/synth.py``: the event kinds and fields agents and harness
            emit, ~60 000 events). The events are built once, outside the timing. Shown
            as CPU time (median of --runs: what the build costs) and wall time (best of
            --runs: on a shared 2-core machine a busy neighbour adds waiting for a core,
            never less). Target <= 1 s for both.
   size     the page's bytes. Target <= 2 MB.
-  idle     ``pytest_elastic._report*`` modules ``import pytest_elastic.plugin`` loads: none
+  idle     ``pytest_elastic.report`` modules ``import pytest_elastic.plugin`` loads: none
            (a test run without ``--elastic-report`` loading none of the page, index or
            failure modules is checked end to end by tests/plugin/test_report_plugin.py).
 """
@@ -32,9 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_elastic._report import session_summary, write_html  # noqa: E402
-from pytest_elastic._report_index import write_index  # noqa: E402
-from pytest_elastic._report_synth import synthetic_events  # noqa: E402
+from bench.synth import synthetic_events  # noqa: E402
+from pytest_elastic.report.index import write_index  # noqa: E402
+from pytest_elastic.report.page import write_html  # noqa: E402
+from pytest_elastic.report.stats import session_summary  # noqa: E402
 
 BUILD_TARGET_S = 1.0
 SIZE_TARGET_B = 2 * 1024 * 1024
@@ -58,7 +59,7 @@ def _build_once(events: list[dict], directory: str) -> tuple[float, float, int]:
 
 def _idle_modules() -> list[str]:
     code = ("import sys, pytest_elastic.plugin; "
-            "print(' '.join(m for m in sys.modules if m.startswith('pytest_elastic._report')))")
+            "print(' '.join(m for m in sys.modules if m.startswith('pytest_elastic.report')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     return out.stdout.split()

@@ -45,10 +45,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_elastic._settings import settings_of
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -123,62 +126,61 @@ def _schedule(job: Any, entries: list[Any]) -> None:
         raise ScenarioFailure(f"[[fault]] {e}") from None
 
 
+@dataclass
+class _Launch:
+    """What ``cluster.launch`` gets from a scenario's ``[job]``: the entry (a script relative
+    to the .toml file, or a module), its arguments, the nodes it runs on."""
+
+    entry: str
+    module: bool
+    args: list[str]
+    nodes: Any
+
+    def start(self, cluster: Any) -> Any:
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="scenario_", dir=cluster.directory)
+        args = [a.replace("{tmp}", scratch) for a in self.args]  # a per-run dir, e.g. checkpoints
+        return cluster.launch(self.entry, *args, nodes=self.nodes, module=self.module)
+
+
+def _launch_args(job_spec: dict[str, Any], base: Path) -> _Launch:
+    """Takes the launch keys out of ``job_spec`` (what is left are ``Cluster``'s keywords)."""
+    nodes = job_spec.pop("nodes", None)
+    script, module = job_spec.pop("script", None), job_spec.pop("module", None)
+    args = [str(a) for a in job_spec.pop("args", [])]
+    return _Launch(str(base / script) if script else module, module is not None, args, nodes)
+
+
 class ScenarioItem(pytest.Item):
     def __init__(self, *, spec: dict[str, Any], **kwargs: Any):
         super().__init__(**kwargs)
         self.spec = spec
         self.add_marker(pytest.mark.elastic)
-        self._job: Any = None
 
     def runtest(self) -> None:
-        from harness import Cluster
-        from pytest_elastic._session import ElasticRecord, _chaos, session_pool
-        from pytest_elastic.plugin import settings_of
+        from pytest_elastic._session import chaos_config, elastic_run
 
         settings = settings_of(self.config)
         job_spec = dict(self.spec["job"])
-        base = Path(self.path).parent
         timeout = float(job_spec.pop("timeout", settings.timeout))
         steps = job_spec.pop("steps", None)
-        nodes = job_spec.pop("nodes", None)
-        script, module = job_spec.pop("script", None), job_spec.pop("module", None)
-        args = [str(a) for a in job_spec.pop("args", [])]
+        launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
-        chaos, seed = _chaos(settings, self.nodeid)
+        faults = self.spec.get("fault", [])
+        chaos, seed = chaos_config(settings, self)
         if chaos is not None:
-            chaos = _chaos_around(chaos, self.spec.get("fault", []), job_spec.get("max_restarts", 3))
-        _skip_without_netns(job_spec, self.spec.get("fault", []))
+            chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", 3))
+        _skip_without_netns(job_spec, faults)
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
-        cluster = Cluster(**job_spec, chaos=chaos, pool=session_pool())
-        cluster.golden_cache = golden_cache(self.config)
-        self._elastic_record = record = ElasticRecord(cluster, settings, seed)
-        try:
-            import tempfile
-
-            scratch = tempfile.mkdtemp(prefix="scenario_", dir=cluster.directory)
-            args = [a.replace("{tmp}", scratch) for a in args]  # a per-run dir, e.g. checkpoints
-            entry = str(base / script) if script else module
-            self._job = job = cluster.launch(entry, *args, nodes=nodes, module=module is not None)
-            _schedule(job, [_fault(f) for f in self.spec.get("fault", [])])
+        with elastic_run(self, job_spec, chaos, seed) as record:
+            job = launch.start(record.cluster)
+            _schedule(job, [_fault(f) for f in faults])
             allow_unfired = expect.get("allow_unfired", False) or chaos is not None  # see the module doc
             result = job.wait(timeout=timeout, allow_unfired=allow_unfired)
             _check_expectations(expect, job, result, steps, chaos is not None, timeout)
-        except BaseException:
-            record.call_failed = True
-            from pytest_elastic._report_failures import collect_failures
-
-            # the error files live in the cluster's temp dir: read them before close()
-            record.failures = {i: collect_failures(job) for i, job in enumerate(cluster.jobs)}
-            raise
-        finally:
-            try:
-                cluster.close(check_invariants=not record.call_failed)
-            finally:
-                from pytest_elastic._session import _record_properties
-
-                _record_properties(self, record)
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> str | TerminalRepr:
         from harness.faults import FaultError
@@ -241,7 +243,7 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
 
 def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,
                         timeout: float = 120.0) -> None:
-    from pytest_elastic._report import timeline_chart
+    from pytest_elastic.report.chart import timeline_chart
 
     problems: list[str] = []
     if "state" in expect and result.state.value != expect["state"]:
@@ -298,12 +300,6 @@ def _training_truth(expect: dict[str, Any], job: Any, timeout: float) -> list[st
             problems.append("expected the run to diverge from its fault-free twin (diverges = true), but it "
                             f"did not: {diff.explain()} -- the oracle missed what the script forgot")
     return problems
-
-
-def golden_cache(config: pytest.Config) -> str | None:
-    """Where twins' records are kept between sessions: pytest's cache dir (None without it)."""
-    cache = getattr(config, "cache", None)
-    return str(cache.mkdir("elastic-golden")) if cache is not None else None
 
 
 def _lost_progress(job: Any, steps: int) -> list[str]:

@@ -1,6 +1,8 @@
-"""The fixture's work: build the cluster from marker + settings, close it, report.
+"""One elastic run's life, the same for the ``elastic_cluster`` fixture and a scenario item:
+build the cluster from the marker (or the scenario's ``[job]``) and the settings, remember
+the run in ``item.stash``, close the cluster and check it, and report.
 
-Loaded by the first test that asks for ``elastic_cluster`` (imports the harness).
+Loaded by the first elastic test (imports the harness).
 """
 
 from __future__ import annotations
@@ -9,33 +11,28 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_elastic._settings import SettingError, Settings, validate_marker
+from pytest_elastic._replay import reproduction_line
+from pytest_elastic._settings import (
+    POOL_KEY,
+    RECORD_KEY,
+    SCHEDULE_OVERRIDE_KEY,
+    ElasticRecord,
+    SettingError,
+    Settings,
+    settings_of,
+    validate_marker,
+)
 
-__all__ = ["open_cluster", "add_report_sections", "ElasticRecord", "cluster_kwargs",
-           "SCHEDULE_OVERRIDES", "reproduction_line", "session_pool", "close_session_pool"]
+if TYPE_CHECKING:
+    from harness.sim.chaos import ChaosConfig
+    from harness.sim.pool import WarmPool
 
-#: test id -> explicit per-job schedules for its next run (set by shrinking around a re-run)
-SCHEDULE_OVERRIDES: dict[str, tuple[Any, ...]] = {}
-
-
-@dataclass
-class ElasticRecord:
-    """What the plugin remembers about one test's elastic run."""
-
-    cluster: Any
-    settings: Settings
-    chaos_seed: int | None = None
-    call_failed: bool = False
-    problems: list[str] = field(default_factory=list)
-    #: phase -> ids of the chaos entries still pending (not fired) when its report was made
-    pending_ids: dict[str, set[int]] = field(default_factory=dict)
-    #: job index -> its failed ranks, read while the job's files exist (``_report_failures``)
-    failures: dict[int, list[Any]] = field(default_factory=dict)
+__all__ = ["open_cluster", "elastic_run", "chaos_config", "record_properties", "add_report_sections",
+           "cluster_kwargs", "session_pool", "golden_cache", "judge_against_twins"]
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
@@ -47,68 +44,80 @@ def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, A
     return kwargs
 
 
-def _chaos(settings: Settings, test_id: str) -> tuple[Any, int | None]:
+def chaos_config(settings: Settings, item: pytest.Item) -> tuple[ChaosConfig | None, int | None]:
+    """The chaos ``item``'s cluster runs under, and its seed (None, None: no chaos). The
+    schedules are the shrinking re-run's, else ``--elastic-schedule``'s, else drawn."""
     if not settings.chaos:
         return None, None
     from harness.sim.chaos import ChaosConfig, derive_seed, parse_fault_kinds
 
-    seed = derive_seed(settings.seed, test_id)
-    schedules = SCHEDULE_OVERRIDES.get(test_id)
+    seed = derive_seed(settings.seed, item.nodeid)
+    schedules = item.stash.get(SCHEDULE_OVERRIDE_KEY, None)
     if schedules is None and settings.schedule is not None:
-        from pytest_elastic._shrink import schedules_from_json
+        from pytest_elastic._replay import schedules_from_json
 
         schedules = schedules_from_json(settings.schedule)
     return ChaosConfig(seed=seed, kinds=parse_fault_kinds(settings.faults), overload=settings.overload,
                        schedules=schedules), seed
 
 
-def reproduction_line(test_id: str, settings: Settings, schedule: str | None = None,
-                      shrink_budget: int | None = None) -> str:
-    """The command that replays this test's chaos run (``schedule``: exact JSON schedules)."""
-    from harness.sim.schema import DEFAULT_CHAOS_KINDS
-
-    line = f"pytest '{test_id}' --elastic-chaos --elastic-seed={settings.seed}"
-    if settings.faults != ",".join(DEFAULT_CHAOS_KINDS):
-        line += f" --elastic-faults={settings.faults}"
-    if settings.overload:
-        line += " --elastic-chaos-overload"
-    schedule = schedule if schedule is not None else settings.schedule
-    if schedule is not None:
-        line += f" --elastic-schedule='{schedule}'"
-    if shrink_budget is not None:
-        line += f" --elastic-shrink-budget={shrink_budget}"
-    return line
-
-
-_POOL: Any = None
-
-
-def session_pool() -> Any:
-    """This test process's ``WarmPool`` (one per session, per xdist worker): every elastic
-    test's cluster forks its workers from it, so only the first pays torch's import."""
-    global _POOL
-    if _POOL is None or _POOL.closed:
+def session_pool(config: pytest.Config) -> WarmPool:
+    """This session's ``WarmPool`` (one per session, per xdist worker): every elastic
+    test's cluster forks its workers from it, so only the first pays torch's import. The
+    plugin's ``pytest_unconfigure`` closes it: its zygote dies with the session."""
+    pool: WarmPool | None = config.stash.get(POOL_KEY, None)
+    if pool is None or pool.closed:
         from harness import WarmPool
 
-        _POOL = WarmPool()
-    return _POOL
+        pool = config.stash[POOL_KEY] = WarmPool()
+    return pool
 
 
-def close_session_pool() -> None:
-    """At session end (``pytest_unconfigure``): the pool's zygote dies with the session."""
-    global _POOL
-    if _POOL is not None:
-        _POOL.close()
-        _POOL = None
+def golden_cache(config: pytest.Config) -> str | None:
+    """Where twins' records are kept between sessions: pytest's cache dir (None without it)."""
+    cache = getattr(config, "cache", None)
+    return str(cache.mkdir("elastic-golden")) if cache is not None else None
+
+
+@contextmanager
+def elastic_run(item: pytest.Item, kwargs: dict[str, Any], chaos: ChaosConfig | None,
+                seed: int | None) -> Iterator[ElasticRecord]:
+    """The one cluster lifecycle: a ``Cluster(**kwargs)`` on the session's pool, remembered
+    as ``item.stash[RECORD_KEY]``; on the way out it is closed (its invariants checked
+    unless the test failed; a leak or a violation fails the test) and the run's figures
+    become the test's properties (and pages, with ``--elastic-report``).
+
+    A test body that raises in the block (a scenario runs inside it) marks the run failed
+    and has its ranks' failures read first: their error files go with the cluster. The
+    fixture's test body runs outside (pytest's report hooks mark it)."""
+    from harness import Cluster
+    from harness.sim.cluster import ClusterLeakError
+    from harness.sim.invariants import InvariantViolation
+
+    cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool(item.config))
+    cluster.golden_cache = golden_cache(item.config)
+    record = item.stash[RECORD_KEY] = ElasticRecord(cluster, settings_of(item.config), seed)
+    try:
+        yield record
+    except BaseException:
+        record.call_failed = True
+        from pytest_elastic.report.failures import collect_failures
+
+        record.failures = {i: collect_failures(job) for i, job in enumerate(cluster.jobs)}
+        raise
+    finally:
+        try:
+            cluster.close(check_invariants=not record.call_failed)
+        except (ClusterLeakError, InvariantViolation) as e:
+            record.problems.append(str(e))
+            pytest.fail(f"elastic cluster teardown: {e}", pytrace=False)
+        finally:
+            record_properties(item, record)
 
 
 @contextmanager
 def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
-    from harness import Cluster
-    from harness.sim.cluster import ClusterLeakError
-    from harness.sim.invariants import InvariantViolation
-    from pytest_elastic.plugin import settings_of
-
+    """The ``elastic_cluster`` fixture's cluster: from the test's marker and the settings."""
     settings = settings_of(request.config)
     item = request.node
     try:
@@ -121,23 +130,8 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
         missing = netns_missing()
         if missing:
             pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
-    chaos, seed = _chaos(settings, item.nodeid)
-    cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool())
-    from pytest_elastic._scenarios import golden_cache
-
-    cluster.golden_cache = golden_cache(request.config)
-    record = ElasticRecord(cluster, settings, seed)
-    item._elastic_record = record
-    try:
-        yield cluster
-    finally:
-        try:
-            cluster.close(check_invariants=not record.call_failed)
-        except (ClusterLeakError, InvariantViolation) as e:
-            record.problems.append(str(e))
-            pytest.fail(f"elastic cluster teardown: {e}", pytrace=False)
-        finally:
-            _record_properties(item, record)
+    with elastic_run(item, kwargs, *chaos_config(settings, item)) as record:
+        yield record.cluster
 
 
 def judge_against_twins(cluster: Any) -> None:
@@ -149,8 +143,10 @@ def judge_against_twins(cluster: Any) -> None:
                 pytest.fail(f"job {i}: {diff.explain()}", pytrace=False)
 
 
-def _record_properties(item: pytest.Item, record: ElasticRecord) -> None:
-    from pytest_elastic._report import job_stats, sum_by_key
+def record_properties(item: pytest.Item, record: ElasticRecord) -> None:
+    """The run's figures as the test's junit properties (``elastic_*``: the session summary
+    and index read them back from the teardown report)."""
+    from pytest_elastic.report.stats import job_stats, sum_by_key
 
     stats = [job_stats(job) for job in record.cluster.jobs]
     props = item.user_properties
@@ -188,9 +184,10 @@ def _replay(item: pytest.Item, record: ElasticRecord) -> str:
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
-    from pytest_elastic._report import explain_job, write_html
+    from pytest_elastic.report.failures import explain_job
+    from pytest_elastic.report.page import write_html
 
-    if item.nodeid in SCHEDULE_OVERRIDES:
+    if SCHEDULE_OVERRIDE_KEY in item.stash:
         return  # a shrinking re-run: the pages show the run that failed
 
     directory = str(record.settings.report_dir)
@@ -218,12 +215,13 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.unfired_faults()}
     if report.when == "call" and (report.failed or record.settings.report_dir) and not record.failures:
         # (a scenario collected them itself, before it closed its cluster and error files)
-        from pytest_elastic._report_failures import collect_failures
+        from pytest_elastic.report.failures import collect_failures
 
         record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}
     if not report.failed:
         return
-    from pytest_elastic._report import explain_job, timeline_chart
+    from pytest_elastic.report.chart import timeline_chart
+    from pytest_elastic.report.failures import explain_job
 
     for i, job in enumerate(record.cluster.jobs):
         why = explain_job(job, record.failures.get(i))

@@ -1,4 +1,8 @@
-"""Settings, resolved once per session: marker > CLI > ``PYTEST_ELASTIC_*`` env > ini.
+"""Settings, resolved once per session: marker > CLI > ``PYTEST_ELASTIC_*`` env > ini; and
+the keys of what a session (``config.stash``) and a test (``item.stash``) remember.
+
+The bottom of the plugin: every other module of ``pytest_elastic`` may import this one, and
+it imports none of them (``tests/unit/test_layers.py`` checks the plugin has no import cycle).
 
 The keys and their checks come from ``harness.sim.schema`` (one definition for the marker,
 ``Cluster``, scenarios, fault specs and chaos kinds). The plugin imports this module at its
@@ -14,13 +18,17 @@ import json
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import pytest
 
 from harness.errors import ElasticError
 
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
-__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "parse_schedule"]
+__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "parse_schedule",
+           "ElasticRecord", "settings_of", "SETTINGS_KEY", "STATS_KEY", "STACKS_CLEANUP_KEY", "POOL_KEY",
+           "RECORD_KEY", "TIMEOUT_STACKS_KEY", "SCHEDULE_OVERRIDE_KEY"]
 
 ENV_PREFIX = "PYTEST_ELASTIC_"
 
@@ -268,3 +276,45 @@ def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple[Any, ...])
             raise SettingError(f"{test_id}: @pytest.mark.elastic({name}={value!r}) is not valid: "
                                f"{e.constraint}") from None
     return kwargs
+
+
+# -- what a session and a test remember ------------------------------------------------------
+#
+# State lives in pytest's stashes, never in module globals: an in-process pytester run (a
+# session inside a session) and every xdist worker get their own, and it ends with its owner.
+
+
+@dataclass
+class ElasticRecord:
+    """What the plugin remembers about one test's elastic run (``item.stash[RECORD_KEY]``)."""
+
+    cluster: Any  # harness.Cluster (not imported here: the plugin's import stays light)
+    settings: Settings
+    chaos_seed: int | None = None
+    call_failed: bool = False
+    problems: list[str] = field(default_factory=list)
+    #: phase -> ids of the chaos entries still pending (not fired) when its report was made
+    pending_ids: dict[str, set[int]] = field(default_factory=dict)
+    #: job index -> its failed ranks, read while the job's files exist (``report.failures``)
+    failures: dict[int, list[Any]] = field(default_factory=dict)
+
+
+#: config: the settings of this session (``pytest_configure``)
+SETTINGS_KEY = pytest.StashKey[Settings]()
+#: config: the ``elastic_*`` properties of every elastic test's teardown report, for the summary
+STATS_KEY = pytest.StashKey[list[dict[str, Any]]]()
+#: config: removes this session's stack-dump dir (pytest-timeout's thread method calls it before os._exit)
+STACKS_CLEANUP_KEY = pytest.StashKey[Callable[[], None]]()
+#: config: this session's ``harness.WarmPool`` (the first elastic test starts it; unconfigure closes it)
+POOL_KEY = pytest.StashKey[Any]()
+#: item: its elastic run (the fixture's or the scenario's cluster, and what its reports found)
+RECORD_KEY = pytest.StashKey[ElasticRecord]()
+#: item: its workers' stacks, taken when pytest-timeout fired (signal method), for its report
+TIMEOUT_STACKS_KEY = pytest.StashKey[str]()
+#: item: explicit per-job chaos schedules for its next run (shrinking sets them around a re-run)
+SCHEDULE_OVERRIDE_KEY = pytest.StashKey[tuple[Any, ...]]()
+
+
+def settings_of(config: pytest.Config) -> Settings:
+    return config.stash[SETTINGS_KEY]
+

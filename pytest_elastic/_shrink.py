@@ -27,7 +27,6 @@ Loaded only when a chaos test runs (imports the harness lazily, for conversions)
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -36,15 +35,16 @@ from typing import Any
 import pytest
 from _pytest.runner import runtestprotocol
 
-from pytest_elastic._settings import Settings, parse_schedule
+from pytest_elastic._replay import Schedules, reproduction_line, schedules_from_json, schedules_to_json
+from pytest_elastic._settings import RECORD_KEY, SCHEDULE_OVERRIDE_KEY, ElasticRecord, Settings
+from pytest_elastic._timeout import rearmed
 
+# schedules_to_json / schedules_from_json: the replay format's, from ``_replay`` (used here)
 __all__ = ["run_with_shrinking", "shrink", "Outcome", "ShrinkResult", "schedules_to_json",
            "schedules_from_json", "signature"]
 
 SECTION = "elastic chaos: minimal failing schedule"
 _TIMEOUT_MESSAGE = "Timeout (>"  # pytest-timeout's failure message starts so
-
-Schedules = tuple[tuple[Any, ...], ...]  # per job, ScheduledFault entries
 
 
 # -- one run's outcome --------------------------------------------------------------------
@@ -90,7 +90,7 @@ def _describe_signature(sig: tuple[Any, ...]) -> str:
     return f"{sig[1]!r} ({sig[0]})"
 
 
-def outcome_of(reports: list[Any], record: Any) -> Outcome:
+def outcome_of(reports: list[Any], record: ElasticRecord | None) -> Outcome:
     report = failing_report(reports)
     if record is None or record.chaos_seed is None:
         return Outcome(signature(report) if report is not None else None, report=report)
@@ -238,38 +238,6 @@ def _find(schedules: Schedules, entry: Any) -> tuple[int, int] | None:
     return None
 
 
-# -- schedules as JSON (the --elastic-schedule replay format) -----------------------------
-
-
-def entry_to_json(entry: Any) -> dict[str, Any] | None:
-    """One fault in the vocabulary of a scenario's ``[[fault]]``; None when its trigger has
-    no spelling there."""
-    from harness.sim.faults import to_spec
-
-    return to_spec(entry)
-
-
-def schedules_to_json(schedules: Schedules) -> str | None:
-    """Compact JSON for ``--elastic-schedule``; None when an entry cannot be spelled."""
-    out = []
-    for job in schedules:
-        entries = [entry_to_json(e) for e in job]
-        if any(e is None for e in entries):
-            return None
-        out.append(entries)
-    return json.dumps(out, separators=(",", ":"))
-
-
-def entry_from_json(data: dict[str, Any]) -> Any:
-    from harness.sim.faults import from_spec
-
-    return from_spec(data)
-
-
-def schedules_from_json(text: str) -> Schedules:
-    return tuple(tuple(entry_from_json(e) for e in job) for job in parse_schedule(text))
-
-
 # -- the protocol -------------------------------------------------------------------------
 
 
@@ -282,12 +250,10 @@ def wants_shrinking(item: pytest.Item, settings: Settings) -> bool:
 def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings: Settings) -> bool:
     """``pytest_runtest_protocol`` for a chaos test: run it; if it failed, shrink its
     schedule with re-runs, then log the first run's reports (with the result section)."""
-    from pytest_elastic import _session
-
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     reports = runtestprotocol(item, nextitem=nextitem, log=False)
-    record = getattr(item, "_elastic_record", None)
+    record = item.stash.get(RECORD_KEY, None)
     first = outcome_of(reports, record)
     if first.failed and record is not None and record.chaos_seed is not None:
         if _TIMEOUT_MESSAGE in str(first.report.longrepr):
@@ -299,21 +265,19 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
             saved = list(item.user_properties)
 
             def run(candidate: Schedules) -> Outcome:
-                _session.SCHEDULE_OVERRIDES[item.nodeid] = candidate
+                item.stash[SCHEDULE_OVERRIDE_KEY] = candidate  # read by the re-run's cluster
                 try:
-                    from pytest_elastic._timeout import rearmed
-
                     with rearmed(item):
                         rerun = runtestprotocol(item, nextitem=nextitem, log=False)
                 finally:
-                    _session.SCHEDULE_OVERRIDES.pop(item.nodeid, None)
-                return outcome_of(rerun, getattr(item, "_elastic_record", None))
+                    del item.stash[SCHEDULE_OVERRIDE_KEY]
+                return outcome_of(rerun, item.stash.get(RECORD_KEY, None))
 
             try:
                 result = shrink(first, run, settings.shrink_budget)
             finally:
                 item.user_properties[:] = saved
-                item._elastic_record = record  # type: ignore[attr-defined]  # read back with getattr
+                item.stash[RECORD_KEY] = record  # the first run's: its reports are the ones logged
             first.report.sections.append((SECTION, describe(result, item.nodeid, settings)))
             replay = schedules_to_json(result.minimal)
             teardown = reports[-1]
@@ -327,8 +291,6 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
 
 
 def describe(result: ShrinkResult, test_id: str, settings: Settings) -> str:
-    from pytest_elastic._session import reproduction_line
-
     lines = [f"shrunk {result.original_count} fault(s) to {result.minimal_count} in {result.runs} "
              f"re-run(s) (budget {result.budget}, {result.seconds:.1f}s); same failure throughout: "
              f"{_describe_signature(result.signature)}"]

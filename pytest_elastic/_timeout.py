@@ -7,8 +7,8 @@ shows the Python stacks of its live workers and has their process trees killed.
   items get their job's ``timeout`` plus ``SCENARIO_GRACE_S``, so the job's own
   ``TimeoutError`` (with its timeline) comes first.
 * Workers install ``faulthandler`` on ``SIGUSR1`` writing to ``$HARNESS_STACK_DUMP_DIR/
-  <pid>.txt`` when that variable is set (``harness.procs._stackdump``; the plugin sets it
-  for the session). On timeout we signal every live worker of the test's clusters that
+  <pid>.txt`` when that variable is set (``harness.procs._stackdump``; ``start_stack_dumps``
+  sets it for the session). On timeout we signal every live worker of the test's clusters that
   has that file (a stopped one is continued for the dump and stopped again), wait up to
   ``DUMP_WAIT_S`` and collect what each wrote. Workers without the handler (``spawn`` of a
   script: nothing of ours runs before the script) are listed with their state only, never
@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_elastic._settings import RECORD_KEY, STACKS_CLEANUP_KEY, TIMEOUT_STACKS_KEY
+
 if TYPE_CHECKING:
     from pytest_elastic._settings import Settings
 
-__all__ = ["STACKS_ENV", "add_timeout_markers", "set_timer", "worker_stacks", "rearmed",
+__all__ = ["STACKS_ENV", "start_stack_dumps", "add_timeout_markers", "set_timer", "worker_stacks", "rearmed",
            "SECTION"]
 
 #: the directory workers write their faulthandler dumps to (harness.procs._stackdump)
@@ -58,6 +60,27 @@ SECTION = "elastic timeout: stacks of the live workers"
 def timeout_plugin(config: pytest.Config) -> Any:
     """pytest-timeout's module when it is active in this run, else None."""
     return config.pluginmanager.getplugin("timeout")
+
+
+def start_stack_dumps(config: pytest.Config) -> None:
+    """With pytest-timeout active, the workers of this session can dump their Python stacks
+    on SIGUSR1 into a private directory (``STACKS_ENV``, inherited by every agent and
+    worker); removed, and the variable restored, at unconfigure."""
+    import shutil
+    import tempfile
+
+    if os.environ.get(STACKS_ENV):
+        return  # an outer session's (pytester in-process): share it
+    directory = tempfile.mkdtemp(prefix="pytest-elastic-stacks-")
+    os.environ[STACKS_ENV] = directory
+
+    def stop() -> None:
+        if os.environ.get(STACKS_ENV) == directory:
+            del os.environ[STACKS_ENV]
+        shutil.rmtree(directory, ignore_errors=True)
+
+    config.add_cleanup(stop)
+    config.stash[STACKS_CLEANUP_KEY] = stop
 
 
 # -- collection: a timeout for every elastic test ----------------------------------------
@@ -111,8 +134,7 @@ def set_timer(item: pytest.Item, timeout_settings: Any) -> bool | None:
         def handler(signum: int, frame: Any) -> None:
             __tracebackhide__ = True
             if not _debugging(pt, timeout_settings):
-                # read back by the makereport hook: an attribute of the item, like pytest-timeout's own
-                item._elastic_timeout_stacks = worker_stacks(_clusters(item))  # type: ignore[attr-defined]
+                item.stash[TIMEOUT_STACKS_KEY] = worker_stacks(_clusters(item))  # for the makereport hook
             on_signal(item, timeout_settings)
 
         def cancel() -> None:
@@ -130,8 +152,6 @@ def set_timer(item: pytest.Item, timeout_settings: Any) -> bool | None:
                 freeze_and_kill(clusters)
                 sys.stderr.write(f"\n{'+' * 20} {SECTION} {'+' * 20}\n{text}\n")
                 sys.stderr.flush()
-                from pytest_elastic.plugin import STACKS_CLEANUP_KEY
-
                 cleanup = item.config.stash.get(STACKS_CLEANUP_KEY, None)
                 if cleanup is not None:  # no config cleanup runs after os._exit
                     cleanup()
@@ -182,7 +202,7 @@ def rearmed(item: pytest.Item) -> Iterator[None]:
 
 
 def _clusters(item: pytest.Item) -> list[Any]:
-    record = getattr(item, "_elastic_record", None)
+    record = item.stash.get(RECORD_KEY, None)
     return [record.cluster] if record is not None else []
 
 

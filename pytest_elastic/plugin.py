@@ -1,7 +1,9 @@
 """The pytest11 entry point: options, marker, fixture, chaos reporting, scenario files.
 
 Imports neither torch nor the harness at import time (``pytest --help`` stays fast);
-the engine is loaded by the first test that needs it.
+the engine is loaded by the first test that needs it. The top of the plugin: the hooks
+here hand each job to a module below (``_settings`` at the bottom; ``_replay``, ``report``,
+``_timeout``, ``_session``, ``_shrink``, ``_scenarios``), and none of those imports this one.
 """
 
 from __future__ import annotations
@@ -12,15 +14,20 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_elastic._settings import SettingError, Settings, resolve_settings
+from pytest_elastic._settings import (
+    POOL_KEY,
+    RECORD_KEY,
+    SETTINGS_KEY,
+    STATS_KEY,
+    TIMEOUT_STACKS_KEY,
+    SettingError,
+    resolve_settings,
+    settings_of,
+)
 
 if TYPE_CHECKING:
     from pluggy import Result
 
-SETTINGS_KEY = pytest.StashKey[Settings]()
-STATS_KEY = pytest.StashKey[list[Any]]()
-#: removes this session's stack-dump dir (pytest-timeout's thread method calls it before os._exit)
-STACKS_CLEANUP_KEY = pytest.StashKey[Any]()
 _SEED_INPUT = "elastic_seed"
 
 
@@ -81,38 +88,32 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[SETTINGS_KEY] = settings
-    config.stash[STATS_KEY] = []
+    stats: list[dict[str, Any]] = []
+    config.stash[STATS_KEY] = stats
+    config.pluginmanager.register(_StatsCollector(stats), "elastic-stats")
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistSeed(settings.seed), "elastic-xdist-seed")
     if config.pluginmanager.hasplugin("timeout"):
-        _StackDumps.start(config)
+        from pytest_elastic._timeout import start_stack_dumps
+
+        start_stack_dumps(config)
 
 
-class _StackDumps:
-    """With pytest-timeout active, the workers of this session can dump their Python stacks
-    on SIGUSR1 into a private directory (``HARNESS_STACK_DUMP_DIR``, inherited by every
-    agent and worker); removed, and the variable restored, at unconfigure."""
+class _StatsCollector:
+    """Keeps the ``elastic_*`` properties of every elastic test's teardown report for the
+    session summary (this session's list: ``pytest_runtest_logreport`` gets no config).
+    Under xdist the controller sees every worker's reports, so its summary covers them all."""
 
-    ENV = "HARNESS_STACK_DUMP_DIR"  # = pytest_elastic._timeout.STACKS_ENV (pinned by a test)
+    def __init__(self, into: list[dict[str, Any]]):
+        self.into = into
 
-    @classmethod
-    def start(cls, config: pytest.Config) -> None:
-        import os
-        import shutil
-        import tempfile
-
-        if os.environ.get(cls.ENV):
-            return  # an outer session's (pytester in-process): share it
-        directory = tempfile.mkdtemp(prefix="pytest-elastic-stacks-")
-        os.environ[cls.ENV] = directory
-
-        def stop() -> None:
-            if os.environ.get(cls.ENV) == directory:
-                del os.environ[cls.ENV]
-            shutil.rmtree(directory, ignore_errors=True)
-
-        config.add_cleanup(stop)
-        config.stash[STACKS_CLEANUP_KEY] = stop
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "teardown":
+            return
+        stats = dict(p for p in report.user_properties
+                     if isinstance(p, tuple) and str(p[0]).startswith("elastic_"))
+        if stats:
+            self.into.append(stats)
 
 
 class _XdistSeed:
@@ -129,11 +130,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     # what network="auto" (the default) gives on this machine: a probe, ~30 ms once
     from harness.sim.net import resolve_mode
 
-    return f"{config.stash[SETTINGS_KEY].header()} network={resolve_mode('auto')}"
-
-
-def settings_of(config: pytest.Config) -> Settings:
-    return config.stash[SETTINGS_KEY]
+    return f"{settings_of(config).header()} network={resolve_mode('auto')}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -181,7 +178,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         if net is not None and isinstance(e, net.NetworkUnavailable):
             pytest.skip(str(e))
         raise
-    record = getattr(item, "_elastic_record", None)
+    record = item.stash.get(RECORD_KEY, None)
     marker = item.get_closest_marker("elastic")
     # part of the test: a divergence fails its call (a scenario judges its own: [expect])
     if record is not None and marker is not None and marker.kwargs.get("golden"):
@@ -193,9 +190,10 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """The session's warm pool (if a test started one) ends with the session."""
-    session = sys.modules.get("pytest_elastic._session")
-    if session is not None:
-        session.close_session_pool()
+    pool = config.stash.get(POOL_KEY, None)
+    if pool is not None:
+        pool.close()
+        del config.stash[POOL_KEY]
 
 
 # -- the fixture ------------------------------------------------------------------------
@@ -216,44 +214,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
                               ) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
-    stacks = getattr(item, "_elastic_timeout_stacks", None)
+    stacks = item.stash.get(TIMEOUT_STACKS_KEY, None)
     if stacks is not None:  # pytest-timeout fired in this phase (signal method)
         from pytest_elastic._timeout import SECTION
 
         report.sections.append((SECTION, stacks))
-        item._elastic_timeout_stacks = None  # type: ignore[attr-defined]  # set on the item by _timeout
-    record = getattr(item, "_elastic_record", None)
+        del item.stash[TIMEOUT_STACKS_KEY]
+    record = item.stash.get(RECORD_KEY, None)
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections
 
         add_report_sections(item, report, record)
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when != "teardown":
-        return
-    stats = dict(p for p in report.user_properties if isinstance(p, tuple) and str(p[0]).startswith("elastic_"))
-    if stats:
-        _STATS.append(stats)
-
-
-_STATS: list[dict[str, Any]] = []
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not _STATS:
+    stats = config.stash.get(STATS_KEY, [])
+    if not stats:
         return
-    from pytest_elastic._report import session_summary
+    from pytest_elastic.report.stats import session_summary
 
-    settings = config.stash[SETTINGS_KEY]
-    lines = session_summary(_STATS, settings)
+    settings = settings_of(config)
+    lines = session_summary(stats, settings)
     terminalreporter.write_sep("=", "elastic summary")
     for line in lines:
         terminalreporter.write_line(line)
     if settings.report_dir and not hasattr(config, "workerinput"):  # the controller ties the pages together
-        from pytest_elastic._report_index import write_index
+        from pytest_elastic.report.index import write_index
 
-        terminalreporter.write_line(f"elastic report: {write_index(settings.report_dir, _STATS, lines, settings)}")
+        terminalreporter.write_line(f"elastic report: {write_index(settings.report_dir, stats, lines, settings)}")
 
 
 # -- scenario files ------------------------------------------------------------------------

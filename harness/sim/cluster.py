@@ -144,6 +144,17 @@ class Cluster:
         for observer in chaos.on_job:
             observer(job)
 
+    def fault_free_copy(self) -> Cluster:
+        """A new cluster of this one's shape and settings, sharing its pool, for the
+        fault-free twin (``harness.sim.twin``): no chaos is configured on a cluster, and
+        ``golden`` is on so the twin's workers digest their final state."""
+        return type(self)(nnodes=f"{self.min_nodes}:{self.max_nodes}", nproc_per_node=self.nproc_per_node,
+                          max_restarts=self.max_restarts, rdzv_backend=self.rdzv_backend,
+                          monitor_interval=self.monitor_interval, start_method=self.start_method,
+                          env=self.env, rdzv_conf=self.rdzv_conf, shutdown_timeout=self.shutdown_timeout,
+                          seed=self.seed, exit_barrier_timeout=self.exit_barrier_timeout, pool=self.pool,
+                          network=self.network, golden=True)
+
     def close(self, check_invariants: bool = True) -> None:
         """End every job (SIGKILL what is left), prove nothing survived (no process, no
         FIFO), then check every job's invariants (raises ``InvariantViolation``)."""

@@ -98,15 +98,8 @@ def twin_record(job: Job, timeout: float, cache_dir: str | None) -> tuple[Golden
 
 def _run_twin(job: Job, timeout: float) -> GoldenRecord:
     from harness.agent import WorkerState
-    from harness.sim.cluster import Cluster
 
-    cluster = job.cluster
-    with Cluster(nnodes=f"{cluster.min_nodes}:{cluster.max_nodes}", nproc_per_node=cluster.nproc_per_node,
-                 max_restarts=cluster.max_restarts, rdzv_backend=cluster.rdzv_backend,
-                 monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
-                 env=cluster.env, rdzv_conf=cluster.rdzv_conf, shutdown_timeout=cluster.shutdown_timeout,
-                 seed=cluster.seed, exit_barrier_timeout=cluster.exit_barrier_timeout, pool=cluster.pool,
-                 network=cluster.network, golden=True) as twin_cluster:
+    with job.cluster.fault_free_copy() as twin_cluster:
         twin = twin_cluster.launch(job.entrypoint, *job.args, nodes=job.launched_nodes, module=job.module)
         result = twin.wait(timeout=timeout)
         if result.state != WorkerState.SUCCEEDED:

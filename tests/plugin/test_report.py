@@ -9,10 +9,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_elastic._report import timeline_chart, write_html
-from pytest_elastic._report_failures import explain_failures, failures_from_events
-from pytest_elastic._report_model import build_model, fault_latencies, labeler
-from pytest_elastic._report_synth import synthetic_events
+from bench.synth import synthetic_events
+from pytest_elastic.report.chart import timeline_chart
+from pytest_elastic.report.failures import explain_failures, failures_from_events
+from pytest_elastic.report.model import build_model, fault_latencies, labeler
+from pytest_elastic.report.page import write_html
 from tests.conftest import SCRIPTS
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -73,8 +74,8 @@ def test_lasting_faults_are_spans_that_end_at_their_heal_or_duration():
 
 
 def write_page(events: list[dict]) -> str:
-    from pytest_elastic._report_model import build_model as build
-    from pytest_elastic._report_page import build_page
+    from pytest_elastic.report.model import build_model as build
+    from pytest_elastic.report.page import build_page
 
     return build_page("t", build(events), events)
 
@@ -174,8 +175,8 @@ def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path):
 
 
 def test_index_and_summary_json_carry_every_test(tmp_path):
-    from pytest_elastic._report_index import write_index
     from pytest_elastic._settings import Settings
+    from pytest_elastic.report.index import write_index
 
     settings = Settings(chaos=True, seed=9)
     stats = [{"elastic_test": "t.py::test_ok", "elastic_outcome": "passed", "elastic_fault_count": 2,
@@ -208,7 +209,6 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
 def test_a_fault_shows_when_training_resumed_and_what_it_cost(tmp_path):
     """The page prices each fault on the training: resume latency in the table, the lost
     seconds as a stacked bar on the time axis and in the table; the header shows goodput."""
-    from pytest_elastic._report import write_html
     from tests.unit.test_training_cost import EVENTS
 
     events = [dict(e, node=0, ts=e["mono"]) for e in EVENTS]
@@ -221,8 +221,8 @@ def test_a_fault_shows_when_training_resumed_and_what_it_cost(tmp_path):
 
 
 def test_the_session_summary_says_goodput_and_resume_latency():
-    from pytest_elastic._report import session_summary
     from pytest_elastic._settings import Settings
+    from pytest_elastic.report.stats import session_summary
 
     stats = [{"elastic_jobs": 1, "elastic_fault_count": 1, "elastic_resume_latencies": [2.0],
               "elastic_productive_s": 8.0, "elastic_wall_s": 10.0,

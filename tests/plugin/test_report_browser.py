@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from pytest_elastic._report import write_html
-from pytest_elastic._report_index import write_index
-from pytest_elastic._report_synth import synthetic_events
+from bench.synth import synthetic_events
+from pytest_elastic.report.index import write_index
+from pytest_elastic.report.page import write_html
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (.ci/run installs Debian's)")

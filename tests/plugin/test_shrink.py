@@ -11,8 +11,9 @@ import pytest
 
 from harness.faults import AtStep, Heal, NodeAdd, NodeKill, Partition, ScheduledFault, WorkerHang, WorkerKill
 from harness.sim.chaos import AfterHealthy
+from pytest_elastic._replay import schedules_from_json, schedules_to_json
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
-from pytest_elastic._shrink import Outcome, schedules_from_json, schedules_to_json, shrink, signature
+from pytest_elastic._shrink import Outcome, shrink, signature
 from tests.conftest import SCRIPTS
 
 STEPPER = str(SCRIPTS / "stepper.py")

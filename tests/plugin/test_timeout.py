@@ -150,6 +150,6 @@ def _stack_dirs() -> set[str]:
 
 def test_env_names_agree():
     from harness.procs import _stackdump
-    from pytest_elastic import _timeout, plugin
+    from pytest_elastic import _timeout
 
-    assert plugin._StackDumps.ENV == _timeout.STACKS_ENV == _stackdump.STACKS_ENV
+    assert _timeout.STACKS_ENV == _stackdump.STACKS_ENV

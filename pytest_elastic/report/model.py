@@ -20,7 +20,7 @@ from typing import Any, cast
 from harness.sim.training import TrainingIndex
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
-           "fault_text", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
+           "fault_text", "events_of", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
 
 #: faults that last until something ends them (a heal, an end event, a duration, the job's end)
 LASTING_FAULTS = frozenset({"partition", "packet_loss", "bandwidth", "link_down", "node_freeze",
@@ -119,6 +119,12 @@ def labeler(timeline: Any, events: list[dict[str, Any]]) -> Callable[[Hashable],
         return str(node)
 
     return label
+
+
+def events_of(source: Any) -> tuple[list[dict[str, Any]], Callable[[Hashable], str]]:
+    """A ``Timeline`` or a plain event list (synthetic input): its events and label function."""
+    events = source.events() if hasattr(source, "events") else list(source)
+    return events, labeler(source, events)
 
 
 def fault_latencies(events: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:

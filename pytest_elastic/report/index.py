@@ -31,7 +31,7 @@ def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
     """The replay line of a shrunk failure's minimal schedule (JSON in the properties)."""
     if not schedule or settings is None:
         return None
-    from pytest_elastic._session import reproduction_line
+    from pytest_elastic._replay import reproduction_line
 
     return reproduction_line(test, settings, schedule=str(schedule))
 

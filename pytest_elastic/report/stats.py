@@ -1,66 +1,16 @@
-"""What a person reads: a text chart of a job's timeline, the session summary, HTML."""
+"""The figures of a session: per job (faults, latencies, restarts, goodput), added up for
+the junit properties, and the lines of the terminal's ``elastic summary``.
+
+Loaded by every elastic test (its properties); nothing here draws.
+"""
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["timeline_chart", "session_summary", "write_html", "job_stats", "explain_job"]
-
-_STATE_CHARS = {"INIT": "i", "HEALTHY": "=", "UNHEALTHY": "~", "STOPPED": "s", "SUCCEEDED": "+",
-                "FAILED": "X", "UNKNOWN": "?"}
-_LEGEND = "legend: i init, = healthy, ~ unhealthy, s stopped, X failed, + succeeded, ! fault, _ dead (killed)"
-
-
-def _events_of(source: Any) -> tuple[list[dict[str, Any]], Any]:
-    """A ``Timeline`` or a plain event list (synthetic input): its events and label function."""
-    from pytest_elastic._report_model import labeler
-
-    events = source.events() if hasattr(source, "events") else list(source)
-    return events, labeler(source, events)
-
-
-def timeline_chart(timeline: Any, width: int = 64) -> str:
-    """Per node, the worker group's state over time; faults marked with '!', a node the
-    harness killed blank ('_') from that moment."""
-    from pytest_elastic._report_model import build_model
-
-    events, label = _events_of(timeline)
-    return _chart(build_model(events, label), width)
-
-
-def _chart(model: Any, width: int) -> str:
-    lanes = [lane for lane in model.lanes if lane.states]
-    if not lanes:
-        return "(no state events)"
-    span = model.duration
-    name_w = max(len(n) for n in [lane.label for lane in lanes] + ["faults"])
-    lines = [f"{'':>{name_w}}  0s{'':>{width - 10}}{span:6.2f}s"]
-
-    def column(t: float) -> int:
-        return min(width - 1, int(t / span * (width - 1)))
-
-    for lane in lanes:
-        row = [" "] * width
-        for state in lane.states:
-            first, last = column(state.start), column(state.end)
-            row[first:last + 1] = _STATE_CHARS.get(state.cls, "?") * (last + 1 - first)
-        if lane.dead_at is not None:
-            first = column(lane.dead_at) + 1
-            row[first:] = "_" * (width - first)
-        lines.append(f"{lane.label:>{name_w}} |{''.join(row)}|")
-    marks = [" "] * width
-    for fault in model.faults:
-        marks[column(fault.at)] = "!"
-    lines.append(f"{'faults':>{name_w}} |{''.join(marks)}|")
-    for fault in model.faults:
-        detail = {k: v for k, v in fault.event.items()
-                  if k not in ("ts", "mono", "node", "pid", "run_id", "kind", "fault")}
-        lines.append(f"{'':>{name_w}}  ! {fault.at:6.3f}s {fault.kind} {json.dumps(detail, default=str)}")
-    lines.append(_LEGEND)
-    return "\n".join(lines)
+__all__ = ["job_stats", "sum_by_key", "session_summary"]
 
 
 def job_stats(job: Any) -> dict[str, Any]:
@@ -142,29 +92,3 @@ def _projection_line(stats: list[dict[str, Any]], spec: str, resume: list[float]
     except ConfigError as e:
         return (f"projected: cannot project ({e}); mark checkpoint saves with harness.report_checkpoint() "
                 "or pass interval=S,checkpoint=S to --elastic-project")
-
-
-def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict[str, Any] | None = None,
-               failures: str = "", nproc: int = 0) -> dict[str, Any]:
-    """A self-contained HTML page for one job (see ``_report_page``); returns its figures
-    for the session index."""
-    from pytest_elastic._report_model import build_model
-    from pytest_elastic._report_page import build_page, page_figures
-
-    events, label = _events_of(timeline)
-    model = build_model(events, label)
-    page = build_page(title, model, events, nproc=nproc, info=info, failures=failures,
-                      chart=_chart(model, width=100), extra=extra)
-    with open(path, "w", encoding="utf-8") as fp:
-        fp.write(page)
-    return page_figures(model)
-
-
-def explain_job(job: Any, captured: list[dict[str, Any]] | None = None) -> str:
-    """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
-    with tracebacks) or else what its timeline's results say."""
-    from pytest_elastic._report_failures import explain_failures, failures_from_events
-
-    events, label = _events_of(job.timeline)
-    final = captured if captured else failures_from_events(events, label)
-    return explain_failures(final, events, label)

@@ -11,8 +11,9 @@ import json
 import statistics
 from typing import Any
 
-from pytest_elastic._report_model import Model, fault_text
-from pytest_elastic._report_svg import (
+from pytest_elastic.report.chart import draw_chart
+from pytest_elastic.report.model import Model, build_model, events_of, fault_text
+from pytest_elastic.report.svg import (
     LABEL_W,
     LOST_COLOURS,
     PLOT_W,
@@ -22,7 +23,7 @@ from pytest_elastic._report_svg import (
     render_timeline,
 )
 
-__all__ = ["build_page", "page_figures", "EVENT_ROWS_LIMIT"]
+__all__ = ["write_html", "build_page", "page_figures", "EVENT_ROWS_LIMIT"]
 
 #: the raw event table keeps the first events of a long job (the page stays small)
 EVENT_ROWS_LIMIT = 1500
@@ -261,3 +262,16 @@ def _sizes(sizes: list[Any]) -> str:
     if len(sizes) > 12:
         return " → ".join(map(str, sizes[:6])) + f" → … ({len(sizes) - 9} more) → " + " → ".join(map(str, sizes[-3:]))
     return " → ".join(map(str, sizes)) or "none"
+
+
+def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: dict[str, Any] | None = None,
+               failures: str = "", nproc: int = 0) -> dict[str, Any]:
+    """A self-contained HTML page for one job at ``path``; returns its figures for the
+    session index."""
+    events, label = events_of(timeline)
+    model = build_model(events, label)
+    page = build_page(title, model, events, nproc=nproc, info=info, failures=failures,
+                      chart=draw_chart(model, width=100), extra=extra)
+    with open(path, "w", encoding="utf-8") as fp:
+        fp.write(page)
+    return page_figures(model)

@@ -12,7 +12,9 @@ import signal
 from collections.abc import Callable, Hashable
 from typing import Any
 
-__all__ = ["collect_failures", "failures_from_events", "explain_failures", "TRACEBACK_LINES"]
+from pytest_elastic.report.model import events_of
+
+__all__ = ["collect_failures", "failures_from_events", "explain_failures", "explain_job", "TRACEBACK_LINES"]
 
 #: lines of an error file's traceback shown per rank (its head and its innermost frames)
 TRACEBACK_LINES = 12
@@ -126,3 +128,11 @@ def explain_failures(final: list[dict[str, Any]], events: list[dict[str, Any]],
         if len(earlier) > 20:
             lines.append(f"  ... and {len(earlier) - 20} more (see the timeline)")
     return "\n".join(lines)
+
+
+def explain_job(job: Any, captured: list[dict[str, Any]] | None = None) -> str:
+    """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
+    with tracebacks) or else what its timeline's results say."""
+    events, label = events_of(job.timeline)
+    final = captured if captured else failures_from_events(events, label)
+    return explain_failures(final, events, label)

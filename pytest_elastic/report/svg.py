@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any
 
-from pytest_elastic._report_model import LEAVE_FAULTS, Fault, Lane, Model, Span, fault_text
+from pytest_elastic.report.model import LEAVE_FAULTS, Fault, Lane, Model, Span, fault_text
 
 __all__ = ["render_timeline", "render_steps", "STATE_COLOURS", "WORKER_COLOURS", "LABEL_W", "PLOT_W"]
 
