@@ -37,6 +37,7 @@ import os
 import socket
 import sys
 import threading
+import time
 
 __all__ = ["PRELOAD_PACKAGES", "Preloader", "note_fork", "share_imports"]
 
@@ -59,6 +60,15 @@ def _thread_count() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return 0
+
+
+def _wait_gone(native_id: int | None, limit_s: float = 1.0) -> None:
+    """``join`` returns once the thread's Python part is done; its OS thread may still be
+    listed in ``/proc/self/task`` for a moment, and the count that follows must not take it
+    for a thread an import left behind."""
+    deadline = time.monotonic() + limit_s
+    while native_id is not None and os.path.exists(f"/proc/self/task/{native_id}") and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 class Preloader:
@@ -118,6 +128,7 @@ class Preloader:
             return
         self._stop.set()
         self._thread.join()
+        _wait_gone(self._thread.native_id)
         self._thread = None
         if _thread_count() > self._baseline:
             self.learning = False
