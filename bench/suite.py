@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 
 from _common import fmt_ratio, fmt_s, isolate_tmpdir, print_table, ratio, run_process  # noqa: E402
 
-from harness.agent import DEFAULT_MAX_RESTARTS  # noqa: E402
+from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL  # noqa: E402
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -165,7 +165,7 @@ class TorchrunJob:
         args = [str(a).replace("{tmp}", scratch) for a in job.get("args", [])]
         flags = [f"--nproc-per-node={job.get('nproc_per_node', 1)}",
                  f"--max-restarts={job.get('max_restarts', DEFAULT_MAX_RESTARTS)}",
-                 f"--monitor-interval={job.get('monitor_interval', 0.1)}"]
+                 f"--monitor-interval={job.get('monitor_interval', DEFAULT_MONITOR_INTERVAL)}"]
         if high == 1:
             flags = ["--standalone", "--nnodes=1", *flags]
         else:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS, LocalElasticAgent, RunResult, WorkerSpec
+from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL, LocalElasticAgent, RunResult, WorkerSpec
 from harness.errors import ChildFailedError, ConfigError, SignalException
 from harness.procs import LogsSpecs
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
@@ -43,7 +43,7 @@ class LaunchConfig:
     rdzv_configs: dict[str, Any] = field(default_factory=dict)
     rdzv_timeout: int = -1
     max_restarts: int = DEFAULT_MAX_RESTARTS
-    monitor_interval: float = 0.1
+    monitor_interval: float = DEFAULT_MONITOR_INTERVAL
     start_method: str = "spawn"
     log_line_prefix_template: str | None = None
     metrics_cfg: dict[str, str] = field(default_factory=dict)

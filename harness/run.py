@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from harness.agent import DEFAULT_MONITOR_INTERVAL
 from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
 from harness.launch import MAX_MONITOR_INTERVAL, LaunchConfig, elastic_launch, launch_agent
 
@@ -99,7 +100,7 @@ def get_args_parser() -> argparse.ArgumentParser:
     _flag(parser, "rdzv-conf", type=str, default="", help="Backend options k1=v1,k2=v2.")
     _flag(parser, "standalone", action=_CheckEnv, help="Single node: c10d on localhost:0.")
     _flag(parser, "max-restarts", type=int, default=0, help="Worker group restarts before failing.")
-    _flag(parser, "monitor-interval", type=float, default=0.1,
+    _flag(parser, "monitor-interval", type=float, default=DEFAULT_MONITOR_INTERVAL,
           help="Upper bound (s) between checks; exits are seen at once.")
     _flag(parser, "start-method", type=str, default="spawn", choices=START_METHOD_CHOICES,
           help="How callables/scripts are started; 'zygote' forks from a warm torch interpreter.")

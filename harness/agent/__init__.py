@@ -2,6 +2,7 @@
 
 from harness.agent._api import (
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_MONITOR_INTERVAL,
     DEFAULT_ROLE,
     AgentEvent,
     ElasticAgent,
@@ -22,6 +23,7 @@ from harness.agent._simple import SimpleElasticAgent
 __all__ = [
     "AgentEvent",
     "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_MONITOR_INTERVAL",
     "DEFAULT_ROLE",
     "ElasticAgent",
     "HealthCheckServer",

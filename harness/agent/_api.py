@@ -15,6 +15,7 @@ from harness.errors import ConfigError, ProcessFailure
 
 __all__ = [
     "DEFAULT_MAX_RESTARTS",
+    "DEFAULT_MONITOR_INTERVAL",
     "DEFAULT_ROLE",
     "WorkerSpec",
     "WorkerState",
@@ -30,6 +31,8 @@ DEFAULT_ROLE = "default"
 #: ``WorkerSpec``, ``LaunchConfig``, ``Cluster`` and a scenario's ``[job]`` (``elastic-run``'s
 #: ``--max-restarts`` keeps torchrun's 0)
 DEFAULT_MAX_RESTARTS = 3
+#: seconds between the agent's looks at its workers when nobody says (torchrun's too)
+DEFAULT_MONITOR_INTERVAL = 0.1
 
 
 @dataclass
@@ -47,7 +50,7 @@ class WorkerSpec:
     entrypoint: Callable[..., Any] | str | None = None
     args: tuple[Any, ...] = ()
     max_restarts: int = DEFAULT_MAX_RESTARTS
-    monitor_interval: float = 0.1
+    monitor_interval: float = DEFAULT_MONITOR_INTERVAL
     master_port: int | None = None
     master_addr: str | None = None
     local_addr: str | None = None

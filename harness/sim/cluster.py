@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS
+from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL
 from harness.errors import ConfigError, ElasticError
 from harness.procs import ZYGOTE_ENV
 from harness.sim.bytecode import ensure_compiled
@@ -42,7 +42,7 @@ class Cluster:
     """A simulated cluster. ``with Cluster(nnodes="1:4", nproc_per_node=2) as c: ...``"""
 
     def __init__(self, nnodes: str | int = "1:1", nproc_per_node: int = 1, max_restarts: int = DEFAULT_MAX_RESTARTS,
-                 rdzv_backend: str = "c10d", monitor_interval: float = 0.1,
+                 rdzv_backend: str = "c10d", monitor_interval: float = DEFAULT_MONITOR_INTERVAL,
                  start_method: str = "zygote", env: dict[str, str] | None = None,
                  rdzv_conf: dict[str, Any] | None = None, shutdown_timeout: float = 5.0,
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,

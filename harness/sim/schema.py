@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS, WorkerState
+from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL, WorkerState
 from harness.errors import ConfigError
 from harness.sim.checks import (
     ARGS,
@@ -132,7 +132,7 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("max_restarts", DEFAULT_MAX_RESTARTS, "restarts of the worker group before the job fails", integer(0)),
     Key("rdzv_backend", "c10d", "rendezvous backend (etcd needs the etcd binary)",
         one_of("c10d", "etcd", "etcd-v2")),
-    Key("monitor_interval", 0.1, "seconds between the agent's health checks of its workers",
+    Key("monitor_interval", DEFAULT_MONITOR_INTERVAL, "seconds between the agent's health checks of its workers",
         number(0, strict=True)),
     Key("start_method", "zygote", "how workers start (zygote: forked from a warm process)",
         one_of(*START_METHODS)),

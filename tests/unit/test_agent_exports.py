@@ -11,7 +11,8 @@ from harness.agent import LocalElasticAgent, SimpleElasticAgent, WorkerSpec
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
 
 PINNED = {
-    "AgentEvent", "DEFAULT_MAX_RESTARTS", "DEFAULT_ROLE", "ElasticAgent", "HealthCheckServer", "LocalElasticAgent",
+    "AgentEvent", "DEFAULT_MAX_RESTARTS", "DEFAULT_MONITOR_INTERVAL", "DEFAULT_ROLE", "ElasticAgent",
+    "HealthCheckServer", "LocalElasticAgent",
     "RunResult", "SimpleElasticAgent", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE",
     "Worker", "WorkerGroup", "WorkerSpec", "WorkerState", "create_healthcheck_server",
 }
