@@ -11,8 +11,9 @@ process), ``node_forks`` (node agents forked from one interpreter that imported 
 runtime once), ``rendezvous_store`` (where the rendezvous store lives), ``scheduler`` (fires
 scheduled faults), ``faults`` (faults and triggers as data), ``fault_target`` (what a fault
 needs from a job), ``process_faults`` and ``network_faults`` (the job's parts that apply
-them: ``job.processes``, ``job.network``), ``schema`` and ``checks`` (the one definition of
-every option, fault kind and scenario key), ``chaos`` (seeded schedules), ``timeline``,
+them: ``job.processes``, ``job.network``), ``node_ledger`` (what the harness did to each
+node and how its agent ended), ``schema`` and ``checks`` (the one definition of every
+option, fault kind and scenario key), ``chaos`` (seeded schedules), ``timeline``,
 ``invariants``, ``gpus`` (GPU slices per node), ``net`` (nodes as network hosts: namespaces
 on a bridge, and the network's faults), ``labels`` (readable node labels), ``progress``
 (``report_step``, the line a worker adds) and ``bytecode`` (node agents import the runtime

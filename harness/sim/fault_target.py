@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from harness.events import EventWriter
     from harness.sim.cluster import Cluster
     from harness.sim.net import Network
+    from harness.sim.node_ledger import NodeLedger
     from harness.sim.node_process import NodeProcess
     from harness.sim.rendezvous_store import StoreHandle
 
@@ -45,6 +46,10 @@ class FaultTarget(Protocol):
     orders_dir: str
     #: the harness's own event writer (events that are no fault: ``fault_armed``)
     harness_events: EventWriter
+    #: what the harness did to each node and how each agent ended: a fault that ends or
+    #: stops a node says so first (``ledger.harm(i, kind)``), then waits for the end it
+    #: caused (``ledger.await_exit(i)``, ``ledger.await_frozen(i)``)
+    ledger: NodeLedger
 
     def node(self, node: int) -> NodeProcess:
         """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
@@ -61,21 +66,6 @@ class FaultTarget(Protocol):
     def record(self, event: str, **fields: Any) -> None:
         """Write the event of something the harness does to the job (a ``fault``, a
         ``heal``); a scheduled fault fires atomically with the write."""
-        ...
-
-    def harm(self, node: int, cause: str) -> None:
-        """The harness is about to end or stop node ``node`` (``cause``: the fault kind):
-        its exit gets a terminal entry naming the cause. Call before acting."""
-        ...
-
-    def await_exit(self, node: int) -> None:
-        """Until the harness reaped node ``node``'s (just killed) agent and recorded its
-        exit; ``FaultError`` if that does not happen within the job's ``reap_timeout``."""
-        ...
-
-    def await_frozen(self, node: int) -> None:
-        """Node ``node`` was just SIGSTOPped: until its agent is stopped, then its terminal
-        entry; the job's waits stop waiting for it."""
         ...
 
     def start_node(self) -> int:

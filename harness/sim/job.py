@@ -9,22 +9,18 @@ A node is named by its integer index everywhere; its generated name is a display
 label, agent pid) when it starts one, ``node_exit`` (exit code, or the signal, from its
 own ``waitpid``) when an agent ends, and for a node it killed, froze or removed a terminal
 ``state`` entry on the node's own timeline (``"source": "harness"``, with the ``cause``),
-so ``timeline.states(i)`` of a killed node ends in ``FAILED``.
+so ``timeline.states(i)`` of a killed node ends in ``FAILED`` (``harness.sim.node_ledger``).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import pickle
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -49,6 +45,7 @@ from harness.sim.faults import (
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.network_faults import NetworkFaults
+from harness.sim.node_ledger import NodeLedger
 from harness.sim.node_process import NodeProcess
 from harness.sim.node_process import start_node as start_agent_process
 from harness.sim.process_faults import ProcessFaults
@@ -69,8 +66,6 @@ __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
 NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
 
-#: agent states after which the harness adds no terminal entry of its own
-_FINAL = (WorkerState.SUCCEEDED, WorkerState.FAILED, WorkerState.UNKNOWN)
 
 
 # -- result -------------------------------------------------------------------------------
@@ -101,10 +96,6 @@ class Job:
     (``kill_worker``, ``partition``...) hand each call to its part, and ``heal`` ends the
     lasting faults of every part in ``lasting``."""
 
-    #: seconds a kill (``kill_node``, ``kill_agent``...) waits for the killed agent to be
-    #: reaped before it raises ``FaultError``; also bounds the wait for a SIGSTOP to land
-    reap_timeout: float = 10.0
-
     def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any],
                  module: bool):
         self.cluster: Cluster = cluster
@@ -127,10 +118,9 @@ class Job:
         self.launched_nodes = 0  # nodes ``launch`` started (the twin starts as many)
         #: the harness's own events (node starts and exits, faults, heals), in the job's file
         self.harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
-        self._exit_lock = threading.Lock()
-        self._exits: dict[int, int] = {}  # node -> its agent's return code, once recorded
-        self._harmed: dict[int, str] = {}  # node -> what the harness did to it (a fault kind)
-        self._terminal: set[int] = set()  # nodes whose terminal entry the harness wrote
+        #: what the harness did to each node and how each agent ended (``reap_timeout``: how
+        #: long a kill waits for the agent it killed to be reaped)
+        self.ledger = NodeLedger(self.nodes, self.timeline, self.harness_events, self.bus)
         self._rdzv: dict[str, Any] | None = None
         #: the rendezvous store the harness runs for the job (None: one node hosts its own)
         self.store: StoreHandle | None = None
@@ -145,7 +135,6 @@ class Job:
         self.lasting: list[LastingFaults] = [self.network]
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
-        self.frozen_nodes: set[int] = set()  # nodes the harness SIGSTOPped (never finish)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -239,7 +228,7 @@ class Job:
         self.nodes[index] = NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
         self.harness_events.emit("node_start", target_node=index, label=name, pid=popen.pid,
                                  addr=addr, slot=slot)
-        self.bus.watch(popen.pid, functools.partial(_record_exit_of, weakref.ref(self), index))
+        self.ledger.watch(index)
         return index
 
     def _free_slot(self) -> int:
@@ -262,92 +251,6 @@ class Job:
             return self.nodes[node]
         except (KeyError, TypeError):
             raise ConfigError("node", node, f"is not one of this job's nodes {sorted(self.nodes)}") from None
-
-    # -- what the harness does to nodes, recorded -----------------------------------------
-
-    def harm(self, node: int, cause: str) -> None:
-        """The harness is about to end or stop ``node`` (``cause``: the fault kind): its
-        exit, once reaped, gets a terminal entry naming the cause. Called before acting."""
-        with self._exit_lock:
-            self._harmed.setdefault(node, cause)
-
-    def _record_exit(self, node: int) -> None:
-        """Record the agent's exit (called on the bus's reader thread when its pidfd turns
-        readable, and by ``terminate``): a ``node_exit`` event, and the terminal entry of a
-        node the harness harmed. Once per node."""
-        target = self.nodes[node]
-        with self._exit_lock:
-            if node in self._exits:
-                return
-            code = target.popen.poll()
-            if code is None:
-                try:  # exited (its pidfd said so) but reaped by a wait in another thread just now
-                    code = target.popen.wait(1.0)
-                except subprocess.TimeoutExpired:
-                    code = None
-            if code is not None:
-                self._note_exit(node, code)
-                return
-        # dead but not reaped yet: a forked node's parent (the node fork server) may be
-        # stopped or slow; record the exit when it reaps, never drop it
-        later = getattr(target.popen, "when_exited", None)
-        if later is not None:
-            later(functools.partial(_record_exit_of, weakref.ref(self), node))
-
-    def _note_exit(self, node: int, code: int) -> None:
-        """The ``node_exit`` event and terminal entry of a reaped agent (under ``_exit_lock``)."""
-        cause = self._harmed.get(node)
-        how = {"exitcode": code, "signal": None} if code >= 0 else {"exitcode": None, "signal": -code}
-        self.harness_events.emit("node_exit", target_node=node, cause=cause, **how)
-        if cause is not None and node not in self._terminal:
-            self._record_terminal(node, cause, **how)
-        self._exits[node] = code
-
-    def _record_terminal(self, node: int, cause: str, **how: Any) -> None:
-        """A terminal ``state`` entry on ``node``'s own timeline, written by the harness, unless
-        the agent's own last state already was final."""
-        states = self.timeline.states(node)
-        if states and states[-1] in _FINAL:
-            return
-        code = how.get("exitcode")
-        state = WorkerState.SUCCEEDED if cause == "node_leave" and code == 0 else WorkerState.FAILED
-        self._terminal.add(node)
-        self.harness_events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
-
-    def await_exit(self, node: int) -> None:
-        """Until the agent of ``node`` (just SIGKILLed) was reaped and its exit recorded;
-        ``FaultError`` if that does not happen within ``reap_timeout`` (the kill methods
-        promise a reaped agent and its terminal entry: never return as if they had one)."""
-        if not self.bus.wait_until(lambda: node in self._exits, self.reap_timeout, lifecycle=True):
-            raise FaultError(f"node {node}'s agent (pid {self.node(node).pid}) was SIGKILLed but never "
-                             f"reaped within {self.reap_timeout:g}s, so its exit and terminal entry are "
-                             "not on the timeline (stuck in the kernel, or its parent, the node fork "
-                             "server, is not reaping)")
-
-    def await_frozen(self, node: int) -> None:
-        """``node`` was just SIGSTOPped: until its agent is stopped, then its terminal entry
-        (unless its exit already wrote one); ``wait`` no longer waits for it."""
-        self.frozen_nodes.add(node)
-        self._await_stop(node)
-        with self._exit_lock:
-            if node not in self._exits and node not in self._terminal:
-                self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
-        self.bus.notify(lifecycle=True)  # Job.wait no longer waits for it
-
-    def _await_stop(self, node: int) -> None:
-        """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
-        writes can follow the terminal entry; a bounded poll of one process."""
-        pid = self.node(node).pid
-        deadline = time.monotonic() + self.reap_timeout
-        pause = 0.0005
-        while time.monotonic() < deadline:
-            try:
-                if os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT):
-                    return
-            except ChildProcessError:
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
 
     def agent_log(self, node: int) -> str:
         try:
@@ -604,7 +507,7 @@ class Job:
 
     def _running(self) -> list[int]:
         # a snapshot: the fault thread may add a node (join) while we wait
-        return [i for i, n in list(self.nodes.items()) if i not in self.frozen_nodes and n.alive()]
+        return [i for i, n in list(self.nodes.items()) if i not in self.ledger.frozen and n.alive()]
 
     def wait(self, timeout: float = 120, allow_unfired: bool = False) -> JobResult:
         """Wait for every node agent to finish (nodes the harness froze excepted: they
@@ -676,11 +579,11 @@ class Job:
                     _add_process(victims, pid)
             if node.alive():
                 self.killed_nodes.add(index)
-                self.harm(index, "close")
+                self.ledger.harm(index, "close")
                 signal_process_group(node.pid, signal.SIGCONT)
                 signal_process_group(node.pid, signal.SIGKILL)
             node.popen.wait()
-            self._record_exit(index)
+            self.ledger.record_exit(index)
         _, alive = psutil.wait_procs(victims, timeout=5)
         self.bus.close()
         self.harness_events.close()
@@ -693,14 +596,6 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"
-
-
-def _record_exit_of(job_ref: weakref.ref[Job], index: int) -> None:
-    """The bus's exit callback holds the job weakly: an abandoned Cluster (and its jobs) must
-    stay collectable, so that the garbage collector can close it."""
-    job = job_ref()
-    if job is not None:
-        job._record_exit(index)
 
 
 def fifos_under(directory: str) -> list[str]:

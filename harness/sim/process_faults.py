@@ -4,10 +4,10 @@ processes of a simulated job (workers, agents, whole nodes, the store's host).
 Each resolves its target first (an unknown node or rank raises ``ConfigError``, a target
 not running yet ``TargetNotReady``), so a fault that cannot hit anything is never recorded
 as fired; then records the ``fault`` event, then acts. What the harness does to a node is
-told to the job first (``harm``) so that the node's exit, reaped by the harness, gets a
-terminal entry on its own timeline naming the cause. Exit-code orders (a worker exits
-with a code at a step of its own choosing) are left here too, as files the worker's
-``harness.report_step`` obeys.
+told to the job's ledger first (``ledger.harm``) so that the node's exit, reaped by the
+harness, gets a terminal entry on its own timeline naming the cause. Exit-code orders (a
+worker exits with a code at a step of its own choosing) are left here too, as files the
+worker's ``harness.report_step`` obeys.
 """
 
 from __future__ import annotations
@@ -78,11 +78,11 @@ class ProcessFaults:
         host = store.node
         where = {"target_node": host} if host is not None else {}
         if host is not None:
-            target.harm(host, "store_host_loss")
+            target.ledger.harm(host, "store_host_loss")
         record_fault(target, "store_host_loss", store=store.describe(), **where)
         store.kill()
         if host is not None:
-            target.await_exit(host)
+            target.ledger.await_exit(host)
 
     def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
         """The worker dies of ``sig``; its agent must notice and restart the group."""
@@ -99,24 +99,24 @@ class ProcessFaults:
     def kill_agent(self, node: int) -> None:
         """The agent dies (SIGKILL); its workers must follow on their own. Returns once the
         harness reaped the agent (its terminal entry is on the timeline); ``FaultError`` if
-        it was not reaped within ``Job.reap_timeout``."""
+        it was not reaped within ``job.ledger.reap_timeout``."""
         agent = self._live_node(node)
-        self._target.harm(node, "agent_kill")
+        self._target.ledger.harm(node, "agent_kill")
         record_fault(self._target, "agent_kill", target_node=node)
         _kill(agent.pid, signal.SIGKILL)
-        self._target.await_exit(node)
+        self._target.ledger.await_exit(node)
 
     def kill_node(self, node: int) -> None:
         """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
         reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
-        not reaped within ``Job.reap_timeout``."""
+        not reaped within ``job.ledger.reap_timeout``."""
         self._signal_node(node, "node_kill", signal.SIGKILL)
-        self._target.await_exit(node)
+        self._target.ledger.await_exit(node)
 
     def remove_node(self, node: int) -> None:
         """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
         agent = self._live_node(node)
-        self._target.harm(node, "node_leave")
+        self._target.ledger.harm(node, "node_leave")
         record_fault(self._target, "node_leave", target_node=node)
         _kill(agent.pid, signal.SIGTERM)
 
@@ -124,7 +124,7 @@ class ProcessFaults:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
         is written once the agent is stopped (it never writes again)."""
         self._signal_node(node, "node_freeze", signal.SIGSTOP)
-        self._target.await_frozen(node)
+        self._target.ledger.await_frozen(node)
 
     def add_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
@@ -145,7 +145,7 @@ class ProcessFaults:
     def _signal_node(self, node: int, fault: str, sig: int) -> None:
         """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
         self._live_node(node)
-        self._target.harm(node, fault)
+        self._target.ledger.harm(node, fault)
         record_fault(self._target, fault, target_node=node)
         self.signal_node_processes(node, sig)
 

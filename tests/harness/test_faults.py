@@ -175,7 +175,7 @@ def test_kill_node_raises_when_the_agent_is_never_reaped():
         if not isinstance(job.nodes[1].popen, ForkedNode):
             pytest.skip("node 1 was not forked by the node fork server here")
         server = cluster.pool.node_server().process.pid
-        job.reap_timeout = 1.0
+        job.ledger.reap_timeout = 1.0
         os.kill(server, signal.SIGSTOP)
         try:
             with pytest.raises(FaultError, match=r"node 1's agent \(pid \d+\) was SIGKILLed but never reaped "
@@ -186,6 +186,6 @@ def test_kill_node_raises_when_the_agent_is_never_reaped():
             time.sleep(1.5)
         finally:
             os.kill(server, signal.SIGCONT)
-        job.reap_timeout = 30.0
-        job.await_exit(1)  # once its parent reaps again, the exit is recorded as before
+        job.ledger.reap_timeout = 30.0
+        job.ledger.await_exit(1)  # once its parent reaps again, the exit is recorded as before
         assert job.timeline.states(1)[-1] == WorkerState.FAILED
