@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_elastic._settings import Settings, parse_schedule
 
-__all__ = ["Schedules", "reproduction_line", "entry_to_json", "entry_from_json", "schedules_to_json",
+__all__ = ["Schedules", "rerun_line", "reproduction_line", "entry_to_json", "entry_from_json", "schedules_to_json",
            "schedules_from_json"]
 
 Schedules = tuple[tuple[Any, ...], ...]  # per job, ScheduledFault entries
@@ -34,6 +34,11 @@ def reproduction_line(test_id: str, settings: Settings, schedule: str | None = N
     if shrink_budget is not None:
         line += f" --elastic-shrink-budget={shrink_budget}"
     return line
+
+
+def rerun_line(test_id: str, settings: Settings, chaotic: bool) -> str:
+    """The command that runs this test again as it ran (its chaos seed included)."""
+    return reproduction_line(test_id, settings) if chaotic else f"pytest '{test_id}'"
 
 
 def entry_to_json(entry: Any) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_elastic._replay import reproduction_line
+from pytest_elastic._replay import reproduction_line, rerun_line
 from pytest_elastic._settings import (
     POOL_KEY,
     RECORD_KEY,
@@ -175,11 +175,8 @@ def record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         _write_html(item, record)
 
 
-def _replay(item: pytest.Item, record: ElasticRecord) -> str:
-    """The command that runs this test again as it ran (its chaos seed included)."""
-    if record.chaos_seed is not None:
-        return reproduction_line(item.nodeid, record.settings)
-    return f"pytest '{item.nodeid}'"
+def _rerun(item: pytest.Item, record: ElasticRecord) -> str:
+    return rerun_line(item.nodeid, record.settings, chaotic=record.chaos_seed is not None)
 
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
@@ -194,7 +191,7 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     os.makedirs(directory, exist_ok=True)
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
     props = dict(p for p in item.user_properties if isinstance(p, tuple) and len(p) == 2)
-    info = {"outcome": props.get("elastic_outcome"), "replay": _replay(item, record), "index": "index.html",
+    info = {"outcome": props.get("elastic_outcome"), "replay": _rerun(item, record), "index": "index.html",
             "seed": record.settings.seed if record.chaos_seed is not None else None}
     pages = []
     for i, job in enumerate(record.cluster.jobs):
@@ -229,7 +226,7 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
             report.sections.append((f"elastic failures (job {i}, {job.run_id})", why))
         chart = timeline_chart(job.timeline)
         if record.chaos_seed is None:  # else the chaos section below ends with it
-            chart += f"\nreproduce with:\n  {_replay(item, record)}"
+            chart += f"\nreproduce with:\n  {_rerun(item, record)}"
         report.sections.append((f"elastic timeline (job {i}, {job.run_id})", chart))
     if record.chaos_seed is not None:
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]

@@ -42,6 +42,8 @@ class WarmPool:
         if self._closed:
             raise ElasticError("this WarmPool is closed")
         if self._server is None or self._server.process.poll() is not None:
+            if self._server is not None:
+                self._server.close()  # a dead one's socket dir and ready pipe
             self._server = ZygoteServerProcess()
 
     def node_server(self) -> NodeForkServer | None:
@@ -52,6 +54,8 @@ class WarmPool:
         if not _has_pidfd():
             return None
         if self._nodes is None or self._nodes.process.poll() is not None:
+            if self._nodes is not None:
+                self._nodes.close()  # a dead one's socket and reader thread
             self._nodes = NodeForkServer()
         return self._nodes
 

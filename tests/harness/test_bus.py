@@ -86,7 +86,8 @@ def test_a_writer_never_depends_on_a_reader(tmp_path):
     writer = event_writer_from_env(env, "r", "host")
     writer.emit("state", state="INIT")
     writer.close()
-    [event] = [json.loads(line) for line in open(path)]
+    with open(path) as lines:
+        [event] = [json.loads(line) for line in lines]
     assert event["node"] == 3 and event["state"] == "INIT"  # the index, as an integer
 
 

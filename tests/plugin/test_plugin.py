@@ -101,6 +101,22 @@ def test_fixture_runs_a_job_and_records_properties(pytester):
     assert 'name="elastic_fault_count" value="1"' in xml and 'name="elastic_restarts" value="1"' in xml
 
 
+def test_sessions_in_one_process_keep_their_own_state(pytester):
+    """Session state lives in each session's stash, not in module globals: two sessions run
+    one after the other in one process (pytester in-process, as an IDE or a plugin's own
+    tests run them) each summarise only their own elastic tests."""
+    pytester.makepyfile(f"""
+        import pytest
+        @pytest.mark.elastic(nnodes=1, nproc_per_node=1)
+        def test_job(elastic_cluster):
+            elastic_cluster.launch({STEPPER!r}, "2", "0.01").wait(timeout=60)
+    """)
+    for _ in range(2):
+        result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines(["elastic tests: 1 (0 failed)*"])
+
+
 def test_failing_elastic_test_shows_the_timeline_chart(pytester):
     pytester.makepyfile(f"""
         import pytest

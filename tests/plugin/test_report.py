@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -200,7 +201,7 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
     assert summary["results"][0]["minimal_replay"] == \
         "pytest 't.py::test_bad' --elastic-chaos --elastic-seed=9 --elastic-schedule='[[1]]'"
     assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)
-    page = open(index).read()
+    page = Path(index).read_text()
     assert "href='t.py_test_ok.job0.html'" in page and "href='t.py_test_ok.job1.html'>job 1<" in page
     assert page.count("<th data-k=") == 9 and "training resumed ms" in page and ">0.80<" in page
     assert "--elastic-schedule=&#x27;[[1]]&#x27;" in page

@@ -87,6 +87,13 @@ class Node:
         except subprocess.TimeoutExpired:
             pass
 
+    def close(self) -> None:
+        """Kill it and close its output pipe (once the reader has drained it)."""
+        self.kill()
+        self._reader.join(5)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
 
 @pytest.fixture
 def nodes():
@@ -100,7 +107,7 @@ def nodes():
 
     yield start
     for node in started:
-        node.kill()
+        node.close()
     # workers die with their agent (PDEATHSIG); give them a moment
     time.sleep(0.2)
 

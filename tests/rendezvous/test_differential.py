@@ -24,11 +24,14 @@ def run_pair(launcher: str, tmp_path) -> dict[str, dict]:
     env = {"TMPDIR": str(tmp_path), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     args = c10d_args(port, "2", "diff", "--max-restarts=1", nproc=2) + [ENV_DUMP]
     agents = []
-    for _ in range(2):
-        module = "torch.distributed.run" if launcher == "torchrun" else "harness.run"
-        node = Node(args, env, module=module)
-        agents.append(node)
-    assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    try:
+        for _ in range(2):
+            module = "torch.distributed.run" if launcher == "torchrun" else "harness.run"
+            agents.append(Node(args, env, module=module))
+        assert [a.wait(90) for a in agents] == [0, 0], "\n".join(a.output for a in agents)
+    finally:
+        for agent in agents:
+            agent.close()
     decoder = json.JSONDecoder()
     rows = [decoder.raw_decode(chunk)[0]["env"] for a in agents for chunk in a.output.split("ENV ")[1:]]
     return {r["RANK"]: {k: r.get(k) for k in COMPARED} for r in rows}

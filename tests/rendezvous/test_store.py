@@ -163,4 +163,5 @@ def test_standalone_store_process_prints_port_and_dies_with_parent():
         client.close()
     finally:
         proc.terminate()
+        proc.stdout.close()
         assert proc.wait(10) == 0
