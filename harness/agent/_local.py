@@ -15,6 +15,7 @@ from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 
 __all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT",
            "TORCHELASTIC_TIMER_FILE"]
@@ -104,9 +105,7 @@ class LocalElasticAgent(SimpleElasticAgent):
         self._watchdog = self._make_watchdog(spec.rdzv_handler.get_run_id())
         self._expired: dict[int, Any] = {}  # pid -> WorkerTimerExpired (set on the watchdog thread)
         self._watchdog_error: BaseException | None = None
-        self._wake_r, self._wake_w = os.pipe()  # the watchdog thread wakes the agent loop
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r, self._wake_w = self_pipe()  # the watchdog thread wakes the agent loop
         self._owns_zygote = zygote is None and start_method == "zygote"
         if self._owns_zygote:
             from harness.procs._zygote_client import Zygote
@@ -130,10 +129,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                                       on_failed=self._on_watchdog_failed)
 
     def _wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # already awake
+        wake_pipe(self._wake_w)  # a full pipe: already awake
 
     def _on_timer_expired(self, expired: Any) -> None:
         """Watchdog thread: remember which scope killed whom; the loop does the rest."""
@@ -241,10 +237,7 @@ class LocalElasticAgent(SimpleElasticAgent):
             news = worker_group.spec.rdzv_handler.event_fd()
             fds = (self._wake_r,) if news is None else (self._wake_r, news)
             self._pcontext.wait(timeout, extra_fds=fds)
-            try:
-                os.read(self._wake_r, 64)
-            except BlockingIOError:
-                pass
+            drain_pipe(self._wake_r)
 
     def _global_rank(self, local_rank: int) -> int:
         return self._worker_group.workers[local_rank].global_rank

@@ -13,6 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+
 __all__ = ["TeeSink", "TeePump"]
 
 
@@ -30,8 +32,7 @@ class TeePump:
 
     def __init__(self) -> None:
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
+        self._wake_r, self._wake_w = self_pipe()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._partial: dict[int, bytes] = {}
         self._lock = threading.Lock()
@@ -47,7 +48,7 @@ class TeePump:
             self._thread = threading.Thread(target=self._run, name="elastic-tee", daemon=True)
             self._thread.start()
         else:
-            os.write(self._wake_w, b"x")
+            wake_pipe(self._wake_w)
 
     def _run(self) -> None:
         while True:
@@ -56,10 +57,7 @@ class TeePump:
                     return
             for key, _ in self._selector.select(timeout=0.5):
                 if key.data is None:
-                    try:
-                        os.read(self._wake_r, 4096)
-                    except BlockingIOError:
-                        pass
+                    drain_pipe(self._wake_r)
                     continue
                 self._pump(key.fd, key.data)
 
@@ -103,7 +101,7 @@ class TeePump:
         with self._lock:
             self._stopping = True
         if self._thread is not None:
-            os.write(self._wake_w, b"x")
+            wake_pipe(self._wake_w)
             self._thread.join(timeout)
         with self._lock:
             for key in list(self._selector.get_map().values()):

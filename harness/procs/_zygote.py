@@ -43,6 +43,7 @@ from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
 from harness.procs._preload import Preloader, note_fork, share_imports
+from harness.selfpipe import drain_pipe, self_pipe
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
 
@@ -87,9 +88,7 @@ class _Zygote:
         self.preloader = Preloader()  # what workers imported, imported here while idle
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, "accept")
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(self.wake_w, False)
+        self.wake_r, self.wake_w = self_pipe()
         self.selector.register(self.wake_r, selectors.EVENT_READ, "sigchld")
         self.owner: dict[int, socket.socket] = {}  # worker pid -> agent connection
         self.clients: set[socket.socket] = set()
@@ -114,10 +113,7 @@ class _Zygote:
                     self.selector.register(conn, selectors.EVENT_READ, "client")
                     self.note_netns(conn, pid)
                 elif key.data == "sigchld":
-                    try:
-                        os.read(self.wake_r, 4096)
-                    except BlockingIOError:
-                        pass
+                    drain_pipe(self.wake_r)
                     self.reap()
                 else:
                     conn = cast(socket.socket, key.fileobj)  # registered above: a client socket

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
+from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 
 __all__ = [
     "StoreClient",
@@ -405,8 +406,7 @@ class StoreServer:
         self._data: dict[str, bytes] = {}
         self._conns: dict[int, _Conn] = {}
         self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
+        self._wake_r, self._wake_w = self_pipe()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
@@ -454,10 +454,7 @@ class StoreServer:
 
     def stop(self) -> None:
         self._stopping = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        wake_pipe(self._wake_w)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         for fd in (self._wake_r, self._wake_w):
@@ -469,10 +466,7 @@ class StoreServer:
     def request_stop(self) -> None:
         """Ask the loop to end (safe from a signal handler)."""
         self._stopping = True
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        wake_pipe(self._wake_w)
 
     def serve_forever(self) -> None:
         """Run in the calling thread (the standalone store process)."""
@@ -490,10 +484,7 @@ class StoreServer:
                     if key.data == "listen":
                         self._accept()
                     elif key.data == "wake":
-                        try:
-                            os.read(self._wake_r, 64)
-                        except OSError:
-                            pass
+                        drain_pipe(self._wake_r)
                     else:
                         conn = key.data
                         if events & selectors.EVENT_READ:
