@@ -53,6 +53,7 @@ from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.node_process import NodeProcess, start_node
 from harness.sim.progress import DIGEST_ENV
+from harness.sim.resources import ResourceFaults
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
 from harness.sim.timeline import HARNESS, Timeline
 
@@ -136,6 +137,8 @@ class Job(ProcessFaults, NetworkFaults):
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.frozen_nodes: set[int] = set()  # nodes the harness SIGSTOPped (never finish)
+        #: the nodes' cgroups and the faults written to them (slow_node, memory_limit)
+        self.resources = ResourceFaults(self)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -209,7 +212,7 @@ class Job(ProcessFaults, NetworkFaults):
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
                WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
                "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: self.shared_dir,
-               NODE_DISK_ENV: self._disk_of(index)}
+               NODE_DISK_ENV: self._disk_of(index), **self.resources.node_env(index)}
         if cluster.golden:
             env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
         env.pop("TORCHELASTIC_ERROR_FILE", None)
@@ -418,6 +421,26 @@ class Job(ProcessFaults, NetworkFaults):
         return latency
 
     # -- faults --------------------------------------------------------------------------
+
+    def slow_node(self, node: int, cpu: float = 0.2) -> None:
+        """Node ``node`` gets ``cpu`` CPUs' worth of time (a straggler) until ``heal``."""
+        self.resources.slow_node(node, cpu)
+
+    def memory_limit(self, node: int, limit: str | int = "300M") -> None:
+        """Node ``node``'s processes share ``limit`` bytes (then OOM kills) until ``heal``."""
+        self.resources.memory_limit(node, limit)
+
+    def heal(self, node: int | None = None) -> None:
+        """End node ``node``'s lasting faults, or every node's with ``node=None``: its
+        resource faults (slow_node, memory_limit) and network faults (partitions, loss,
+        bandwidth, link down). A heal that ended no resource fault heals the network as
+        before (in loopback mode: ``ConfigError``, there is no network to heal)."""
+        if node is not None:
+            self._node(node)
+        healed = self.resources.heal(node)
+        network = self.open_network_faults()
+        if not healed or (network if node is None else node in network):
+            NetworkFaults.heal(self, node)
 
     def _fault(self, kind: str, **fields: Any) -> None:
         """Record a fault the harness is about to apply (its target already resolved); a
@@ -628,7 +651,8 @@ class Job(ProcessFaults, NetworkFaults):
             self._store = None
         if self.network is not None:  # after every process in it: a live one pins a namespace
             self.network.close()
-        return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        leftovers = self.resources.close()  # after every process in them, too
+        return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE] + leftovers
 
     def __repr__(self) -> str:
         return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"

@@ -22,9 +22,10 @@ PINNED = {
     "harness.launch": {"LaunchConfig", "elastic_launch", "launch_agent", "build_agent", "run_agent"},
     "harness.net": {"PortReservation", "fqdn", "split_endpoint"},
     "harness.procs": {
-        "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std", "ZygoteError",
-        "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns", "process_start_time",
-        "process_state", "render_prefix", "same_netns", "set_pdeathsig", "signal_process_group",
+        "OOM_REASON", "START_METHODS", "LogsSpecs", "ProcessContext", "RunProcsResult", "Std",
+        "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent", "is_same_process",
+        "join_netns", "process_start_time", "process_state", "render_prefix", "same_netns",
+        "set_pdeathsig", "signal_process_group",
     },
     "harness.events": {"EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
                        "event_writer_from_env", "node_key"},
