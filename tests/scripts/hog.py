@@ -1,7 +1,8 @@
-"""Allocates (and touches) ``mb`` MiB a step until the OOM killer or the step count stops it.
+"""Local rank 0 allocates (and touches) ``mb`` MiB a step until the OOM killer or the step
+count stops it: ``hog.py MB STEPS [--always]``.
 
-``--once-at`` only the first attempt allocates (a restarted one trains on normally), so a
-job under ``memory_limit`` shows one OOM kill and a restart that succeeds."""
+Only the first attempt allocates (a restarted one trains on normally), so a job under
+``memory_limit`` shows one OOM kill and a restart that succeeds; ``--always``: every attempt."""
 import os
 import sys
 import time
