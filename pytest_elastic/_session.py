@@ -188,7 +188,7 @@ def _replay(item: pytest.Item, record: ElasticRecord) -> str:
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
-    from harness.sim.training import rates_summary
+    from harness.sim.training import rates_report
     from pytest_elastic._report import explain_job, write_html
 
     if item.nodeid in SCHEDULE_OVERRIDES:
@@ -207,7 +207,7 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
         write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
                    "\n".join(record.problems),
                    info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
-                         "step_rates": rates_summary(job.timeline.rank_rates())},
+                         "step_rates": rates_report(job.timeline.events())},
                    failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
     item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
                                  ("elastic_replay", info["replay"])])

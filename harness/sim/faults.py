@@ -240,7 +240,7 @@ class MemoryLimit(Fault):
     killer ends one (a worker it takes is recorded with ``reason="oom"``)."""
 
     kind: ClassVar[str] = "memory_limit"
-    is_failure: ClassVar[bool] = False
+    is_failure: ClassVar[bool] = True  # its OOM kill costs a restart
     node: int = 0
     limit: Any = "300M"
 

@@ -212,6 +212,12 @@ EXPECT_KEYS: tuple[Key, ...] = (
         number(0), example=0.5),
     Key("max_resume_latency", None, "seconds from a fault to the first training step of a later round, "
         "at most", number(0, strict=True), example=10.0),
+    Key("straggler_node", None, "while a node was slowed (slow_node), the step rates name this node's rank "
+        "the straggler (it waited most for a CPU)", integer(0), example=1),
+    Key("min_slowdown", None, "the job's step time while a node was slowed, over its step time before, "
+        "at least", number(0, strict=True), example=1.5),
+    Key("oom_kills", None, "workers the kernel's OOM killer took (worker_exit reason oom), exactly",
+        integer(0), example=1),
 )
 
 #: top-level entries of a scenario file

@@ -43,7 +43,8 @@ from itertools import islice
 from typing import Any
 
 __all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "RankRate", "TrainingIndex", "annotate_steps", "fault_cost",
-           "goodput", "rank_rates", "rates_summary", "round_of", "straggler"]
+           "goodput", "rank_rates", "rates_report", "rates_summary", "round_of", "slow_windows", "step_times",
+           "straggler"]
 
 #: the keys of ``FaultRecord.lost``, always all present
 LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
@@ -283,15 +284,28 @@ class RankRate:
         return min(1.0, max(0.0, self.cpu_wait_s / self.seconds))
 
 
-def rank_rates(steps: Iterable[Event], since: float | None = None,
-               until: float | None = None) -> dict[int, RankRate]:
-    """rank -> its ``RankRate`` over the step events (``mono`` within [since, until])."""
+def _by_worker(steps: Iterable[Event], since: float | None, until: float | None) -> dict[tuple[int, Any], list[Event]]:
+    """(rank, pid) -> that worker's step events with ``mono`` within [since, until], in order."""
     by_worker: dict[tuple[int, Any], list[Event]] = {}
     for step in steps:
         at = _mono(step)
         if (since is not None and at < since) or (until is not None and at > until):
             continue
         by_worker.setdefault((int(step.get("rank", -1)), step.get("pid")), []).append(step)
+    return by_worker
+
+
+def step_times(steps: Iterable[Event], since: float | None = None, until: float | None = None) -> list[float]:
+    """Every interval between two consecutive steps of one worker (any rank), in seconds:
+    their median is the job's step time, untouched by a warm-up step or a restart's gap."""
+    return [_mono(b) - _mono(a) for found in _by_worker(steps, since, until).values()
+            for a, b in zip(found, found[1:], strict=False)]
+
+
+def rank_rates(steps: Iterable[Event], since: float | None = None,
+               until: float | None = None) -> dict[int, RankRate]:
+    """rank -> its ``RankRate`` over the step events (``mono`` within [since, until])."""
+    by_worker = _by_worker(steps, since, until)
     totals: dict[int, tuple[int, float, float | None]] = {}
     for (rank, _pid), found in by_worker.items():
         if len(found) < 2:
@@ -332,3 +346,31 @@ def straggler(rates: Mapping[int, RankRate]) -> int | None:
     others = sorted(w for r, w in waits.items() if r != worst)
     median = others[len(others) // 2]
     return worst if waits[worst] >= max(0.25, median + 0.2) else None
+
+
+def slow_windows(events: Sequence[Event]) -> list[tuple[Event, float, float | None]]:
+    """Each ``slow_node`` fault with the monotonic times it held: (fault, start, end), end
+    the ``heal`` that ended it (None: it lasted to the job's end)."""
+    windows = []
+    for i, event in enumerate(events):
+        if event.get("kind") != "fault" or event.get("fault") != "slow_node":
+            continue
+        node = event.get("target_node")
+        end = next((_mono(e) for e in islice(events, i + 1, None) if e.get("kind") == "heal"
+                    and "slow_node" in e.get("healed", ()) and e.get("target_node", node) == node), None)
+        windows.append((event, _mono(event), end))
+    return windows
+
+
+def rates_report(events: Sequence[Event]) -> str:
+    """What the report shows: each rank's step rate over the whole job, and over each span a
+    node was slowed (``slow_node``), where the straggler shows (over the whole job its wait
+    is diluted by the time it was not slowed)."""
+    steps = [e for e in events if e.get("kind") == "step"]
+    lines = [rates_summary(rank_rates(steps))]
+    for fault, start, end in slow_windows(events):
+        during = rates_summary(rank_rates(steps, since=start, until=end))
+        if during:
+            lines.append(f"while node {fault.get('target_node')} was slowed to cpu={fault.get('cpu')}: "
+                         + during.removeprefix("step rate per rank: "))
+    return "\n".join(line for line in lines if line)

@@ -3,9 +3,15 @@
 
 from __future__ import annotations
 
+import json
+import re
+from types import SimpleNamespace
+
 import pytest
 
-from harness.sim.training import rank_rates, rates_summary, straggler
+from harness.sim.timeline import Timeline
+from harness.sim.training import rank_rates, rates_report, rates_summary, slow_windows, straggler
+from pytest_elastic import _scenarios
 
 
 def step(t, rank, pid, wait=None):
@@ -44,3 +50,45 @@ def test_attempts_add_up_and_a_window_selects_steps():
     assert rank_rates(events, until=1.5)[0].steps == 1
     assert rank_rates([step(0.0, 3, 7)]) == {}  # one step is no rate
     assert rates_summary({}) == ""
+
+
+def test_the_report_names_the_straggler_while_its_node_was_slowed():
+    # rank 1 waits for a CPU only between 2.0 and 4.0 s, while node 1 was slowed: over the
+    # whole 10 s that is diluted below the straggler's margin, over the window it is not
+    events = [step(t / 10, rank, 100 + rank, wait=(min(max(t / 10, 2.0), 4.0) - 2.0) * 0.9 if rank else 0.0)
+              for t in range(0, 101, 5) for rank in (0, 1)]
+    fault = {"kind": "fault", "fault": "slow_node", "target_node": 1, "cpu": 0.1, "mono": 2.0}
+    heal = {"kind": "heal", "healed": ["slow_node"], "target_node": 1, "mono": 4.0}
+    timeline = sorted([*events, fault, heal], key=lambda e: e["mono"])
+    assert slow_windows(timeline) == [(fault, 2.0, 4.0)]
+    whole, during = rates_report(timeline).splitlines()
+    assert whole.startswith("step rate per rank: rank 0 2.0 steps/s") and "straggler" not in whole
+    assert during == ("while node 1 was slowed to cpu=0.1: rank 0 2.0 steps/s, cpu wait 0%; rank 1 2.0 steps/s, "
+                      "cpu wait 90% — rank 1 waited most for a CPU: the straggler")
+    assert slow_windows([fault]) == [(fault, 2.0, None)]  # never healed: to the end
+
+
+def test_the_resource_expect_keys_are_enforced(tmp_path):
+    """[expect] straggler_node, min_slowdown and oom_kills, on a timeline: node 1 (rank 0)
+    slowed from 2.0 s to 4.0 s, steps every 0.1 s before and 0.4 s during; one OOM kill."""
+    events = [{"kind": "worker_start", "node": node, "rank": rank, "worker_pid": 10 + rank, "mono": 0.0}
+              for node, rank in ((1, 0), (0, 1))]
+    times = [t / 10 for t in range(21)] + [2.0 + 0.4 * i for i in range(1, 6)]
+    events += [step(t, rank, 10 + rank, wait=max(0.0, t - 2.0) * 0.9 if rank == 0 else 0.0)
+               for t in times for rank in (0, 1)]
+    events += [{"kind": "fault", "fault": "slow_node", "target_node": 1, "cpu": 0.1, "mono": 2.0, "node": "harness"},
+               {"kind": "heal", "healed": ["slow_node"], "target_node": 1, "mono": 4.0, "node": "harness"},
+               {"kind": "worker_exit", "node": 0, "rank": 1, "worker_pid": 11, "exitcode": -9, "reason": "oom",
+                "mono": 4.5}]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["mono"])))
+    job = SimpleNamespace(timeline=Timeline(str(path)))
+    result = SimpleNamespace(state=None)
+    _scenarios._check_expectations({"straggler_node": 1, "min_slowdown": 3.5, "oom_kills": 1}, job, result, None,
+                                   chaotic=False)
+    for key, value, message in (("straggler_node", 0, "straggler node 1 (rank 0), expected 0"),
+                                ("min_slowdown", 5.0, "step time grew 4.00x while node 1 was slowed, expected "
+                                                      "at least 5.0x"),
+                                ("oom_kills", 0, "1 worker(s) killed by the OOM killer, expected 0")):
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
+            _scenarios._check_expectations({key: value}, job, result, None, chaotic=False)

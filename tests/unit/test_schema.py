@@ -326,7 +326,9 @@ def test_every_expect_key_is_enforced(tmp_path):
     # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py); the twin
     # keys need a real twin run: tests/harness/test_golden.py and scenarios/training
     twin_keys = {"same_as_golden", "diverges", "golden_rtol"}
-    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys
+    resource_keys = {"straggler_node", "min_slowdown", "oom_kills"}  # tests/unit/test_rank_rates.py
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys \
+        - resource_keys
     _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
     for key, (value, message) in fails.items():
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
