@@ -68,6 +68,8 @@ def probe() -> CgroupSupport | str:
         return f"the cgroup v1 controller(s) {', '.join(missing)} (not mounted)"
     bases = {c: dirs[c] for c in _V1}
     for base in set(bases.values()):
+        if not os.path.isdir(base):
+            return f"cgroups (the hierarchy that holds {base} is not mounted here)"
         if not os.access(base, os.W_OK):
             return f"write access to the cgroup {base} (run as root, or in a cgroup delegated to this user)"
     return CgroupSupport(1, bases)
