@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["cgroup_dirs", "join_cgroups", "memory_cgroup", "memory_limit", "OomLedger", "OOM_REASON"]
+__all__ = ["cgroup_dirs", "join_cgroups", "memory_cgroup", "memory_limit", "OomLedger", "OOM_REASON",
+           "parse_cgroup", "parse_mountinfo"]
 
 #: the ``reason`` a worker the OOM killer took gets (``worker_exit`` events)
 OOM_REASON = "oom"
@@ -34,15 +35,20 @@ _OPTIONS = frozenset({"rw", "ro", "noprefix", "xattr", "clone_children", "cpuset
 
 
 def _mounts() -> dict[str, tuple[str, str]]:
-    """controller -> (mount point, mount root) of every cgroup hierarchy mounted here (v2's
-    unified one under ``""``). A hierarchy mounted twice: its first mount."""
-    found: dict[str, tuple[str, str]] = {}
+    """controller -> (mount point, mount root) of every cgroup hierarchy mounted here."""
     try:
         with open("/proc/self/mountinfo") as fp:
-            lines = fp.read().splitlines()
+            return parse_mountinfo(fp.read())
     except OSError:
-        return found
-    for line in lines:
+        return {}
+
+
+def parse_mountinfo(text: str) -> dict[str, tuple[str, str]]:
+    """controller -> (mount point, mount root) of each cgroup hierarchy in a mountinfo text
+    (v2's unified one under ``""``; v1 named ones as ``name=...``). A hierarchy mounted
+    twice: its first mount."""
+    found: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
         head, _, tail = line.partition(" - ")
         fields, rest = head.split(), tail.split()
         if len(fields) < 5 or len(rest) < 3:
@@ -67,19 +73,27 @@ def cgroup_dirs(pid: int | str = "self") -> dict[str, str]:
     mounted here (``""``: the cgroup v2 unified hierarchy). Empty if ``pid`` is gone."""
     try:
         with open(f"/proc/{pid}/cgroup") as fp:
-            lines = fp.read().splitlines()
+            text = fp.read()
     except OSError:
         return {}
-    mounts = _mounts()
+    return parse_cgroup(text, _mounts())
+
+
+def parse_cgroup(text: str, mounts: dict[str, tuple[str, str]]) -> dict[str, str]:
+    """A ``/proc/<pid>/cgroup`` text and the mounts (``parse_mountinfo``) -> controller ->
+    directory. A hierarchy mounted from a subtree (a container's) is resolved from there."""
     dirs: dict[str, str] = {}
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
         for controller in controllers.split(",") if controllers else [_UNIFIED]:
             if controller not in mounts:
                 continue
             point, root = mounts[controller]
             if root != "/" and (path == root or path.startswith(root + "/")):
-                path = path[len(root):] or "/"  # a mount of a subtree (containers)
+                path = path[len(root):] or "/"
             dirs[controller] = os.path.normpath(point + path)
     return dirs
 
