@@ -199,9 +199,10 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
 
     Chaos adds failures only within the restarts the scenario's own faults leave; it
     keeps spare every node the scenario's own faults take out (a chaos node kill on top
-    of the scenario's would drop the job below ``min_nodes``); and a scenario that cuts
+    of the scenario's would drop the job below ``min_nodes``); a scenario that cuts
     links itself gets no chaos cuts (healed whenever chaos likes, they would make its
-    outcome undecidable)."""
+    outcome undecidable), and one that slows a node no chaos slow nodes (its straggler
+    is the one its expectations name)."""
     import dataclasses
 
     from harness.sim.faults import fault_class
@@ -216,6 +217,11 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
         chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
     taken = {f.get("node", 0) for f in faults if FAULT_KINDS[f["kind"]].membership < 0}
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
+    if any(f["kind"] in RESOURCE_FAULT_KINDS for f in faults):  # its straggler is the one judged
+        others = tuple(k for k in chaos.kinds if k not in RESOURCE_FAULT_KINDS)
+        chaos = dataclasses.replace(chaos, kinds=others)
+        if not others:
+            return None
     if any(f["kind"] in NETWORK_FAULT_KINDS for f in faults):
         own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
         return dataclasses.replace(chaos, kinds=own_links) if own_links else None
@@ -226,6 +232,8 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 #: --elastic-faults kinds that cut or thin links
 CHAOS_NETWORK_KINDS = frozenset({"partition", "packet_loss"})
+#: fault kinds that need cgroups (harness.sim.resources)
+RESOURCE_FAULT_KINDS = frozenset({"slow_node", "memory_limit"})
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
@@ -241,10 +249,6 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
     missing = netns_missing()
     if missing:
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
-
-
-#: fault kinds that need cgroups (harness.sim.resources)
-RESOURCE_FAULT_KINDS = frozenset({"slow_node", "memory_limit"})
 
 
 def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
