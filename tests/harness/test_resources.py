@@ -17,7 +17,6 @@ from harness.errors import ConfigError
 from harness.faults import AtStep, Heal, MemoryLimit, ScheduledFault, SlowNode
 from harness.sim.resources import CgroupSupport, parse_bytes, probe
 from harness.sim.resources.cgroups import PERIOD_US
-from harness.sim.training import rates_summary, straggler
 from tests.conftest import SCRIPTS
 
 SUPPORT = probe()
@@ -63,8 +62,9 @@ def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed():
         quota_s = 0.2 * PERIOD_US / 1e6
         assert used1 - used0 <= (periods1 - periods0 + 1) * quota_s * 1.05
         assert slow.throttled() > throttled0  # the quota did stop it
-        rates = job.timeline.rank_rates(since=job.timeline.faults()[0]["mono"])
-        assert straggler(rates) == rank, rates_summary(rates)  # its worker waited for the CPU
+        # (which rank the step rates call the straggler is judged in lockstep training, where
+        # the others sleep in the collective: scenarios/resources/straggler.toml; these two
+        # workers both burn CPU, and on a loaded machine the free one waits for it too)
         job.heal(1)
         [fault] = [f for f in job.timeline.faults() if f["fault"] == "slow_node"]
         assert fault["target_node"] == 1 and fault["cpu"] == 0.2
