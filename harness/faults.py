@@ -23,6 +23,7 @@ from harness.sim.faults import (
     Heal,
     Immediately,
     LinkDown,
+    MemoryLimit,
     NodeAdd,
     NodeFreeze,
     NodeKill,
@@ -32,6 +33,7 @@ from harness.sim.faults import (
     PacketLoss,
     Partition,
     ScheduledFault,
+    SlowNode,
     StoreHostKill,
     Trigger,
     WorkerHang,
@@ -42,7 +44,7 @@ from harness.sim.scheduler import FaultError, FaultNotFired, TargetNotReady
 __all__ = [  # = harness.sim.faults.PUBLIC + the errors (tests/unit/test_exports.py)
     "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",
     "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
-    "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
+    "SlowNode", "MemoryLimit", "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
     "ScheduledFault", "FaultError", "FaultNotFired", "TargetNotReady",
 ]
 #: internal names this module used to export: still reachable, with a DeprecationWarning

@@ -43,6 +43,7 @@ chaos adds never fail it: the report lists them as not fired.
 
 from __future__ import annotations
 
+import statistics
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -172,6 +173,7 @@ class ScenarioItem(pytest.Item):
         if chaos is not None:
             chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", 3))
         _skip_without_netns(job_spec, faults)
+        _skip_without_cgroups(faults)
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
@@ -199,9 +201,10 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
 
     Chaos adds failures only within the restarts the scenario's own faults leave; it
     keeps spare every node the scenario's own faults take out (a chaos node kill on top
-    of the scenario's would drop the job below ``min_nodes``); and a scenario that cuts
+    of the scenario's would drop the job below ``min_nodes``); a scenario that cuts
     links itself gets no chaos cuts (healed whenever chaos likes, they would make its
-    outcome undecidable)."""
+    outcome undecidable), and one that slows a node no chaos slow nodes (its straggler
+    is the one its expectations name)."""
     import dataclasses
 
     from harness.sim.faults import fault_class
@@ -216,6 +219,11 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
         chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
     taken = {f.get("node", 0) for f in faults if FAULT_KINDS[f["kind"]].membership < 0}
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
+    if any(f["kind"] in RESOURCE_FAULT_KINDS for f in faults):  # its straggler is the one judged
+        others = tuple(k for k in chaos.kinds if k not in RESOURCE_FAULT_KINDS)
+        chaos = dataclasses.replace(chaos, kinds=others)
+        if not others:
+            return None
     if any(f["kind"] in NETWORK_FAULT_KINDS for f in faults):
         own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
         return dataclasses.replace(chaos, kinds=own_links) if own_links else None
@@ -226,12 +234,16 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
 NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
 #: --elastic-faults kinds that cut or thin links
 CHAOS_NETWORK_KINDS = frozenset({"partition", "packet_loss"})
+#: fault kinds that need cgroups (harness.sim.resources)
+RESOURCE_FAULT_KINDS = frozenset({"slow_node", "memory_limit"})
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
     """A scenario that needs network namespaces is skipped, saying what is missing, where
     they cannot be made (not root, no nft...), as the network tests are."""
-    wants = job.get("network") == "netns" or any(f.get("kind") in NETWORK_FAULT_KINDS for f in faults)
+    kinds = {f.get("kind") for f in faults}
+    wants = job.get("network") == "netns" or bool(kinds & NETWORK_FAULT_KINDS - {"heal"}) \
+        or ("heal" in kinds and not kinds & RESOURCE_FAULT_KINDS)  # a heal ends a resource fault too
     if not wants or job.get("network") == "loopback":
         return
     from harness.sim.net import netns_missing
@@ -239,6 +251,18 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
     missing = netns_missing()
     if missing:
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
+
+
+def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
+    """A scenario with a resource fault is skipped, saying what is missing, where this
+    process may make no cgroups, as the resource tests are."""
+    if not any(f.get("kind") in RESOURCE_FAULT_KINDS for f in faults):
+        return
+    from harness.sim.resources import CgroupSupport, probe
+
+    support = probe()
+    if not isinstance(support, CgroupSupport):
+        pytest.skip(f"needs {support}")
 
 
 def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,
@@ -272,8 +296,44 @@ def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: in
             if latency is not None and latency > bound:
                 problems.append(f"{fault['fault']} recovered after {latency:.2f}s > {bound}s")
     problems.extend(_training_truth(expect, job, timeout))
+    problems.extend(_resource_truth(expect, job))
     if problems:
         raise ScenarioFailure("; ".join(problems) + "\n" + timeline_chart(job.timeline))
+
+
+def _resource_truth(expect: dict[str, Any], job: Any) -> list[str]:
+    """The expectations about resource faults: the straggler named, the slowdown, OOM kills."""
+    from harness.sim.training import rank_rates, rates_summary, slow_windows, step_times, straggler
+
+    problems: list[str] = []
+    steps, windows = job.timeline.steps(), slow_windows(job.timeline.events())
+    if ("straggler_node" in expect or "min_slowdown" in expect) and not windows:
+        problems.append("no node was slowed (slow_node), so no straggler to name")
+    for fault, start, end in windows:
+        during = rank_rates(steps, since=start, until=end)
+        if "straggler_node" in expect:
+            rank = straggler(during)
+            node = _node_of_rank(job, rank, start) if rank is not None else None
+            if node != expect["straggler_node"]:
+                problems.append(f"straggler node {node} (rank {rank}), expected {expect['straggler_node']}: "
+                                f"{rates_summary(during)}")
+        before, slowed = step_times(steps, until=start), step_times(steps, since=start, until=end)
+        if "min_slowdown" in expect and before and slowed:
+            slowdown = statistics.median(slowed) / statistics.median(before)
+            if slowdown < expect["min_slowdown"]:
+                problems.append(f"step time grew {slowdown:.2f}x while node {fault.get('target_node')} was "
+                                f"slowed, expected at least {expect['min_slowdown']}x")
+    if "oom_kills" in expect:
+        ooms = [e for e in job.timeline.events("worker_exit") if e.get("reason") == "oom"]
+        if len(ooms) != expect["oom_kills"]:
+            problems.append(f"{len(ooms)} worker(s) killed by the OOM killer, expected {expect['oom_kills']}")
+    return problems
+
+
+def _node_of_rank(job: Any, rank: int, at: float) -> Any:
+    """The node whose worker had global ``rank`` in the round running at monotonic ``at``."""
+    starts = [e for e in job.timeline.events("worker_start") if e.get("rank") == rank and e["mono"] <= at]
+    return starts[-1]["node"] if starts else None
 
 
 def _training_truth(expect: dict[str, Any], job: Any, timeout: float) -> list[str]:

@@ -181,6 +181,7 @@ def _rerun(item: pytest.Item, record: ElasticRecord) -> str:
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
+    from harness.sim.training import rates_report
     from pytest_elastic.report.failures import explain_job
     from pytest_elastic.report.page import write_html
 
@@ -199,7 +200,8 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
         restarts = max(job.timeline.restart_counts().values(), default=0)
         write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
                    "\n".join(record.problems),
-                   info={**info, "restarts": restarts, "goodput": job.goodput().summary()},
+                   info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
+                         "step_rates": rates_report(job.timeline.events())},
                    failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
     item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
                                  ("elastic_replay", info["replay"])])

@@ -54,12 +54,24 @@ def _temp_trees() -> set[str]:
     return set(glob.glob(os.path.join(tmp, "elastic_*")))
 
 
+def _cgroups() -> set[str]:
+    """Job cgroups this process made (``harness.sim.resources``) that are still there."""
+    from harness.sim.resources.cgroups import CgroupSupport, probe
+
+    support = probe()
+    if not isinstance(support, CgroupSupport):
+        return set()
+    return {path for base in support.distinct_bases()
+            for path in glob.glob(os.path.join(base, f"elastic_{os.getpid()}_*"))}
+
+
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test if it left a child process or one of our temp dirs behind."""
+    """Fail the test if it left a child process, one of our temp dirs or a job cgroup behind."""
     me = psutil.Process()
     before_children = {p.pid for p in me.children(recursive=True)}
     before_dirs = _temp_trees()
+    before_cgroups = _cgroups()
     yield
     deadline = time.monotonic() + 5
     while True:
@@ -73,6 +85,8 @@ def no_leaks():
     assert not leaked, f"test left processes behind: {[(p.pid, _cmd(p)) for p in leaked]}"
     new_dirs = _temp_trees() - before_dirs
     assert not new_dirs, f"test left temp dirs behind: {sorted(new_dirs)}"
+    new_cgroups = _cgroups() - before_cgroups
+    assert not new_cgroups, f"test left cgroups behind: {sorted(new_cgroups)}"
 
 
 # multiprocessing's per-parent helpers: started once, they exit when this process does

@@ -247,9 +247,11 @@ class LocalElasticAgent(SimpleElasticAgent):
         for rank, proc in self._pcontext.procs.items():
             if proc.exitcode is not None and rank not in self._reported_exits:
                 self._reported_exits.add(rank)
+                reason = self._pcontext.exit_reason(rank)
                 self._events.emit("worker_exit", local_rank=rank, rank=self._global_rank(rank),
                                   worker_pid=proc.pid, exitcode=proc.exitcode,
-                                  restart_count=self.restart_count, round=self._round)
+                                  restart_count=self.restart_count, round=self._round,
+                                  **({"reason": reason} if reason else {}))
 
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         pc = self._pcontext

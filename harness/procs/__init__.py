@@ -2,10 +2,12 @@
 
 Also the process primitives the rest of the project builds on (the simulation starts its
 node agents and store servers with them): children that die with their parent, signalling
-a process group, a process identity that survives pid reuse, joining a network namespace, and the zygote server (a warm
-interpreter that has imported torch and forks workers).
+a process group, a process identity that survives pid reuse, the cgroups a process is in,
+joining a network namespace, and the zygote server (a warm interpreter that has imported
+torch and forks workers).
 """
 
+from harness.procs._cgroup import OOM_REASON, cgroup_dirs
 from harness.procs._context import START_METHODS, ProcessContext, RunProcsResult
 from harness.procs._handles import (
     is_same_process,
@@ -22,8 +24,8 @@ from harness.procs._zygote import ZYGOTE_ENV
 from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 
 __all__ = [
-    "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext", "RunProcsResult",
-    "Std", "ZygoteError", "ZygoteServerProcess", "die_with_parent", "is_same_process", "join_netns",
-    "process_start_time", "process_state", "render_prefix", "same_netns", "set_pdeathsig",
-    "share_imports", "signal_process_group",
+    "OOM_REASON", "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext",
+    "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",
+    "is_same_process", "join_netns", "process_start_time", "process_state", "render_prefix", "same_netns",
+    "set_pdeathsig", "share_imports", "signal_process_group",
 ]

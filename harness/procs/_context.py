@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from harness.errors import ProcessFailure
+from harness.procs._cgroup import OOM_REASON, OomLedger
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
 from harness.procs._logs import AttemptLogs, RankLogs
 from harness.procs._std import Std
@@ -64,14 +65,17 @@ class ProcessContext:
         self._pump: TeePump | None = None
         self._files: list[IO[Any]] = []
         self._selector = selectors.DefaultSelector()
+        self._oom: OomLedger | None = None
 
     # -- start ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._oom = OomLedger()  # before any worker runs: its OOM kills count from here
         try:
             for local_rank in sorted(self.envs):
                 proc = self._start_one(local_rank)
                 self.procs[local_rank] = proc
+                self._oom.watch(proc.pid)
                 self._selector.register(proc.fileno(), selectors.EVENT_READ, proc)
         except BaseException:
             self.close(signal.SIGKILL, grace=0)
@@ -167,14 +171,25 @@ class ProcessContext:
                 continue
             self._unwatch(proc)
             if code != 0:
-                failures[rank] = ProcessFailure(rank, proc.pid, code,
-                                                self.logs.ranks[rank].error_file)
+                failures[rank] = failure = ProcessFailure(rank, proc.pid, code,
+                                                          self.logs.ranks[rank].error_file)
+                if self.exit_reason(rank) == OOM_REASON:
+                    assert self._oom is not None
+                    failure.message = self._oom.describe(proc.pid)  # not a bare "Signal 9"
         if failures:
             return RunProcsResult(failures=failures)
         if running:
             return None
         return RunProcsResult(
             return_values={rank: proc.return_value() for rank, proc in self.procs.items()})
+
+    def exit_reason(self, local_rank: int) -> str | None:
+        """Why worker ``local_rank`` ended, where the exit code does not say it: ``"oom"``
+        if the kernel's OOM killer took it (``harness.procs._cgroup``); else None."""
+        proc = self.procs[local_rank]
+        if self._oom is not None and self._oom.killed_by_oom(proc.pid, proc.exitcode):
+            return OOM_REASON
+        return None
 
     def uninterruptible(self, since: dict[int, float], timeout: float) -> list[int]:
         """Local ranks that have been in D state for longer than ``timeout`` seconds."""

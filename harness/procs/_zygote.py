@@ -11,6 +11,9 @@ pays neither, and a restart reuses the same zygote. One zygote can serve many ag
 * a worker runs in its agent's network namespace, as a spawned one would: the zygote
   learns the agent's pid from the connection (``SO_PEERCRED``), and a child forked for an
   agent in another namespace joins it (``setns``) before any of its code runs;
+* a worker runs in its agent's cgroups, as a child of the agent would (a CPU quota or a
+  memory limit put on a node's agent covers its workers): the zygote moves each child it
+  forks into the cgroups of the agent that asked, before it replies ``spawned``;
 * the zygote is the workers' parent: it reaps them (sweeping each process group with
   SIGKILL *before* the reap, while the group id cannot be reused) and reports every exit
   code to the agent that asked for the worker;
@@ -39,6 +42,7 @@ import sys
 import traceback
 from typing import Any, cast
 
+from harness.procs._cgroup import cgroup_dirs, join_cgroups
 from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
@@ -93,6 +97,7 @@ class _Zygote:
         self.owner: dict[int, socket.socket] = {}  # worker pid -> agent connection
         self.clients: set[socket.socket] = set()
         self.netns: dict[socket.socket, int] = {}  # agent connection -> its netns fd, when not ours
+        self.agents: dict[socket.socket, int] = {}  # agent connection -> the agent's pid
 
     def run(self) -> None:
         signal.set_wakeup_fd(self.wake_w)
@@ -112,6 +117,7 @@ class _Zygote:
                     self.clients.add(conn)
                     self.selector.register(conn, selectors.EVENT_READ, "client")
                     self.note_netns(conn, pid)
+                    self.agents[conn] = pid
                 elif key.data == "sigchld":
                     drain_pipe(self.wake_r)
                     self.reap()
@@ -160,6 +166,7 @@ class _Zygote:
         """The agent is gone: its workers must follow."""
         self.selector.unregister(conn)
         self.clients.discard(conn)
+        self.agents.pop(conn, None)
         fd = self.netns.pop(conn, None)
         if fd is not None:
             os.close(fd)
@@ -207,10 +214,24 @@ class _Zygote:
             os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
         except OSError:
             pass
+        self.join_agent_cgroups(conn, pid, fds)
         for fd in fds:
             os.close(fd)
         self.owner[pid] = conn  # registered first: if the reply fails, drop() kills it
         send_message(conn, {"op": "spawned", "id": request["id"], "pid": pid})
+
+    def join_agent_cgroups(self, conn: socket.socket, pid: int, fds: list[int]) -> None:
+        """Move worker ``pid`` into its agent's cgroups (read now: the harness may have
+        moved the agent since it connected); a cgroup it cannot join is said on the
+        worker's stderr, and the worker runs on where it is."""
+        agent = self.agents.get(conn)
+        if agent is None:
+            return
+        for problem in join_cgroups(pid, cgroup_dirs(agent)):
+            try:
+                os.write(fds[2] if len(fds) > 2 else 2, f"[zygote] {problem}\n".encode())
+            except OSError:
+                pass
 
     def become_worker(self, request: dict[str, Any], fds: list[int], netns: int | None) -> None:
         code = 1

@@ -30,6 +30,7 @@ from harness.sim.labels import NameMaker
 from harness.sim.leftovers import owned_tempdir
 from harness.sim.net_invariants import unhealed_message
 from harness.sim.pool import WarmPool, resolve_pool
+from harness.sim.resources import unhealed_message as resources_unhealed
 
 __all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
 
@@ -165,6 +166,9 @@ class Cluster:
         finished = {id(job): job.finished() for job in self.jobs}
         for job in self.jobs:  # reported, not failed: a test may mean to end partitioned
             unhealed = unhealed_message(job.network.open_faults())
+            if unhealed:
+                warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
+            unhealed = resources_unhealed(job.resources.open_faults())
             if unhealed:
                 warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
         for job in self.jobs:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 PUBLIC = [
     "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",
     "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
-    "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
+    "SlowNode", "MemoryLimit", "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
     "ScheduledFault",
 ]
 __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
@@ -170,7 +170,7 @@ class Partition(Fault):
 
 @dataclass(frozen=True)
 class Heal(Fault):
-    """End node ``node``'s lasting faults (``node=None``: every node's): ``Job.heal``."""
+    """End node ``node``'s lasting faults, network and resource (``node=None``: every node's)."""
 
     kind: ClassVar[str] = "heal"
     is_failure: ClassVar[bool] = False
@@ -216,6 +216,36 @@ class LinkDown(Fault):
 
     def apply(self, job: Job) -> None:
         job.network.link_down(self.node)
+
+
+# resource faults: need cgroups (harness.sim.resources); each lasts until a Heal (or the job's end)
+
+
+@dataclass(frozen=True)
+class SlowNode(Fault):
+    """Node ``node``'s processes get ``cpu`` CPUs' worth of time (a CPU quota): a straggler."""
+
+    kind: ClassVar[str] = "slow_node"
+    is_failure: ClassVar[bool] = False
+    node: int = 0
+    cpu: float = 0.2
+
+    def apply(self, job: Job) -> None:
+        job.resources.slow_node(self.node, self.cpu)
+
+
+@dataclass(frozen=True)
+class MemoryLimit(Fault):
+    """Node ``node``'s processes share ``limit`` bytes of memory; past it the kernel's OOM
+    killer ends one (a worker it takes is recorded with ``reason="oom"``)."""
+
+    kind: ClassVar[str] = "memory_limit"
+    is_failure: ClassVar[bool] = True  # its OOM kill costs a restart
+    node: int = 0
+    limit: Any = "300M"
+
+    def apply(self, job: Job) -> None:
+        job.resources.memory_limit(self.node, self.limit)
 
 
 # -- when ---------------------------------------------------------------------------------

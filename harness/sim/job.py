@@ -50,6 +50,7 @@ from harness.sim.node_process import NodeProcess
 from harness.sim.node_process import start_node as start_agent_process
 from harness.sim.process_faults import ProcessFaults
 from harness.sim.progress import DIGEST_ENV
+from harness.sim.resources import ResourceFaults
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler
 from harness.sim.timeline import HARNESS, Timeline
 
@@ -135,6 +136,9 @@ class Job:
         self.lasting: list[LastingFaults] = [self.network]
         self.chaos_schedule: list[ScheduledFault] = []
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
+        #: the nodes' cgroups and the faults written to them (slow_node, memory_limit)
+        self.resources = ResourceFaults(self)
+        self.lasting.append(self.resources)
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class Job:
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
                WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
                "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: self.shared_dir,
-               NODE_DISK_ENV: self._disk_of(index)}
+               NODE_DISK_ENV: self._disk_of(index), **self.resources.node_env(index)}
         if cluster.golden:
             env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
         env.pop("TORCHELASTIC_ERROR_FILE", None)
@@ -340,6 +344,14 @@ class Job:
 
     # -- faults: one-line hand-offs to the parts ------------------------------------------
 
+    def slow_node(self, node: int, cpu: float = 0.2) -> None:
+        """Node ``node`` gets ``cpu`` CPUs' worth of time (a straggler) until ``heal``."""
+        self.resources.slow_node(node, cpu)
+
+    def memory_limit(self, node: int, limit: str | int = "300M") -> None:
+        """Node ``node``'s processes share ``limit`` bytes (then OOM kills) until ``heal``."""
+        self.resources.memory_limit(node, limit)
+
     def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
         """The worker dies of ``sig``; its agent must notice and restart the group."""
         self.processes.kill_worker(node, local_rank, sig)
@@ -402,12 +414,22 @@ class Job:
 
     def heal(self, node: int | None = None) -> None:
         """End node ``node``'s lasting faults (every node's with None), those of each part
-        in ``lasting`` (the network's: partitions, loss, bandwidth, link down); one ``heal``
-        event names what ended."""
+        in ``lasting`` (the network's: partitions, loss, bandwidth, link down; the
+        resources': slow_node, memory_limit); one ``heal`` event names what ended. A part
+        that cannot heal here (the network in loopback mode) raises only when nothing else
+        was healed."""
         if node is not None:
             self.node(node)
-        healed = sorted(name for part in self.lasting for name in part.end_lasting(node))
-        self.record("heal", **({"target_node": node} if node is not None else {}), healed=healed)
+        healed: list[str] = []
+        refused: list[ConfigError] = []
+        for part in self.lasting:
+            try:
+                healed += part.end_lasting(node)
+            except ConfigError as e:  # the network part in loopback mode: no network to heal
+                refused.append(e)
+        if refused and not healed:
+            raise refused[0]
+        self.record("heal", **({"target_node": node} if node is not None else {}), healed=sorted(healed))
 
     # -- what a fault needs (``FaultTarget``) -------------------------------------------------
 
@@ -592,7 +614,8 @@ class Job:
             self.store = None
         if self.net is not None:  # after every process in it: a live one pins a namespace
             self.net.close()
-        return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+        leftovers = self.resources.close()  # after every process in them, too
+        return [f"pid {p.pid}" for p in alive if p.status() != psutil.STATUS_ZOMBIE] + leftovers
 
     def __repr__(self) -> str:
         return f"Job(run_id={self.run_id}, nodes={ {i: n.name for i, n in self.nodes.items()} })"

@@ -74,7 +74,7 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
             continue
         node, cut = event.get("target_node"), event["mono"]
         healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
-                       and e.get("target_node") in (None, node)), None)
+                       and e.get("target_node") in (None, node) and not _resources_only(e)), None)
         deadline = cut + bound
         if (healed is not None and healed < deadline) or end < deadline:
             continue  # healed (or the job ended) before the node had to fence
@@ -108,6 +108,13 @@ def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[flo
         for name in names:
             intervals[name].append((cut, healed))
     return dict(intervals)
+
+
+def _resources_only(heal: dict[str, Any]) -> bool:
+    """A ``heal`` that ended resource faults only (``slow_node``, ``memory_limit``: their heal
+    event names them): it ended no partition."""
+    healed = heal.get("healed") or []
+    return bool(healed) and all(kind in ("slow_node", "memory_limit") for kind in healed)
 
 
 def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:

@@ -34,17 +34,34 @@ def _write_result(path: str, result: Any) -> None:
     os.replace(tmp, path)
 
 
+#: ``os.pathsep``-joined ``cgroup.procs`` files of the node's cgroup (harness.sim.resources)
+CGROUP_ENV = "HARNESS_NODE_CGROUP"
+
+
 def settle(parent: int | None, netns: str | None) -> None:
-    """First thing in a node process: die with the harness (``parent``) and move into the
-    node's network namespace. Done here rather than in a ``preexec_fn``: a ``preexec_fn``
-    forces a full fork of the (large) harness process, ~40 ms per node instead of ~8 ms
-    with the vfork Popen can use otherwise; the orphan window is closed by the parent check."""
+    """First thing in a node process: die with the harness (``parent``), move into the
+    node's network namespace and into its cgroup (before any fork: its workers inherit
+    it). Done here rather than in a ``preexec_fn``: a ``preexec_fn`` forces a full fork of
+    the (large) harness process, ~40 ms per node instead of ~8 ms with the vfork Popen can
+    use otherwise; the orphan window is closed by the parent check."""
     from harness.procs import die_with_parent, join_netns
 
     if parent is not None:
         die_with_parent(parent)
     if netns is not None:
         join_netns(netns)
+    _join_cgroup(os.environ.pop(CGROUP_ENV, ""))
+
+
+def _join_cgroup(procs_files: str) -> None:
+    """Join the node's cgroup; one that cannot be joined is said in the agent's log (the
+    resource faults on this node then check and fail, naming it)."""
+    for path in filter(None, procs_files.split(os.pathsep)):
+        try:
+            with open(path, "w") as fp:
+                fp.write(str(os.getpid()))
+        except OSError as e:
+            print(f"[node] cannot join cgroup {os.path.dirname(path)}: {e.strerror}", file=sys.stderr)
 
 
 def main(spec_path: str, parent: int | None = None, netns: str | None = None) -> int:

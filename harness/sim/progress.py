@@ -27,6 +27,8 @@ __all__ = ["report_checkpoint", "report_step"]
 _writer: EventWriter | None = None
 _writer_pid: int | None = None
 _taught_pid: int | None = None  # this process told its zygote what it imported (first step)
+_schedstat: int | None = None  # fd of the reporting thread's /proc schedstat
+_schedstat_pid: int | None = None
 
 
 def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
@@ -85,6 +87,9 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
         from harness.sim.digest import state_digest
 
         fields["digest"] = state_digest(state)
+    wait = _cpu_wait()
+    if wait is not None:
+        fields["cpu_wait"] = wait
     writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                 restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
     _obey_orders(writer, rank, int(step))
@@ -115,6 +120,20 @@ def report_checkpoint(step: int) -> Iterator[None]:
                     seconds=time.monotonic() - start,
                     restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
     share_imports()  # a save may import what the steps did not (torch.distributed.checkpoint)
+
+
+def _cpu_wait() -> float | None:
+    """Seconds this worker's main thread has been runnable but not running (the kernel's
+    run delay; a CPU quota's throttling counts): what names a straggler in step-rate terms
+    (``harness.sim.training.rank_rates``). None where /proc has no schedstat."""
+    global _schedstat, _schedstat_pid
+    try:
+        if _schedstat is None or _schedstat_pid != os.getpid():  # the fd names one thread: reopen after a fork
+            _schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            _schedstat_pid = os.getpid()
+        return int(os.pread(_schedstat, 128, 0).split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _as_float(loss: object) -> float:

@@ -66,6 +66,7 @@ from harness.sim.checks import (
     PEERS,
     PROBABILITY,
     RATE,
+    SIZE,
     STR_TABLE,
     TABLE,
     TEXT,
@@ -211,6 +212,12 @@ EXPECT_KEYS: tuple[Key, ...] = (
         number(0), example=0.5),
     Key("max_resume_latency", None, "seconds from a fault to the first training step of a later round, "
         "at most", number(0, strict=True), example=10.0),
+    Key("straggler_node", None, "while a node was slowed (slow_node), the step rates name this node's rank "
+        "the straggler (it waited most for a CPU)", integer(0), example=1),
+    Key("min_slowdown", None, "the job's step time while a node was slowed, over its step time before, "
+        "at least", number(0, strict=True), example=1.5),
+    Key("oom_kills", None, "workers the kernel's OOM killer took (worker_exit reason oom), exactly",
+        integer(0), example=1),
 )
 
 #: top-level entries of a scenario file
@@ -275,7 +282,7 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               heal_after=(1.0, 4.0)),
     FaultKind("heal", "Heal", (Key("node", None, "the node to heal (none: every node)",
                                    optional(integer(0)), example=1),),
-              "a node's network faults end (partition, loss, bandwidth, link down)"),
+              "a node's lasting faults end (partition, loss, bandwidth, link down, slow_node, memory_limit)"),
     FaultKind("packet_loss", "PacketLoss",
               (NODE, Key("probability", 0.05, "chance each packet is dropped", PROBABILITY)),
               "a share of a node's packets is dropped", chaos="packet_loss",
@@ -283,6 +290,16 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("bandwidth", "Bandwidth",
               (NODE, Key("rate", "1mbit", "the link's rate", RATE, example="500kbit")), "a node's link is slowed"),
     FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)"),
+    # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
+    FaultKind("slow_node", "SlowNode",
+              (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's processes get together",
+                         number(0.01), example=0.5)),
+              "a node's processes get a CPU quota (a straggler)", chaos="slow_node",
+              chaos_choices={"cpu": (0.1, 0.3)}, heal_after=(2.0, 5.0)),
+    FaultKind("memory_limit", "MemoryLimit",
+              (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes)', SIZE,
+                         example="1G")),
+              "a node's processes share a memory limit: past it the kernel OOM-kills one"),
 )}
 
 #: old spellings, each still accepted with a DeprecationWarning naming the new one

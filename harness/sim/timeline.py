@@ -30,9 +30,11 @@ from harness.sim.training import (
     LOST_CATEGORIES,
     FaultCost,
     Goodput,
+    RankRate,
     TrainingIndex,
     annotate_steps,
     goodput,
+    rank_rates,
     round_of,
 )
 
@@ -289,6 +291,11 @@ class Timeline:
             record["resume_latency"], record["lost"] = cost.resume_latency, cost.lost
             records.append(record)
         return records
+
+    def rank_rates(self, since: float | None = None, until: float | None = None) -> dict[int, RankRate]:
+        """rank -> its step rate and CPU wait (``harness.sim.training.rank_rates``), over the
+        steps reported between the monotonic times ``since`` and ``until`` (default: all)."""
+        return rank_rates(self.steps(), since, until)
 
     def goodput(self, records: list[FaultRecord] | None = None) -> Goodput:
         """How much of the job's wall time was training, and where the rest went;

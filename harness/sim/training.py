@@ -25,6 +25,13 @@ an old round's late step from a new round's first.
 can be attributed: the initial start-up (first event -> first step), each fault's lost time,
 checkpoint saves the script marked (``harness.report_checkpoint``) and the tail (last step ->
 end: teardown, exit barrier). Productive time is what is left: the steps that count.
+
+**Step rate per rank** (``rank_rates``): steps per second of each rank, and the share of that
+time its worker was runnable but not running (``cpu_wait``: the kernel's run delay, which
+``report_step`` sends with each step, from ``/proc/self/schedstat``). In synchronous
+training every rank steps at the pace of the slowest, so the rates alone cannot name a
+straggler; the CPU wait does: a rank held to a CPU quota (``slow_node``), or crowded out by
+a neighbour, waits for the CPU while the others wait in the collective, asleep.
 """
 
 from __future__ import annotations
@@ -35,8 +42,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
-__all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "TrainingIndex", "annotate_steps", "fault_cost", "goodput",
-           "round_of"]
+__all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "RankRate", "TrainingIndex", "annotate_steps", "fault_cost",
+           "goodput", "rank_rates", "rates_report", "rates_summary", "round_of", "slow_windows", "step_times",
+           "straggler"]
 
 #: the keys of ``FaultRecord.lost``, always all present
 LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
@@ -243,3 +251,126 @@ def _checkpoints(events: Sequence[Event]) -> list[tuple[float, float]]:
             prior = by_step.get(key)
             by_step[key] = (min(begin, prior[0]), max(seconds, prior[1])) if prior else (begin, seconds)
     return sorted(by_step.values())
+
+
+# -- step rate per rank ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RankRate:
+    """One rank's pace: ``steps`` step intervals over ``seconds`` of wall time (each worker
+    process's first to last step, summed over its attempts), and ``cpu_wait_s`` of that time
+    spent runnable but not running (None: its steps did not report it)."""
+
+    rank: int
+    steps: int
+    seconds: float
+    cpu_wait_s: float | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """Steps per second (None: fewer than two steps of one worker)."""
+        return self.steps / self.seconds if self.seconds > 0 else None
+
+    @property
+    def step_time(self) -> float | None:
+        return self.seconds / self.steps if self.steps else None
+
+    @property
+    def cpu_wait(self) -> float | None:
+        """The share of its time the rank waited for a CPU (0..1)."""
+        if self.cpu_wait_s is None or self.seconds <= 0:
+            return None
+        return min(1.0, max(0.0, self.cpu_wait_s / self.seconds))
+
+
+def _by_worker(steps: Iterable[Event], since: float | None, until: float | None) -> dict[tuple[int, Any], list[Event]]:
+    """(rank, pid) -> that worker's step events with ``mono`` within [since, until], in order."""
+    by_worker: dict[tuple[int, Any], list[Event]] = {}
+    for step in steps:
+        at = _mono(step)
+        if (since is not None and at < since) or (until is not None and at > until):
+            continue
+        by_worker.setdefault((int(step.get("rank", -1)), step.get("pid")), []).append(step)
+    return by_worker
+
+
+def step_times(steps: Iterable[Event], since: float | None = None, until: float | None = None) -> list[float]:
+    """Every interval between two consecutive steps of one worker (any rank), in seconds:
+    their median is the job's step time, untouched by a warm-up step or a restart's gap."""
+    return [_mono(b) - _mono(a) for found in _by_worker(steps, since, until).values()
+            for a, b in zip(found, found[1:], strict=False)]
+
+
+def rank_rates(steps: Iterable[Event], since: float | None = None,
+               until: float | None = None) -> dict[int, RankRate]:
+    """rank -> its ``RankRate`` over the step events (``mono`` within [since, until])."""
+    by_worker = _by_worker(steps, since, until)
+    totals: dict[int, tuple[int, float, float | None]] = {}
+    for (rank, _pid), found in by_worker.items():
+        if len(found) < 2:
+            continue
+        first, last = found[0], found[-1]
+        waits = (first.get("cpu_wait"), last.get("cpu_wait"))
+        count, seconds, wait = totals.get(rank, (0, 0.0, 0.0))
+        wait = None if wait is None or None in waits else wait + float(waits[1]) - float(waits[0])  # type: ignore[arg-type]
+        totals[rank] = (count + len(found) - 1, seconds + _mono(last) - _mono(first), wait)
+    return {rank: RankRate(rank, *totals[rank]) for rank in sorted(totals)}
+
+
+def rates_summary(rates: Mapping[int, RankRate]) -> str:
+    """One line: each rank's step rate and CPU wait, the rank that waited most for a CPU
+    named when it stands out (``straggler``)."""
+    if not rates:
+        return ""
+    parts = []
+    for rank, rate in rates.items():
+        pace = f"{rate.rate:.1f} steps/s" if rate.rate is not None else "-"
+        wait = f", cpu wait {rate.cpu_wait:.0%}" if rate.cpu_wait is not None else ""
+        parts.append(f"rank {rank} {pace}{wait}")
+    line = "step rate per rank: " + "; ".join(parts)
+    slow = straggler(rates)
+    if slow is not None:
+        line += f" — rank {slow} waited most for a CPU: the straggler"
+    return line
+
+
+def straggler(rates: Mapping[int, RankRate]) -> int | None:
+    """The rank that waited for a CPU far more than the others: at least a quarter of its
+    time, and a fifth of it more than the others' median (an absolute margin: on a loaded
+    machine every rank waits some, and a ratio would call any of them the straggler)."""
+    waits = {r: rate.cpu_wait for r, rate in rates.items() if rate.cpu_wait is not None}
+    if len(waits) < 2:
+        return None
+    worst = max(waits, key=lambda r: waits[r])
+    others = sorted(w for r, w in waits.items() if r != worst)
+    median = others[len(others) // 2]
+    return worst if waits[worst] >= max(0.25, median + 0.2) else None
+
+
+def slow_windows(events: Sequence[Event]) -> list[tuple[Event, float, float | None]]:
+    """Each ``slow_node`` fault with the monotonic times it held: (fault, start, end), end
+    the ``heal`` that ended it (None: it lasted to the job's end)."""
+    windows = []
+    for i, event in enumerate(events):
+        if event.get("kind") != "fault" or event.get("fault") != "slow_node":
+            continue
+        node = event.get("target_node")
+        end = next((_mono(e) for e in islice(events, i + 1, None) if e.get("kind") == "heal"
+                    and "slow_node" in e.get("healed", ()) and e.get("target_node", node) == node), None)
+        windows.append((event, _mono(event), end))
+    return windows
+
+
+def rates_report(events: Sequence[Event]) -> str:
+    """What the report shows: each rank's step rate over the whole job, and over each span a
+    node was slowed (``slow_node``), where the straggler shows (over the whole job its wait
+    is diluted by the time it was not slowed)."""
+    steps = [e for e in events if e.get("kind") == "step"]
+    lines = [rates_summary(rank_rates(steps))]
+    for fault, start, end in slow_windows(events):
+        during = rates_summary(rank_rates(steps, since=start, until=end))
+        if during:
+            lines.append(f"while node {fault.get('target_node')} was slowed to cpu={fault.get('cpu')}: "
+                         + during.removeprefix("step rate per rank: "))
+    return "\n".join(line for line in lines if line)

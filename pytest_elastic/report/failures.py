@@ -79,7 +79,8 @@ def _earlier(events: list[dict[str, Any]], final: list[dict[str, Any]], label: C
         if e.get("kind") == "worker_exit" and e.get("exitcode") not in _STOPPED_BY_AGENT \
                 and e.get("worker_pid") not in pids:
             lines.append(f"  {e.get('mono', t0) - t0:8.3f}s  rank {e.get('rank')} (local rank {e.get('local_rank')}) "
-                         f"on node {label(e.get('node'))}: {_exit_text(e.get('exitcode'))}")
+                         f"on node {label(e.get('node'))}: {_exit_text(e.get('exitcode'))}"
+                         + (", killed by the OOM killer" if e.get("reason") == "oom" else ""))
     return lines
 
 

@@ -24,7 +24,7 @@ __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_late
 
 #: faults that last until something ends them (a heal, an end event, a duration, the job's end)
 LASTING_FAULTS = frozenset({"partition", "packet_loss", "bandwidth", "link_down", "node_freeze",
-                            "worker_hang"})
+                            "worker_hang", "slow_node", "memory_limit"})
 #: faults after which the target node is gone for good (a leaving node: once its agent's last event is out)
 KILL_FAULTS = frozenset({"node_kill", "agent_kill"})
 LEAVE_FAULTS = frozenset({"node_leave"})
@@ -258,7 +258,8 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
             start, first = began if began is not None else (0.0, e)
             code = e.get("exitcode")
             text = (f"rank {first.get('rank')} (local {first.get('local_rank')}), pid {e.get('worker_pid')}, "
-                    f"round {first.get('round', '?')}: exit {_signal_text(code)}")
+                    f"round {first.get('round', '?')}: exit {_signal_text(code)}"
+                    + (": killed by the OOM killer" if e.get("reason") == "oom" else ""))
             lane(node).workers.setdefault(e.get("local_rank", 0), []).append(
                 Span(start, t, _exit_class(code), text, _worker_extra(first, e.get("worker_pid"), code)))
         elif kind == "rendezvous":

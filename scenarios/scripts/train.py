@@ -3,6 +3,9 @@
 Used by the README's main job and the bundled scenarios. ``--crash-at-step N`` makes
 rank ``--crash-rank`` exit 1 at step N on the first attempt only, so a restart resumes
 from the checkpoint; the final line says how many steps ran and whether any was lost.
+``--work N`` adds N small matrix products per step (CPU-bound work, one thread: what a CPU
+quota slows down); ``--hog-mb M`` makes rank ``--crash-rank`` keep M more MiB every step on
+the first attempt (what a memory limit's OOM killer stops).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--work", type=int, default=0, help="matrix products per step (CPU work)")
+    p.add_argument("--hog-mb", type=int, default=0,
+                   help="rank --crash-rank keeps this many more MiB every step on the first attempt")
     p.add_argument("--hang-at-step", type=int, default=-1,
                    help="rank --crash-rank hangs at this step on the first attempt")
     p.add_argument("--step-timeout", type=float, default=0.0,
@@ -61,6 +67,10 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     ckpt = os.path.join(args.ckpt_dir, "ckpt.pt") if args.ckpt_dir else ""
     start, done = 0, []
+    held: list[bytearray] = []  # --hog-mb: memory kept, never freed
+    if args.work:
+        torch.set_num_threads(1)  # the work runs in the thread that reports steps
+        work = torch.randn(64, 64)
     if ckpt and os.path.exists(ckpt):
         state = torch.load(ckpt)
         model.module.load_state_dict(state["model"])
@@ -74,6 +84,10 @@ def main() -> int:
                 os._exit(1)
             if args.step_time:
                 time.sleep(args.step_time)
+            for _ in range(args.work):
+                work = torch.tanh(work @ work)
+            if args.hog_mb and rank == args.crash_rank and attempt == 0:
+                held.append(bytearray(b"x") * (args.hog_mb << 20))  # written: charged to the cgroup
             if step == args.hang_at_step and rank == args.crash_rank and attempt == 0:
                 time.sleep(300)  # stuck: only a watchdog timer can end this
             x = torch.randn(16, 8)

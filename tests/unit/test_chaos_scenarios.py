@@ -51,3 +51,14 @@ def test_a_scenario_cut_keeps_a_restart_for_the_worker_it_strands():
     faults = [{"kind": "partition", "node": 1, "peers": [0]}, {"kind": "heal", "node": 1}]
     around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker",)), faults, max_restarts=3)
     assert around.max_faults == 2
+
+
+def test_a_scenario_that_slows_a_node_gets_no_chaos_slow_nodes_and_its_oom_keeps_a_restart():
+    """Chaos slowed node 1 on top of the straggler scenario's own slow_node (seed 7): two
+    straggler windows, and the one judged was chaos's. Its OOM kill costs a restart too."""
+    straggler = [{"kind": "slow_node", "node": 1, "cpu": 0.1}, {"kind": "heal", "node": 1}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "slow_node")), straggler, max_restarts=1)
+    assert around.kinds == ("kill_worker",) and around.max_faults == 1
+    assert _chaos_around(ChaosConfig(seed=1, kinds=("slow_node",)), straggler, max_restarts=1) is None
+    oom = [{"kind": "memory_limit", "node": 0, "limit": "600M"}, {"kind": "heal", "node": 0}]
+    assert _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker",)), oom, max_restarts=1).max_faults == 0

@@ -53,6 +53,9 @@ def test_no_fencing_is_owed_for_a_peer_partition_or_one_healed_in_time():
     assert unfenced_workers(peer, bound=2.0) == []
     healed = [start(1, 11, 0, 0.0), cut(1, 1.0), heal(1, 1.5), {"kind": "state", "mono": 9.0}]
     assert unfenced_workers(healed, bound=2.0) == []
+    slow_healed = [start(1, 11, 0, 0.0), cut(1, 1.0), {**heal(1, 1.5), "healed": ["slow_node"]},
+                   {"kind": "state", "mono": 9.0}]  # a node's straggling ended: its partition did not
+    assert len(unfenced_workers(slow_healed, bound=2.0)) == 1
 
 
 def test_unhealed_faults_are_named():

@@ -326,7 +326,9 @@ def test_every_expect_key_is_enforced(tmp_path):
     # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py); the twin
     # keys need a real twin run: tests/harness/test_golden.py and scenarios/training
     twin_keys = {"same_as_golden", "diverges", "golden_rtol"}
-    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys
+    resource_keys = {"straggler_node", "min_slowdown", "oom_kills"}  # tests/unit/test_rank_rates.py
+    assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys \
+        - resource_keys
     _scenarios._check_expectations(holds, job, result, 5, chaotic=False)
     for key, (value, message) in fails.items():
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
@@ -385,7 +387,7 @@ def test_a_state_trigger_takes_the_states_name_too():
 
 
 #: the parts of a Job a fault may act through (``job.processes.kill_node``...)
-_PARTS = ("processes", "network")
+_PARTS = ("processes", "network", "resources", "storage")
 
 
 class _Recorder:
@@ -413,12 +415,13 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     from harness.sim.job import Job
     from harness.sim.network_faults import NetworkFaults
     from harness.sim.process_faults import ProcessFaults
+    from harness.sim.resources import ResourceFaults
 
     row = schema.FAULT_KINDS[kind]
     cls = faults.fault_class(kind)
     job = _Recorder()
     cls().apply(job)
-    part_classes = {"processes": ProcessFaults, "network": NetworkFaults}
+    part_classes = {"processes": ProcessFaults, "network": NetworkFaults, "resources": ResourceFaults}
     part, _, method = job.called[0].rpartition(".")
     assert len(job.called) == 1 and method == kind and callable(getattr(Job, kind))
     assert part == "" or callable(getattr(part_classes[part], kind))

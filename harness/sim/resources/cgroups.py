@@ -1,0 +1,331 @@
+"""The cgroups of a job's nodes: one per node, under one per job, made and removed by the harness.
+
+Where: under the cgroup the harness itself runs in (each hierarchy's own directory), so a
+job's limits stay inside whatever limits the harness was given, and nothing is written
+outside the subtree it was handed. cgroup v1 (the ``cpu``, ``cpuacct`` and ``memory``
+hierarchies) and v2 (the unified hierarchy, detected by ``cgroup.controllers`` at
+/sys/fs/cgroup) both work; in v2 the job's cgroup is made beside the harness's own (v2 lets
+no cgroup both hold processes and hand controllers to children, and the harness's own holds
+the harness), unless the harness runs in the root cgroup.
+
+Names: ``elastic_<owner pid>_<run id>/node<i>``. A harness killed before it closed its job
+(SIGKILL, a crashed run) leaves them; the next job made in any process removes those whose
+owner is dead (``sweep_dead_owners``), never one whose owner still runs -- the rule the temp
+dirs and namespaces follow (``harness.sim.leftovers``). A cgroup is removed with ``rmdir``
+once no process is left in it; what is still there after a short wait (a process that
+escaped the harness's kill) is moved to the parent first, and named.
+
+Where cgroups cannot be made (nothing mounted, a controller missing, no write access),
+``probe()`` says what is missing, and the resource faults raise ``ConfigError`` with it.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from harness.procs import cgroup_dirs
+from harness.sim.leftovers import owner_alive
+
+__all__ = ["CgroupSupport", "JobCgroup", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes",
+           "PREFIX", "PERIOD_US"]
+
+PREFIX = "elastic_"
+_NAME = re.compile(r"elastic_(\d+)_[A-Za-z0-9]+")
+PERIOD_US = 100_000  # the CFS period a CPU quota is a share of (the kernel's default)
+_V1 = ("cpu", "cpuacct", "memory")  # the v1 hierarchies a node's cgroup spans
+_V2 = ("cpu", "memory")  # the v2 controllers it needs
+_UNIFIED = ""
+_SETTLE_S = 5.0  # how long removal waits for the processes of a killed job to be gone
+
+
+@dataclass(frozen=True)
+class CgroupSupport:
+    """Where this process may make cgroups: v1 or v2, and the base directory per hierarchy
+    (v1: ``cpu``/``cpuacct``/``memory`` -> dir; v2: ``""`` -> dir)."""
+
+    version: int
+    bases: dict[str, str]
+
+    def distinct_bases(self) -> list[str]:
+        return sorted(set(self.bases.values()))
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> CgroupSupport | str:
+    """The cgroups this process may make, or why it may make none (a clause: what is missing)."""
+    dirs = cgroup_dirs()
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers") and _UNIFIED in dirs:
+        return _probe_v2(dirs[_UNIFIED])
+    missing = [c for c in _V1 if c not in dirs]
+    if missing:
+        if not dirs:
+            return "cgroups (no cgroup filesystem is mounted at /sys/fs/cgroup)"
+        return f"the cgroup v1 controller(s) {', '.join(missing)} (not mounted)"
+    bases = {c: dirs[c] for c in _V1}
+    for base in set(bases.values()):
+        if not os.path.isdir(base):
+            return f"cgroups (the hierarchy that holds {base} is not mounted here)"
+        if not os.access(base, os.W_OK):
+            return f"write access to the cgroup {base} (run as root, or in a cgroup delegated to this user)"
+    return CgroupSupport(1, bases)
+
+
+def _probe_v2(own: str) -> CgroupSupport | str:
+    root = "/sys/fs/cgroup"
+    base = own if os.path.normpath(own) == root else os.path.dirname(own)
+    try:
+        with open(os.path.join(base, "cgroup.subtree_control")) as fp:
+            enabled = fp.read().split()
+    except OSError as e:
+        return f"the cgroup v2 file {base}/cgroup.subtree_control ({e.strerror})"
+    missing = [c for c in _V2 if c not in enabled]
+    if missing and base == root:
+        try:
+            _write(os.path.join(base, "cgroup.subtree_control"), " ".join(f"+{c}" for c in missing))
+            missing = []
+        except OSError:
+            pass
+    if missing:
+        return (f"the cgroup v2 controller(s) {', '.join(missing)} enabled in {base}/cgroup.subtree_control "
+                "(delegate them to the cgroup the tests run in)")
+    if not os.access(base, os.W_OK):
+        return f"write access to the cgroup {base} (run as root, or in a cgroup delegated to this user)"
+    return CgroupSupport(2, {_UNIFIED: base})
+
+
+def parse_bytes(value: str | int) -> int:
+    """``"300M"`` -> 314572800 (K, M, G, T: powers of 1024, as docker and the kernel spell
+    them); an int is bytes. ValueError on anything else."""
+    if isinstance(value, bool):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(value), re.IGNORECASE)
+    if match is None:
+        raise ValueError(value)
+    scale = 1024 ** " KMGT".index(match.group(2).upper() or " ")
+    return int(float(match.group(1)) * scale)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as fp:
+        fp.write(text)
+
+
+def _read(path: str) -> str:
+    with open(path) as fp:
+        return fp.read()
+
+
+def _pids(directory: str) -> list[int]:
+    try:
+        return [int(line) for line in _read(os.path.join(directory, "cgroup.procs")).split()]
+    except (OSError, ValueError):
+        return []
+
+
+class NodeCgroup:
+    """One node's cgroup: in each hierarchy a directory; its agent and workers inside."""
+
+    def __init__(self, support: CgroupSupport, dirs: dict[str, str]):
+        self.version = support.version
+        self.dirs = dirs  # controller (v2: "") -> directory
+
+    def _dir(self, controller: str) -> str:
+        return self.dirs[_UNIFIED if self.version == 2 else controller]
+
+    def distinct(self) -> list[str]:
+        return sorted(set(self.dirs.values()))
+
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a process writes its pid to, to join."""
+        return [os.path.join(d, "cgroup.procs") for d in self.distinct()]
+
+    def add(self, pid: int) -> None:
+        for path in self.procs_files():
+            _write(path, str(pid))
+
+    def pids(self) -> list[int]:
+        """The processes in it (every hierarchy's, merged)."""
+        return sorted({pid for d in self.distinct() for pid in _pids(d)})
+
+    # -- CPU ---------------------------------------------------------------------------
+
+    def set_cpu(self, cpus: float) -> None:
+        """At most ``cpus`` CPUs' worth of time per CFS period, for all its processes together."""
+        quota = max(1000, int(cpus * PERIOD_US))
+        if self.version == 2:
+            _write(os.path.join(self._dir("cpu"), "cpu.max"), f"{quota} {PERIOD_US}")
+        else:
+            _write(os.path.join(self._dir("cpu"), "cpu.cfs_period_us"), str(PERIOD_US))
+            _write(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us"), str(quota))
+
+    def clear_cpu(self) -> None:
+        if self.version == 2:
+            _write(os.path.join(self._dir("cpu"), "cpu.max"), f"max {PERIOD_US}")
+        else:
+            _write(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us"), "-1")
+
+    def cpu_seconds(self) -> float:
+        """CPU time its processes used (user + system), since it was made."""
+        if self.version == 2:
+            for line in _read(os.path.join(self._dir("cpu"), "cpu.stat")).splitlines():
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value) / 1e6
+            return 0.0
+        return int(_read(os.path.join(self._dir("cpuacct"), "cpuacct.usage"))) / 1e9
+
+    def throttled(self) -> int:
+        """CFS periods in which the quota stopped it (``nr_throttled``)."""
+        for line in _read(os.path.join(self._dir("cpu"), "cpu.stat")).splitlines():
+            name, _, value = line.partition(" ")
+            if name == "nr_throttled":
+                return int(value)
+        return 0
+
+    # -- memory ------------------------------------------------------------------------
+
+    def set_memory(self, limit: int) -> None:
+        """Its processes share ``limit`` bytes (swap included, where swap is accounted):
+        past it the kernel reclaims, then OOM-kills one of them."""
+        memory = self._dir("memory")
+        if self.version == 2:
+            _write(os.path.join(memory, "memory.max"), str(limit))
+            if os.path.exists(os.path.join(memory, "memory.swap.max")):
+                _write(os.path.join(memory, "memory.swap.max"), "0")
+            return
+        memsw = os.path.join(memory, "memory.memsw.limit_in_bytes")
+        if os.path.exists(memsw) and int(_read(memsw)) < limit:
+            _write(memsw, str(limit))  # raising: memsw first (it must stay >= the limit)
+            memsw_first = True
+        else:
+            memsw_first = False
+        _write(os.path.join(memory, "memory.limit_in_bytes"), str(limit))
+        if os.path.exists(memsw) and not memsw_first:
+            _write(memsw, str(limit))
+
+    def clear_memory(self) -> None:
+        memory = self._dir("memory")
+        if self.version == 2:
+            _write(os.path.join(memory, "memory.max"), "max")
+            if os.path.exists(os.path.join(memory, "memory.swap.max")):
+                _write(os.path.join(memory, "memory.swap.max"), "max")
+            return
+        memsw = os.path.join(memory, "memory.memsw.limit_in_bytes")
+        if os.path.exists(memsw):
+            _write(memsw, "-1")
+        _write(os.path.join(memory, "memory.limit_in_bytes"), "-1")
+
+    def memory_bytes(self) -> int:
+        """Memory its processes use now (charged to it)."""
+        memory = self._dir("memory")
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        return int(_read(os.path.join(memory, name)))
+
+    def oom_kills(self) -> int:
+        """OOM kills the kernel made in it."""
+        memory = self._dir("memory")
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        for line in _read(os.path.join(memory, name)).splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+
+class JobCgroup:
+    """A job's cgroup (``elastic_<owner pid>_<run id>`` in each hierarchy) and its nodes'."""
+
+    def __init__(self, support: CgroupSupport, run_id: str):
+        sweep_dead_owners(support)
+        self.support = support
+        self.name = f"{PREFIX}{os.getpid()}_{run_id}"
+        self.dirs = {c: os.path.join(base, self.name) for c, base in support.bases.items()}
+        for directory in sorted(set(self.dirs.values())):
+            os.mkdir(directory)
+        if support.version == 2:
+            _write(os.path.join(self.dirs[_UNIFIED], "cgroup.subtree_control"),
+                   " ".join(f"+{c}" for c in _V2))
+        self.nodes: dict[int, NodeCgroup] = {}
+
+    def node(self, index: int) -> NodeCgroup:
+        """Node ``index``'s cgroup, made on first use."""
+        if index not in self.nodes:
+            dirs = {c: os.path.join(d, f"node{index}") for c, d in self.dirs.items()}
+            for directory in sorted(set(dirs.values())):
+                os.mkdir(directory)
+            self.nodes[index] = NodeCgroup(self.support, dirs)
+        return self.nodes[index]
+
+    def remove(self) -> list[str]:
+        """Remove every node's cgroup and the job's; what had to be moved out (one line each)."""
+        problems: list[str] = []
+        for node in self.nodes.values():
+            problems += _remove(node.distinct(), self.support)
+        problems += _remove(sorted(set(self.dirs.values())), self.support)
+        return problems
+
+
+def _remove(directories: list[str], support: CgroupSupport) -> list[str]:
+    """rmdir each (children first: the caller's order), once its processes are gone: they
+    were killed just before, and die within moments; survivors are moved to the base."""
+    problems = []
+    deadline = time.monotonic() + _SETTLE_S
+    for directory in directories:
+        if not os.path.isdir(directory):
+            continue
+        while _pids(directory) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        left = _pids(directory)
+        if left:
+            base = _base_of(directory, support)
+            for pid in left:
+                try:
+                    _write(os.path.join(base, "cgroup.procs"), str(pid))
+                except OSError:
+                    pass
+            problems.append(f"pids {left} still in cgroup {directory} (moved to {base})")
+        try:
+            os.rmdir(directory)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                problems.append(f"cgroup {directory} could not be removed ({e.strerror})")
+    return problems
+
+
+def _base_of(directory: str, support: CgroupSupport) -> str:
+    for base in support.bases.values():
+        if directory.startswith(base + os.sep):
+            return base
+    return os.path.dirname(directory)
+
+
+def sweep_dead_owners(support: CgroupSupport | None = None) -> list[str]:
+    """Remove the job cgroups (and their nodes') whose owner pid is dead; their paths."""
+    found = support if support is not None else probe()
+    if not isinstance(found, CgroupSupport):
+        return []
+    removed = []
+    for base in found.distinct_bases():
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        for name in names:
+            match = _NAME.fullmatch(name)
+            if match is None or owner_alive(int(match.group(1))):
+                continue
+            job = os.path.join(base, name)
+            children = [os.path.join(job, c) for c in sorted(os.listdir(job))
+                        if os.path.isdir(os.path.join(job, c))]
+            _remove([*children, job], found)
+            removed.append(job)
+    return removed

@@ -1,0 +1,151 @@
+"""A job's resource faults: a slow node (a CPU quota) and a memory limit (the kernel's OOM killer).
+
+Every node of a job gets its own cgroup where the machine allows it (``cgroups``): its
+agent joins it first thing (``node_main.settle``), so every worker it spawns inherits it,
+and the zygote moves the workers it forks for that agent in too. A fault is then a write to
+the node's cgroup: ``slow_node`` sets a CFS quota (the node gets ``cpu`` CPUs' worth of
+time, a straggler: every collective waits for it), ``memory_limit`` caps the memory its
+processes share (past it the kernel OOM-kills one; the agent records ``reason="oom"`` and
+restarts the group as any failure). Each lasts until ``job.heal()`` (or the job's end), is
+recorded as a ``fault`` event when it starts and a ``heal`` event (``healed=[...]``) when
+it ends, and one still in place when the job ends is reported by ``Cluster.close``.
+
+``Job`` holds one ``ResourceFaults`` as ``job.resources`` and delegates ``slow_node`` and
+``memory_limit`` to it; ``job.heal()`` ends these too.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ConfigError
+from harness.sim.fault_target import record_fault
+from harness.sim.node_main import CGROUP_ENV
+from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, parse_bytes, probe
+from harness.sim.scheduler import FaultError
+
+if TYPE_CHECKING:
+    from harness.sim.job import Job
+
+__all__ = ["ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
+
+MIN_CPU = 0.01  # the kernel's smallest CFS quota (1 ms) per 100 ms period
+MIN_MEMORY = 1 << 20
+SLOW_NODE, MEMORY_LIMIT = "slow_node", "memory_limit"
+
+
+class ResourceFaults:
+    """The resource faults of one job, and its nodes' cgroups."""
+
+    def __init__(self, job: Job):
+        self._job = job
+        self._cgroup: JobCgroup | None = None
+        self._unavailable: str | None = None
+        self._open: dict[int, dict[str, Any]] = {}  # node -> {fault kind: its value}
+
+    # -- the nodes' cgroups ---------------------------------------------------------------
+
+    def node_env(self, node: int) -> dict[str, str]:
+        """What node ``node``'s agent needs in its environment to join its cgroup (made
+        now); nothing where cgroups are unavailable (its resource faults then say why)."""
+        cgroup = self._node_cgroup(node)
+        return {CGROUP_ENV: os.pathsep.join(cgroup.procs_files())} if cgroup is not None else {}
+
+    def _node_cgroup(self, node: int) -> NodeCgroup | None:
+        if self._cgroup is None and self._unavailable is None:
+            support = probe()
+            if isinstance(support, CgroupSupport):
+                try:
+                    self._cgroup = JobCgroup(support, self._job.run_id)
+                except OSError as e:
+                    self._unavailable = f"a cgroup of its own ({e.strerror} making one under {support.bases})"
+            else:
+                self._unavailable = support
+        return self._cgroup.node(node) if self._cgroup is not None else None
+
+    def cgroup(self, node: int) -> NodeCgroup:
+        """Node ``node``'s cgroup (what tests and benches measure: ``cpu_seconds()``...);
+        ``ConfigError`` naming what is missing where there is none."""
+        self._job.node(node)
+        cgroup = self._node_cgroup(node) if node in self._job.nodes else None
+        if cgroup is None:
+            raise ConfigError("node", node, f"has no cgroup: resource faults need {self._unavailable}")
+        return cgroup
+
+    def _target(self, node: int, what: str) -> NodeCgroup:
+        cgroup = self.cgroup(node)
+        agent = self._job.node(node)
+        if agent.alive() and agent.pid not in cgroup.pids():
+            raise FaultError(f"{what}: node {node}'s agent (pid {agent.pid}) is not in its cgroup "
+                             f"{cgroup.distinct()[0]} (see its agent log: it could not join)")
+        return cgroup
+
+    # -- the faults --------------------------------------------------------------------
+
+    def slow_node(self, node: int, cpu: float = 0.2) -> None:
+        """Node ``node``'s processes (agent and workers) get ``cpu`` CPUs' worth of time
+        together (0.2: a fifth of one core), until ``heal``: a straggler."""
+        if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not MIN_CPU <= cpu <= (os.cpu_count() or 1):
+            raise ConfigError("cpu", cpu, f"must be a number of CPUs in [{MIN_CPU}, {os.cpu_count()}]")
+        cgroup = self._target(node, SLOW_NODE)
+        record_fault(self._job, SLOW_NODE, target_node=node, cpu=cpu)
+        cgroup.set_cpu(cpu)
+        self._open.setdefault(node, {})[SLOW_NODE] = cpu
+
+    def memory_limit(self, node: int, limit: str | int = "300M") -> None:
+        """Node ``node``'s processes share ``limit`` bytes ("300M", "1G", or an int), until
+        ``heal``: past it the kernel's OOM killer ends one of them."""
+        try:
+            size = parse_bytes(limit)
+        except ValueError:
+            raise ConfigError("limit", limit, 'must be a size like "300M", "1G" or a number of bytes') from None
+        if size < MIN_MEMORY:
+            raise ConfigError("limit", limit, "must be at least 1M (the agent itself needs more)")
+        cgroup = self._target(node, MEMORY_LIMIT)
+        record_fault(self._job, MEMORY_LIMIT, target_node=node, limit=limit, bytes=size)
+        try:
+            cgroup.set_memory(size)
+        except OSError as e:
+            raise FaultError(f"memory_limit: the kernel refused limit={limit!r} for node {node} "
+                             f"({e.strerror}): its processes use {cgroup.memory_bytes()} bytes and "
+                             "could not be reclaimed below it") from None
+        self._open.setdefault(node, {})[MEMORY_LIMIT] = size
+
+    def end_lasting(self, node: int | None = None) -> list[str]:
+        """End node ``node``'s resource faults (every node's with None); the kinds ended
+        (``Job.heal`` records them in its one ``heal`` event)."""
+        nodes = [node] if node is not None else sorted(self._open)
+        healed: set[str] = set()
+        for n in nodes:
+            faults = self._open.pop(n, {})
+            if not faults:
+                continue
+            cgroup = self.cgroup(n)
+            if SLOW_NODE in faults:
+                cgroup.clear_cpu()
+            if MEMORY_LIMIT in faults:
+                cgroup.clear_memory()
+            healed.update(faults)
+        return sorted(healed)
+
+    def open_faults(self) -> dict[int, list[str]]:
+        """node -> the resource faults it still has (what the test has not healed)."""
+        return {n: sorted(faults) for n, faults in self._open.items() if faults}
+
+    def close(self) -> list[str]:
+        """Remove the job's cgroups (after its processes were killed); what had to be moved
+        out of them first (one line each)."""
+        self._open.clear()
+        cgroup, self._cgroup = self._cgroup, None
+        self._unavailable = "the job is closed"
+        return cgroup.remove() if cgroup is not None else []
+
+
+def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:
+    """What ``Cluster.close`` warns when a test left resource faults in place."""
+    if not open_faults:
+        return None
+    parts = [f"node {node}: {', '.join(kinds)}" for node, kinds in sorted(open_faults.items())]
+    return ("resource faults still in place when the job ended (heal them in the test, or "
+            "expect their effect): " + "; ".join(parts))

@@ -1,0 +1,170 @@
+"""Resource faults for real: a node's cgroup, its CPU quota (a straggler), its memory limit
+(the kernel's OOM killer, recorded as such), healing, and no cgroup left after a run or a
+killed run. Skipped, with what is missing, where this process may make no cgroups."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness import Cluster, WorkerState
+from harness.errors import ConfigError
+from harness.faults import AtStep, Heal, MemoryLimit, ScheduledFault, SlowNode
+from harness.sim.resources import CgroupSupport, parse_bytes, probe
+from harness.sim.resources.cgroups import PERIOD_US
+from tests.conftest import SCRIPTS
+
+SUPPORT = probe()
+pytestmark = pytest.mark.skipif(not isinstance(SUPPORT, CgroupSupport), reason=f"needs {SUPPORT}")
+BUSY = str(SCRIPTS / "busy.py")
+HOG = str(SCRIPTS / "hog.py")
+
+
+def cpu_periods(cgroup) -> tuple[float, int]:
+    """(CPU seconds used, CFS periods elapsed while it ran) of a node's cgroup."""
+    stat = {}
+    for name in ("cpu.stat",):
+        with open(os.path.join(cgroup.dirs.get("cpu", cgroup.dirs.get("")), name)) as fp:
+            stat = dict(line.split() for line in fp if line.strip())
+    return cgroup.cpu_seconds(), int(stat["nr_periods"])
+
+
+def test_every_process_of_a_node_is_in_its_cgroup():
+    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "100000", "2000")
+        job.wait_for_state(WorkerState.HEALTHY)
+        for node in (0, 1):
+            members = set(job.resources.cgroup(node).pids())
+            # the agent joined first thing; the workers the zygote forked were moved in
+            assert {job.nodes[node].pid, *job.worker_pids(node).values()} <= members
+        assert not set(job.resources.cgroup(0).pids()) & set(job.resources.cgroup(1).pids())
+
+
+def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed():
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "100000", "300000")  # a step: ~10 ms of CPU
+        job.wait_for_state(WorkerState.HEALTHY)
+        slow = job.resources.cgroup(1)
+        rank = job.timeline.events("worker_start", 1)[-1]["rank"]  # node 1's worker
+        job.slow_node(1, cpu=0.2)
+        used0, periods0 = cpu_periods(slow)
+        throttled0 = slow.throttled()
+        # wait for work, not for time: the busy worker of the slow node reports steps
+        before = len(job.timeline.steps(rank=rank))
+        assert job.bus.wait_until(lambda: len(job.timeline.steps(rank=rank)) >= before + 20, 60)
+        used1, periods1 = cpu_periods(slow)
+        # the kernel's guarantee: at most the quota in each period the cgroup ran in
+        quota_s = 0.2 * PERIOD_US / 1e6
+        assert used1 - used0 <= (periods1 - periods0 + 1) * quota_s * 1.05
+        assert slow.throttled() > throttled0  # the quota did stop it
+        # (which rank the step rates call the straggler is judged in lockstep training, where
+        # the others sleep in the collective: scenarios/resources/straggler.toml; these two
+        # workers both burn CPU, and on a loaded machine the free one waits for it too)
+        job.heal(1)
+        [fault] = [f for f in job.timeline.faults() if f["fault"] == "slow_node"]
+        assert fault["target_node"] == 1 and fault["cpu"] == 0.2
+        [heal] = job.timeline.events("heal")
+        assert heal["healed"] == ["slow_node"] and heal["target_node"] == 1
+        assert not job.resources.open_faults()
+        before = len(job.timeline.steps(rank=rank))
+        assert job.bus.wait_until(lambda: len(job.timeline.steps(rank=rank)) >= before + 2, 60)
+        throttled = slow.throttled()  # a period that began before the heal is counted by now
+        before = len(job.timeline.steps(rank=rank))
+        assert job.bus.wait_until(lambda: len(job.timeline.steps(rank=rank)) >= before + 20, 60)
+        assert slow.throttled() == throttled  # healed: never throttled again
+
+
+def test_a_worker_past_the_memory_limit_is_killed_by_the_oom_killer_and_recorded():
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(HOG, "20", "400", "--always")
+        job.inject(MemoryLimit(node=0, limit="200M"), AtStep(step=1, rank=0))
+        result = job.wait(timeout=90)
+        assert result.state == WorkerState.FAILED
+        [oom] = [e for e in job.timeline.events("worker_exit") if e.get("reason") == "oom"]
+        assert oom["rank"] == 0 and oom["exitcode"] == -signal.SIGKILL
+        others = [e for e in job.timeline.events("worker_exit") if e is not oom]
+        assert others and all("reason" not in e for e in others)  # stopped by the agent: no OOM
+        failure = result.failures[0]
+        assert failure.message.startswith("killed by the OOM killer"), failure.message
+        assert "limit 209715200 bytes" in failure.message
+        assert job.resources.cgroup(0).oom_kills() == 1
+        job.heal()
+
+
+def test_the_agent_restarts_a_worker_the_oom_killer_took():
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
+        job = cluster.launch(HOG, "40", "30")  # only the first attempt hogs: OOM by step 4
+        job.schedule([ScheduledFault(MemoryLimit(node=0, limit="150M"), AtStep(step=1, rank=0)),
+                      ScheduledFault(Heal(node=0), AtStep(step=5, rank=0), after_previous=True)])
+        result = job.wait(timeout=90)
+        assert result.state == WorkerState.SUCCEEDED
+        reasons = [(e["restart_count"], e.get("reason")) for e in job.timeline.events("worker_exit")]
+        assert reasons == [(0, "oom"), (1, None)]
+        assert [e["healed"] for e in job.timeline.events("heal")] == [["memory_limit"]]
+
+
+def test_faults_as_data_and_bad_values():
+    with pytest.raises(ConfigError, match="cpu"):
+        SlowNode(node=0, cpu=0)
+    with pytest.raises(ConfigError, match="limit"):
+        MemoryLimit(node=0, limit="lots")
+    assert parse_bytes("300M") == 300 << 20 and parse_bytes("1G") == 1 << 30 and parse_bytes(4096) == 4096
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "50", "100")
+        with pytest.raises(ConfigError, match="limit"):
+            job.memory_limit(0, "1K")
+        with pytest.raises(ConfigError, match="cpu"):
+            job.slow_node(0, cpu=10_000)
+        with pytest.raises(ConfigError, match="node=3"):
+            job.slow_node(3)
+        job.wait(timeout=60)
+
+
+def test_an_unhealed_resource_fault_is_reported_at_close():
+    cluster = Cluster(nnodes=1, nproc_per_node=1, max_restarts=0)
+    try:
+        job = cluster.launch(BUSY, "100000", "2000")
+        job.wait_for_state(WorkerState.HEALTHY)
+        job.slow_node(0, cpu=0.5)
+        assert job.resources.open_faults() == {0: ["slow_node"]}
+        dirs = job.resources.cgroup(0).distinct()
+    finally:
+        with pytest.warns(UserWarning, match="resource faults still in place.*node 0: slow_node"):
+            cluster.close()
+    assert dirs and not [d for d in dirs if os.path.exists(d)]  # removed on close
+
+
+_KILLED_RUN = textwrap.dedent("""
+    import os, sys
+    from harness import Cluster, WorkerState
+    cluster = Cluster(nnodes=1, nproc_per_node=1, max_restarts=0)
+    job = cluster.launch(sys.argv[1], "100000", "2000")
+    job.wait_for_state(WorkerState.HEALTHY)
+    job.memory_limit(0, "500M")
+    print(*job.resources.cgroup(0).distinct(), flush=True)
+    sys.stdin.read()   # until the test kills us
+""")
+
+
+def test_a_killed_run_leaves_no_cgroup_behind():
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, BUSY], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        dirs = proc.stdout.readline().split()
+        assert dirs and all(os.path.isdir(d) for d in dirs)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+    jobs = {os.path.dirname(d) for d in dirs}
+    assert all(os.path.isdir(d) for d in jobs)  # nobody closed them: the owner was SIGKILLed
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "5", "100")  # its cgroup is made after sweeping dead owners'
+        job.wait(timeout=60)
+    assert not [d for d in jobs if os.path.exists(d)]

@@ -1,0 +1,40 @@
+"""The report and resource faults: a slow node or a memory limit is a span until its heal, a
+worker the OOM killer took says so, and the page shows each rank's step rate with the
+straggler named. Hand-made events, as agents, workers and ``Job`` write them."""
+
+from __future__ import annotations
+
+from harness.sim.training import rank_rates, rates_summary
+from pytest_elastic.report.failures import explain_failures
+from pytest_elastic.report.model import build_model
+from pytest_elastic.report.page import build_page
+
+
+def _event(t: float, node, kind: str, **fields) -> dict:
+    return {"ts": t, "mono": t, "node": node, "pid": 1, "run_id": "r", "kind": kind, **fields}
+
+
+EVENTS = [_event(0, 0, "state", state="HEALTHY"), _event(0, 1, "state", state="HEALTHY"),
+          _event(0.1, 0, "worker_start", local_rank=0, rank=0, worker_pid=10, round=0),
+          _event(1, "harness", "fault", fault="slow_node", target_node=1, cpu=0.2),
+          _event(2, "harness", "fault", fault="memory_limit", target_node=0, limit="300M"),
+          _event(3, 0, "worker_exit", local_rank=0, rank=0, worker_pid=10, exitcode=-9, reason="oom"),
+          _event(4, "harness", "heal", healed=["memory_limit", "slow_node"]),  # as Job.heal writes it
+          _event(10, 0, "state", state="SUCCEEDED")]
+
+
+def test_resource_faults_last_until_their_heal_and_an_oom_kill_says_so():
+    model = build_model(EVENTS)
+    assert {(f.kind, f.at, f.end) for f in model.faults} == {("slow_node", 1, 4), ("memory_limit", 2, 4)}
+    [span] = model.lanes[0].workers[0]
+    assert span.text.endswith("exit -9 (SIGKILL): killed by the OOM killer")
+    assert "rank 0 (local rank 0) on node 0: signal SIGKILL (exit code -9), killed by the OOM killer" \
+        in explain_failures([], EVENTS)
+
+
+def test_the_page_shows_each_ranks_step_rate_and_the_straggler():
+    steps = [_event(i * 0.5, node, "step", rank=node, pid=20 + node, step=i, cpu_wait=i * 0.5 * share)
+             for i in range(11) for node, share in ((0, 0.05), (1, 0.8))]
+    line = rates_summary(rank_rates(steps))
+    page = build_page("t", build_model(EVENTS + steps), EVENTS + steps, info={"step_rates": line})
+    assert "rank 1 2.0 steps/s, cpu wait 80% — rank 1 waited most for a CPU: the straggler" in page

@@ -1,0 +1,66 @@
+"""``elastic-run`` under a cgroup memory limit (as a user runs it inside a container or a
+systemd slice): a worker the kernel's OOM killer takes is reported as such, not as a bare
+"Signal 9" (torchrun's report, checked beside it), and its ``worker_exit`` event says
+``reason="oom"``. The limit is put on a cgroup the test makes (harness.sim.resources);
+skipped, with what is missing, where this process may make none."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from harness.sim.resources import CgroupSupport, JobCgroup, probe
+from tests.conftest import SCRIPTS
+
+SUPPORT = probe()
+pytestmark = pytest.mark.skipif(not isinstance(SUPPORT, CgroupSupport), reason=f"needs {SUPPORT}")
+
+
+@pytest.fixture
+def limited():
+    """A cgroup with a memory limit; the command run with it starts inside (so do its children)."""
+    assert isinstance(SUPPORT, CgroupSupport)
+    job = JobCgroup(SUPPORT, "oomtest")
+    node = job.node(0)
+    try:
+        yield node
+    finally:
+        assert not job.remove()
+
+
+def run_in(cgroup, limit: int, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cgroup.set_memory(limit)
+    full_env = {**os.environ, **(env or {})}
+    full_env.pop("TORCHELASTIC_ERROR_FILE", None)
+    return subprocess.run(argv, preexec_fn=lambda: cgroup.add(os.getpid()), capture_output=True,
+                          text=True, env=full_env, timeout=120)
+
+
+#: the zygote imports torch (~400 MB): under it the limit must leave room for that
+@pytest.mark.parametrize("start_method, limit_mb, allocate_mb", [("spawn", 200, 400), ("zygote", 800, 1500)])
+def test_elastic_run_says_killed_by_the_oom_killer(limited, tmp_path, start_method, limit_mb, allocate_mb):
+    events = tmp_path / "events.jsonl"
+    out = run_in(limited, limit_mb << 20, sys.executable, "-m", "harness.run", "--nproc-per-node=2",
+                 f"--start-method={start_method}", str(SCRIPTS / "allocate.py"), str(allocate_mb),
+                 env={"HARNESS_EVENTS": str(events)})
+    assert out.returncode == 1, out.stderr
+    assert "killed by the OOM killer" in out.stderr, out.stderr[-3000:]
+    assert "Signal 9" not in out.stderr
+    exits = [e for e in map(json.loads, events.read_text().splitlines()) if e["kind"] == "worker_exit"]
+    ooms = [e for e in exits if e.get("reason") == "oom"]
+    assert ooms and all(e["exitcode"] == -signal.SIGKILL for e in ooms)
+    assert len(ooms) <= limited.oom_kills()  # never more OOM verdicts than the kernel's kills
+
+
+@pytest.mark.torchrun
+def test_torchrun_only_says_signal_9(limited):
+    """The oracle: torch 2.13's torchrun, same limit (larger: its agent imports torch)."""
+    out = run_in(limited, 800 << 20, sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1",
+                 str(SCRIPTS / "allocate.py"), "1500")
+    assert "Signal 9 (SIGKILL) received by PID" in out.stderr, out.stderr[-3000:]
+    assert "OOM" not in out.stderr

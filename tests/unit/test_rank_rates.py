@@ -1,0 +1,94 @@
+"""Step rate per rank, and the straggler named by its CPU wait, on hand-made step events
+(``step`` events with ``pid``, ``mono`` and the ``cpu_wait`` report_step sends)."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from harness.sim.timeline import Timeline
+from harness.sim.training import rank_rates, rates_report, rates_summary, slow_windows, straggler
+from pytest_elastic import _scenarios
+
+
+def step(t, rank, pid, wait=None):
+    event = {"kind": "step", "mono": t, "rank": rank, "pid": pid, "step": 0}
+    if wait is not None:
+        event["cpu_wait"] = wait
+    return event
+
+
+def lockstep(waits: dict[int, float], steps: int = 11, period: float = 0.5) -> list[dict]:
+    """Ranks stepping together every ``period`` s, each waiting ``waits[rank]`` of it for a CPU."""
+    return [step(i * period, rank, 100 + rank, wait=i * period * share)
+            for i in range(steps) for rank, share in waits.items()]
+
+
+def test_rates_and_cpu_wait_per_rank():
+    rates = rank_rates(lockstep({0: 0.05, 1: 0.8}))
+    assert rates[0].rate == pytest.approx(2.0) and rates[1].rate == pytest.approx(2.0)  # lockstep
+    assert rates[0].cpu_wait == pytest.approx(0.05) and rates[1].cpu_wait == pytest.approx(0.8)
+    assert straggler(rates) == 1
+    assert rates_summary(rates) == ("step rate per rank: rank 0 2.0 steps/s, cpu wait 5%; rank 1 2.0 steps/s, "
+                                    "cpu wait 80% — rank 1 waited most for a CPU: the straggler")
+
+
+def test_no_straggler_when_every_rank_waits_alike_or_little():
+    assert straggler(rank_rates(lockstep({0: 0.45, 1: 0.55, 2: 0.5}))) is None  # a loaded machine
+    assert straggler(rank_rates(lockstep({0: 0.0, 1: 0.2}))) is None  # below a quarter
+
+
+def test_attempts_add_up_and_a_window_selects_steps():
+    # rank 0: one worker (pid 1) 4 steps over 3 s, restarted as pid 2: 3 steps over 1 s
+    events = [step(t, 0, 1) for t in (0.0, 1.0, 2.0, 3.0)] + [step(t, 0, 2) for t in (10.0, 10.5, 11.0)]
+    [rate] = rank_rates(events).values()
+    assert (rate.steps, rate.seconds, rate.cpu_wait) == (5, 4.0, None)  # no cpu_wait reported
+    assert rank_rates(events, since=9.0)[0].rate == pytest.approx(2.0)
+    assert rank_rates(events, until=1.5)[0].steps == 1
+    assert rank_rates([step(0.0, 3, 7)]) == {}  # one step is no rate
+    assert rates_summary({}) == ""
+
+
+def test_the_report_names_the_straggler_while_its_node_was_slowed():
+    # rank 1 waits for a CPU only between 2.0 and 4.0 s, while node 1 was slowed: over the
+    # whole 10 s that is diluted below the straggler's margin, over the window it is not
+    events = [step(t / 10, rank, 100 + rank, wait=(min(max(t / 10, 2.0), 4.0) - 2.0) * 0.9 if rank else 0.0)
+              for t in range(0, 101, 5) for rank in (0, 1)]
+    fault = {"kind": "fault", "fault": "slow_node", "target_node": 1, "cpu": 0.1, "mono": 2.0}
+    heal = {"kind": "heal", "healed": ["slow_node"], "target_node": 1, "mono": 4.0}
+    timeline = sorted([*events, fault, heal], key=lambda e: e["mono"])
+    assert slow_windows(timeline) == [(fault, 2.0, 4.0)]
+    whole, during = rates_report(timeline).splitlines()
+    assert whole.startswith("step rate per rank: rank 0 2.0 steps/s") and "straggler" not in whole
+    assert during == ("while node 1 was slowed to cpu=0.1: rank 0 2.0 steps/s, cpu wait 0%; rank 1 2.0 steps/s, "
+                      "cpu wait 90% — rank 1 waited most for a CPU: the straggler")
+    assert slow_windows([fault]) == [(fault, 2.0, None)]  # never healed: to the end
+
+
+def test_the_resource_expect_keys_are_enforced(tmp_path):
+    """[expect] straggler_node, min_slowdown and oom_kills, on a timeline: node 1 (rank 0)
+    slowed from 2.0 s to 4.0 s, steps every 0.1 s before and 0.4 s during; one OOM kill."""
+    events = [{"kind": "worker_start", "node": node, "rank": rank, "worker_pid": 10 + rank, "mono": 0.0}
+              for node, rank in ((1, 0), (0, 1))]
+    times = [t / 10 for t in range(21)] + [2.0 + 0.4 * i for i in range(1, 6)]
+    events += [step(t, rank, 10 + rank, wait=max(0.0, t - 2.0) * 0.9 if rank == 0 else 0.0)
+               for t in times for rank in (0, 1)]
+    events += [{"kind": "fault", "fault": "slow_node", "target_node": 1, "cpu": 0.1, "mono": 2.0, "node": "harness"},
+               {"kind": "heal", "healed": ["slow_node"], "target_node": 1, "mono": 4.0, "node": "harness"},
+               {"kind": "worker_exit", "node": 0, "rank": 1, "worker_pid": 11, "exitcode": -9, "reason": "oom",
+                "mono": 4.5}]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["mono"])))
+    job = SimpleNamespace(timeline=Timeline(str(path)))
+    result = SimpleNamespace(state=None)
+    _scenarios._check_expectations({"straggler_node": 1, "min_slowdown": 3.5, "oom_kills": 1}, job, result, None,
+                                   chaotic=False)
+    for key, value, message in (("straggler_node", 0, "straggler node 1 (rank 0), expected 0"),
+                                ("min_slowdown", 5.0, "step time grew 4.00x while node 1 was slowed, expected "
+                                                      "at least 5.0x"),
+                                ("oom_kills", 0, "1 worker(s) killed by the OOM killer, expected 0")):
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
+            _scenarios._check_expectations({key: value}, job, result, None, chaotic=False)
