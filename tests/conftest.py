@@ -56,10 +56,12 @@ def _temp_trees() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test if it left a child process or one of our temp dirs behind."""
+    """Fail the test if it left a child process, one of our temp dirs or a job's mounted
+    filesystem behind."""
     me = psutil.Process()
     before_children = {p.pid for p in me.children(recursive=True)}
     before_dirs = _temp_trees()
+    before_mounts = _our_mounts()
     yield
     deadline = time.monotonic() + 5
     while True:
@@ -73,6 +75,15 @@ def no_leaks():
     assert not leaked, f"test left processes behind: {[(p.pid, _cmd(p)) for p in leaked]}"
     new_dirs = _temp_trees() - before_dirs
     assert not new_dirs, f"test left temp dirs behind: {sorted(new_dirs)}"
+    mounted = _our_mounts() - before_mounts
+    assert not mounted, f"test left job filesystems mounted: {sorted(mounted)}"
+
+
+def _our_mounts() -> set[str]:
+    """Mount points of this process's job filesystems (harness.sim.storage) mounted now."""
+    from harness.sim.storage.mount import harness_mounts
+
+    return {point for point, fsname in harness_mounts() if fsname.startswith(f"harness-{os.getpid()}-")}
 
 
 # multiprocessing's per-parent helpers: started once, they exit when this process does

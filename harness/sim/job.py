@@ -54,6 +54,7 @@ from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.node_process import NodeProcess, start_node
 from harness.sim.progress import DIGEST_ENV
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
+from harness.sim.storage.faults import StorageFaults
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
@@ -115,10 +116,12 @@ class Job(ProcessFaults, NetworkFaults):
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
+        #: the job's filesystem (a FUSE mount the harness serves, where it can) and its
+        #: storage faults (``harness.sim.storage.faults``)
+        self.storage = StorageFaults(self)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
-        self.shared_dir = os.path.join(self.directory, "shared")
-        os.makedirs(self.shared_dir)
+        self.shared_dir = self.storage.shared_dir
         self.launched_nodes = 0  # nodes ``launch`` started (the twin starts as many)
         self._harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
         self._exit_lock = threading.Lock()
@@ -163,7 +166,7 @@ class Job(ProcessFaults, NetworkFaults):
         return arg.replace("{shared}", self.shared_dir).replace("{node_disk}", self._disk_of(index))
 
     def _disk_of(self, index: int) -> str:
-        return os.path.join(self.directory, f"node{index}", "disk")
+        return str(self.storage.disk_of(index))
 
     def node_disk(self, node: int) -> str:
         """Node ``node``'s local disk: ``{node_disk}`` in its args, ``HARNESS_NODE_DISK`` in its workers."""
@@ -185,7 +188,8 @@ class Job(ProcessFaults, NetworkFaults):
         addr = self.network.address(index)
         directory = os.path.join(self.directory, f"node{index}")
         os.makedirs(os.path.join(directory, "tmp"))
-        os.makedirs(self._disk_of(index))
+        self.storage.add_node(index)
+        self.storage.ready()  # workers must find the filesystem served
         rdzv = self._rendezvous_settings()
         entrypoint, args = self._command(index)
         config = LaunchConfig(
@@ -450,6 +454,33 @@ class Job(ProcessFaults, NetworkFaults):
                                  f"now (running: {sorted(pids)})")
         return pids[local_rank]
 
+    # storage faults (``job.storage``: harness.sim.storage.faults)
+
+    def disk_full(self, node: int | None = None) -> None:
+        """Writes and fsyncs on node ``node``'s disk (None: the shared filesystem) fail with ENOSPC."""
+        self.storage.disk_full(node)
+
+    def slow_io(self, node: int | None = None, delay: float = 0.2) -> None:
+        """Every write and fsync on node ``node``'s disk (None: shared) takes ``delay`` s longer."""
+        self.storage.slow_io(node, delay)
+
+    def io_error(self, node: int | None = None, errno: int = 5, path: str = "*", probability: float = 1.0) -> None:
+        """I/O on files matching ``path`` on node ``node``'s disk (None: shared) fails with ``errno``."""
+        self.storage.io_error(node, errno, path, probability)
+
+    def heal(self, node: int | None = None) -> None:
+        """End node ``node``'s network faults and the storage faults of its disk (``node=None``:
+        every node's, and the shared filesystem's)."""
+        if node is not None:
+            self._node(node)
+        storage = self.storage.heal(node)
+        if self.network.mode != "netns" and not storage:
+            NetworkFaults.heal(self, node)  # nothing to heal: says network faults need namespaces
+            return
+        params = self.network.heal(node).params if self.network.mode == "netns" else {}
+        self._record_action("heal", **({"target_node": node} if node is not None else {}), **params,
+                            **({"storage": storage} if storage else {}))
+
     def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
         """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""
         self.schedule([ScheduledFault(fault, trigger or Immediately())])
@@ -621,6 +652,7 @@ class Job(ProcessFaults, NetworkFaults):
             node.popen.wait()
             self._record_exit(index)
         _, alive = psutil.wait_procs(victims, timeout=5)
+        self.storage.close()  # after every process that could be inside it; reports what is unhealed
         self.bus.close()
         self._harness_events.close()
         if self._store is not None:

@@ -33,6 +33,7 @@ class ProcessFaults:
     bus: EventBus
     orders_dir: str
     frozen_nodes: set[int]
+    storage: Any
     _store: Any
     _harness_events: Any
     _exit_lock: Any
@@ -129,11 +130,11 @@ class ProcessFaults:
         _kill(target.pid, signal.SIGKILL)
         self._await_exit(node)
 
-    def _signal_node(self, node: int, fault: str, sig: int) -> None:
+    def _signal_node(self, node: int, fault: str, sig: int, **fields: Any) -> None:
         """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
         self._live_node(node)
         self._harm(node, fault)
-        self._fault(fault, target_node=node)
+        self._fault(fault, target_node=node, **fields)
         self._signal_node_processes(node, sig)
 
     def _signal_node_processes(self, node: int, sig: int) -> None:
@@ -143,12 +144,20 @@ class ProcessFaults:
         for pid in pids.values():
             signal_process_group(pid, sig)
 
-    def kill_node(self, node: int) -> None:
+    def kill_node(self, node: int, lose_unsynced: bool = False, torn: bool = False) -> None:
         """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
         reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
-        not reaped within ``Job.reap_timeout``."""
-        self._signal_node(node, "node_kill", signal.SIGKILL)
+        not reaped within ``Job.reap_timeout``. ``lose_unsynced``: what the node wrote and
+        never fsynced is gone too (``torn``: but a prefix of its last write; the storage
+        semantics: ``harness.sim.storage.record``)."""
+        crash = lose_unsynced or torn
+        if crash:
+            self.storage.require("lose_unsynced")
+        self._signal_node(node, "node_kill", signal.SIGKILL,
+                          **({"lose_unsynced": True, "torn": torn} if crash else {}))
         self._await_exit(node)
+        if crash:
+            self.storage.crash(node, torn)
 
     def remove_node(self, node: int) -> None:
         """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
