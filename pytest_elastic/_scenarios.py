@@ -148,6 +148,7 @@ class ScenarioItem(pytest.Item):
         if chaos is not None:
             chaos = _chaos_around(chaos, self.spec.get("fault", []), job_spec.get("max_restarts", 3))
         _skip_without_netns(job_spec, self.spec.get("fault", []))
+        _skip_without_fuse(self.spec.get("fault", []))
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
@@ -229,7 +230,9 @@ CHAOS_NETWORK_KINDS = frozenset({"partition", "packet_loss"})
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
     """A scenario that needs network namespaces is skipped, saying what is missing, where
     they cannot be made (not root, no nft...), as the network tests are."""
-    wants = job.get("network") == "netns" or any(f.get("kind") in NETWORK_FAULT_KINDS for f in faults)
+    storage = any(_needs_fuse(f) for f in faults)  # then a heal may be the storage faults' alone
+    wants = job.get("network") == "netns" or any(
+        f.get("kind") in NETWORK_FAULT_KINDS and not (storage and f.get("kind") == "heal") for f in faults)
     if not wants or job.get("network") == "loopback":
         return
     from harness.sim.net import netns_missing
@@ -237,6 +240,27 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
     missing = netns_missing()
     if missing:
         pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
+
+
+#: fault kinds that need the harness's FUSE filesystem (harness.sim.storage)
+STORAGE_FAULT_KINDS = frozenset({"disk_full", "slow_io", "io_error"})
+
+
+def _needs_fuse(fault: dict[str, Any]) -> bool:
+    return (fault.get("kind") in STORAGE_FAULT_KINDS or bool(fault.get("lose_unsynced"))
+            or bool(fault.get("torn")) or "on_file" in fault)
+
+
+def _skip_without_fuse(faults: list[dict[str, Any]]) -> None:
+    """A scenario with storage faults is skipped, saying what is missing, where the harness
+    cannot serve a FUSE filesystem (the storage tests skip the same way)."""
+    if not any(_needs_fuse(f) for f in faults):
+        return
+    from harness.sim.storage.mount import fuse_missing
+
+    missing = fuse_missing()
+    if missing:
+        pytest.skip(f"needs FUSE: missing {missing}")
 
 
 def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,
