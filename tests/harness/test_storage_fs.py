@@ -42,8 +42,9 @@ def _size(job, name):
 
 
 @needs_fuse
-def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes():
-    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+@pytest.mark.parametrize("network", ["loopback", "auto"])  # mounted in every network mode
+def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(network):
+    with Cluster(nnodes="1:2", check_invariants=False, network=network) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0, 1))
         job.kill_node(1, lose_unsynced=True)

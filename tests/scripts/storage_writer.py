@@ -1,8 +1,9 @@
-"""A worker that leaves files of both kinds on the shared filesystem and its node's disk:
-``synced_<rank>`` (written and fsynced), ``unsynced_<rank>`` (written, never fsynced), and
-on its node disk ``disk_<rank>`` (unsynced); then, with ``--rename``, writes
-``ckpt_<rank>.tmp`` and renames it to ``ckpt_<rank>`` (the naive save); then ``ready_<rank>``
-and it sleeps until killed."""
+"""A worker (one per node) that leaves files of both kinds on the shared filesystem and its
+node's disk, named for its node index ``<n>`` (which rank a node gets is the rendezvous's
+choice): ``synced_<n>`` (written and fsynced), ``unsynced_<n>`` (written, never fsynced), on
+its node disk ``disk_<n>`` (unsynced), ``torn_<n>`` (64 KiB fsynced, then 64 KiB not); then,
+with ``--rename``, writes ``ckpt_<n>.tmp`` and renames it to ``ckpt_<n>`` (the naive save);
+then ``ready_<n>`` and it sleeps until killed."""
 
 import os
 import sys
@@ -10,7 +11,7 @@ import time
 
 shared = os.environ["HARNESS_SHARED_DIR"]
 disk = os.environ["HARNESS_NODE_DISK"]
-rank = os.environ["RANK"]
+rank = os.environ["HARNESS_NODE"]  # the node index
 with open(os.path.join(shared, f"synced_{rank}"), "wb") as fp:
     fp.write(b"S" * 100_000)
     fp.flush()

@@ -47,7 +47,7 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
 class Owners:
     """pid -> node, from the job's event file."""
 
-    def __init__(self, events_path: str | None, wait: float = 1.0):
+    def __init__(self, events_path: str | None, wait: float = 2.0):
         self._events_path = events_path
         self._offset = 0
         self._pids: dict[int, int] = {}  # agent or worker pid -> node

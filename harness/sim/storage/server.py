@@ -453,8 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         from harness.procs import die_with_parent
 
         die_with_parent(args.parent, signal.SIGTERM)  # SIGTERM: libfuse unmounts on its way out
+    import resource
+
     import mfusepy
 
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per open file, and
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one per file with unsynced writes
     server = StorageServer(args.backing, args.events)
     if args.control_fd is not None:
         sock = socket.socket(fileno=args.control_fd)
