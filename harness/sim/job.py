@@ -51,6 +51,7 @@ from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.job_network import NetworkFaults
 from harness.sim.job_process import ProcessFaults
 from harness.sim.net import NODE_INTERFACE, Network
+from harness.sim.node_main import WORKER_TMPDIR_ENV
 from harness.sim.node_process import NodeProcess, start_node
 from harness.sim.progress import DIGEST_ENV
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler, TargetNotReady
@@ -213,7 +214,7 @@ class Job(ProcessFaults, NetworkFaults):
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
                WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
                "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: self.shared_dir,
-               NODE_DISK_ENV: self._disk_of(index)}
+               NODE_DISK_ENV: self._disk_of(index), WORKER_TMPDIR_ENV: self.storage.tmp_of(index)}
         if cluster.golden:
             env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
         env.pop("TORCHELASTIC_ERROR_FILE", None)

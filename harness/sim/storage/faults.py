@@ -2,7 +2,9 @@
 
 ``job.storage`` is made with the job. Its ``shared_dir`` and ``node_disk(i)`` live on one
 FUSE mount the harness serves (``harness.sim.storage.mount``): ``fs/shared`` is the shared
-filesystem every node sees (checkpoints), ``fs/node<i>`` node i's local disk. The faults:
+filesystem every node sees (checkpoints), ``fs/node<i>`` node i's local disk (``disk``: the
+job's ``node_disk(i)``, ``tmp``: its workers' TMPDIR; the agent keeps its own temp files, its
+timer FIFOs and logs, off it: ``harness.sim.node_main``). The faults:
 
 * ``disk_full(node=None)``: writes, fsyncs and mkdirs there fail with ENOSPC (None: the
   shared filesystem), until healed;
@@ -80,11 +82,16 @@ class StorageFaults:
         return os.path.join(self.mount.mountpoint, "shared")
 
     def disk_of(self, node: int) -> str:
-        return os.path.join(self.mount.mountpoint, f"node{node}")
+        return os.path.join(self.mount.mountpoint, f"node{node}", "disk")
+
+    def tmp_of(self, node: int) -> str:
+        """Node ``node``'s workers' TMPDIR: on its disk, beside ``disk_of(node)``."""
+        return os.path.join(self.mount.mountpoint, f"node{node}", "tmp")
 
     def add_node(self, node: int) -> None:
-        """Make node ``node``'s disk (in the backing directory: no wait for the mount)."""
-        os.makedirs(os.path.join(self.mount.root, f"node{node}"), exist_ok=True)
+        """Make node ``node``'s disk and temp dir (in the backing directory: no wait for the mount)."""
+        for sub in ("disk", "tmp"):
+            os.makedirs(os.path.join(self.mount.root, f"node{node}", sub), exist_ok=True)
 
     def ready(self) -> None:
         """Until the filesystem is served (before the first node starts)."""
