@@ -174,6 +174,7 @@ class ScenarioItem(pytest.Item):
             chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", 3))
         _skip_without_netns(job_spec, faults)
         _skip_without_cgroups(faults)
+        _skip_without_fuse(faults)
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
@@ -242,8 +243,9 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
     """A scenario that needs network namespaces is skipped, saying what is missing, where
     they cannot be made (not root, no nft...), as the network tests are."""
     kinds = {f.get("kind") for f in faults}
+    storage = any(_needs_fuse(f) for f in faults)  # then a heal may be the storage faults' alone
     wants = job.get("network") == "netns" or bool(kinds & NETWORK_FAULT_KINDS - {"heal"}) \
-        or ("heal" in kinds and not kinds & RESOURCE_FAULT_KINDS)  # a heal ends a resource fault too
+        or ("heal" in kinds and not kinds & RESOURCE_FAULT_KINDS and not storage)  # a heal ends those too
     if not wants or job.get("network") == "loopback":
         return
     from harness.sim.net import netns_missing
@@ -263,6 +265,27 @@ def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
     support = probe()
     if not isinstance(support, CgroupSupport):
         pytest.skip(f"needs {support}")
+
+
+#: fault kinds that need the harness's FUSE filesystem (harness.sim.storage)
+STORAGE_FAULT_KINDS = frozenset({"disk_full", "slow_io", "io_error"})
+
+
+def _needs_fuse(fault: dict[str, Any]) -> bool:
+    return (fault.get("kind") in STORAGE_FAULT_KINDS or bool(fault.get("lose_unsynced"))
+            or bool(fault.get("torn")) or "on_file" in fault)
+
+
+def _skip_without_fuse(faults: list[dict[str, Any]]) -> None:
+    """A scenario with storage faults is skipped, saying what is missing, where the harness
+    cannot serve a FUSE filesystem (the storage tests skip the same way)."""
+    if not any(_needs_fuse(f) for f in faults):
+        return
+    from harness.sim.storage.mount import fuse_missing
+
+    missing = fuse_missing()
+    if missing:
+        pytest.skip(f"needs FUSE: missing {missing}")
 
 
 def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: int | None, chaotic: bool,

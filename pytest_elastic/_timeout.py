@@ -320,4 +320,7 @@ def freeze_and_kill(clusters: list[Any]) -> None:
                                 os.kill(pid, signal.SIGKILL)
             except Exception as e:  # best effort: pytest-timeout os._exit's right after
                 sys.stderr.write(f"pytest-elastic: stopping job {job.run_id} on timeout: {e}\n")
+        from harness.sim.storage.mount import sweep
+
+        sweep(under=cluster.directory)  # detach the jobs' filesystems, or their mount points stay
         shutil.rmtree(cluster.directory, ignore_errors=True)

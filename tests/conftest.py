@@ -67,11 +67,13 @@ def _cgroups() -> set[str]:
 
 @pytest.fixture(autouse=True)
 def no_leaks():
-    """Fail the test if it left a child process, one of our temp dirs or a job cgroup behind."""
+    """Fail the test if it left a child process, one of our temp dirs, a job cgroup or a
+    job's mounted filesystem behind."""
     me = psutil.Process()
     before_children = {p.pid for p in me.children(recursive=True)}
     before_dirs = _temp_trees()
     before_cgroups = _cgroups()
+    before_mounts = _our_mounts()
     yield
     deadline = time.monotonic() + 5
     while True:
@@ -87,6 +89,15 @@ def no_leaks():
     assert not new_dirs, f"test left temp dirs behind: {sorted(new_dirs)}"
     new_cgroups = _cgroups() - before_cgroups
     assert not new_cgroups, f"test left cgroups behind: {sorted(new_cgroups)}"
+    mounted = _our_mounts() - before_mounts
+    assert not mounted, f"test left job filesystems mounted: {sorted(mounted)}"
+
+
+def _our_mounts() -> set[str]:
+    """Mount points of this process's job filesystems (harness.sim.storage) mounted now."""
+    from harness.sim.storage.mount import harness_mounts
+
+    return {point for point, fsname in harness_mounts() if fsname.startswith(f"harness-{os.getpid()}-")}
 
 
 # multiprocessing's per-parent helpers: started once, they exit when this process does

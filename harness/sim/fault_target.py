@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from harness.sim.node_ledger import NodeLedger
     from harness.sim.node_process import NodeProcess
     from harness.sim.rendezvous_store import StoreHandle
+    from harness.sim.storage.faults import StorageFaults
 
 __all__ = ["FaultTarget", "LastingFaults", "record_fault"]
 
@@ -50,6 +51,9 @@ class FaultTarget(Protocol):
     #: stops a node says so first (``ledger.harm(i, kind)``), then waits for the end it
     #: caused (``ledger.await_exit(i)``, ``ledger.await_frozen(i)``)
     ledger: NodeLedger
+    #: the job's filesystem and storage faults (``harness.sim.storage``): a node crash that
+    #: loses unsynced writes asks it
+    storage: StorageFaults
 
     def node(self, node: int) -> NodeProcess:
         """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""

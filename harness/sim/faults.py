@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 PUBLIC = [
     "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",
     "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
-    "SlowNode", "MemoryLimit", "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize",
+    "SlowNode", "MemoryLimit", "DiskFull", "SlowIO", "IoError",
+    "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize", "OnFile",
     "ScheduledFault",
 ]
 __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
@@ -103,12 +104,17 @@ class AgentKill(Fault):
 
 @dataclass(frozen=True)
 class NodeKill(Fault):
+    """The node's agent and workers are SIGKILLed at once; ``lose_unsynced``: what it wrote
+    and never fsynced is gone too (``torn``: but a prefix of its last write)."""
+
     kind: ClassVar[str] = "kill_node"
     is_failure: ClassVar[bool] = False
     node: int = 0
+    lose_unsynced: bool = False
+    torn: bool = False
 
     def apply(self, job: Job) -> None:
-        job.processes.kill_node(self.node)
+        job.processes.kill_node(self.node, lose_unsynced=self.lose_unsynced or self.torn, torn=self.torn)
 
 
 @dataclass(frozen=True)
@@ -248,6 +254,47 @@ class MemoryLimit(Fault):
         job.resources.memory_limit(self.node, self.limit)
 
 
+# storage faults: need the harness's FUSE filesystem; each lasts until a Heal (or the job's end)
+
+
+@dataclass(frozen=True)
+class DiskFull(Fault):
+    """Writes and fsyncs on node ``node``'s disk (None: the shared filesystem) fail with ENOSPC."""
+
+    kind: ClassVar[str] = "disk_full"
+    node: int | None = None
+
+    def apply(self, job: Job) -> None:
+        job.storage.disk_full(self.node)
+
+
+@dataclass(frozen=True)
+class SlowIO(Fault):
+    """Every write and fsync on node ``node``'s disk (None: shared) takes ``delay`` s longer."""
+
+    kind: ClassVar[str] = "slow_io"
+    is_failure: ClassVar[bool] = False
+    node: int | None = None
+    delay: float = 0.2
+
+    def apply(self, job: Job) -> None:
+        job.storage.slow_io(self.node, self.delay)
+
+
+@dataclass(frozen=True)
+class IoError(Fault):
+    """I/O on files matching ``path`` on node ``node``'s disk (None: shared) fails with ``errno``."""
+
+    kind: ClassVar[str] = "io_error"
+    node: int | None = None
+    errno: int = 5
+    path: str = "*"
+    probability: float = 1.0
+
+    def apply(self, job: Job) -> None:
+        job.storage.io_error(self.node, self.errno, self.path, self.probability)
+
+
 # -- when ---------------------------------------------------------------------------------
 
 
@@ -378,6 +425,24 @@ class OnWorldSize(Trigger):
 
 
 @dataclass(frozen=True)
+class OnFile(Trigger):
+    """The moment a file matching ``path_glob`` (on its path below the disk's root, or on
+    its name) is created or renamed, by a process of ``node`` (None: any). The operation is
+    held inside the harness's filesystem until the fault has been applied: a node killed
+    here dies with the file created but not written, or before the rename happened."""
+
+    path_glob: str = "*"
+    node: int | None = None
+
+    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+        return bool(job.storage.file_seen(self, self.path_glob, self.node))
+
+    def never_met(self, job: Job, armed_at: float) -> str:
+        who = "" if self.node is None else f" by node {self.node}"
+        return f"no file matching {self.path_glob!r} was created or renamed{who} while it was armed"
+
+
+@dataclass(frozen=True)
 class ScheduledFault:
     """A fault and its trigger. ``after_previous``: the trigger is armed only once the
     fault before it in the schedule fired (sequences that do not race the clock)."""
@@ -429,6 +494,8 @@ def check_targets(entry: ScheduledFault, shape: JobShape) -> None:
                           f"(at most {shape.world} workers)", where)
     if isinstance(trigger, OnState):
         node_ok("state_node", trigger.node)
+    if isinstance(trigger, OnFile):
+        node_ok("file_node", trigger.node)
     if isinstance(trigger, OnWorldSize) and not 1 <= trigger.size <= shape.world:
         raise ConfigError("on_world_size", trigger.size, f"can never form: WORLD_SIZE is 1..{shape.world} "
                           "in this job", where)

@@ -46,12 +46,14 @@ from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.network_faults import NetworkFaults
 from harness.sim.node_ledger import NodeLedger
+from harness.sim.node_main import WORKER_TMPDIR_ENV
 from harness.sim.node_process import NodeProcess
 from harness.sim.node_process import start_node as start_agent_process
 from harness.sim.process_faults import ProcessFaults
 from harness.sim.progress import DIGEST_ENV
 from harness.sim.resources import ResourceFaults
 from harness.sim.scheduler import FaultError, FaultNotFired, FaultScheduler
+from harness.sim.storage.faults import StorageFaults
 from harness.sim.timeline import HARNESS, Timeline
 
 if TYPE_CHECKING:
@@ -112,10 +114,12 @@ class Job:
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
+        #: the job's filesystem (a FUSE mount the harness serves, where it can) and its
+        #: storage faults (``harness.sim.storage.faults``)
+        self.storage = StorageFaults(self)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
-        self.shared_dir = os.path.join(self.directory, "shared")
-        os.makedirs(self.shared_dir)
+        self.shared_dir = self.storage.shared_dir
         self.launched_nodes = 0  # nodes ``launch`` started (the twin starts as many)
         #: the harness's own events (node starts and exits, faults, heals), in the job's file
         self.harness_events = EventWriter(self.events_path, HARNESS, self.run_id, wake=self.bus.wake_path)
@@ -166,7 +170,7 @@ class Job:
         return arg.replace("{shared}", self.shared_dir).replace("{node_disk}", self._disk_of(index))
 
     def _disk_of(self, index: int) -> str:
-        return os.path.join(self.directory, f"node{index}", "disk")
+        return str(self.storage.disk_of(index))
 
     def node_disk(self, node: int) -> str:
         """Node ``node``'s local disk: ``{node_disk}`` in its args, ``HARNESS_NODE_DISK`` in its workers."""
@@ -188,7 +192,8 @@ class Job:
         addr = self.net.address(index)
         directory = os.path.join(self.directory, f"node{index}")
         os.makedirs(os.path.join(directory, "tmp"))
-        os.makedirs(self._disk_of(index))
+        self.storage.add_node(index)
+        self.storage.ready()  # workers must find the filesystem served
         rdzv = self._rendezvous_settings()
         entrypoint, args = self._command(index)
         config = LaunchConfig(
@@ -212,7 +217,8 @@ class Job:
         env = {**os.environ, **cluster.env, EVENTS_ENV: self.events_path, NODE_ENV: str(index),
                WAKE_ENV: self.bus.wake_path, ORDERS_ENV: self.orders_dir,
                "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: self.shared_dir,
-               NODE_DISK_ENV: self._disk_of(index), **self.resources.node_env(index)}
+               NODE_DISK_ENV: self._disk_of(index), WORKER_TMPDIR_ENV: self.storage.tmp_of(index),
+               **self.resources.node_env(index)}
         if cluster.golden:
             env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
         env.pop("TORCHELASTIC_ERROR_FILE", None)
@@ -364,9 +370,10 @@ class Job:
         """The agent dies (SIGKILL); its workers must follow on their own (returns once reaped)."""
         self.processes.kill_agent(node)
 
-    def kill_node(self, node: int) -> None:
-        """Agent and workers SIGKILLed at once: a machine lost (returns once reaped)."""
-        self.processes.kill_node(node)
+    def kill_node(self, node: int, lose_unsynced: bool = False, torn: bool = False) -> None:
+        """Agent and workers SIGKILLed at once: a machine lost (returns once reaped);
+        ``lose_unsynced``: what it wrote and never fsynced is gone (``torn``: but a prefix)."""
+        self.processes.kill_node(node, lose_unsynced, torn)
 
     def remove_node(self, node: int) -> None:
         """Graceful leave: SIGTERM to the agent."""
@@ -415,12 +422,15 @@ class Job:
     def heal(self, node: int | None = None) -> None:
         """End node ``node``'s lasting faults (every node's with None), those of each part
         in ``lasting`` (the network's: partitions, loss, bandwidth, link down; the
-        resources': slow_node, memory_limit); one ``heal`` event names what ended. A part
+        resources': slow_node, memory_limit) and the storage faults of the node's disk (with
+        None: of every disk and the shared filesystem); one ``heal`` event names what ended
+        (``storage``: per disk). A part
         that cannot heal here (the network in loopback mode) raises only when nothing else
         was healed."""
         if node is not None:
             self.node(node)
-        healed: list[str] = []
+        storage = self.storage.heal(node)  # per disk: the node's, or every disk and the shared fs
+        healed: list[str] = sorted({kind for kinds in storage.values() for kind in kinds})
         refused: list[ConfigError] = []
         for part in self.lasting:
             try:
@@ -429,7 +439,8 @@ class Job:
                 refused.append(e)
         if refused and not healed:
             raise refused[0]
-        self.record("heal", **({"target_node": node} if node is not None else {}), healed=sorted(healed))
+        self.record("heal", **({"target_node": node} if node is not None else {}), healed=sorted(healed),
+                    **({"storage": storage} if storage else {}))
 
     # -- what a fault needs (``FaultTarget``) -------------------------------------------------
 
@@ -443,6 +454,20 @@ class Job:
             self.harness_events.emit(event, **fields)
 
     # -- scheduled faults -----------------------------------------------------------------
+
+    # storage faults (``job.storage``: harness.sim.storage.faults)
+
+    def disk_full(self, node: int | None = None) -> None:
+        """Writes and fsyncs on node ``node``'s disk (None: the shared filesystem) fail with ENOSPC."""
+        self.storage.disk_full(node)
+
+    def slow_io(self, node: int | None = None, delay: float = 0.2) -> None:
+        """Every write and fsync on node ``node``'s disk (None: shared) takes ``delay`` s longer."""
+        self.storage.slow_io(node, delay)
+
+    def io_error(self, node: int | None = None, errno: int = 5, path: str = "*", probability: float = 1.0) -> None:
+        """I/O on files matching ``path`` on node ``node``'s disk (None: shared) fails with ``errno``."""
+        self.storage.io_error(node, errno, path, probability)
 
     def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
         """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""
@@ -607,6 +632,7 @@ class Job:
             node.popen.wait()
             self.ledger.record_exit(index)
         _, alive = psutil.wait_procs(victims, timeout=5)
+        self.storage.close()  # after every process that could be inside it; reports what is unhealed
         self.bus.close()
         self.harness_events.close()
         if self.store is not None:

@@ -4,7 +4,9 @@ Such a process runs no ``close()`` and no finalizer, so what it made stays. Ever
 here is named ``<prefix><owner pid>_<random>``, and the next one made with that prefix, in
 any process, first removes those whose owner is dead (a zombie too: it will never close
 anything) and never one whose owner still runs (a reused pid only delays the removal).
-The namespaces follow the same rule (``harness.sim.net.names``).
+The namespaces follow the same rule (``harness.sim.net.names``), and so do the jobs'
+filesystems (``harness.sim.storage.mount.sweep``: a dead owner's mounts are detached before
+its directory is removed).
 """
 
 from __future__ import annotations
@@ -37,9 +39,16 @@ def remove_dead_owners(prefix: str, parent: str) -> list[str]:
         if not pid.isdigit() or owner_alive(int(pid)):
             continue
         path = os.path.join(parent, name)
+        _unmount_under(path)  # a job filesystem its dead owner left mounted there
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def _unmount_under(path: str) -> None:
+    from harness.sim.storage.mount import sweep
+
+    sweep(under=path)
 
 
 def owned_tempdir(prefix: str, parent: str | None = None) -> str:

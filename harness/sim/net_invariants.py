@@ -111,10 +111,10 @@ def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[flo
 
 
 def _resources_only(heal: dict[str, Any]) -> bool:
-    """A ``heal`` that ended resource faults only (``slow_node``, ``memory_limit``: their heal
-    event names them): it ended no partition."""
+    """A ``heal`` that ended other faults only (resource or storage ones: its event names
+    what it ended): it ended no partition."""
     healed = heal.get("healed") or []
-    return bool(healed) and all(kind in ("slow_node", "memory_limit") for kind in healed)
+    return bool(healed) and not any("partition" in kind for kind in healed)
 
 
 def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:

@@ -64,8 +64,26 @@ def _join_cgroup(procs_files: str) -> None:
             print(f"[node] cannot join cgroup {os.path.dirname(path)}: {e.strerror}", file=sys.stderr)
 
 
+#: the TMPDIR the node's workers get (on the node's disk); the agent keeps its own
+WORKER_TMPDIR_ENV = "HARNESS_WORKER_TMPDIR"
+
+
+def split_tmpdir() -> None:
+    """The agent keeps its temp files (timer FIFOs, logs, error files) in the node's own
+    ``TMPDIR``; the workers it starts inherit ``TMPDIR`` on the node's disk, where storage
+    faults reach them (``harness.sim.storage``)."""
+    worker_tmp = os.environ.pop(WORKER_TMPDIR_ENV, None)
+    if worker_tmp:
+        import tempfile
+
+        tempfile.tempdir = None
+        tempfile.tempdir = tempfile.gettempdir()  # the agent's, fixed before TMPDIR changes
+        os.environ["TMPDIR"] = worker_tmp
+
+
 def main(spec_path: str, parent: int | None = None, netns: str | None = None) -> int:
     settle(parent, netns)
+    split_tmpdir()
     from harness.run import configure_logging, run_with_signal_handlers
 
     configure_logging()

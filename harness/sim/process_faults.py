@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.procs import signal_process_group
@@ -106,12 +106,20 @@ class ProcessFaults:
         _kill(agent.pid, signal.SIGKILL)
         self._target.ledger.await_exit(node)
 
-    def kill_node(self, node: int) -> None:
+    def kill_node(self, node: int, lose_unsynced: bool = False, torn: bool = False) -> None:
         """Agent and workers SIGKILLed at once (a machine lost). Returns once the harness
         reaped the agent (its terminal entry is on the timeline); ``FaultError`` if it was
-        not reaped within ``job.ledger.reap_timeout``."""
-        self._signal_node(node, "node_kill", signal.SIGKILL)
+        not reaped within ``job.ledger.reap_timeout``. ``lose_unsynced``: what the node wrote
+        and never fsynced is gone too (``torn``: but a prefix of its last write; the storage
+        semantics: ``harness.sim.storage.record``)."""
+        crash = lose_unsynced or torn
+        if crash:
+            self._target.storage.require("lose_unsynced")
+        self._signal_node(node, "node_kill", signal.SIGKILL,
+                          **({"lose_unsynced": True, "torn": torn} if crash else {}))
         self._target.ledger.await_exit(node)
+        if crash:
+            self._target.storage.crash(node, torn)
 
     def remove_node(self, node: int) -> None:
         """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
@@ -142,11 +150,11 @@ class ProcessFaults:
 
     # -- resolving targets ----------------------------------------------------------------
 
-    def _signal_node(self, node: int, fault: str, sig: int) -> None:
+    def _signal_node(self, node: int, fault: str, sig: int, **fields: Any) -> None:
         """``sig`` to the agent and every worker of ``node`` at once (a recorded fault)."""
         self._live_node(node)
         self._target.ledger.harm(node, fault)
-        record_fault(self._target, fault, target_node=node)
+        record_fault(self._target, fault, target_node=node, **fields)
         self.signal_node_processes(node, sig)
 
     def _live_node(self, node: int) -> NodeProcess:

@@ -227,6 +227,9 @@ SCENARIO_TABLES = ("description", "job", "fault", "expect")
 # -- faults and triggers ------------------------------------------------------------------
 
 NODE = Key("node", 0, "index of the node", integer(0))
+#: a storage fault's disk: a node's local disk, or (none) the job's shared filesystem
+DISK = Key("node", None, "the node whose local disk it hits (none: the shared filesystem)",
+           optional(integer(0)), example=1)
 LOCAL_RANK = Key("local_rank", 0, "local rank of the worker on that node", integer(0))
 
 
@@ -263,8 +266,12 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               chaos="hang_worker"),
     FaultKind("kill_agent", "AgentKill", (NODE,), "a node's agent is SIGKILLed; its workers follow",
               chaos="kill_agent", membership=-1),
-    FaultKind("kill_node", "NodeKill", (NODE,), "a node's agent and workers are SIGKILLed at once",
-              chaos="kill_node", membership=-1),
+    FaultKind("kill_node", "NodeKill",
+              (NODE, Key("lose_unsynced", False, "what the node wrote and never fsynced is lost too "
+                         "(needs the harness's FUSE filesystem)", BOOL),
+               Key("torn", False, "with lose_unsynced: a prefix of the node's last unsynced write survives",
+                   BOOL)),
+              "a node's agent and workers are SIGKILLed at once", chaos="kill_node", membership=-1),
     FaultKind("remove_node", "NodeRemove", (NODE,), "a node leaves gracefully (SIGTERM to its agent)",
               chaos="remove_node", membership=-1),
     FaultKind("add_node", "NodeAdd", (), "a new node joins (scale up)", chaos="add_node", membership=+1),
@@ -300,6 +307,20 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes)', SIZE,
                          example="1G")),
               "a node's processes share a memory limit: past it the kernel OOM-kills one"),
+    # storage faults (the harness's FUSE filesystem); chaos heals each before the job ends
+    FaultKind("disk_full", "DiskFull", (DISK,), "writes and fsyncs on a disk fail with ENOSPC",
+              chaos="disk_full", heal_after=(1.0, 3.0)),
+    FaultKind("slow_io", "SlowIO",
+              (DISK, Key("delay", 0.2, "seconds added to every write and fsync request", number(0))),
+              "every write and fsync on a disk is slower", chaos="slow_io",
+              chaos_choices={"delay": (0.01, 0.05)}, heal_after=(1.0, 3.0)),
+    FaultKind("io_error", "IoError",
+              (DISK, Key("errno", 5, "the error number I/O fails with (5: EIO)", integer(1)),
+               Key("path", "*", "glob of the files whose I/O fails (path below the disk, or name)", TEXT,
+                   example="*.distcp"),
+               Key("probability", 1.0, "chance each operation fails", PROBABILITY, example=0.5)),
+              "I/O on matching files fails with an errno", chaos="io_error",
+              chaos_choices={"probability": (0.05, 0.2)}, heal_after=(1.0, 3.0)),
 )}
 
 #: old spellings, each still accepted with a DeprecationWarning naming the new one
@@ -365,6 +386,11 @@ TRIGGERS: tuple[TriggerForm, ...] = (
     TriggerForm("OnWorldSize", ((Key("on_world_size", 1, "a rendezvous round forms with this WORLD_SIZE",
                                      integer(1)), "size"),),
                 "a round of a given size forms"),
+    TriggerForm("OnFile", ((Key("on_file", "*", "a file matching this glob is created or renamed (held there "
+                                "until the fault is applied)", TEXT, example="*.metadata.tmp"), "path_glob"),
+                           (Key("file_node", None, "node whose process creates or renames it (default: any)",
+                                optional(integer(0)), example=0), "node")),
+                "a file is created or renamed"),
 )
 #: the trigger of a spec that names none: every running node HEALTHY
 DEFAULT_TRIGGER = {"on_state": "HEALTHY"}

@@ -24,7 +24,7 @@ __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_late
 
 #: faults that last until something ends them (a heal, an end event, a duration, the job's end)
 LASTING_FAULTS = frozenset({"partition", "packet_loss", "bandwidth", "link_down", "node_freeze",
-                            "worker_hang", "slow_node", "memory_limit"})
+                            "worker_hang", "slow_node", "memory_limit", "disk_full", "slow_io", "io_error"})
 #: faults after which the target node is gone for good (a leaving node: once its agent's last event is out)
 KILL_FAULTS = frozenset({"node_kill", "agent_kill"})
 LEAVE_FAULTS = frozenset({"node_leave"})

@@ -22,6 +22,13 @@ with the fault-free twin shows it trained a different model.
 Checkpoints are ``{ckpt-dir}/step_<N>`` (DCP writes ``.metadata`` last, so a directory with it
 is complete) and ``{ckpt-dir}/latest`` names the newest, replaced atomically by rank 0 after
 every rank finished the save.
+
+``--save naive|safe`` (DDP only) writes one ``torch.save`` file from rank 0 instead,
+``{ckpt-dir}/ckpt.pt``: *naive* straight to the final path with no fsync (what
+``torch.save(state, path)`` does), *safe* to a temp file that is fsynced, renamed into place
+and its directory fsynced. A node crash that loses unsynced writes
+(``kill_node(lose_unsynced=True)``) leaves the naive file empty and the safe one whole
+(``scenarios/storage``).
 """
 
 from __future__ import annotations
@@ -64,10 +71,14 @@ def parse() -> argparse.Namespace:
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
     p.add_argument("--forget", action="append", choices=FORGETTABLE, default=[],
                    help="on resume, forget this state (a classic bug, for the oracle to catch)")
+    p.add_argument("--save", choices=("dcp", "naive", "safe"), default="dcp",
+                   help="checkpoint with DCP, or one torch.save file written naively or safely")
     args = p.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.global_batch % world:
         p.error(f"--global-batch={args.global_batch} must divide by WORLD_SIZE={world}")
+    if args.save != "dcp" and args.parallel != "ddp":
+        p.error(f"--save {args.save} needs --parallel ddp (one rank holds the whole state)")
     return args
 
 
@@ -129,9 +140,52 @@ def save(args: argparse.Namespace, state: dict, step: int) -> None:
         os.replace(tmp, os.path.join(args.ckpt_dir, "latest"))
 
 
+def save_file(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
+              data: Data, step: int) -> None:
+    """One ``torch.save`` file from rank 0: naively (``torch.save`` to the final path, no
+    fsync), or safely (temp file, fsync, rename, directory fsync)."""
+    if dist.get_rank() == 0:
+        state = {"model": model.module.state_dict(), "optim": opt.state_dict(),  # type: ignore[operator]
+                 "train": {"step": step, "offset": data.offset, "perm": data.perm.clone(),
+                           "rng": data.gen.get_state(), "sched": sched.state_dict()}}  # type: ignore[attr-defined]
+        path = os.path.join(args.ckpt_dir, "ckpt.pt")
+        if args.save == "naive":
+            torch.save(state, path)  # the page cache has it; the disk may not, ever
+        else:
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as fp:
+                torch.save(state, fp)
+                fp.flush()
+                os.fsync(fp.fileno())  # the bytes are on disk before the name points at them
+            os.replace(tmp, path)  # atomic: the old checkpoint or the new one, never half of one
+            fd = os.open(args.ckpt_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # and the rename itself is on disk
+            finally:
+                os.close(fd)
+    dist.barrier()
+
+
+def resume_file(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
+                data: Data) -> tuple[int, str]:
+    path = os.path.join(args.ckpt_dir, "ckpt.pt")
+    if not os.path.exists(path):
+        return 0, ""
+    state = torch.load(path, weights_only=False)  # lost: EOFError (empty), or "failed finding central directory"
+    model.module.load_state_dict(state["model"])  # type: ignore[operator]
+    opt.load_state_dict(state["optim"])
+    train = state["train"]
+    data.gen.set_state(train["rng"])
+    data.perm, data.offset = train["perm"], int(train["offset"])
+    sched.load_state_dict(train["sched"])  # type: ignore[attr-defined]
+    return int(train["step"]), "ckpt.pt"
+
+
 def resume(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
            data: Data) -> tuple[int, str]:
     """Load the newest complete checkpoint, minus what ``--forget`` says; the step to go on from."""
+    if args.save != "dcp":
+        return resume_file(args, model, opt, sched, data)
     try:
         with open(os.path.join(args.ckpt_dir, "latest")) as fp:
             name = fp.read().strip()
@@ -183,7 +237,10 @@ def main() -> int:
         report_step(step, loss=loss_global, state=final)
         if done % args.ckpt_every == 0 or done == args.steps:
             with report_checkpoint(done):  # its time is checkpoint badput in the job's goodput
-                save(args, checkpoint_state(model, opt, sched, data, done), done)
+                if args.save == "dcp":
+                    save(args, checkpoint_state(model, opt, sched, data, done), done)
+                else:
+                    save_file(args, model, opt, sched, data, done)
     if rank == 0:
         print(json.dumps({"steps": args.steps, "resumed_from": resumed_from, "world_size": world,
                           "loss": float(loss_global), "forgot": args.forget}), flush=True)

@@ -61,7 +61,7 @@ def test_a_forked_node_has_the_nodes_environment_cwd_and_temp_dir(tmp_path, capf
             job = cluster.launch(str(script))
             assert job.wait(timeout=60).state == S.SUCCEEDED
             assert all(isinstance(n.popen, ForkedNode) for n in job.nodes.values())
-            tmps = {n.index: os.path.join(n.directory, "tmp") for n in job.nodes.values()}
+            tmps = {n.index: job.storage.tmp_of(n.index) for n in job.nodes.values()}  # on its disk
     probes = _probe_lines(capfd.readouterr().out)  # the nodes wrote to this process's stdout
     assert sorted(p["rank"] for p in probes) == ["0", "1"], probes
     for probe in probes:

@@ -172,7 +172,7 @@ def test_schedule_json_round_trip():
     ('{"kind": "kill_worker"}', "one list of faults per job"),
     ('[[{"kind": "meteor"}]]', "job 0 fault 0: kind='meteor' must be one of kill_worker, hang_worker,"),
     ('[[], [{"kind": "kill_node", "nodes": 2}]]',
-     "job 1 fault 0: kind='kill_node' takes no key(s) ['nodes']; its keys: kind, node, after_healthy,"),
+     "job 1 fault 0: kind='kill_node' takes no key(s) ['nodes']; its keys: kind, node, lose_unsynced, torn,"),
     ('[[{"kind": "add_node", "node": 1}]]', "job 0 fault 0: kind='add_node' takes no key(s) ['node']"),
     ('[[{"kind": "kill_node", "node": "1"}]]', "job 0 fault 0: node='1' must be an int >= 0"),
     ('[[{"kind": "kill_node", "after_healthy": 1, "at_step": 2}]]',

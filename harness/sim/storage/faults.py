@@ -1,0 +1,253 @@
+"""A job's storage: its filesystem (shared and per-node disks) and the faults you can inject.
+
+``job.storage`` is made with the job. Its ``shared_dir`` and ``node_disk(i)`` live on one
+FUSE mount the harness serves (``harness.sim.storage.mount``): ``fs/shared`` is the shared
+filesystem every node sees (checkpoints), ``fs/node<i>`` node i's local disk (``disk``: the
+job's ``node_disk(i)``, ``tmp``: its workers' TMPDIR; the agent keeps its own temp files, its
+timer FIFOs and logs, off it: ``harness.sim.node_main``). The faults:
+
+* ``disk_full(node=None)``: writes, fsyncs and mkdirs there fail with ENOSPC (None: the
+  shared filesystem), until healed;
+* ``slow_io(node=None, delay=0.2)``: every write and fsync request (up to 1 MiB each) there
+  takes ``delay`` seconds longer, until healed;
+* ``io_error(node=None, errno=EIO, path="*", probability=1.0)``: opens, reads, writes and
+  fsyncs of files matching ``path`` there fail with ``errno`` (each with ``probability``),
+  until healed;
+* ``crash(node, torn)``: what node ``node`` wrote and never fsynced is rolled back
+  (``Job.kill_node(node, lose_unsynced=True)`` calls it once the node is dead; the
+  semantics are ``harness.sim.storage.record``'s);
+* watches for ``OnFile``: a create or rename of a matching file is held inside the
+  filesystem until the fault it triggers has been applied, so a kill lands between two
+  steps of a save (DCP's write-then-rename of ``.metadata``).
+
+Each fault is a ``fault`` event on the timeline; ``heal`` ends the lasting ones (a ``heal``
+event naming what ended). Faults still in place when the job ends are reported (a warning
+and a ``storage_unhealed`` event). Without FUSE the directories are plain ones and every
+fault raises ``ConfigError`` naming what is missing.
+"""
+
+from __future__ import annotations
+
+import errno as errno_module
+import itertools
+import os
+import threading
+import time
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ConfigError
+from harness.sim.fault_target import record_fault
+from harness.sim.storage.mount import StorageMount
+
+if TYPE_CHECKING:
+    from harness.sim.faults import Trigger
+    from harness.sim.job import Job
+
+__all__ = ["StorageFaults", "HOLD_LIMIT"]
+
+#: seconds a held file operation waits for its fault to be applied (then it goes on)
+HOLD_LIMIT = 25.0
+
+
+def _device_name(node: int | None) -> str:
+    return "shared" if node is None else f"node{node}"
+
+
+class StorageFaults:
+    """The job's filesystem and its storage faults (``job.storage``)."""
+
+    def __init__(self, job: Job):
+        self._job_ref = weakref.ref(job)
+        self.mount = StorageMount(job.directory, job.events_path, job.run_id, on_request=self._on_request)
+        os.makedirs(os.path.join(self.mount.root, "shared"))
+        self._open: dict[int | None, list[str]] = {}  # device -> lasting faults in place
+        self._watch_ids = itertools.count(1)
+        self._watches: dict[int, Trigger] = {}  # watch id -> its trigger (held strongly)
+        self._watch_of: dict[int, int] = {}  # id(trigger) -> watch id
+        self._seen: dict[int, float] = {}  # watch id -> monotonic time its file was seen
+        self._lock = threading.Lock()
+        self.lost: list[dict[str, Any]] = []  # what crashes rolled back (tests, reports)
+
+    @property
+    def _job(self) -> Job:
+        job = self._job_ref()
+        assert job is not None, "the job of this storage is gone"
+        return job
+
+    # -- where ------------------------------------------------------------------------------
+
+    @property
+    def shared_dir(self) -> str:
+        return os.path.join(self.mount.mountpoint, "shared")
+
+    def disk_of(self, node: int) -> str:
+        return os.path.join(self.mount.mountpoint, f"node{node}", "disk")
+
+    def tmp_of(self, node: int) -> str:
+        """Node ``node``'s workers' TMPDIR: on its disk, beside ``disk_of(node)``."""
+        return os.path.join(self.mount.mountpoint, f"node{node}", "tmp")
+
+    def add_node(self, node: int) -> None:
+        """Make node ``node``'s disk and temp dir (in the backing directory: no wait for the mount)."""
+        for sub in ("disk", "tmp"):
+            os.makedirs(os.path.join(self.mount.root, f"node{node}", sub), exist_ok=True)
+
+    def ready(self) -> None:
+        """Until the filesystem is served (before the first node starts)."""
+        self.mount.wait_mounted()
+
+    @property
+    def available(self) -> bool:
+        return self.mount.available
+
+    def require(self, what: str) -> None:
+        """``ConfigError`` naming what is missing, where the filesystem is a plain directory."""
+        if not self.mount.available:
+            raise ConfigError(what, "storage fault", f"needs the harness's FUSE filesystem; missing: "
+                              f"{self.mount.missing or 'its server'}")
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _target(self, node: int | None) -> dict[str, Any]:
+        if node is not None:
+            self._job.node(node)  # an unknown node raises, naming the valid ones
+        return {"target_node": node} if node is not None else {}
+
+    def _lasting(self, kind: str, node: int | None, **params: Any) -> None:
+        self.require(kind)
+        target = self._target(node)
+        record_fault(self._job, kind, device=_device_name(node), **target, **params)
+        self.mount.call("fault", device=node, kind=kind, **params)
+        with self._lock:
+            self._open.setdefault(node, []).append(kind)
+
+    def disk_full(self, node: int | None = None) -> None:
+        """Writes, fsyncs and mkdirs on node ``node``'s disk (None: the shared filesystem)
+        fail with ENOSPC until healed."""
+        self._lasting("disk_full", node)
+
+    def slow_io(self, node: int | None = None, delay: float = 0.2) -> None:
+        """Every write and fsync request there takes ``delay`` seconds longer until healed."""
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
+            raise ConfigError("delay", delay, "must be a number of seconds >= 0")
+        self._lasting("slow_io", node, delay=float(delay))
+
+    def io_error(self, node: int | None = None, errno: int = errno_module.EIO, path: str = "*",
+                 probability: float = 1.0) -> None:
+        """Opens, reads, writes and fsyncs of files matching ``path`` (a glob on the path
+        below the disk's root, or on the file name) fail with ``errno`` until healed."""
+        if not isinstance(errno, int) or isinstance(errno, bool) or errno <= 0:
+            raise ConfigError("errno", errno, "must be a positive errno number (e.g. errno.EIO)")
+        if not isinstance(probability, (int, float)) or isinstance(probability, bool) or not 0 <= probability <= 1:
+            raise ConfigError("probability", probability, "must be a number in [0, 1]")
+        if not isinstance(path, str) or not path:
+            raise ConfigError("path", path, 'must be a glob, e.g. "*.distcp"')
+        seed = self._job.cluster.seed * 1_000_003 + sum(len(v) for v in self._open.values())
+        self._lasting("io_error", node, errno=errno, path=path, probability=float(probability), seed=seed)
+
+    def heal(self, node: int | None = None, every: bool = True) -> dict[str, list[str]]:
+        """End the lasting storage faults of node ``node``'s disk (``node=None`` and
+        ``every``: of every disk and the shared filesystem); what ended, per disk ({}:
+        nothing). ``Job.heal`` records the ``heal`` event, naming it."""
+        if not self.mount.available:
+            return {}
+        with self._lock:
+            devices = list(self._open) if node is None and every else [node]
+            if not any(self._open.get(d) for d in devices):
+                return {}
+            for d in devices:
+                self._open.pop(d, None)
+        healed: dict[str, list[str]] = {}
+        for d in devices:
+            healed.update(self.mount.call("heal", device=d))
+        return healed
+
+    def open_faults(self) -> dict[str, list[str]]:
+        """disk -> the lasting storage faults still in place there."""
+        with self._lock:
+            return {_device_name(d): list(kinds) for d, kinds in self._open.items() if kinds}
+
+    def crash(self, node: int, torn: bool = False) -> list[dict[str, Any]]:
+        """Roll back what node ``node`` wrote and never fsynced (it is dead by now); what
+        was lost, per file, also on the timeline as a ``storage_lost`` event."""
+        lost: list[dict[str, Any]] = self.mount.call("crash", node=node, torn=torn)
+        for entry in lost:  # paths in the mount -> the paths the job sees
+            entry["path"] = os.path.join(self.mount.mountpoint, entry["path"].lstrip("/"))
+        self.lost.extend(lost)
+        self._job.harness_events.emit("storage_lost", target_node=node, torn=torn, files=lost)
+        return lost
+
+    def unsynced(self, node: int | None = None) -> list[dict[str, Any]]:
+        """Files with writes not fsynced yet (by ``node``, or anyone's)."""
+        if not self.mount.available:
+            return []
+        entries: list[dict[str, Any]] = self.mount.call("dirty", node=node)
+        return entries
+
+    # -- OnFile ---------------------------------------------------------------------------
+
+    def file_seen(self, trigger: Trigger, glob: str, node: int | None) -> bool:
+        """Whether a file matching ``glob`` was created or renamed (by ``node``) since the
+        trigger was armed; the first call arms the watch in the server."""
+        self.require("on_file")
+        with self._lock:
+            ident = self._watch_of.get(id(trigger))
+            if ident is None:
+                ident = next(self._watch_ids)
+                self._watch_of[id(trigger)] = ident
+                self._watches[ident] = trigger
+                arm = True
+            else:
+                arm = False
+                if ident in self._seen:
+                    return True
+        if arm:
+            self.mount.call("watch", ident=ident, glob=glob, node=node)
+        return False
+
+    def _on_request(self, op: str, args: dict[str, Any]) -> Any:
+        """The server asks: a watched file appeared; answer once its fault was applied."""
+        if op != "file_event":
+            return None
+        ident = int(args["watch"])
+        with self._lock:
+            trigger = self._watches.get(ident)
+            self._seen[ident] = time.monotonic()
+        job = self._job_ref()
+        if job is None or trigger is None:
+            return None
+        job.harness_events.emit("file_event", op=args.get("action"), path=args.get("path"), to=args.get("to"),
+                                 writer=args.get("node"))
+        job.bus.notify()
+        deadline = time.monotonic() + HOLD_LIMIT
+        while time.monotonic() < deadline:  # until the scheduler applied (or failed) its fault
+            if not self._still_applying(job, trigger):
+                return "applied"
+            time.sleep(0.002)
+        return "timeout"
+
+    @staticmethod
+    def _still_applying(job: Job, trigger: Trigger) -> bool:
+        """Whether the fault ``trigger`` fires is pending, or being applied now (a fault is
+        marked fired when its event is written, before its ``apply`` has acted)."""
+        if any(entry.trigger is trigger for entry in job.pending_faults()):
+            return True
+        applying = getattr(job._scheduler, "_applying", None)
+        return applying is not None and applying.entry.trigger is trigger
+
+    # -- the end ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Report faults still in place, then end the server (nothing stays mounted)."""
+        if self.mount.closed:
+            return
+        still = self.open_faults()
+        job = self._job_ref()
+        if still and job is not None:
+            text = ", ".join(f"{d}: {'+'.join(kinds)}" for d, kinds in sorted(still.items()))
+            job.harness_events.emit("storage_unhealed", faults=still)
+            warnings.warn(f"job {job.run_id}: storage faults still in place when the job ended ({text}); "
+                          "heal them in the test (job.heal()), or expect them", UserWarning, stacklevel=3)
+        self.mount.close()
