@@ -63,7 +63,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(
         [fault] = job.timeline.faults()
         assert fault["fault"] == "node_kill" and fault["lose_unsynced"] is True
         job.kill_node(0)
-    assert harness_mounts() == []
+    # this process's mounts only: another xdist worker's jobs may be mounted meanwhile
+    assert [fs for _, fs in harness_mounts() if fs.startswith(f"harness-{os.getpid()}-")] == []
 
 
 @needs_fuse
