@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from harness.agent import DEFAULT_MONITOR_INTERVAL
-from harness.errors import ChildFailedError, ConfigError, ElasticError, SignalException
+from harness.errors import ERROR_FILE_ENV, ChildFailedError, ConfigError, ElasticError, SignalException
 from harness.launch import MAX_MONITOR_INTERVAL, LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
@@ -411,7 +411,7 @@ def configure_logging() -> None:
 
 def _copy_root_cause(error: ChildFailedError) -> None:
     """Nested launches: hand the root cause up through our own error file (as torch's @record)."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    path = os.environ.get(ERROR_FILE_ENV)
     if not path:
         return
     from harness.errors import NOT_AVAILABLE, _copy_child_error

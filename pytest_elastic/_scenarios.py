@@ -160,6 +160,7 @@ class ScenarioItem(pytest.Item):
         self.add_marker(pytest.mark.elastic)
 
     def runtest(self) -> None:
+        from harness.agent import DEFAULT_MAX_RESTARTS
         from pytest_elastic._session import chaos_config, elastic_run
 
         settings = settings_of(self.config)
@@ -171,7 +172,7 @@ class ScenarioItem(pytest.Item):
         faults = self.spec.get("fault", [])
         chaos, seed = chaos_config(settings, self)
         if chaos is not None:
-            chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", 3))
+            chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
         _skip_without_netns(job_spec, faults)
         _skip_without_cgroups(faults)
         _skip_without_fuse(faults)

@@ -16,6 +16,8 @@ from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.timer_env import ENABLE_FILE_TIMER_ENV
+from harness.timer_env import TIMER_FILE_ENV as TORCHELASTIC_TIMER_FILE
 
 __all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT",
            "TORCHELASTIC_TIMER_FILE"]
@@ -28,9 +30,7 @@ LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 HEALTH_CHECK_PORT_ENV = TORCHELASTIC_HEALTH_CHECK_PORT = "TORCHELASTIC_HEALTH_CHECK_PORT"
-TORCHELASTIC_TIMER_FILE = "TORCHELASTIC_TIMER_FILE"  # torch's names for the two variables
 SIGNALS_TO_HANDLE_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
-ENABLE_FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
 HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
-from harness.errors import ProcessFailure
+from harness.errors import ERROR_FILE_ENV, ProcessFailure
 from harness.procs._cgroup import OOM_REASON, OomLedger
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
 from harness.procs._logs import AttemptLogs, RankLogs
@@ -101,7 +101,7 @@ class ProcessContext:
     def _start_one(self, local_rank: int) -> WorkerProcess:
         rank_logs = self.logs.ranks[local_rank]
         env = dict(self.envs[local_rank])
-        env["TORCHELASTIC_ERROR_FILE"] = rank_logs.error_file
+        env[ERROR_FILE_ENV] = rank_logs.error_file
         stdout, out_pipe = self._stream(rank_logs, Std.OUT)
         stderr, err_pipe = self._stream(rank_logs, Std.ERR)
         try:

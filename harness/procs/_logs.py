@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from string import Template
 
-from harness.errors import ConfigError
+from harness.errors import ERROR_FILE_ENV, ConfigError
 from harness.procs._std import Std, std_for_rank
 
 __all__ = ["LogsSpecs", "RankLogs", "AttemptLogs", "DEFAULT_PREFIX_TEMPLATE", "TorchShapedLogsSpecs",
@@ -145,7 +145,7 @@ class TorchShapedLogsSpecs:
         error_files = files("error_files")
         logs = AttemptLogs(str(getattr(dest, "attempt_log_dir", "") or ""))
         for local, rank in ranks.items():
-            error_file = envs[local].get("TORCHELASTIC_ERROR_FILE") or error_files.get(local, "")
+            error_file = envs[local].get(ERROR_FILE_ENV) or error_files.get(local, "")
             directory = os.path.dirname(error_file) if error_file else ""
             if not directory or not os.path.isdir(directory):
                 directory = self._scratch_dir(attempt, local)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from harness.agent import RunResult, WorkerState
-from harness.errors import ConfigError, ElasticError, ProcessFailure
+from harness.errors import ERROR_FILE_ENV, ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.procs import is_same_process, signal_process_group
 from harness.sim.bus import EventBus
@@ -221,7 +221,7 @@ class Job:
                **self.resources.node_env(index)}
         if cluster.golden:
             env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
-        env.pop("TORCHELASTIC_ERROR_FILE", None)
+        env.pop(ERROR_FILE_ENV, None)
         slot = self._free_slot()
         gpus = cluster.gpus_for(slot)
         if gpus:

@@ -18,13 +18,12 @@ from typing import Any
 from harness.timer._api import TimerExpiry
 from harness.timer._clock import Clock
 from harness.timer._file import FileTimerServer
+from harness.timer_env import ENABLE_FILE_TIMER_ENV, TIMER_FILE_ENV
 
 __all__ = ["AgentWatchdog", "WorkerTimerExpired", "TIMER_FILE_ENV", "ENABLE_FILE_TIMER_ENV"]
 
 log = logging.getLogger(__name__)
 
-TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"
-ENABLE_FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
 
 
 @dataclass(frozen=True)

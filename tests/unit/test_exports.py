@@ -22,6 +22,7 @@ PINNED = {
     "harness.launch": {"LaunchConfig", "elastic_launch", "launch_agent", "build_agent", "run_agent"},
     "harness.endpoints": {"PortReservation", "fqdn", "split_endpoint"},
     "harness.selfpipe": {"drain_pipe", "self_pipe", "wake_pipe"},
+    "harness.timer_env": {"ENABLE_FILE_TIMER_ENV", "TIMER_FILE_ENV"},
     "harness.procs": {
         "OOM_REASON", "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext",
         "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",

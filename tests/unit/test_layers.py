@@ -17,8 +17,8 @@ HARNESS = ROOT / "harness"
 
 #: the runtime: what ``elastic-run`` needs, and nothing of the simulation
 RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.procs", "harness.errors",
-           "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.launch",
-           "harness.run")
+           "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
+           "harness.launch", "harness.run")
 SIMULATION = ("harness.sim",)
 #: public faces assembled at the top of the package (re-exports only)
 FACADES = ("harness", "harness.faults")

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: the runtime, as tests/unit/test_layers.py draws it
 RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.procs", "harness.errors",
-           "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.launch",
-           "harness.run")
+           "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
+           "harness.launch", "harness.run")
 
 
 def module_name(root: Path, path: Path) -> str:
