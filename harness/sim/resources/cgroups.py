@@ -291,14 +291,27 @@ def _remove(directories: list[str], support: CgroupSupport) -> list[str]:
                 except OSError:
                     pass
             problems.append(f"pids {left} still in cgroup {directory} (moved to {base})")
+        problem = _rmdir(directory, deadline)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def _rmdir(directory: str, deadline: float) -> str | None:
+    """rmdir, retried while the kernel says EBUSY: a task that just exited leaves
+    ``cgroup.procs`` before the kernel lets go of the cgroup (seen in CI: an empty node
+    cgroup refused right after its node was SIGKILLed)."""
+    while True:
         try:
             os.rmdir(directory)
+            return None
         except FileNotFoundError:
-            pass
+            return None
         except OSError as e:
-            if e.errno != errno.ENOENT:
-                problems.append(f"cgroup {directory} could not be removed ({e.strerror})")
-    return problems
+            if e.errno == errno.EBUSY and time.monotonic() < deadline + _SETTLE_S:
+                time.sleep(0.01)
+                continue
+            return f"cgroup {directory} could not be removed ({e.strerror})"
 
 
 def _base_of(directory: str, support: CgroupSupport) -> str:
