@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from harness.errors import ElasticError
+from harness.procs._cgroup import memory_cgroup, memory_limit, oom_kills
 from harness.procs._handles import WorkerProcess, process_state
 from harness.procs._prctl import die_with_parent
 from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message
@@ -66,6 +67,26 @@ class ZygoteServerProcess:
         self._ready_fd = read_fd
         self._said: set[bytes] = set()  # lines read from the zygote: listening, ready
         self._pending = b""
+        # the zygote starts in our memory cgroup: a SIGKILL of it that comes with a new OOM
+        # kill there is the OOM killer's (it holds torch, ~300 MB, for every worker)
+        self._memory_cgroup = memory_cgroup()
+        self._oom_kills = oom_kills(self._memory_cgroup)
+
+    def death(self, code: int | None, when: str = "") -> str:
+        """How the zygote ended (``when``: e.g. " before it was ready"), for an error
+        message: ``was killed by the OOM killer (...)`` when the kernel counted an OOM kill
+        in its memory cgroup since it started (a bare ``Signal 9`` says nothing to the
+        user), else its exit code."""
+        if code == -9 and self._oom_kills is not None:
+            now = oom_kills(self._memory_cgroup)
+            if now is not None and now > self._oom_kills:
+                where = self._memory_cgroup or "the system"
+                limit = memory_limit(self._memory_cgroup) if self._memory_cgroup else None
+                return (f"was killed by the OOM killer{when} (memory cgroup {where}"
+                        + (f", limit {limit} bytes" if limit is not None else "")
+                        + "): it holds torch for every worker it forks; raise the limit or use "
+                        "--start-method=spawn")
+        return f"exited with code {code}{when}"
 
     def wait_listening(self, timeout: float = _START_TIMEOUT) -> None:
         """Until the zygote accepts connections (it has not imported torch yet: requests
@@ -104,8 +125,8 @@ class ZygoteServerProcess:
         self.close()
         what = line.decode().strip()
         if code is not None:
-            raise ZygoteError(f"the zygote exited with code {code} before it was {what} "
-                              "(its error is on stderr above)")
+            raise ZygoteError(f"the zygote {self.death(code, f' before it was {what}')} "
+                              "(its error, if any, is on stderr above)")
         raise ZygoteError(f"the zygote was not {what} within {timeout:g}s")
 
     def close(self) -> None:
@@ -196,10 +217,21 @@ class Zygote:
         for fd in fds:
             os.close(fd)
         if message is None:
-            raise ZygoteError(f"the zygote at {self.path} closed the connection")
+            raise ZygoteError(self._closed())
         if message.get("op") == "exit":
             self._exits[int(message["pid"])] = int(message["exitcode"])
         return message
+
+    def _closed(self) -> str:
+        """Why the zygote closed our connection: a private one that died says how."""
+        said = f"the zygote at {self.path} closed the connection"
+        if self._server is None:
+            return said
+        try:
+            code = self._server.process.wait(1.0)
+        except subprocess.TimeoutExpired:
+            return said
+        return f"the zygote (pid {self._server.process.pid}) {self._server.death(code)}"
 
     def spawn(self, target: str, args: list[str], module: bool, env: dict[str, str],
               stdio: tuple[int, int, int], is_callable: bool = False) -> int:
