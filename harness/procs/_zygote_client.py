@@ -104,6 +104,7 @@ class ZygoteServerProcess:
         import selectors
 
         deadline = time.monotonic() + timeout
+        ended = False  # the zygote closed its end: it died (or is dying) before saying it
         with selectors.DefaultSelector() as sel:
             sel.register(self._ready_fd, selectors.EVENT_READ)
             while line not in self._said:
@@ -111,6 +112,7 @@ class ZygoteServerProcess:
                     break
                 data = os.read(self._ready_fd, 64)
                 if not data:
+                    ended = True
                     break
                 self._pending += data
                 while b"\n" in self._pending:
@@ -122,6 +124,11 @@ class ZygoteServerProcess:
                 self._ready_fd = -1
             return
         code = self.process.poll()
+        if code is None and ended:  # its pipe closes a moment before its exit status is there
+            try:
+                code = self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
         self.close()
         what = line.decode().strip()
         if code is not None:

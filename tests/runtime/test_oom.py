@@ -69,8 +69,10 @@ def test_torchrun_only_says_signal_9(limited):
 def test_a_zygote_the_oom_killer_took_is_named_so(limited, tmp_path):
     """The zygote holds torch for every worker: under a limit below that, it is what the
     kernel kills, and ``elastic-run`` says so (not a bare "closed the connection")."""
-    env = {"HARNESS_ZYGOTE": ""}  # its own zygote, in the limited cgroup (torch: ~150 MB there)
-    out = run_in(limited, 100 << 20, sys.executable, "-m", "harness.run", "--nproc-per-node=1",
+    # its own zygote, in the limited cgroup; far below what importing torch takes (~150 MB):
+    # a limit near it makes the import thrash on its own page cache instead of being killed
+    env = {"HARNESS_ZYGOTE": ""}
+    out = run_in(limited, 60 << 20, sys.executable, "-m", "harness.run", "--nproc-per-node=1",
                  "--start-method=zygote", str(SCRIPTS / "allocate.py"), "1", env=env)
     assert out.returncode != 0
     assert "zygote" in out.stderr and "killed by the OOM killer" in out.stderr, out.stderr[-3000:]
