@@ -55,6 +55,24 @@ def split_brain(events: list[dict[str, Any]]) -> list[str]:
     return problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
 
 
+def _store_cuts(events: list[dict[str, Any]]) -> list[tuple[Any, set[Any], float, float]]:
+    """Each cut from the store (a ``partition`` of ``peers`` "store" or "all"): (node index,
+    the names its events use -- index and label alike --, cut, its heal or +inf). A heal
+    that ended no partition (only resource or storage faults) does not end a cut."""
+    cuts = []
+    for i, event in enumerate(events):
+        if (event.get("kind") != "fault" or event.get("fault") != "partition"
+                or event.get("peers") not in STORE_LOSING_PEERS):
+            continue
+        node, cut = event.get("target_node"), event["mono"]
+        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
+                       and e.get("target_node") in (None, node) and not _ends_no_partition(e)), float("inf"))
+        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
+                                     and e.get("target_node") == node}
+        cuts.append((node, names, cut, healed))
+    return cuts
+
+
 def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
     """Workers of a node cut off from the store still running ``bound`` seconds after the
     cut (the keep-alive bound plus the stop grace): the node did not fence itself."""
@@ -67,19 +85,10 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
             exits[(event.get("node"), event["worker_pid"])] = event["mono"]
     end = events[-1]["mono"] if events else 0.0
     problems = []
-    for i, event in enumerate(events):
-        if event.get("kind") != "fault" or event.get("fault") != "partition":
-            continue
-        if event.get("peers") not in STORE_LOSING_PEERS:
-            continue
-        node, cut = event.get("target_node"), event["mono"]
-        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
-                       and e.get("target_node") in (None, node) and not _resources_only(e)), None)
+    for node, names, cut, healed in _store_cuts(events):
         deadline = cut + bound
-        if (healed is not None and healed < deadline) or end < deadline:
+        if healed < deadline or end < deadline:
             continue  # healed (or the job ended) before the node had to fence
-        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
-                                     and e.get("target_node") == node}
         for name in names:
             for pid, started in starts.get(name, {}).items():
                 stopped = exits.get((name, pid))
@@ -96,21 +105,13 @@ def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[flo
     (``unfenced_workers`` bounds how long), not its agent's: the survivors may well start
     a new round before the cut-off node's keep-alive bound has run out."""
     intervals: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for i, event in enumerate(events):
-        if (event.get("kind") != "fault" or event.get("fault") != "partition"
-                or event.get("peers") not in STORE_LOSING_PEERS):
-            continue
-        node, cut = event.get("target_node"), event["mono"]
-        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
-                       and e.get("target_node") in (None, node)), float("inf"))
-        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
-                                     and e.get("target_node") == node}
+    for _node, names, cut, healed in _store_cuts(events):
         for name in names:
             intervals[name].append((cut, healed))
     return dict(intervals)
 
 
-def _resources_only(heal: dict[str, Any]) -> bool:
+def _ends_no_partition(heal: dict[str, Any]) -> bool:
     """A ``heal`` that ended other faults only (resource or storage ones: its event names
     what it ended): it ended no partition."""
     healed = heal.get("healed") or []
