@@ -1,7 +1,8 @@
 """What the harness's filesystem costs, and how fast its storage faults land.
 
 (1) **FUSE overhead**: a 100 MB ``torch.save`` + ``fsync`` through a job's filesystem (the
-    ``harness.sim.storage`` FUSE mount, mfusepy over libfuse 3, 1 MiB write requests) beside
+    ``harness.sim.storage`` FUSE mount, mfusepy over libfuse 3, 1 MiB write requests, written
+    direct and copied by libfuse: ``harness.sim.storage.fast_path``) beside
     the same save straight to its backing directory on the same disk, alternating, each
     round into a fresh file. Target: FUSE/direct <= 1.5x (medians).
 (2) **fault apply latency**: a thread writes 4 KiB and fsyncs in a loop through a running

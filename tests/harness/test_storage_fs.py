@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(
         with open(os.path.join(job.shared_dir, "synced_1"), "rb") as fp:
             assert fp.read() == b"S" * 100_000
         lost = {os.path.basename(e["path"]) for e in job.storage.lost}
-        assert lost == {"unsynced_1", "torn_1", "disk_1"}
+        assert lost == {"unsynced_1", "torn_1", "disk_1", "log_1"}
         [event] = job.timeline.events("storage_lost")
         assert event["target_node"] == 1
         [fault] = job.timeline.faults()
@@ -86,6 +87,26 @@ def test_torn_keeps_a_prefix_of_the_last_unsynced_write():
         with open(os.path.join(job.shared_dir, "torn_1"), "rb") as fp:
             data = fp.read()
         assert data == b"T" * 65_536 + b"t" * 32_768  # fsynced part + half the last write
+
+
+@needs_fuse
+def test_big_writes_arrive_whole_and_an_append_follows_a_rollback():
+    """The server's fast path (write-only handles written direct, libfuse's own buffer copy)
+    delivers a multi-request write byte for byte; an appending handle, opened before a crash
+    rolled its file back, appends at the rolled-back end, not at the size the kernel saw."""
+    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+        job = cluster.launch(WRITER)
+        _wait_ready(job, (0, 1))
+        for node in (0, 1):
+            with open(os.path.join(job.shared_dir, f"big_{node}"), "rb") as fp:
+                assert fp.read() == b"0123456789" + random.Random(node).randbytes(3 << 20)
+        log = os.path.join(job.shared_dir, "log_1")
+        assert os.path.getsize(log) == 1500
+        with open(log, "ab", buffering=0) as fp:
+            job.kill_node(1, lose_unsynced=True)
+            fp.write(b"x" * 10)
+        with open(log, "rb") as fp:
+            assert fp.read() == b"A" * 1000 + b"x" * 10
 
 
 @needs_fuse

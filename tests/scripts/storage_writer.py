@@ -6,6 +6,7 @@ with ``--rename``, writes ``ckpt_<n>.tmp`` and renames it to ``ckpt_<n>`` (the n
 then ``ready_<n>`` and it sleeps until killed."""
 
 import os
+import random
 import sys
 import time
 
@@ -25,6 +26,15 @@ with open(os.path.join(shared, f"torn_{rank}"), "wb") as fp:
     fp.flush()
     os.fsync(fp.fileno())
     fp.write(b"t" * 65_536)
+with open(os.path.join(shared, f"big_{rank}"), "wb") as fp:
+    fp.write(b"0123456789" + random.Random(int(rank)).randbytes(3 << 20))
+    fp.flush()
+    os.fsync(fp.fileno())
+with open(os.path.join(shared, f"log_{rank}"), "ab") as fp:
+    fp.write(b"A" * 1000)
+    fp.flush()
+    os.fsync(fp.fileno())
+    fp.write(b"a" * 500)
 if "--rename" in sys.argv:
     tmp = os.path.join(shared, f"ckpt_{rank}.tmp")
     with open(tmp, "wb") as fp:

@@ -390,16 +390,21 @@ class StorageServer:
         with self._flight_lock:
             self.in_flight[node] -= 1
 
-    def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+    def write_buf(self, path: str, source: Any, offset: int, fh: int) -> int:
+        """Every write (libfuse calls this instead of ``write``): its buffer goes to the backing
+        file by libfuse's own copy, without a ``bytes`` copy (``harness.sim.storage.fast_path``)."""
+        from harness.sim.storage.fast_path import buffer_size, copy_buffer_to_fd
+
         handle = self.handles[fh]
+        size = buffer_size(source)
         self._enter(handle.node)
         try:
             if self.faults or self.fenced:
                 self._check("write", handle.path, handle.node, handle.device, space=True)
-            self.writeback.before_write(handle.key, fh, handle.path, handle.node, offset, len(data))
+            self.writeback.before_write(handle.key, fh, handle.path, handle.node, offset, size)
             self.writes += 1
-            self.largest_write = max(self.largest_write, len(data))
-            return os.pwrite(fh, data, offset)
+            self.largest_write = max(self.largest_write, size)
+            return copy_buffer_to_fd(source, fh, offset)
         finally:
             self._leave(handle.node)
 
@@ -455,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         die_with_parent(args.parent, signal.SIGTERM)  # SIGTERM: libfuse unmounts on its way out
     import resource
 
-    import mfusepy
+    from harness.sim.storage.fast_path import FastFUSE
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per open file, and
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one per file with unsynced writes
@@ -465,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         server.control_link = Link(sock, server.control, "storage-server")
     try:
         # no attribute caching in the kernel: a crash rolls files back behind its back
-        mfusepy.FUSE(server, args.mount, foreground=True, fsname=args.fsname, subtype="harness",
+        FastFUSE(server, args.mount, foreground=True, fsname=args.fsname, subtype="harness",
                      attr_timeout=0, entry_timeout=0, negative_timeout=0)
     except RuntimeError as e:  # libfuse's loop ended by our SIGTERM returns non-zero too
         if not server.mounted.is_set():
