@@ -9,15 +9,17 @@ Standard library only. Conventions for every bench in this folder:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = ["RunSample", "run_process", "timestamps", "median", "ratio", "fmt_s", "fmt_ratio",
@@ -173,3 +175,19 @@ def isolate_tmpdir() -> str:
     tempfile.tempdir = path
     atexit.register(shutil.rmtree, path, True)
     return path
+
+
+@contextlib.contextmanager
+def stdout_to(path: str) -> Iterator[None]:
+    """Point fd 1 at ``path`` while node agents are spawned (workers write there)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(fd, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(fd)

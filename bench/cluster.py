@@ -53,7 +53,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio  # noqa: E402
+from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio, stdout_to  # noqa: E402
 
 WORKER = str(HERE / "scripts" / "cluster_worker.py")
 TRIVIAL = str(HERE / "scripts" / "trivial.py")
@@ -74,22 +74,6 @@ READY = re.compile(r"BENCH ready rank=(\d+) attempt=\d+ restarted=(\d) pid=(\d+)
 
 
 # -- ours -------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _stdout_to(path: str):
-    """Point fd 1 at ``path`` while node agents are spawned (workers write there)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        os.dup2(fd, 1)
-        yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(fd)
 
 
 def _restarted_ok(text: str, world: int) -> bool:
@@ -113,7 +97,7 @@ def ours_2x2(tmp: str) -> dict:
     started = time.monotonic()
     with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1, env={"BENCH_KILLED": flag},
                  pool=WARM_POOL) as cluster:
-        with _stdout_to(out):
+        with stdout_to(out):
             job = cluster.launch(WORKER)
         deadline = started + JOB_TIMEOUT_S
         while {e["rank"] for e in job.timeline.steps()} != {0, 1, 2, 3}:
@@ -195,7 +179,7 @@ def ours_big(tmp: str, nodes: int, sample_pss: bool) -> dict:
     started = time.monotonic()
     sampler = None
     with Cluster(nnodes=nodes, nproc_per_node=1, max_restarts=0) as cluster:
-        with _stdout_to(out):
+        with stdout_to(out):
             job = cluster.launch(TRIVIAL)
         if sample_pss:
             sampler = PssSampler(job)
@@ -254,7 +238,7 @@ def ours_bus(tmp: str, probes: bool) -> dict:
 
     out = os.path.join(tmp, f"out-{uuid.uuid4().hex}")
     with Cluster(nnodes=4, nproc_per_node=1, max_restarts=0) as cluster:
-        with _stdout_to(out):
+        with stdout_to(out):
             job = cluster.launch(TRAIN, str(BUS_STEPS), str(BUS_DELAY_S))
         if probes:
             Probe, applied = _probe_fault()

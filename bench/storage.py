@@ -10,7 +10,11 @@
     first ENOSPC the writer sees is measured (then ``job.heal()``, and again). Target:
     median <= 10 ms.
 
-    .venv/bin/python bench/storage.py [--rounds 7] [--size-mb 100] [--faults 20]
+(3) **launch cost**: what the job's filesystem adds to a warm 1x1 job, launch to close
+    (its server stands by in the pool, started when the previous cluster closed), with
+    and without a pause between clusters, FUSE and ``HARNESS_FUSE=0`` alternating.
+
+    .venv/bin/python bench/storage.py [--rounds 7] [--size-mb 100] [--faults 20] [--launches 9]
 
 Prints a table per part and PASS/FAIL against its target; exits 0 (the numbers are the
 result), 2 when FUSE is not available here (it says what is missing).
@@ -28,6 +32,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import stdout_to  # noqa: E402
 
 
 def _cpu(pid: int) -> float:
@@ -148,11 +155,52 @@ def apply_latency(faults: int) -> list[float]:
     return latencies
 
 
+def _launch(pool: object, script: str, fuse: bool) -> float:
+    """Seconds from ``Cluster()`` to its closed end, for a 1x1 job of ``script``."""
+    from harness import Cluster
+
+    os.environ["HARNESS_FUSE"] = "1" if fuse else "0"
+    start = time.monotonic()
+    with Cluster(nnodes=1, nproc_per_node=1, pool=pool, check_invariants=False) as cluster:
+        with stdout_to(os.devnull):  # the workers' lines
+            job = cluster.launch(script)
+        job.wait()
+    return time.monotonic() - start
+
+
+def launch_cost(rounds: int) -> dict[str, float]:
+    """What the job's filesystem adds to a job on a warm pool: its server stands by in the
+    pool (``harness.sim.storage.standby``), started when the previous cluster closed."""
+    from harness import WarmPool
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts", "trivial.py")
+    costs: dict[str, float] = {}
+    print(f"\n(3) what the filesystem adds to a warm 1x1 launch-to-close (gloo init + all_reduce), "
+          f"median of {rounds}, FUSE and plain alternating")
+    print("| between clusters | with FUSE s | plain s | FUSE adds ms |")
+    print("|---|---|---|---|")
+    with WarmPool() as pool:
+        _launch(pool, script, True)  # the pool's zygote, node server and first standby
+        for pause in (0.3, 0.0):
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for i in range(rounds):
+                for fuse in ((True, False) if i % 2 == 0 else (False, True)):
+                    time.sleep(pause)
+                    times[fuse].append(_launch(pool, script, fuse))
+            with_fuse, plain = statistics.median(times[True]), statistics.median(times[False])
+            costs[f"pause {pause}"] = with_fuse - plain
+            label = f"a {pause * 1000:.0f} ms pause (a test's setup)" if pause else "back to back"
+            print(f"| {label} | {with_fuse:.3f} | {plain:.3f} | {(with_fuse - plain) * 1000:.0f} |")
+    os.environ.pop("HARNESS_FUSE", None)
+    return costs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--faults", type=int, default=20)
+    parser.add_argument("--launches", type=int, default=9)
     args = parser.parse_args()
     from harness.sim.storage.mount import fuse_missing
 
@@ -162,6 +210,7 @@ def main() -> int:
         return 2
     overhead(args.rounds, args.size_mb)
     apply_latency(args.faults)
+    launch_cost(args.launches)
     return 0
 
 

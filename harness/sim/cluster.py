@@ -87,6 +87,8 @@ class Cluster:
         self.jobs: list[Job] = []
         self._names = NameMaker(seed)
         self._closed = False
+        if not self._owns_pool:  # a shared pool's next job mounts without waiting for a server
+            self.pool.stand_by_storage()
 
     def __enter__(self) -> Cluster:
         return self
@@ -185,6 +187,8 @@ class Cluster:
                     violations.append((job, problems))
         if self._owns_pool:
             self.pool.close()
+        else:
+            self.pool.stand_by_storage()  # for the next cluster: started while nothing runs
         shutil.rmtree(self.directory, ignore_errors=True)
         if leaks:
             raise ClusterLeakError("still alive after close(): " + ", ".join(leaks))

@@ -1,6 +1,7 @@
 """``WarmPool``: warm interpreters shared across clusters: a zygote that has imported torch
-(workers are forked from it) and a node fork server that has imported the runtime (node
-agents are forked from it, ``node_forks``).
+(workers are forked from it), a node fork server that has imported the runtime (node
+agents are forked from it, ``node_forks``) and a filesystem server standing by for the next
+job's mount (``harness.sim.storage.standby``).
 
 Forking workers from an interpreter that has already imported torch is what makes a
 simulated job start in a second; importing torch costs about a second per cluster. A
@@ -18,12 +19,15 @@ alive. The pytest plugin keeps one pool per session (per xdist worker).
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from typing import Any
 
 from harness.errors import ElasticError
 from harness.procs import ZygoteServerProcess
 from harness.sim.node_forks import NodeForkServer
+from harness.sim.storage.mount import fuse_missing
+from harness.sim.storage.standby import StandbyServer
 
 __all__ = ["WarmPool"]
 
@@ -35,6 +39,8 @@ class WarmPool:
     def __init__(self) -> None:
         self._server: ZygoteServerProcess | None = None
         self._nodes: NodeForkServer | None = None
+        self._storage: StandbyServer | None = None
+        self._storage_lock = threading.Lock()
         self._closed = False
 
     def start(self) -> None:
@@ -58,6 +64,36 @@ class WarmPool:
                 self._nodes.close()  # a dead one's socket and reader thread
             self._nodes = NodeForkServer()
         return self._nodes
+
+    def stand_by_storage(self) -> None:
+        """Start a filesystem server standing by for the next job, unless one is (returns
+        at once; nothing where FUSE is missing). Clusters sharing the pool call it when they
+        start and when they close, so a job's launch never waits for a server's start."""
+        if self._closed or fuse_missing() is not None:
+            return
+        with self._storage_lock:
+            if self._storage is not None and self._storage.usable():
+                return
+            if self._storage is not None:
+                self._storage.close()  # one that died: reaped before its replacement starts
+            self._storage = StandbyServer()
+
+    def storage_server(self) -> StandbyServer | None:
+        """The server standing by, handed over (the taker owns it until it gives it back
+        with ``return_storage_server``); None if there is none."""
+        with self._storage_lock:
+            server, self._storage = self._storage, None
+        return server
+
+    def return_storage_server(self, server: StandbyServer) -> None:
+        """A job's server, unmounted and standing by again: kept for the next job (one is
+        kept; a closed pool, or one that has one already, ends it)."""
+        ended: StandbyServer | None = server
+        with self._storage_lock:
+            if not self._closed and server.usable() and (self._storage is None or not self._storage.usable()):
+                ended, self._storage = self._storage, server  # a dead one, or none
+        if ended is not None:
+            ended.close()
 
     def path(self) -> str:
         """The socket agents reach the zygote on (``HARNESS_ZYGOTE``); waits until ready."""
@@ -89,6 +125,9 @@ class WarmPool:
     def close(self) -> None:
         """Kill the zygote and reap it; idempotent. Workers it forked die with it."""
         self._closed = True
+        storage = self.storage_server()
+        if storage is not None:
+            storage.close()
         nodes, self._nodes = self._nodes, None
         if nodes is not None:
             nodes.close()
@@ -104,7 +143,8 @@ class WarmPool:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and (self._server is not None or self._nodes is not None):
+        if not getattr(self, "_closed", True) and (self._server is not None or self._nodes is not None
+                                                    or self._storage is not None):
             warnings.warn("WarmPool was never closed; its zygote is killed now (use "
                           "`with WarmPool() as pool:` or call pool.close())", ResourceWarning,
                           stacklevel=2)

@@ -8,6 +8,7 @@ missing, where FUSE cannot be had.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -20,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import Cluster
+from harness import Cluster, WarmPool
 from harness.errors import ConfigError
 from harness.faults import NodeKill, OnFile
-from harness.sim.storage.mount import fuse_missing, harness_mounts, sweep
+from harness.sim.storage.mount import StorageMount, fuse_missing, harness_mounts, sweep
+from harness.sim.storage.standby import StandbyServer
 
 MISSING = fuse_missing()
 needs_fuse = pytest.mark.skipif(MISSING is not None, reason=f"needs FUSE: missing {MISSING}")
@@ -107,6 +109,47 @@ def test_big_writes_arrive_whole_and_an_append_follows_a_rollback():
             fp.write(b"x" * 10)
         with open(log, "rb") as fp:
             assert fp.read() == b"A" * 1000 + b"x" * 10
+
+
+def _open_fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@needs_fuse
+def test_a_pools_server_serves_job_after_job_and_forgets_each():
+    """One filesystem server, kept by the pool, mounts for each job in turn: the second job
+    gets neither the first one's fault (left in place) nor its open descriptors."""
+    with WarmPool() as pool:
+        pids, fds = [], []
+        for first in (True, False):
+            with contextlib.ExitStack() as stack:
+                if first:  # the fault left in place is reported when its job ends
+                    stack.enter_context(pytest.warns(UserWarning, match="storage faults still in place"))
+                cluster = stack.enter_context(Cluster(nnodes=1, pool=pool, check_invariants=False))
+                job = cluster.launch(WRITER)
+                _wait_ready(job, (0,))  # it wrote every file: no ENOSPC from the first job's fault
+                pids.append(job.storage.mount.server_pid)
+                if first:
+                    job.disk_full()
+                job.kill_node(0)
+            fds.append(_open_fds(pids[-1]))
+        assert pids[0] == pids[1]
+        assert fds[0] == fds[1]  # the unsynced files' undo descriptors were closed with each mount
+
+
+@needs_fuse
+def test_a_standby_that_died_is_replaced_and_a_killed_server_is_not_kept(tmp_path):
+    dead = StandbyServer()
+    dead.process.kill()
+    dead.process.wait()
+    kept = []
+    mount = StorageMount(str(tmp_path / "a"), None, "t", standby=dead, give_back=kept.append)
+    mount.wait_mounted()
+    assert mount.available and mount.server_pid != dead.process.pid
+    os.kill(mount.server_pid, signal.SIGKILL)  # dies mounted: its dead mount is detached, it is not kept
+    mount.close()
+    assert kept == []
+    assert not any(p == mount.mountpoint for p, _ in harness_mounts())
 
 
 @needs_fuse
@@ -198,10 +241,10 @@ def test_nothing_stays_mounted_when_the_owner_is_killed(tmp_path):
     one SIGKILLed with it leaves a dead mount that the next harness process sweeps."""
     code = textwrap.dedent(f"""
         import os, sys, time
-        from harness import Cluster
+        from harness import Cluster, WarmPool
         c = Cluster(nnodes=1, check_invariants=False)
         job = c.launch({WRITER!r})
-        print(job.storage.mount.mountpoint, job.storage.mount._process.pid, flush=True)
+        print(job.storage.mount.mountpoint, job.storage.mount.server_pid, flush=True)
         time.sleep(120)
     """)
     for kill_server in (False, True):

@@ -60,7 +60,9 @@ class StorageFaults:
 
     def __init__(self, job: Job):
         self._job_ref = weakref.ref(job)
-        self.mount = StorageMount(job.directory, job.events_path, job.run_id, on_request=self._on_request)
+        self.mount = StorageMount(job.directory, job.events_path, job.run_id, on_request=self._on_request,
+                                  standby=job.cluster.pool.storage_server(),
+                                  give_back=job.cluster.pool.return_storage_server)
         os.makedirs(os.path.join(self.mount.root, "shared"))
         self._open: dict[int | None, list[str]] = {}  # device -> lasting faults in place
         self._watch_ids = itertools.count(1)

@@ -25,11 +25,13 @@ class LinkClosed(ConnectionError):
 
 
 class Link:
-    """One end of the link. ``handler(op, args) -> reply`` answers the other side's requests."""
+    """One end of the link. ``handler(op, args) -> reply`` answers the other side's requests;
+    it may be replaced while the link runs (a standby server's first handler only takes its
+    mount orders: ``harness.sim.storage.standby``)."""
 
     def __init__(self, sock: socket.socket, handler: Callable[[str, dict[str, Any]], Any], name: str):
         self._sock = sock
-        self._handler = handler
+        self.handler = handler
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, list[Any]] = {}
@@ -99,7 +101,7 @@ class Link:
 
     def _answer(self, message: dict[str, Any]) -> None:
         try:
-            reply: dict[str, Any] = {"id": message["id"], "result": self._handler(message["op"], message["args"])}
+            reply: dict[str, Any] = {"id": message["id"], "result": self.handler(message["op"], message["args"])}
         except Exception as e:  # the caller raises it: never a dead thread and a hung caller
             reply = {"id": message["id"], "error": f"{type(e).__name__}: {e}"}
         try:

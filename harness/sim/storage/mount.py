@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from harness.procs import process_state
-from harness.sim.storage.link import Link
+from harness.sim.storage.link import LinkClosed
+from harness.sim.storage.standby import LIBRARY_ENV, StandbyServer
 
 __all__ = ["StorageMount", "fuse_missing", "FUSE_ENV", "sweep", "harness_mounts", "unmount", "FSNAME_PREFIX"]
 
@@ -47,17 +45,20 @@ def fuse_missing() -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def _machine_lacks() -> str | None:
+    """Looked up, not loaded: importing mfusepy here (60 ms) would buy the harness nothing,
+    and a server that cannot load it fails its mount, which ``wait_mounted`` reports."""
     try:
         fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
         os.close(fd)
     except OSError as e:
         return f"/dev/fuse ({e.strerror}; a container needs --device /dev/fuse)"
-    try:
-        import mfusepy  # noqa: F401  (loads libfuse)
-    except ImportError as e:
-        return f"the mfusepy package (pip install mfusepy: {e})"
-    except OSError as e:
-        return f"libfuse 3 (apt-get install fuse3: {e})"
+    import importlib.util
+    from ctypes.util import find_library
+
+    if importlib.util.find_spec("mfusepy") is None:
+        return "the mfusepy package (pip install mfusepy)"
+    if find_library(LIBRARY_ENV["FUSE_LIBRARY_NAME"]) is None:
+        return "libfuse 3 (apt-get install fuse3)"
     if os.geteuid() != 0 and not _which("fusermount3"):
         return "fusermount3 (apt-get install fuse3), or root"
     return None
@@ -122,7 +123,12 @@ class StorageMount:
     """A job's filesystem: ``mountpoint`` served by a harness process, or a plain directory."""
 
     def __init__(self, directory: str, events_path: str | None, name: str,
-                 on_request: Callable[[str, dict[str, Any]], Any] | None = None):
+                 on_request: Callable[[str, dict[str, Any]], Any] | None = None,
+                 standby: StandbyServer | None = None,
+                 give_back: Callable[[StandbyServer], None] | None = None):
+        """``standby``: a server started ahead (a pool's); without one, or with one that
+        died meanwhile, the mount starts its own. ``give_back``: where ``close`` hands the
+        server once it has unmounted and stands by again (a pool); without it, it is ended."""
         self.mountpoint = os.path.join(directory, "fs")
         self.backing = os.path.join(directory, "backing")
         os.makedirs(self.mountpoint)
@@ -130,41 +136,53 @@ class StorageMount:
         self.missing = fuse_missing()
         self.fsname = f"{FSNAME_PREFIX}{os.getpid()}-{name}"
         self._on_request = on_request
+        self._give_back = give_back
         self._mounted = threading.Event()
-        self._process: subprocess.Popen[bytes] | None = None
-        self._link: Link | None = None
+        self._server: StandbyServer | None = None
         self._log = os.path.join(directory, "storage.log")
         self.closed = False
         if self.missing is None:
             sweep()
-            self._start(events_path)
+            self._start(events_path, standby)
+        elif standby is not None:  # not needed here (FUSE turned off): kept for a job that is
+            if give_back is not None:
+                give_back(standby)
+            else:
+                standby.close()
 
     @property
     def available(self) -> bool:
         """Whether ``mountpoint`` is served by the harness (False: a plain directory)."""
-        return self._process is not None
+        return self._server is not None
 
     @property
     def server_pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._server.process.pid if self._server is not None else None
 
     @property
     def root(self) -> str:
         """Where files of the mount really are (the backing directory, or the plain one)."""
         return self.backing if self.available or os.path.islink(self.mountpoint) else self.mountpoint
 
-    def _start(self, events_path: str | None) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        command = [sys.executable, "-m", "harness.sim.storage.server", "--mount", self.mountpoint,
-                   "--backing", self.backing, "--fsname", self.fsname, "--control-fd", str(theirs.fileno()),
-                   "--parent", str(os.getpid())]
-        if events_path is not None:
-            command += ["--events", events_path]
-        with open(self._log, "ab") as log:
-            self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                             pass_fds=(theirs.fileno(),), start_new_session=True)
-        theirs.close()
-        self._link = Link(ours, self._answer, "storage")
+    def _start(self, events_path: str | None, standby: StandbyServer | None) -> None:
+        """Order ``standby`` to mount; one that died meanwhile is replaced by a new server
+        (whose own failure, if any, is what ``wait_mounted`` reports)."""
+        if standby is not None and self._order(standby, events_path):
+            return
+        self._order(StandbyServer(), events_path)
+
+    def _order(self, server: StandbyServer, events_path: str | None) -> bool:
+        """Whether ``server`` took its orders (it stays ours either way until replaced)."""
+        if self._server is not None:
+            self._server.close()
+        self._server = server
+        if not server.usable():
+            return False
+        try:
+            server.mount(self.mountpoint, self.backing, self.fsname, events_path, self._log, self._answer)
+            return True
+        except LinkClosed:
+            return False
 
     def _answer(self, op: str, args: dict[str, Any]) -> Any:
         if op == "mounted":
@@ -179,11 +197,11 @@ class StorageMount:
         if not self.available or self._mounted.is_set():
             return
         deadline = time.monotonic() + timeout
-        process = self._process
-        assert process is not None
+        server = self._server
+        assert server is not None
         while not self._mounted.wait(0.02):
-            if process.poll() is not None or time.monotonic() > deadline:
-                self._fall_back(f"a mount that works (server exit {process.poll()}: {self._tail()})")
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                self._fall_back(f"a mount that works (server exit {server.process.poll()}: {self._tail(server)})")
                 return
 
     def _fall_back(self, missing: str) -> None:
@@ -193,42 +211,43 @@ class StorageMount:
 
         self.close()
         self.closed = False
-        self._process = None
+        self._server = None
         self.missing = missing
         os.rmdir(self.mountpoint)
         os.symlink(self.backing, self.mountpoint)
         warnings.warn(f"the harness filesystem did not mount; plain directories instead: {missing}",
                       RuntimeWarning, stacklevel=3)
 
-    def _tail(self) -> str:
+    def _tail(self, server: StandbyServer) -> str:
         try:
             with open(self._log, errors="replace") as fp:
-                return fp.read()[-2000:].strip() or "(no output)"
+                logged = fp.read()[-2000:].strip()
         except OSError:
-            return "(no log)"
+            logged = ""
+        return logged or server.early_output()[-2000:] or "(no output)"
 
     def call(self, op: str, **args: Any) -> Any:
         """A control request to the server (``harness.sim.storage.server.StorageServer.control``)."""
-        assert self._link is not None, "no storage server"
+        assert self._server is not None, "no storage server"
         self.wait_mounted()
-        return self._link.call(op, **args)
+        return self._server.link.call(op, **args)
 
     def close(self) -> None:
-        """End the server and make sure nothing stays mounted; safe to call twice."""
+        """End the mount and make sure nothing stays mounted; safe to call twice. A server
+        that unmounted cleanly goes to ``give_back`` (or is ended); one that did not is
+        killed and its mount detached."""
         if self.closed:
             return
         self.closed = True
-        process = self._process
-        if process is None:
+        server = self._server
+        if server is None:
             return
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)  # libfuse leaves its loop and unmounts
-            try:
-                process.wait(5)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait()
+        if self._mounted.is_set() and server.unmount():
+            if self._give_back is not None:
+                self._give_back(server)
+            else:
+                server.close()
+            return
+        server.close()
         if any(point == self.mountpoint for point, _ in harness_mounts()):
             unmount(self.mountpoint)
-        if self._link is not None:
-            self._link.close()

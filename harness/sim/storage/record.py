@@ -108,6 +108,13 @@ class WriteBack:
             return
         self.synced(key)
 
+    def forget(self) -> None:
+        """Drop every record (the mount is gone: nothing will be rolled back any more)."""
+        with self._lock:
+            records, self._files = list(self._files.values()), {}
+        for record in records:
+            os.close(record.fd)
+
     def dirty(self, node: int | None = None) -> list[FileRecord]:
         """Files with unsynced writes (of ``node``, or of anyone)."""
         with self._lock:

@@ -1,4 +1,4 @@
-"""The harness's filesystem server: ``python -m harness.sim.storage.server`` (one per job).
+"""The harness's filesystem server: ``python -m harness.sim.storage.server`` (one job at a time).
 
 A passthrough FUSE filesystem (``mfusepy``, over libfuse 3) on the job's ``fs`` directory,
 backed by a plain directory. Its first path component is the *device* a path lives on:
@@ -10,10 +10,13 @@ the control link (``harness.sim.storage.link``): ENOSPC, delays, injected errnos
 crashes that roll back unsynced data, and watches that hold a create or rename of a
 matching file until the harness has applied the fault it triggers.
 
-It dies with its parent (PDEATHSIG); SIGTERM (or the parent's death) makes libfuse leave
-its loop and unmount. A SIGKILLed server leaves a dead mount behind: the harness unmounts
-it (``harness.sim.storage.mount``), and the next harness process sweeps mounts whose owner
-died.
+It starts standing by and mounts when the harness orders it (``harness.sim.storage.standby``:
+a pool keeps one ready so a launch does not wait for this process's start). SIGTERM makes
+libfuse leave its loop and unmount; the server then closes everything the job left open,
+says ``released`` and stands by for the next job's order. It dies with its parent
+(PDEATHSIG: SIGTERM, so a mounted one unmounts first). A SIGKILLed server leaves a dead
+mount behind: the harness unmounts it (``harness.sim.storage.mount``), and the next harness
+process sweeps mounts whose owner died.
 """
 
 from __future__ import annotations
@@ -191,6 +194,17 @@ class StorageServer:
             if faults is not None and faults.kinds():
                 healed["shared" if d is None else f"node{d}"] = faults.kinds()
         return healed
+
+    def forget_mount(self) -> None:
+        """After the unmount: close every descriptor this mount held (open handles, and the
+        write-back record's), so the process can serve the next job with nothing of this one."""
+        for fd in list(self.handles):
+            self.handles.pop(fd, None)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.writeback.forget()
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -443,16 +457,65 @@ class StorageServer:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mount", required=True)
-    p.add_argument("--backing", required=True)
-    p.add_argument("--fsname", required=True)
-    p.add_argument("--events", default=None)
-    p.add_argument("--control-fd", type=int, default=None)
+    p.add_argument("--control-fd", type=int, required=True, help="the control link (its orders come on it)")
     p.add_argument("--parent", type=int, default=None, help="die when this pid (our parent) does")
     return p.parse_args(argv)
 
 
+class _Orders:
+    """The handler of a server standing by: it takes one ``mount`` order and nothing else."""
+
+    def __init__(self) -> None:
+        self._given: dict[str, Any] | None = None
+        self._event = threading.Event()
+
+    def take(self, op: str, args: dict[str, Any]) -> None:
+        if op != "mount" or self._event.is_set():
+            raise ValueError(f"a storage server standing by takes one mount order, not {op!r}")
+        self._given = args
+        self._event.set()
+
+    def wait(self, link: Link) -> dict[str, Any] | None:
+        """The next order (then ready for another), or None once the link closed without
+        one (the harness let this server go, or died)."""
+        while not self._event.wait(0.5):
+            if link.closed:
+                return None
+        given, self._given = self._given, None
+        self._event.clear()
+        return given
+
+
+def _log_to(path: str) -> None:
+    """From now on stdout and stderr go to the job's log (a standby's went to a pipe)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    for target in (1, 2):
+        os.dup2(fd, target)
+    os.close(fd)
+
+
+def _serve(order: dict[str, Any], link: Link, filesystem: type) -> bool:
+    """Mount and serve one job's filesystem until SIGTERM (libfuse then unmounts); whether
+    it mounted (a server whose mount failed is not used again)."""
+    _log_to(str(order["log"]))
+    server = StorageServer(str(order["backing"]), order.get("events"))
+    server.control_link = link
+    link.handler = server.control
+    try:
+        # no attribute caching in the kernel: a crash rolls files back behind its back
+        filesystem(server, str(order["mountpoint"]), foreground=True, fsname=str(order["fsname"]),
+                   subtype="harness", attr_timeout=0, entry_timeout=0, negative_timeout=0)
+    except RuntimeError as e:  # libfuse's loop ended by our SIGTERM returns non-zero too
+        if not server.mounted.is_set():
+            print(f"harness storage server: mount failed ({e})", file=sys.stderr)
+    server.forget_mount()
+    return server.mounted.is_set()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Stand by (imports done) until the control link orders a mount, serve it until
+    SIGTERM, say so (``released``) and stand by for the next job's order: one process
+    serves job after job of a pool (``harness.sim.storage.standby``)."""
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.parent is not None:
         from harness.procs import die_with_parent
@@ -464,20 +527,22 @@ def main(argv: list[str] | None = None) -> int:
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per open file, and
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one per file with unsynced writes
-    server = StorageServer(args.backing, args.events)
-    if args.control_fd is not None:
-        sock = socket.socket(fileno=args.control_fd)
-        server.control_link = Link(sock, server.control, "storage-server")
-    try:
-        # no attribute caching in the kernel: a crash rolls files back behind its back
-        FastFUSE(server, args.mount, foreground=True, fsname=args.fsname, subtype="harness",
-                     attr_timeout=0, entry_timeout=0, negative_timeout=0)
-    except RuntimeError as e:  # libfuse's loop ended by our SIGTERM returns non-zero too
-        if not server.mounted.is_set():
-            print(f"harness storage server: mount failed ({e})", file=sys.stderr)
+    orders = _Orders()
+    link = Link(socket.socket(fileno=args.control_fd), orders.take, "storage-server")
+    while (order := orders.wait(link)) is not None:
+        mounted = _serve(order, link, FastFUSE)
+        link.handler = orders.take  # before the harness hears of it: its next order lands here
+        if not mounted:
             return 1
+        try:
+            link.call("released", timeout=5.0)
+        except (LinkClosed, TimeoutError, RuntimeError):
+            return 0
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # unmounted: nothing left to finalize, and the harness waits for this exit
