@@ -173,6 +173,18 @@ def _check_outcome(timeline: Timeline, facts: JobFacts, problems: list[str]) -> 
                         f"max_restarts={facts.max_restarts} allows more")
 
 
+def _check_fsynced_kept(timeline: Timeline, problems: list[str]) -> None:
+    """``lose_unsynced`` takes what was never fsynced and nothing else: every file a crash
+    rolled back keeps at least the length it had at its last fsync (what the undo log
+    restores below it is the fsynced bytes themselves)."""
+    for event in timeline.events("storage_lost"):
+        for lost in event.get("files", []):
+            after, synced = lost.get("size_after"), lost.get("synced_size")
+            if isinstance(after, int) and isinstance(synced, int) and after < synced:
+                problems.append(f"node {event.get('target_node')}'s crash lost fsynced data: {lost.get('path')} "
+                                f"was fsynced at {synced} bytes and has {after} after the crash")
+
+
 def check_timeline(timeline: Timeline, facts: JobFacts) -> list[str]:
     """Every broken invariant, as readable sentences (empty: all held)."""
     problems: list[str] = []
@@ -181,6 +193,7 @@ def check_timeline(timeline: Timeline, facts: JobFacts) -> list[str]:
     _check_no_overlap(timeline, problems)
     _check_restarts(timeline, facts, problems)
     _check_outcome(timeline, facts, problems)
+    _check_fsynced_kept(timeline, problems)
     events = timeline.events()  # networks: no split brain, cut-off nodes fence themselves
     problems.extend(split_brain(events))
     problems.extend(unfenced_workers(events, facts.fence_bound))

@@ -179,3 +179,13 @@ def test_a_cut_off_nodes_old_worker_is_the_fencings_to_stop_not_an_overlap(tmp_p
 def test_once_healed_an_old_worker_alive_at_a_new_round_is_an_overlap_again(tmp_path):
     problems = check_timeline(write(tmp_path, _two_nodes_one_cut_off(True)), FACTS)
     assert any("pid 11" in p and "still alive" in p for p in problems), problems
+
+
+def test_a_crash_that_cut_into_fsynced_data_is_caught(tmp_path):
+    kept = {"path": "/b/shared/ckpt.pt", "synced_size": 4096, "size_before": 9000, "unsynced_bytes": 4904,
+            "kept_torn": 0, "size_after": 4096}
+    cut = {**kept, "path": "/b/shared/log", "size_after": 100}
+    lost = {"node": "harness", "kind": "storage_lost", "target_node": 1, "torn": False, "files": [kept, cut]}
+    problems = check_timeline(write(tmp_path, [*good_events(), lost]), FACTS)
+    assert problems == ["node 1's crash lost fsynced data: /b/shared/log was fsynced at 4096 bytes "
+                        "and has 100 after the crash"]

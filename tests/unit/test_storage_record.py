@@ -30,7 +30,7 @@ def test_crash_keeps_fsynced_data_and_drops_the_rest(tmp_path):
     os.close(fd)
     with open(path, "rb") as fp:
         assert fp.read() == b"A" * 100
-    assert (lost.synced_size, lost.size_before, lost.unsynced_bytes) == (100, 150, 70)
+    assert (lost.synced_size, lost.size_before, lost.unsynced_bytes, lost.size_after) == (100, 150, 70, 100)
     assert wb.dirty() == []
 
 

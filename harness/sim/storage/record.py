@@ -62,6 +62,7 @@ class Lost:
     size_before: int
     unsynced_bytes: int
     kept_torn: int
+    size_after: int  # what the rollback left: never below ``synced_size`` (an invariant)
 
 
 class WriteBack:
@@ -152,6 +153,7 @@ def _roll_back(record: FileRecord, torn: bool) -> Lost:
             os.pwrite(fd, old, offset)
         if prefix:
             os.pwrite(fd, prefix, record.last_write[0] if record.last_write else 0)
-        return Lost(record.path, record.synced_size, size_before, record.unsynced_bytes, kept)
+        return Lost(record.path, record.synced_size, size_before, record.unsynced_bytes, kept,
+                    os.fstat(fd).st_size)
     finally:
         os.close(fd)
