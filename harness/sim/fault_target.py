@@ -17,6 +17,7 @@ that cannot hit anything is never recorded as fired; then records its ``fault`` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from harness.sim.rendezvous_store import StoreHandle
     from harness.sim.storage.faults import StorageFaults
 
-__all__ = ["FaultTarget", "LastingFaults", "record_fault"]
+__all__ = ["Ended", "FaultTarget", "LastingFaults", "record_fault"]
 
 
 class FaultTarget(Protocol):
@@ -77,17 +78,27 @@ class FaultTarget(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Ended:
+    """What one part's heal ended: the fault names (the ``heal`` event's ``healed=[...]``)
+    and any fields the part adds to that event (the storage part: which disk had which)."""
+
+    names: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
 class LastingFaults(Protocol):
     """A part whose faults last until healed; ``Job.heal`` calls each such part."""
 
-    def end_lasting(self, node: int | None) -> list[str]:
-        """End node ``node``'s faults of this part (every node's with None) without
-        recording anything; the names of what ended (``[]``: nothing). ``Job.heal`` records
-        them all in its one ``heal`` event (``healed=[...]``)."""
+    def end_lasting(self, node: int | None) -> Ended:
+        """End node ``node``'s faults of this part (every node's, and the part's shared
+        ones, with None) without recording anything; what ended (``Ended()``: nothing).
+        ``Job.heal`` records every part's in its one ``heal`` event."""
         ...
 
-    def open_faults(self) -> dict[int, list[str]]:
-        """node -> the faults of this part it still has (what a test has not healed)."""
+    def open_faults(self) -> dict[Any, list[str]]:
+        """Where (a node; a disk) -> the faults of this part still in place there (what a
+        test has not healed)."""
         ...
 
 

@@ -142,7 +142,7 @@ class Job:
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         #: the nodes' cgroups and the faults written to them (slow_node, memory_limit)
         self.resources = ResourceFaults(self)
-        self.lasting.append(self.resources)
+        self.lasting += [self.resources, self.storage]
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -420,27 +420,29 @@ class Job:
         self.network.link_down(node)
 
     def heal(self, node: int | None = None) -> None:
-        """End node ``node``'s lasting faults (every node's with None), those of each part
+        """End node ``node``'s lasting faults (every node's with None): those of each part
         in ``lasting`` (the network's: partitions, loss, bandwidth, link down; the
-        resources': slow_node, memory_limit) and the storage faults of the node's disk (with
-        None: of every disk and the shared filesystem); one ``heal`` event names what ended
-        (``storage``: per disk). A part
-        that cannot heal here (the network in loopback mode) raises only when nothing else
-        was healed."""
+        resources': slow_node, memory_limit; the storage's: the node's disk, or with None
+        every disk and the shared filesystem). One ``heal`` event names what ended, with
+        each part's detail (``storage``: per disk). A part that cannot heal here (the
+        network in loopback mode) raises only when nothing else was healed."""
         if node is not None:
             self.node(node)
-        storage = self.storage.heal(node)  # per disk: the node's, or every disk and the shared fs
-        healed: list[str] = sorted({kind for kinds in storage.values() for kind in kinds})
+        healed: list[str] = []
+        detail: dict[str, Any] = {}
         refused: list[ConfigError] = []
         for part in self.lasting:
             try:
-                healed += part.end_lasting(node)
+                ended = part.end_lasting(node)
             except ConfigError as e:  # the network part in loopback mode: no network to heal
                 refused.append(e)
+                continue
+            healed += ended.names
+            detail.update(ended.detail)
         if refused and not healed:
             raise refused[0]
         self.record("heal", **({"target_node": node} if node is not None else {}), healed=sorted(healed),
-                    **({"storage": storage} if storage else {}))
+                    **detail)
 
     # -- what a fault needs (``FaultTarget``) -------------------------------------------------
 

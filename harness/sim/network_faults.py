@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.sim.fault_target import record_fault
+from harness.sim.fault_target import Ended, record_fault
 
 if TYPE_CHECKING:
     from harness.sim.fault_target import FaultTarget
@@ -59,11 +59,10 @@ class NetworkFaults:
 
     # -- lasting faults (``LastingFaults``) ------------------------------------------------
 
-    def end_lasting(self, node: int | None) -> list[str]:
+    def end_lasting(self, node: int | None) -> Ended:
         """End node ``node``'s network faults (partitions, loss, bandwidth, link down), or
         every node's with None; what ended. Loopback mode: ``ConfigError`` (nothing to heal)."""
-        healed: list[str] = self._target.net.heal(node).params["healed"]
-        return healed
+        return Ended(list(self._target.net.heal(node).params["healed"]))
 
     def open_faults(self) -> dict[int, list[str]]:
         """node -> the network faults it still has (what the test has not healed)."""

@@ -1,23 +1,24 @@
 """``job.heal()`` is the one call that ends every lasting fault: it asks each part in
-``job.lasting`` (the network's today; storage and resources join it) to end its faults and
+``job.lasting`` (the network, resources and storage parts) to end its faults and
 records one ``heal`` event naming all that ended (real namespaces, real agents)."""
 
 from __future__ import annotations
 
 from harness import Cluster, WorkerState
+from harness.sim.fault_target import Ended
 from tests.conftest import SCRIPTS
 
 
 class _LastingStandIn:
-    """A part whose fault lasts until healed (what ``job.storage`` will be): it remembers
-    the heals asked of it."""
+    """A part whose fault lasts until healed, with detail for the heal event (as
+    ``job.storage``'s): it remembers the heals asked of it."""
 
     def __init__(self) -> None:
         self.asked: list[int | None] = []
 
-    def end_lasting(self, node: int | None) -> list[str]:
+    def end_lasting(self, node: int | None) -> Ended:
         self.asked.append(node)
-        return ["disk_full"]
+        return Ended(["disk_full"], {"stand_in": {"node7": ["disk_full"]}})
 
     def open_faults(self) -> dict[int, list[str]]:
         return {}
@@ -36,3 +37,4 @@ def test_heal_ends_the_faults_of_every_lasting_part_in_one_event(needs_netns):
         assert job.network.open_faults() == {}
         heals = job.timeline.events("heal")
         assert [(h.get("target_node"), h["healed"]) for h in heals] == [(1, ["disk_full", "partition/packet_loss"])]
+        assert heals[0]["stand_in"] == {"node7": ["disk_full"]}

@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.sim.fault_target import record_fault
+from harness.sim.fault_target import Ended, record_fault
 from harness.sim.node_main import CGROUP_ENV
 from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, parse_bytes, probe
 from harness.sim.scheduler import FaultError
@@ -112,7 +112,7 @@ class ResourceFaults:
                              "could not be reclaimed below it") from None
         self._open.setdefault(node, {})[MEMORY_LIMIT] = size
 
-    def end_lasting(self, node: int | None = None) -> list[str]:
+    def end_lasting(self, node: int | None = None) -> Ended:
         """End node ``node``'s resource faults (every node's with None); the kinds ended
         (``Job.heal`` records them in its one ``heal`` event)."""
         nodes = [node] if node is not None else sorted(self._open)
@@ -127,7 +127,7 @@ class ResourceFaults:
             if MEMORY_LIMIT in faults:
                 cgroup.clear_memory()
             healed.update(faults)
-        return sorted(healed)
+        return Ended(sorted(healed))
 
     def open_faults(self) -> dict[int, list[str]]:
         """node -> the resource faults it still has (what the test has not healed)."""

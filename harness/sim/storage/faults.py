@@ -38,7 +38,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.sim.fault_target import record_fault
+from harness.sim.fault_target import Ended, record_fault
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
@@ -149,22 +149,23 @@ class StorageFaults:
         seed = self._job.cluster.seed * 1_000_003 + sum(len(v) for v in self._open.values())
         self._lasting("io_error", node, errno=errno, path=path, probability=float(probability), seed=seed)
 
-    def heal(self, node: int | None = None, every: bool = True) -> dict[str, list[str]]:
-        """End the lasting storage faults of node ``node``'s disk (``node=None`` and
-        ``every``: of every disk and the shared filesystem); what ended, per disk ({}:
-        nothing). ``Job.heal`` records the ``heal`` event, naming it."""
+    def end_lasting(self, node: int | None = None) -> Ended:
+        """End the lasting storage faults of node ``node``'s disk (None: of every disk and
+        the shared filesystem); what ended, with the disks (``storage={disk: kinds}``, a
+        field of the ``heal`` event ``Job.heal`` records)."""
         if not self.mount.available:
-            return {}
+            return Ended()
         with self._lock:
-            devices = list(self._open) if node is None and every else [node]
+            devices = list(self._open) if node is None else [node]
             if not any(self._open.get(d) for d in devices):
-                return {}
+                return Ended()
             for d in devices:
                 self._open.pop(d, None)
-        healed: dict[str, list[str]] = {}
+        per_disk: dict[str, list[str]] = {}
         for d in devices:
-            healed.update(self.mount.call("heal", device=d))
-        return healed
+            per_disk.update(self.mount.call("heal", device=d))
+        names = sorted({kind for kinds in per_disk.values() for kind in kinds})
+        return Ended(names, {"storage": per_disk} if per_disk else {})
 
     def open_faults(self) -> dict[str, list[str]]:
         """disk -> the lasting storage faults still in place there."""
