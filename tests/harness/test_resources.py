@@ -34,6 +34,21 @@ def cpu_periods(cgroup) -> tuple[float, int]:
     return cgroup.cpu_seconds(), int(stat["nr_periods"])
 
 
+@pytest.mark.skipif(not (os.geteuid() == 0 and os.path.exists("/sys/fs/cgroup/unified/cgroup.controllers")),
+                    reason="needs root and a hybrid host's cgroup v2 mount at /sys/fs/cgroup/unified")
+def test_a_v2_hierarchy_without_cpu_and_memory_says_what_is_missing():
+    """cgroup v2 is detected by what is mounted at /sys/fs/cgroup: in a mount namespace of
+    its own the probe sees this hybrid host's unified hierarchy there (the real kernel's,
+    whose cpu and memory controllers v1 holds) and names what it lacks."""
+    code = "from harness.sim.resources.cgroups import probe; print(probe())"
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                             f"mount --bind /sys/fs/cgroup/unified /sys/fs/cgroup && {sys.executable} -c '{code}'"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("the cgroup v2 controller(s) cpu, memory (not available in /sys/fs/cgroup: "
+                                    "its cgroup.controllers lists"), result.stdout
+
+
 def test_every_process_of_a_node_is_in_its_cgroup():
     with Cluster(nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(BUSY, "100000", "2000")

@@ -83,6 +83,15 @@ def _probe_v2(own: str) -> CgroupSupport | str:
             enabled = fp.read().split()
     except OSError as e:
         return f"the cgroup v2 file {base}/cgroup.subtree_control ({e.strerror})"
+    try:
+        with open(os.path.join(base, "cgroup.controllers")) as fp:
+            available = fp.read().split()
+    except OSError:
+        available = enabled
+    absent = [c for c in _V2 if c not in available]
+    if absent:  # no write can enable them: a hybrid host binds them to v1 hierarchies
+        return (f"the cgroup v2 controller(s) {', '.join(absent)} (not available in {base}: its "
+                f"cgroup.controllers lists {' '.join(available) or 'none'}; a v1 hierarchy may hold them)")
     missing = [c for c in _V2 if c not in enabled]
     if missing and base == root:
         try:
