@@ -9,6 +9,7 @@ first event.
 from __future__ import annotations
 
 import bisect
+import re
 import signal
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
@@ -74,6 +75,7 @@ class Fault:
     recovery: float | None = None
     resume: float | None = None  # fault -> the first training step of a later round
     lost: dict[str, float] = field(default_factory=dict)  # seconds by category (harness.sim.training)
+    data_lost: list[str] = field(default_factory=list)  # a lose_unsynced crash: what each file lost
 
 
 @dataclass
@@ -238,6 +240,8 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
             faults.append(Fault(t, str(e.get("fault", "?")), e.get("target_node"), e))
         elif kind == "heal":  # the harness ended a node's network faults (or every node's)
             faults.append(Fault(t, "heal", e.get("target_node"), e))
+        elif kind == "storage_lost":  # after its kill: what the crash took, on that fault's line
+            _attach_data_lost(faults, e)
         elif node == _HARNESS or node is None:
             continue
         elif kind == "state" and e.get("state") not in _WORKER_STATES:
@@ -280,6 +284,35 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
     return Model(t0, duration, ordered, sorted(rounds.values(), key=lambda r: r.at),
                  [f for f in faults if f.kind not in _ENDING_FAULTS], steps, max_step, outcome,
                  [f for f in faults if f.kind in _ENDING_FAULTS])
+
+
+_DEVICE_PATH = re.compile(r"/(?:fs|backing)/((?:shared|node\d+)(?:/.*)?)$")
+
+
+def _size(n: object) -> str:
+    if not isinstance(n, int):
+        return "?"
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _attach_data_lost(faults: list[Fault], event: dict[str, Any]) -> None:
+    """One line per file a ``lose_unsynced`` crash rolled back, on the kill that crashed it:
+    the file (below its filesystem: ``shared/ckpt.pt``, ``node1/disk/x``), how much of it
+    was never fsynced, what is left."""
+    target = event.get("target_node")
+    kill = next((f for f in reversed(faults) if f.kind == "node_kill" and f.target == target), None)
+    if kill is None:
+        return
+    for lost in event.get("files", []):
+        path = str(lost.get("path", "?"))
+        device = _DEVICE_PATH.search(path)  # the job's mount (or backing) dir is noise here
+        path = device.group(1) if device else path
+        kept = f", {_size(lost.get('kept_torn'))} of its last write kept (torn)" if lost.get("kept_torn") else ""
+        kill.data_lost.append(f"{path}: {_size(lost.get('unsynced_bytes'))} never fsynced lost, "
+                              f"{_size(lost.get('size_after'))} left{kept}")
 
 
 def _place_faults(events: list[dict[str, Any]], faults: list[Fault], lanes: list[Lane], end: float,
@@ -360,5 +393,7 @@ def fault_text(fault: Fault) -> str:
     if fault.lost:
         parts.append("lost " + " + ".join(f"{k} {v * 1000:.0f} ms" for k, v in fault.lost.items()))
     parts.extend(f"{k}={v}" for k, v in detail.items())
+    if fault.data_lost:
+        parts.append("data lost: " + "; ".join(fault.data_lost))
     return ", ".join(parts)
 

@@ -26,6 +26,7 @@ from harness.errors import ConfigError
 from harness.faults import NodeKill, OnFile
 from harness.sim.storage.mount import StorageMount, fuse_missing, harness_mounts, sweep
 from harness.sim.storage.standby import StandbyServer
+from pytest_elastic.report.model import build_model
 
 MISSING = fuse_missing()
 needs_fuse = pytest.mark.skipif(MISSING is not None, reason=f"needs FUSE: missing {MISSING}")
@@ -65,6 +66,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(
         assert event["target_node"] == 1
         [fault] = job.timeline.faults()
         assert fault["fault"] == "node_kill" and fault["lose_unsynced"] is True
+        [kill] = build_model(job.timeline.events()).faults  # the report says what it took
+        assert "shared/unsynced_1: 97.7 KB never fsynced lost, 0 B left" in kill.data_lost
         job.kill_node(0)
     # this process's mounts only: another xdist worker's jobs may be mounted meanwhile
     assert [fs for _, fs in harness_mounts() if fs.startswith(f"harness-{os.getpid()}-")] == []
