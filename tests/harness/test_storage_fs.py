@@ -141,6 +141,25 @@ def test_a_pools_server_serves_job_after_job_and_forgets_each():
 
 
 @needs_fuse
+def test_a_job_without_fuse_leaves_the_pools_server_standing_by(monkeypatch):
+    """A job that runs on plain directories (``HARNESS_FUSE=0``) hands the pool's server
+    back unused: the next job with FUSE still finds it started."""
+    with WarmPool() as pool:
+        pool.stand_by_storage()
+        server = pool.storage_server()
+        assert server is not None
+        pool.return_storage_server(server)
+        monkeypatch.setenv("HARNESS_FUSE", "0")
+        with Cluster(nnodes=1, pool=pool, check_invariants=False) as cluster:
+            job = cluster.launch(WRITER)
+            _wait_ready(job, (0,))
+            assert not job.storage.available
+            job.kill_node(0)
+        assert pool.storage_server() is server
+        server.close()
+
+
+@needs_fuse
 def test_a_standby_that_died_is_replaced_and_a_killed_server_is_not_kept(tmp_path):
     dead = StandbyServer()
     dead.process.kill()
