@@ -61,10 +61,11 @@ def buffer_size(source: Any) -> int:
     return int(_libfuse.fuse_buf_size(ctypes.cast(source, ctypes.c_void_p)))
 
 
-def copy_buffer_to_fd(source: Any, fd: int, offset: int) -> int:
-    """Write libfuse's buffer vector into ``fd`` at ``offset``: the bytes written, or OSError."""
+def copy_buffer_to_fd(source: Any, size: int, fd: int, offset: int) -> int:
+    """Write libfuse's buffer vector (``size`` bytes: ``buffer_size``, which the caller has
+    already asked) into ``fd`` at ``offset``: the bytes written, or OSError."""
     destination = _BufVec(count=1, idx=0, off=0)
-    destination.buf[0] = _Buf(size=buffer_size(source), flags=_BUF_IS_FD | _BUF_FD_SEEK | _BUF_FD_RETRY,
+    destination.buf[0] = _Buf(size=size, flags=_BUF_IS_FD | _BUF_FD_SEEK | _BUF_FD_RETRY,
                               mem=None, fd=fd, pos=offset)
     written = int(_libfuse.fuse_buf_copy(ctypes.byref(destination), ctypes.cast(source, ctypes.c_void_p), 0))
     if written < 0:

@@ -418,7 +418,7 @@ class StorageServer:
             self.writeback.before_write(handle.key, fh, handle.path, handle.node, offset, size)
             self.writes += 1
             self.largest_write = max(self.largest_write, size)
-            return copy_buffer_to_fd(source, fh, offset)
+            return copy_buffer_to_fd(source, size, fh, offset)
         finally:
             self._leave(handle.node)
 
