@@ -145,10 +145,7 @@ class StorageMount:
             sweep()
             self._start(events_path, standby)
         elif standby is not None:  # not needed here (FUSE turned off): kept for a job that is
-            if give_back is not None:
-                give_back(standby)
-            else:
-                standby.close()
+            self._hand_back(standby)
 
     @property
     def available(self) -> bool:
@@ -163,6 +160,13 @@ class StorageMount:
     def root(self) -> str:
         """Where files of the mount really are (the backing directory, or the plain one)."""
         return self.backing if self.available or os.path.islink(self.mountpoint) else self.mountpoint
+
+    def _hand_back(self, server: StandbyServer) -> None:
+        """A server standing by that this mount no longer needs: to ``give_back``, or ended."""
+        if self._give_back is not None:
+            self._give_back(server)
+        else:
+            server.close()
 
     def _start(self, events_path: str | None, standby: StandbyServer | None) -> None:
         """Order ``standby`` to mount; one that died meanwhile is replaced by a new server
@@ -243,10 +247,7 @@ class StorageMount:
         if server is None:
             return
         if self._mounted.is_set() and server.unmount():
-            if self._give_back is not None:
-                self._give_back(server)
-            else:
-                server.close()
+            self._hand_back(server)
             return
         server.close()
         if any(point == self.mountpoint for point, _ in harness_mounts()):
