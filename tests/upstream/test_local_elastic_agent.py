@@ -9,8 +9,9 @@ processes with a bounded join (upstream joins forever), each node's results come
 a queue as upstream's do, log dirs live in pytest's ``tmp_path``, and the rendezvous gets
 ``heartbeat_timeout=5``: these cases are about ranks and barriers, not liveness, and with
 our 0.8 s default an agent starved of the CPU for 0.7 s (seven agents and 25 spawned
-workers on two busy cores, once in five full runs) fenced itself mid-job, which torch's
-15 s keep-alive bound never does.
+workers on two busy cores, once in five full runs) fenced itself mid-job. Torch's
+rendezvous has no fence at all (torch 2.13's ``dynamic_rendezvous.py``: a failed keep-alive
+is only logged) and its peers' bound is 15 s (5 s x 3 attempts).
 """
 
 from __future__ import annotations
