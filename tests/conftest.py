@@ -39,9 +39,24 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             terminalreporter.line(line)
 
 
+def _sweep_killed_owners() -> None:
+    """Remove what the harness processes some tests SIGKILL on purpose left behind (their
+    mounts, namespaces, job cgroups). The harness removes a dead owner's leftovers when the
+    next harness starts one of its own, and after the session's last test there is none."""
+    from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
+    from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
+    from harness.sim.storage.mount import sweep as sweep_mounts
+
+    sweep_mounts()
+    sweep_namespaces()
+    sweep_cgroups()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     import shutil
     from multiprocessing import util
+
+    _sweep_killed_owners()
 
     if _PRIVATE_TMP:
         # after multiprocessing removes its own pymp-* dir from it (exitpriority -100)
