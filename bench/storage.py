@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import stdout_to  # noqa: E402
+from _common import isolate_tmpdir, stdout_to  # noqa: E402
 
 
 def _cpu(pid: int) -> float:
@@ -202,6 +202,7 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--launches", type=int, default=9)
     args = parser.parse_args()
+    isolate_tmpdir()  # its clusters' temp trees, as every bench here keeps them
     from harness.sim.storage.mount import fuse_missing
 
     missing = fuse_missing()
