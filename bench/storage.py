@@ -9,12 +9,14 @@
     job's shared filesystem; ``job.disk_full()`` is called and the time from the call to the
     first ENOSPC the writer sees is measured (then ``job.heal()``, and again). Target:
     median <= 10 ms.
-
 (3) **launch cost**: what the job's filesystem adds to a warm 1x1 job, launch to close
     (its server stands by in the pool, started when the previous cluster closed), with
     and without a pause between clusters, FUSE and ``HARNESS_FUSE=0`` alternating.
+(4) **the straggler**, ours beside torchrun under the same cgroup: ``bench/resources.py``
+    (its own bench, with its own flags), run from here with ``--straggler-rounds N``
+    (0: skipped), its table printed as it prints it.
 
-    .venv/bin/python bench/storage.py [--rounds 7] [--size-mb 100] [--faults 20] [--launches 9]
+    .venv/bin/python bench/storage.py [--rounds 7] [--size-mb 100] [--faults 20] [--launches 9] [--straggler-rounds 1]
 
 Prints a table per part and PASS/FAIL against its target; exits 0 (the numbers are the
 result), 2 when FUSE is not available here (it says what is missing).
@@ -195,12 +197,23 @@ def launch_cost(rounds: int) -> dict[str, float]:
     return costs
 
 
+def straggler(rounds: int) -> None:
+    """Part (4): ``bench/resources.py`` (the straggler beside torchrun), as it prints it."""
+    import subprocess
+
+    print(f"\n(4) a straggler's step time, ours beside torchrun (bench/resources.py --rounds {rounds})",
+          flush=True)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources.py")
+    subprocess.run([sys.executable, script, "--rounds", str(rounds)], check=False, stderr=subprocess.DEVNULL)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--size-mb", type=int, default=100)
     parser.add_argument("--faults", type=int, default=20)
     parser.add_argument("--launches", type=int, default=9)
+    parser.add_argument("--straggler-rounds", type=int, default=1)
     args = parser.parse_args()
     isolate_tmpdir()  # its clusters' temp trees, as every bench here keeps them
     from harness.sim.storage.mount import fuse_missing
@@ -212,6 +225,8 @@ def main() -> int:
     overhead(args.rounds, args.size_mb)
     apply_latency(args.faults)
     launch_cost(args.launches)
+    if args.straggler_rounds > 0:
+        straggler(args.straggler_rounds)
     return 0
 
 
