@@ -16,6 +16,7 @@ from harness.procs._handles import (
     signal_process_group,
 )
 from harness.procs._logs import LogsSpecs, render_prefix
+from harness.procs._placement import WORKER_CGROUP_ENV, WORKER_NICE_ENV
 from harness.procs._prctl import die_with_parent, join_netns, same_netns, set_pdeathsig
 from harness.procs._preload import share_imports
 from harness.procs._stackdump import STACKS_ENV
@@ -24,7 +25,8 @@ from harness.procs._zygote import ZYGOTE_ENV
 from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 
 __all__ = [
-    "OOM_REASON", "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext",
+    "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
+    "LogsSpecs", "ProcessContext",
     "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",
     "is_same_process", "join_netns", "process_start_time", "process_state", "render_prefix", "same_netns",
     "set_pdeathsig", "share_imports", "signal_process_group",

@@ -19,6 +19,7 @@ from harness.errors import ERROR_FILE_ENV, ProcessFailure
 from harness.procs._cgroup import OOM_REASON, OomLedger
 from harness.procs._handles import BinaryProcess, CallableProcess, WorkerProcess, process_state
 from harness.procs._logs import AttemptLogs, RankLogs
+from harness.procs._placement import place_worker, worker_cgroup_files, worker_nice
 from harness.procs._std import Std
 from harness.procs._tee import TeePump, TeeSink
 
@@ -71,10 +72,14 @@ class ProcessContext:
 
     def start(self) -> None:
         self._oom = OomLedger()  # before any worker runs: its OOM kills count from here
+        # the agent runs before its workers when its environment asks (_placement)
+        nice, cgroups = worker_nice(), worker_cgroup_files()
         try:
             for local_rank in sorted(self.envs):
                 proc = self._start_one(local_rank)
                 self.procs[local_rank] = proc
+                for problem in place_worker(proc.pid, nice, cgroups):
+                    log.warning("%s", problem)
                 self._oom.watch(proc.pid)
                 self._selector.register(proc.fileno(), selectors.EVENT_READ, proc)
         except BaseException:

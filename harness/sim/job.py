@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from harness.agent import RunResult, WorkerState
 from harness.errors import ERROR_FILE_ENV, ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
-from harness.procs import is_same_process, signal_process_group
+from harness.procs import WORKER_NICE_ENV, is_same_process, signal_process_group
 from harness.sim.bus import EventBus
 from harness.sim.faults import (
     ORDERS_ENV,
@@ -68,6 +68,8 @@ __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 
 SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
 NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
+#: how much lower the workers' CPU priority is than their agent's (``harness.procs``)
+WORKER_NICE = 10
 
 
 
@@ -228,6 +230,9 @@ class Job:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         if cluster.nproc_per_node > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
+        # the agent runs before its own workers (its keep-alive must not starve behind their
+        # imports or a slow_node quota: a live node taken for dead); a user's value wins
+        env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
         if cluster.start_method == "zygote":
             env.update(cluster.zygote_env())
         if self.net.mode == "netns":

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -26,12 +27,19 @@ HOG = str(SCRIPTS / "hog.py")
 
 
 def cpu_periods(cgroup) -> tuple[float, int]:
-    """(CPU seconds used, CFS periods elapsed while it ran) of a node's cgroup."""
-    stat = {}
-    for name in ("cpu.stat",):
-        with open(os.path.join(cgroup.dirs.get("cpu", cgroup.dirs.get("")), name)) as fp:
-            stat = dict(line.split() for line in fp if line.strip())
-    return cgroup.cpu_seconds(), int(stat["nr_periods"])
+    """(CPU seconds its workers used, CFS periods elapsed while they ran) of a node's cgroup
+    (the quota is on its workers' cgroup; the agent is outside it)."""
+    cpu = cgroup.workers_dirs.get("cpu", cgroup.workers_dirs.get(""))
+    with open(os.path.join(cpu, "cpu.stat")) as fp:
+        stat = dict(line.split() for line in fp if line.strip())
+    acct = cgroup.workers_dirs.get("cpuacct", cpu)
+    name = "cpuacct.usage" if "cpuacct" in cgroup.workers_dirs else None
+    if name is None:
+        used = int(stat["usage_usec"]) / 1e6
+    else:
+        with open(os.path.join(acct, name)) as fp:
+            used = int(fp.read()) / 1e9
+    return used, int(stat["nr_periods"])
 
 
 @pytest.mark.skipif(not (os.geteuid() == 0 and os.path.exists("/sys/fs/cgroup/unified/cgroup.controllers")),
@@ -58,6 +66,51 @@ def test_every_process_of_a_node_is_in_its_cgroup():
             # the agent joined first thing; the workers the zygote forked were moved in
             assert {job.nodes[node].pid, *job.worker_pids(node).values()} <= members
         assert not set(job.resources.cgroup(0).pids()) & set(job.resources.cgroup(1).pids())
+
+
+def test_a_nodes_agent_runs_apart_from_and_before_its_workers():
+    """The agent's CPU cgroup is not its workers' (a quota slows the training, never the
+    keep-alive), and its workers run at a lower priority (the agent runs first when both
+    want the CPU)."""
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "100000", "2000")
+        job.wait_for_state(WorkerState.HEALTHY)
+        cgroup = job.resources.cgroup(0)
+        agent = job.nodes[0].pid
+        workers = list(job.worker_pids(0).values())
+        cpu = "cpu" if cgroup.version == 1 else ""
+        in_dir = set(cgroup_pids(cgroup.agent_dirs[cpu]))
+        assert agent in in_dir and not in_dir & set(workers)
+        assert set(workers) <= set(cgroup_pids(cgroup.workers_dirs[cpu]))
+        agent_nice = os.getpriority(os.PRIO_PROCESS, agent)
+        for pid in workers:
+            for tid in os.listdir(f"/proc/{pid}/task"):  # every thread, not only the leader
+                assert os.getpriority(os.PRIO_PROCESS, int(tid)) == agent_nice + 10
+
+
+def cgroup_pids(directory: str) -> list[int]:
+    with open(os.path.join(directory, "cgroup.procs")) as fp:
+        return [int(line) for line in fp if line.strip()]
+
+
+def test_a_starved_node_is_not_taken_for_a_dead_one():
+    """Issue 26's reproduction: node 1 held to 5 % of a CPU for 4 s used to be declared dead
+    by node 0 (its agent starved behind its own workers), the job re-forming [4, 2, 4] with
+    node 1's old workers alive in the new round. A straggler is slow, not dead: the world
+    keeps its size and no invariant breaks."""
+    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=3) as cluster:
+        job = cluster.launch(str(SCRIPTS.parent.parent / "scenarios" / "scripts" / "train.py"),
+                             "--steps", "40", "--step-time", "0.05")
+        job.inject(SlowNode(node=1, cpu=0.05), AtStep(step=3, rank=0))
+        job.wait_for_state(WorkerState.HEALTHY)
+        assert job.bus.wait_until(lambda: bool(job.timeline.faults()), 60)
+        time.sleep(4.0)  # the straggler lasts 4 s
+        assert job.resources.cgroup(1).throttled() > 0  # its workers were held to the quota
+        job.heal(1)
+        result = job.wait(timeout=120)
+        assert result.state == WorkerState.SUCCEEDED
+        assert job.timeline.world_sizes() == [4], job.timeline.format()
+        assert not job.timeline.events("membership_change")
 
 
 def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed():

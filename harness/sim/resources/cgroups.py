@@ -32,7 +32,7 @@ from harness.procs import cgroup_dirs
 from harness.sim.leftovers import owner_alive
 
 __all__ = ["CgroupSupport", "JobCgroup", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes",
-           "PREFIX", "PERIOD_US"]
+           "PREFIX", "PERIOD_US", "AGENT", "WORKERS"]
 
 PREFIX = "elastic_"
 _NAME = re.compile(r"elastic_(\d+)_[A-Za-z0-9]+")
@@ -138,22 +138,70 @@ def _pids(directory: str) -> list[int]:
         return []
 
 
+#: the children of a node's cgroup: its agent's, and its workers' (``NodeCgroup``)
+AGENT, WORKERS = "agent", "workers"
+
+
+def _splits(controller: str, version: int) -> bool:
+    """Does a node's cgroup hold its agent and its workers apart in this hierarchy? In v2
+    always (one tree; the node's own cgroup may then hold no process). In v1 only the CPU
+    ones: v1 counts an OOM kill only in the victim's own memory cgroup, never its parents',
+    so agent and workers share the node's memory cgroup, where its limit and counter are."""
+    return version == 2 or controller in ("cpu", "cpuacct")
+
+
 class NodeCgroup:
-    """One node's cgroup: in each hierarchy a directory; its agent and workers inside."""
+    """One node's cgroup: in each hierarchy a directory, with its agent and its workers in
+    two children (``agent``, ``workers``) where the hierarchy is split (``_splits``).
+
+    Why apart: a CPU quota (``slow_node``) is a straggler's *training*; the agent's
+    keep-alive (a few ms of CPU a second) must not starve behind it, or a slow node is
+    taken for a dead one by its peers and the job re-forms without it (issue 26). A node
+    whose agent is silent too is ``freeze_node``. A memory limit is the node's: its agent
+    and workers share it, as on a real host.
+    """
 
     def __init__(self, support: CgroupSupport, dirs: dict[str, str]):
         self.version = support.version
-        self.dirs = dirs  # controller (v2: "") -> directory
+        self.dirs = dirs  # controller (v2: "") -> the node's directory
+        self.agent_dirs = self._children(AGENT)
+        self.workers_dirs = self._children(WORKERS)
+
+    def _children(self, child: str) -> dict[str, str]:
+        return {c: os.path.join(d, child) if _splits(c, self.version) else d
+                for c, d in self.dirs.items()}
 
     def _dir(self, controller: str) -> str:
         return self.dirs[_UNIFIED if self.version == 2 else controller]
 
+    def _workers_dir(self, controller: str) -> str:
+        return self.workers_dirs[_UNIFIED if self.version == 2 else controller]
+
+    def make(self) -> None:
+        """Make the node's directories and its children (v2: hand the controllers down)."""
+        for directory in sorted(set(self.dirs.values())):
+            os.mkdir(directory)
+            if self.version == 2:
+                _write(os.path.join(directory, "cgroup.subtree_control"),
+                       " ".join(f"+{c}" for c in _V2))
+        for directory in sorted(set(self.agent_dirs.values()) | set(self.workers_dirs.values())):
+            if not os.path.isdir(directory):
+                os.mkdir(directory)
+
     def distinct(self) -> list[str]:
-        return sorted(set(self.dirs.values()))
+        """Every directory of it, children before the node's (the order removal needs)."""
+        children = set(self.agent_dirs.values()) | set(self.workers_dirs.values())
+        nodes = set(self.dirs.values())
+        return sorted(children - nodes) + sorted(nodes)
 
     def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files a process writes its pid to, to join."""
-        return [os.path.join(d, "cgroup.procs") for d in self.distinct()]
+        """The ``cgroup.procs`` files the agent writes its pid to, to join."""
+        return [os.path.join(d, "cgroup.procs") for d in sorted(set(self.agent_dirs.values()))]
+
+    def worker_procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files its agent moves each worker into (``harness.procs``'
+        ``HARNESS_WORKER_CGROUP``)."""
+        return [os.path.join(d, "cgroup.procs") for d in sorted(set(self.workers_dirs.values()))]
 
     def add(self, pid: int) -> None:
         for path in self.procs_files():
@@ -166,19 +214,22 @@ class NodeCgroup:
     # -- CPU ---------------------------------------------------------------------------
 
     def set_cpu(self, cpus: float) -> None:
-        """At most ``cpus`` CPUs' worth of time per CFS period, for all its processes together."""
+        """At most ``cpus`` CPUs' worth of time per CFS period, for all its workers together
+        (the agent is outside the quota: see the class docstring)."""
         quota = max(1000, int(cpus * PERIOD_US))
+        cpu = self._workers_dir("cpu")
         if self.version == 2:
-            _write(os.path.join(self._dir("cpu"), "cpu.max"), f"{quota} {PERIOD_US}")
+            _write(os.path.join(cpu, "cpu.max"), f"{quota} {PERIOD_US}")
         else:
-            _write(os.path.join(self._dir("cpu"), "cpu.cfs_period_us"), str(PERIOD_US))
-            _write(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us"), str(quota))
+            _write(os.path.join(cpu, "cpu.cfs_period_us"), str(PERIOD_US))
+            _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(quota))
 
     def clear_cpu(self) -> None:
+        cpu = self._workers_dir("cpu")
         if self.version == 2:
-            _write(os.path.join(self._dir("cpu"), "cpu.max"), f"max {PERIOD_US}")
+            _write(os.path.join(cpu, "cpu.max"), f"max {PERIOD_US}")
         else:
-            _write(os.path.join(self._dir("cpu"), "cpu.cfs_quota_us"), "-1")
+            _write(os.path.join(cpu, "cpu.cfs_quota_us"), "-1")
 
     def cpu_seconds(self) -> float:
         """CPU time its processes used (user + system), since it was made."""
@@ -191,8 +242,8 @@ class NodeCgroup:
         return int(_read(os.path.join(self._dir("cpuacct"), "cpuacct.usage"))) / 1e9
 
     def throttled(self) -> int:
-        """CFS periods in which the quota stopped it (``nr_throttled``)."""
-        for line in _read(os.path.join(self._dir("cpu"), "cpu.stat")).splitlines():
+        """CFS periods in which the quota stopped its workers (``nr_throttled``)."""
+        for line in _read(os.path.join(self._workers_dir("cpu"), "cpu.stat")).splitlines():
             name, _, value = line.partition(" ")
             if name == "nr_throttled":
                 return int(value)
@@ -266,10 +317,9 @@ class JobCgroup:
     def node(self, index: int) -> NodeCgroup:
         """Node ``index``'s cgroup, made on first use."""
         if index not in self.nodes:
-            dirs = {c: os.path.join(d, f"node{index}") for c, d in self.dirs.items()}
-            for directory in sorted(set(dirs.values())):
-                os.mkdir(directory)
-            self.nodes[index] = NodeCgroup(self.support, dirs)
+            node = NodeCgroup(self.support, {c: os.path.join(d, f"node{index}") for c, d in self.dirs.items()})
+            node.make()
+            self.nodes[index] = node
         return self.nodes[index]
 
     def remove(self) -> list[str]:
@@ -323,6 +373,14 @@ def _rmdir(directory: str, deadline: float) -> str | None:
             return f"cgroup {directory} could not be removed ({e.strerror})"
 
 
+def _bottom_up(directory: str) -> list[str]:
+    """``directory`` and every cgroup under it, each after its children (rmdir's order)."""
+    found = []
+    for parent, children, _files in os.walk(directory, topdown=False):
+        found += [os.path.join(parent, c) for c in sorted(children)]
+    return [*found, directory]
+
+
 def _base_of(directory: str, support: CgroupSupport) -> str:
     for base in support.bases.values():
         if directory.startswith(base + os.sep):
@@ -346,8 +404,6 @@ def sweep_dead_owners(support: CgroupSupport | None = None) -> list[str]:
             if match is None or owner_alive(int(match.group(1))):
                 continue
             job = os.path.join(base, name)
-            children = [os.path.join(job, c) for c in sorted(os.listdir(job))
-                        if os.path.isdir(os.path.join(job, c))]
-            _remove([*children, job], found)
+            _remove(_bottom_up(job), found)
             removed.append(job)
     return removed

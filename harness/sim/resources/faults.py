@@ -20,6 +20,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
+from harness.procs import WORKER_CGROUP_ENV
 from harness.sim.fault_target import Ended, record_fault
 from harness.sim.node_main import CGROUP_ENV
 from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, parse_bytes, probe
@@ -50,7 +51,10 @@ class ResourceFaults:
         """What node ``node``'s agent needs in its environment to join its cgroup (made
         now); nothing where cgroups are unavailable (its resource faults then say why)."""
         cgroup = self._node_cgroup(node)
-        return {CGROUP_ENV: os.pathsep.join(cgroup.procs_files())} if cgroup is not None else {}
+        if cgroup is None:
+            return {}
+        return {CGROUP_ENV: os.pathsep.join(cgroup.procs_files()),
+                WORKER_CGROUP_ENV: os.pathsep.join(cgroup.worker_procs_files())}
 
     def _node_cgroup(self, node: int) -> NodeCgroup | None:
         if self._cgroup is None and self._unavailable is None:
@@ -84,8 +88,9 @@ class ResourceFaults:
     # -- the faults --------------------------------------------------------------------
 
     def slow_node(self, node: int, cpu: float = 0.2) -> None:
-        """Node ``node``'s processes (agent and workers) get ``cpu`` CPUs' worth of time
-        together (0.2: a fifth of one core), until ``heal``: a straggler."""
+        """Node ``node``'s workers get ``cpu`` CPUs' worth of time together (0.2: a fifth
+        of one core), until ``heal``: a straggler. Its agent is outside the quota (its
+        keep-alive goes on: a slow node is not a dead one; ``NodeCgroup``)."""
         if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not MIN_CPU <= cpu <= (os.cpu_count() or 1):
             raise ConfigError("cpu", cpu, f"must be a number of CPUs in [{MIN_CPU}, {os.cpu_count()}]")
         cgroup = self._target(node, SLOW_NODE)
