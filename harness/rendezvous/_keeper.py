@@ -70,6 +70,10 @@ class Keeper:
         self._store_lost: str | None = None
         self._state_error: RendezvousStateError | None = None
         self._fence_reason: str | None = None
+        # a fence stays visible until the agent has read it once (fence_reason), even if
+        # the store answers first: a lapsed lease must stop the workers all the same
+        self._fence_seen = False
+        self._fence_over = False
         self._live_socks: dict[str, socket.socket] = {}
         self._live_tried: set[str] = set()
         self._running_round: int | None = None
@@ -182,8 +186,29 @@ class Keeper:
             return self._snapshot
 
     def fence_reason(self) -> str | None:
+        """Why this node is fenced. A fence the store has meanwhile ended is still
+        returned once, to the first caller (the agent stops its workers for it): a node
+        whose lease lapsed while it was not scheduled must not train on because the
+        store answered a moment later."""
+        self._check_lease()  # the caller may run before the keeper thread after a stall
         with self._lock:
-            return self._fence_reason
+            reason = self._fence_reason
+            if reason is not None:
+                self._fence_seen = True
+                if self._fence_over:
+                    self._end_fence_locked()
+            return reason
+
+    def _begin_fence_locked(self, reason: str) -> None:
+        self._fence_reason = reason
+        self._fence_seen = self._fence_over = False
+        self._wakeup.notify_all()
+
+    def _end_fence_locked(self) -> None:
+        self._fence_reason = None
+        self._fence_over = False
+        self._signaled = False
+        self._wakeup.notify_all()
 
     def wait_unfenced(self, timeout: float) -> bool:
         """Block up to ``timeout`` s until not fenced (or the store is lost for good)."""
@@ -246,8 +271,11 @@ class Keeper:
         s = self._settings
         peers = PeerWatch(self._clock, s.keep_alive_interval, s.heartbeat_timeout)
         client: Any = None
+        assert self._contact is not None
+        self._contact.ok()  # the handler just reached the store: the lease starts now
         try:
             while not self._stopped.is_set():
+                self._check_lease()
                 if client is None:
                     client = self._connect()
                     if client is None:  # unreachable: fenced (or soon), try again
@@ -324,14 +352,36 @@ class Keeper:
         self._maybe_signal()
         return state.seq
 
+    def _check_lease(self) -> None:
+        """Fence now if this node's lease ran out while it was not looking (its thread was
+        not scheduled, or an answer came too late): its peers may have gone on."""
+        contact = self._contact
+        if contact is None:  # not started
+            return
+        silent = contact.silent_for()
+        if contact.lapsed():
+            self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
+                        f"for {silent:.1f}s, past this node's lease of {contact.bound:g}s (the store "
+                        f"did not answer, or this node was not scheduled in time on an overloaded "
+                        f"host; its peers go on without it after "
+                        f"heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
+
+    def _fence(self, reason: str) -> None:
+        with self._lock:
+            self._begin_fence_locked(reason)
+        log.info("rendezvous %s: %s", self._keys.run_id, reason)  # the agent says it louder
+        self.signal()
+
     def _answered(self) -> None:
         assert self._contact is not None
+        self._check_lease()  # an answer that came after the lease ran out ends it all the same
         silent = self._contact.silent_for()
         if self._contact.ok():
             with self._lock:
-                self._fence_reason = None
-                self._signaled = False
-                self._wakeup.notify_all()
+                if self._fence_seen:
+                    self._end_fence_locked()
+                else:  # the agent has not stopped its workers for it yet: it reads it once
+                    self._fence_over = True
             log.info("rendezvous %s: the store at %s answers again after %.1fs",
                      self._keys.run_id, self._keys.endpoint, silent)
             self.signal()
@@ -342,14 +392,9 @@ class Keeper:
         contact = self._contact
         assert contact is not None
         if contact.failed():
-            reason = (f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
-                      f"for {contact.silent_for():.1f}s (its peers go on without this node "
-                      f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
-            with self._lock:
-                self._fence_reason = reason
-                self._wakeup.notify_all()
-            log.info("rendezvous %s: %s", self._keys.run_id, reason)  # the agent says it louder
-            self.signal()
+            self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
+                        f"for {contact.silent_for():.1f}s (its peers go on without this node "
+                        f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
         elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
             raise StoreConnectionError(
                 f"no answer from the rendezvous store at {self._keys.endpoint} for "

@@ -8,6 +8,7 @@ unit-tested with a fake one (``tests/unit/test_liveness.py``).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -88,16 +89,24 @@ class StoreContact:
     """Has this node reached the store lately? The fencing decision.
 
     ``ok()`` after every answered store request, ``failed()`` after one that got no
-    answer in time. A node that has had no answer for ``bound`` seconds (the handler
-    uses one keep-alive interval less than the silence after which its peers declare it
-    dead) is *fenced*: its peers are about to re-form the world without it, so its
-    workers must stop and none may start until the store answers again. A failure is
-    only counted once a request really went unanswered, so a node that simply did not
-    ask (its thread was starved) is never fenced for it.
+    answer in time, ``lapsed()`` whenever this node looks again after not running (its
+    keep-alive thread woke up, or an answer came in). A node that has had no answer for
+    ``bound`` seconds (the handler uses one keep-alive interval less than the silence
+    after which its peers declare it dead) is *fenced*: its peers are about to re-form
+    the world without it, so its workers must stop and none may start until the store
+    answers again.
+
+    The bound is a lease: it runs out whether the store did not answer or this node did
+    not ask. A node whose thread was not scheduled for longer than the bound (an
+    overloaded host) has been silent to its peers just as long, and they may already
+    have re-formed without it; so it fences itself the moment it runs again, before it
+    does anything else (issue 26: such a node's workers used to train on in the old
+    round while the new one started).
     """
 
     def __init__(self, clock: Clock, bound: float):
         self._clock = clock
+        self._lock = threading.Lock()  # the keeper thread and the agent both look (lapsed)
         self.bound = bound
         self.last_ok = clock.now()
         self.fenced_at: float | None = None
@@ -120,19 +129,27 @@ class StoreContact:
 
     def ok(self) -> bool:
         """The store answered; True if that ends a fence."""
-        self.last_ok = self._clock.now()
-        if self.fenced_at is None:
-            return False
-        self.fenced_at = None
-        return True
+        with self._lock:
+            self.last_ok = self._clock.now()
+            if self.fenced_at is None:
+                return False
+            self.fenced_at = None
+            return True
 
     def failed(self) -> bool:
         """A request went unanswered; True if this begins a fence."""
-        if self.fenced_at is not None or self.silent_for() < self.bound:
-            return False
-        self.fenced_at = self._clock.now()
-        self.fences += 1
-        return True
+        with self._lock:
+            if self.fenced_at is not None or self.silent_for() < self.bound:
+                return False
+            self.fenced_at = self._clock.now()
+            self.fences += 1
+            return True
+
+    def lapsed(self) -> bool:
+        """This node looks again (before its next request, or at an answer that came
+        late); True if its lease ran out meanwhile: that begins a fence, as an
+        unanswered request would."""
+        return self.failed()
 
 
 def change_reason(*, state: RendezvousState | None, running_round: int | None,

@@ -299,9 +299,9 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)"),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
-              (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's processes get together",
+              (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",
                          number(0.01), example=0.5)),
-              "a node's processes get a CPU quota (a straggler)", chaos="slow_node",
+              "a node's workers get a CPU quota (a straggler; its agent keeps its keep-alive)", chaos="slow_node",
               chaos_choices={"cpu": (0.1, 0.3)}, heal_after=(2.0, 5.0)),
     FaultKind("memory_limit", "MemoryLimit",
               (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes)', SIZE,

@@ -145,3 +145,38 @@ def test_a_node_cut_off_from_the_store_fences_and_rejoins_as_a_new_member(nodes,
     kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
     assert kinds.count("fenced") == 1 and kinds.count("unfenced") == 1
     assert "fenced" not in [e["kind"] for e in events(tmp_path / "a.jsonl")]
+
+
+def test_a_node_not_scheduled_past_its_lease_fences_itself_the_moment_it_runs_again(nodes, tmp_path):
+    """Only b's agent stops (SIGSTOP of its pid: its workers run on), as an agent starved
+    of the CPU on an overloaded host would: its request times out on no clock of its own,
+    or it asks nothing at all, yet its peers hear no heartbeat and go on without it. The
+    lease runs out all the same: when b runs again, the first thing it does is fence (its
+    workers stop), whatever the store answers meanwhile; then it rejoins."""
+    release = tmp_path / "release"
+    with store_process() as store:
+        def agent(name: str):
+            args = c10d_args(store.port, "1:2", "lapse", "--rdzv-conf=is_host=false", "--max-restarts=0")
+            env = {"HARNESS_EVENTS": str(tmp_path / f"{name}.jsonl"), "HARNESS_NODE": name}
+            return nodes(*args, LOOP, "--finish-world=2", f"--until={release}",
+                         "--max-seconds=120", env=env)
+
+        a, b = agent("a"), agent("b")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+        b_workers = worker_pids(b)
+        b.proc.send_signal(signal.SIGSTOP)  # the agent only
+        try:
+            a.wait_for("world=1", timeout=60)  # a declared b gone and went on alone
+        finally:
+            b.proc.send_signal(signal.SIGCONT)
+        b.wait_for("past this node's lease", timeout=30)
+        deadline = time.monotonic() + 30
+        while alive(b_workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(b_workers), b.output
+        release.touch()
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
+    assert "fenced" in kinds, kinds
+    assert "membership_change" not in kinds[:kinds.index("fenced")]  # the fence came first

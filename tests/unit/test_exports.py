@@ -24,7 +24,8 @@ PINNED = {
     "harness.selfpipe": {"drain_pipe", "self_pipe", "wake_pipe"},
     "harness.timer_env": {"ENABLE_FILE_TIMER_ENV", "TIMER_FILE_ENV"},
     "harness.procs": {
-        "OOM_REASON", "STACKS_ENV", "START_METHODS", "ZYGOTE_ENV", "LogsSpecs", "ProcessContext",
+        "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
+        "LogsSpecs", "ProcessContext",
         "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",
         "is_same_process", "join_netns", "process_start_time", "process_state", "render_prefix", "same_netns",
         "set_pdeathsig", "share_imports", "signal_process_group",

@@ -92,12 +92,17 @@ def test_fenced_once_silent_for_the_bound_and_a_request_went_unanswered():
     assert contact.fences == 1
 
 
-def test_silence_without_an_unanswered_request_never_fences():
+def test_silence_without_an_unanswered_request_fences_when_the_node_looks_again():
+    """The lease runs out whether the store did not answer or this node did not ask: a
+    node whose thread was not scheduled past the bound was as silent to its peers."""
     clock = FakeClock()
     contact = StoreContact(clock, TIMEOUT)
+    clock.advance(0.6)
+    assert not contact.lapsed() and not contact.fenced  # within its lease
     clock.advance(60.0)  # the thread did not even ask (starved)
-    assert not contact.fenced
-    assert not contact.ok()  # and the next answer is no transition
+    assert not contact.fenced  # nothing decides while nobody looks
+    assert contact.lapsed() and contact.fenced and contact.fences == 1
+    assert contact.ok()  # the next answer ends that fence
 
 
 def test_an_answer_ends_the_fence_and_counts_it():
