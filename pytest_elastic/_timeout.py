@@ -35,7 +35,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -208,95 +207,30 @@ def _clusters(item: pytest.Item) -> list[Any]:
 
 def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
     """(label, pid) of every live worker of every job of ``cluster``."""
+    from harness.sim.stacks import job_workers
+
     for j, job in enumerate(list(cluster.jobs)):
-        for index in sorted(job.nodes):
-            name = job.node_name(index)
-            ranks = {e["local_rank"]: e.get("rank") for e in job.timeline.events("worker_start", index)}
-            for local_rank, pid in sorted(job.worker_pids(index).items()):
-                yield (f"job {j} ({job.run_id}) node {index} ({name}) local_rank {local_rank} "
-                       f"rank {ranks.get(local_rank)} pid {pid}", pid)
+        yield from job_workers(job, f"job {j} ({job.run_id}) ")
 
 
 def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
                   stacks_dir: str | None = None) -> str:
-    """Ask every live worker for its Python stacks; the collected text, worker by worker."""
-    import psutil
+    """Ask every live worker for its Python stacks; the collected text, worker by worker
+    (``harness.sim.stacks``, which ``Job.wait`` uses to name a hang too)."""
+    from harness.sim import stacks
 
     stacks_dir = stacks_dir if stacks_dir is not None else os.environ.get(STACKS_ENV)
-    blocks: list[tuple[str, int | None]] = []  # (heading or note, pid whose dump follows)
-    asked: list[tuple[int, str, int]] = []  # pid, path, offset
-    stopped: set[int] = set()
+    workers: list[tuple[str, int]] = []
+    notes: list[str] = []
     for cluster in clusters:
         try:
-            workers = list(_workers(cluster))
+            workers += list(_workers(cluster))
         except Exception as e:  # a half-built cluster must not hide the timeout itself
-            blocks.append((f"(could not list the workers of {cluster!r}: {e})", None))
-            continue
-        for label, pid in workers:
-            try:
-                status = psutil.Process(pid).status()
-            except psutil.Error:
-                continue
-            path = os.path.join(stacks_dir, f"{pid}.txt") if stacks_dir else ""
-            if not path or not os.path.exists(path):
-                blocks.append((f"--- {label} [{status}]: no stack dump handler (a spawned script, a "
-                               f"worker stopped before it got that far, or {STACKS_ENV} unset)", None))
-                continue
-            offset = os.path.getsize(path)
-            try:
-                os.kill(pid, signal.SIGUSR1)
-                if status == psutil.STATUS_STOPPED:
-                    os.kill(pid, signal.SIGCONT)  # the pending SIGUSR1 is handled first
-                    stopped.add(pid)
-            except ProcessLookupError:
-                continue
-            note = " [stopped: continued for the dump, then stopped again]" if pid in stopped else ""
-            blocks.append((f"--- {label}{note}", pid))
-            asked.append((pid, path, offset))
-    if not blocks:
-        return "(no live workers)"
-    dumps = _collect(asked, wait)
-    for pid in stopped:
-        try:
-            os.kill(pid, signal.SIGSTOP)  # as the test left it
-        except ProcessLookupError:
-            pass
-    lines: list[str] = []
-    for heading, dump_pid in blocks:
-        lines.append(heading)
-        if dump_pid is not None:
-            lines.append(dumps.get(dump_pid, "").rstrip() or f"(no dump within {wait:g}s: in the kernel "
-                                                             "(D state), or SIGUSR1 blocked)")
-    return "\n".join(lines)
-
-
-def _collect(asked: list[tuple[int, str, int]], wait: float) -> dict[int, str]:
-    """What each worker appended to its file: done once it grew and then held still."""
-    deadline = time.monotonic() + wait
-    sizes: dict[int, int] = {}
-    done: set[int] = set()
-    while len(done) < len(asked) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        for pid, path, offset in asked:
-            if pid in done:
-                continue
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                done.add(pid)
-                continue
-            if size > offset and sizes.get(pid) == size:
-                done.add(pid)
-            sizes[pid] = size
-    out = {}
-    for pid, path, offset in asked:
-        try:
-            with open(path, errors="replace") as fp:
-                fp.seek(offset)
-                out[pid] = fp.read()
-        except OSError:
-            out[pid] = ""
-    return out
+            notes.append(f"(could not list the workers of {cluster!r}: {e})")
+    text = stacks.worker_stacks(workers, stacks_dir, wait)
+    if notes:
+        return "\n".join(notes) if text == "(no live workers)" else "\n".join([*notes, text])
+    return text
 
 
 def freeze_and_kill(clusters: list[Any]) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from harness.agent import RunResult, WorkerState
 from harness.errors import ERROR_FILE_ENV, ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
-from harness.procs import WORKER_NICE_ENV, is_same_process, signal_process_group
+from harness.procs import STACKS_ENV, WORKER_NICE_ENV, is_same_process, signal_process_group
 from harness.sim.bus import EventBus
 from harness.sim.faults import (
     ORDERS_ENV,
@@ -42,6 +42,7 @@ from harness.sim.faults import (
     WorkerKill,
     check_targets,
 )
+from harness.sim.hangs import GRACE_S, Hang, JobHung, describe_workers, find_hang
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.network_faults import NetworkFaults
@@ -116,6 +117,10 @@ class Job:
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
+        #: where the workers dump their Python stacks on SIGUSR1 (``harness.sim.stacks``):
+        #: the pytest session's directory, else the job's own
+        self.stacks_dir = os.environ.get(STACKS_ENV) or os.path.join(self.directory, "stacks")
+        os.makedirs(self.stacks_dir, exist_ok=True)
         #: the job's filesystem (a FUSE mount the harness serves, where it can) and its
         #: storage faults (``harness.sim.storage.faults``)
         self.storage = StorageFaults(self)
@@ -233,6 +238,7 @@ class Job:
         # the agent runs before its own workers (its keep-alive must not starve behind their
         # imports or a slow_node quota: a live node taken for dead); a user's value wins
         env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
+        env[STACKS_ENV] = self.stacks_dir  # a hang is named with its workers' stacks
         if cluster.start_method == "zygote":
             env.update(cluster.zygote_env())
         if self.net.mode == "netns":
@@ -569,15 +575,55 @@ class Job:
         as a scheduled fault could not be applied, and ``FaultNotFired`` (saying why for
         each) if the job ended with faults of the caller's still not fired, unless
         ``allow_unfired`` (chaos faults never count: ``unfired_faults()`` lists them)."""
-        if not self._wait(lambda: not self._running(), timeout, lifecycle=True):
+        hangs: list[Hang] = []
+
+        def over() -> bool:
+            running = self._running()
+            hang = find_hang(self.timeline, running, time.monotonic(),
+                             self.cluster.exit_barrier_timeout + GRACE_S) if running else None
+            if hang is not None:
+                hangs.append(hang)
+            return not running or hang is not None
+
+        if not self._wait(over, timeout, lifecycle=True):
             running = self._running()
             raise TimeoutError(f"job {self.run_id} did not finish within {timeout:g}s; nodes "
                                f"{running} still running\n{self.timeline.format()}")
+        if hangs:
+            raise JobHung(self._hang_report(hangs[0]))
         if not allow_unfired:
             unfired = self.never_fired()
             if unfired:
                 raise FaultNotFired(unfired)
         return self.result()
+
+    def _hang_report(self, hang: Hang) -> str:
+        """``JobHung``'s message: the hung node, what its workers last did, their stacks."""
+        import psutil
+
+        from harness.sim.stacks import job_workers, worker_stacks
+
+        alive = self.worker_pids(hang.node)
+        status = {}
+        for pid in alive.values():
+            try:
+                status[pid] = psutil.Process(pid).status()
+            except psutil.Error:
+                pass
+        lines, finished = describe_workers(self.timeline, hang.node, alive, status)
+        t0 = self.timeline.events()[0]["mono"] if self.timeline.events() else hang.finished_at
+        what = ("Its workers finished training and did not exit (their stacks say where: "
+                "torch's process-group teardown, or the script's own end)" if finished else
+                "Its workers stopped short of the steps their peers completed (a collective "
+                "whose peers are gone, or the script's own wait)" if alive else
+                "It has no live worker: its agent did not end (its log: agent.log)")
+        head = (f"job {self.run_id} hung: node {hang.node} ({self.node_name(hang.node)}) is still "
+                f"running {hang.waited:.1f}s after node {hang.finished_node}'s workers all succeeded "
+                f"(round {hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
+                f"gives a slower node {self.cluster.exit_barrier_timeout:g}s. {what}.")
+        stacks = worker_stacks(job_workers(self, nodes=[hang.node]), self.stacks_dir)
+        return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks,
+                          "timeline:", self.timeline.format()])
 
     def finished(self) -> bool:
         """Every node agent ended on its own."""

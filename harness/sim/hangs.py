@@ -1,0 +1,93 @@
+"""Naming a hung job within seconds of the hang, not at the end of its timeout.
+
+Why: a job that hangs used to cost its scenario's whole timeout (90-150 s) and said only
+"nodes [0] still running"; the engineer at 3 a.m. could not tell a training script stuck
+in a collective from a harness that lost track of a process. The rule here is the
+runtime's own: once a node's workers have all *succeeded*, the job's training is over, and
+every other node must end within the exit barrier (``exit_barrier_timeout``: how long a
+finished agent waits for slower ones, torch's rule) — a node still running past that, by
+``GRACE_S`` more, is hung. ``Job.wait`` then raises ``JobHung`` with what each of the hung
+node's workers last reported and their Python stacks (``harness.sim.stacks``), and says
+whether the workers finished training and did not exit (torch's teardown, or the script's
+end) or stopped short of the steps their peers completed (a collective that cannot
+complete, the script's own wait).
+
+A rule on step silence alone ("no step for N s") is left out on purpose: a stuck worker is
+the watchdog timer's to find (``--step-timeout``, ``hang_worker`` scenarios), and a
+scenario may stop training on purpose (``freeze_node``); the peers' success is the one fact
+that says the wait can only be a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.agent import WorkerState
+from harness.sim.timeline import Timeline
+
+__all__ = ["GRACE_S", "Hang", "JobHung", "find_hang", "describe_workers"]
+
+#: how long past the exit barrier a node may still take to end (its own teardown: workers'
+#: exit, the agent's shutdown) before it is called hung
+GRACE_S = 5.0
+
+
+class JobHung(TimeoutError):
+    """A node outlived its peers' finished training by more than the exit barrier; the
+    message says which, what its workers last did, and their stacks."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    node: int  # the hung node
+    finished_node: int  # a node whose workers all succeeded
+    finished_at: float  # when (monotonic)
+    finished_round: int | None
+    waited: float  # seconds the hung node has run on since
+
+
+def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: float) -> Hang | None:
+    """The first node in ``running`` still going ``bound`` seconds after another node's
+    workers all succeeded; None when there is none (yet)."""
+    succeeded: dict[Any, dict[str, Any]] = {}
+    for event in timeline.events("state"):
+        if event.get("state") == WorkerState.SUCCEEDED.value:
+            succeeded.setdefault(event["node"], event)
+    if not succeeded:
+        return None
+    for node in running:
+        others = [e for n, e in succeeded.items() if n != node]
+        if not others:
+            continue
+        first = min(others, key=lambda e: e["mono"])
+        waited = now - first["mono"]
+        if waited > bound:
+            return Hang(node, first["node"], first["mono"], first.get("round"), waited)
+    return None
+
+
+def describe_workers(timeline: Timeline, node: int, alive: dict[int, int],
+                     status: dict[int, str]) -> tuple[list[str], bool]:
+    """One line per live worker of ``node`` (rank, pid, state, its last step), and whether
+    every one of them reached the last step any rank reported (finished training)."""
+    starts = {e.get("worker_pid"): e for e in timeline.events("worker_start", node)}
+    last_step: dict[int, tuple[int, float]] = {}
+    top = -1
+    for event in timeline.events("step"):
+        step = int(event.get("step", -1))
+        top = max(top, step)
+        pid = event.get("pid")  # the worker that wrote it
+        if isinstance(pid, int):
+            last_step[pid] = (step, float(event["mono"]))
+    lines, finished = [], bool(alive)
+    for local_rank, pid in sorted(alive.items()):
+        start = starts.get(pid, {})
+        last = last_step.get(pid)
+        did = f"last step {last[0]}" if last is not None else "no step reported"
+        if last is None or last[0] < top:
+            finished = False
+        lines.append(f"rank {start.get('rank', '?')} (local {local_rank}, pid {pid}, "
+                     f"{status.get(pid, 'gone')}, round {start.get('round', '?')}): {did}")
+    return lines, finished and top >= 0

@@ -1,0 +1,35 @@
+"""A hang is named within seconds of it, not at the end of the job's timeout: once a node's
+workers all succeeded, every other node must end within the exit barrier, and ``wait``
+raises ``JobHung`` naming the node, what its workers last reported, and their stacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import Cluster
+from harness.sim.hangs import JobHung
+from tests.conftest import SCRIPTS
+
+HANG_AT_EXIT = str(SCRIPTS / "hang_at_exit.py")
+
+
+def test_a_node_whose_worker_never_exits_after_its_peers_succeeded_is_named_with_its_stack():
+    barrier = 2.0
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=barrier) as cluster:
+        job = cluster.launch(HANG_AT_EXIT, "10", "1")  # rank 1 lingers after its last step
+        with pytest.raises(JobHung) as caught:  # the rule's, not the timeout's TimeoutError
+            job.wait(timeout=120)
+        job.terminate()
+    message = str(caught.value)
+    hung = next(e["node"] for e in job.timeline.events("worker_start") if e["rank"] == 1)
+    assert message.startswith(f"job {job.run_id} hung: node {hung} ")
+    assert f"the exit barrier gives a slower node {barrier:g}s" in message
+    assert "Its workers finished training and did not exit" in message
+    assert "rank 1 (local 0, pid " in message and "last step 9" in message
+    assert "linger_after_training" in message  # its Python stack, not a guess
+
+
+def test_a_job_whose_nodes_all_end_is_no_hang():
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
+        job = cluster.launch(HANG_AT_EXIT, "10", "-1")  # nobody lingers
+        assert job.wait(timeout=120).state.value == "SUCCEEDED"
