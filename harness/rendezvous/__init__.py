@@ -1,6 +1,7 @@
 """Rendezvous: how the agents of a job find each other and agree on ranks."""
 
 from harness.rendezvous._api import (
+    MAX_LEASE_FACTOR,
     RendezvousClosedError,
     RendezvousConnectionError,
     RendezvousError,
@@ -19,6 +20,7 @@ from harness.rendezvous._registry import (
 )
 
 __all__ = [
+    "MAX_LEASE_FACTOR",
     "RendezvousClosedError",
     "RendezvousConnectionError",
     "RendezvousError",

@@ -10,6 +10,7 @@ from typing import Any
 from harness.errors import ConfigError, ElasticError
 
 __all__ = [
+    "MAX_LEASE_FACTOR",
     "RendezvousError",
     "RendezvousClosedError",
     "RendezvousTimeoutError",
@@ -21,6 +22,11 @@ __all__ = [
     "RendezvousHandler",
     "RendezvousParameters",
 ]
+
+#: a node's lease may grow to this many times ``heartbeat_timeout`` on a loaded host, unless
+#: ``--rdzv-conf max_lease`` says otherwise (``_liveness.KeepAliveLease``); the simulation's
+#: fencing invariant allows that long
+MAX_LEASE_FACTOR = 5.0
 
 
 class RendezvousError(ElasticError, RuntimeError):

@@ -76,6 +76,7 @@ from harness.endpoints import PortReservation, fqdn, split_endpoint
 from harness.errors import ConfigError
 from harness.rendezvous._agent_store import AgentStore, agent_store_enabled
 from harness.rendezvous._api import (
+    MAX_LEASE_FACTOR,
     RendezvousClosedError,
     RendezvousConnectionError,
     RendezvousError,
@@ -121,6 +122,9 @@ class C10dSettings:
     heartbeat_timeout: float = 0.8
     read_timeout: float = 60.0
     is_host: bool | None = None
+    #: the longest a node's lease may grow to on a loaded host (``_liveness.KeepAliveLease``);
+    #: by default ``MAX_LEASE_FACTOR`` times ``heartbeat_timeout``
+    max_lease: float = 0.0
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> C10dSettings:
@@ -143,6 +147,10 @@ class C10dSettings:
         if heartbeat <= interval:
             raise ConfigError("heartbeat_timeout", heartbeat,
                               f"must be > keep_alive_interval={interval:g}", "--rdzv-conf")
+        max_lease = positive("max_lease", MAX_LEASE_FACTOR * heartbeat)
+        if max_lease < heartbeat:
+            raise ConfigError("max_lease", max_lease, f"must be >= heartbeat_timeout={heartbeat:g}",
+                              "--rdzv-conf")
         return cls(
             join_timeout=positive("join_timeout", cls.join_timeout),
             last_call_timeout=positive("last_call_timeout", cls.last_call_timeout),
@@ -151,6 +159,7 @@ class C10dSettings:
             heartbeat_timeout=heartbeat,
             read_timeout=positive("read_timeout", cls.read_timeout),
             is_host=params.get_as_bool("is_host", None),
+            max_lease=max_lease,
         )
 
 
@@ -186,7 +195,7 @@ class C10dRendezvousHandler(RendezvousHandler):
             poll=2 * s.keep_alive_interval), clock)
         self._keeper = Keeper(self._store, self._keys, self._node, self._name, KeeperSettings(
             keep_alive_interval=s.keep_alive_interval, heartbeat_timeout=s.heartbeat_timeout,
-            join_timeout=s.join_timeout), params.max_nodes, clock)
+            join_timeout=s.join_timeout, max_lease=s.max_lease), params.max_nodes, clock)
         self._started: bool | None = None  # None: not yet; False: the start failed
         self._client_fences = 0  # fences the main connection has been renewed after
         self._running_restarts = 0  # the job's restart count in the round this node runs
@@ -214,6 +223,7 @@ class C10dRendezvousHandler(RendezvousHandler):
             self._store.open()
             self._keeper.start(self._addr)
             self._client.add(self._keys.heartbeat(self._node), 1)
+            self._keeper.publish_lease(self._client)
             self._create_state()
         except BaseException:
             self._close_resources()

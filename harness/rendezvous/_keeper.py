@@ -28,7 +28,14 @@ from typing import Any
 
 from harness.endpoints import split_endpoint
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousStateError
-from harness.rendezvous._liveness import Clock, PeerWatch, StoreContact, change_reason
+from harness.rendezvous._liveness import (
+    Clock,
+    KeepAliveLease,
+    PeerWatch,
+    StoreContact,
+    change_reason,
+    parse_lease,
+)
 from harness.rendezvous._state import RendezvousState, StoreKeys
 from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
 from harness.rendezvous._store_host import NoAnswer, StoreHost
@@ -46,6 +53,7 @@ class KeeperSettings:
     keep_alive_interval: float
     heartbeat_timeout: float
     join_timeout: float
+    max_lease: float = 0.0  # the longest silence a lease may grow to (0: heartbeat_timeout)
 
 
 class Keeper:
@@ -81,6 +89,9 @@ class Keeper:
         self._signaled = False
         self._stopped = threading.Event()
         self._contact: StoreContact | None = None
+        self._lease: KeepAliveLease | None = None  # this node's, grown from its own gaps
+        self._published = 0.0  # the lease its peers last read from the store
+        self._longest = settings.heartbeat_timeout  # the longest silence a peer may have now
         self._pipe_r = self._pipe_w = -1
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
@@ -96,13 +107,20 @@ class Keeper:
         # (they need more than heartbeat_timeout of silence since they *saw* its last
         # beat), so its workers are stopping before a smaller world can form. The agent
         # hosting the store is never cut off from it: it never fences.
-        self._contact = StoreContact(self._clock, float("inf") if self._store.hosting
-                                     else s.heartbeat_timeout - s.keep_alive_interval)
+        base = s.heartbeat_timeout - s.keep_alive_interval
+        self._contact = StoreContact(self._clock, float("inf") if self._store.hosting else base)
+        self._lease = KeepAliveLease(self._clock, base, max(s.max_lease, s.heartbeat_timeout)
+                                     - s.keep_alive_interval)
+        self._published = base
         self._pipe_r, self._pipe_w = self_pipe()
         listener = self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("0.0.0.0", 0))
         listener.listen(1024)
         self.live = f"{addr}:{listener.getsockname()[1]}"
+
+    def publish_lease(self, client: Any) -> None:
+        """Write this node's lease before it joins (its peers read it with its heartbeat)."""
+        client.set(self._keys.lease(self._node), f"{self._published:.3f}")
 
     def run(self) -> None:
         """Start the keep-alive thread (after ``start()`` and the state's creation)."""
@@ -228,7 +246,7 @@ class Keeper:
         ``C10dRendezvousHandler.membership_changed``)."""
         asked = time.monotonic()
         sock_dead = self.sock_dead()
-        deadline = asked + self._settings.heartbeat_timeout
+        deadline = asked + self._longest
         with self._lock:
             self._dead |= sock_dead & set(self._running_members)
             while True:
@@ -332,14 +350,18 @@ class Keeper:
         began = time.monotonic()
         client.add(self._keys.heartbeat(self._node), 1)
         self._answered()
+        self._renew_lease(client)
         state = self._keys.parse(client.get(self._keys.state))
         watched = [n for n in dict.fromkeys(
             state.participants + state.expected + state.waiting
             + self._running_members) if n != self._node]
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
-        values = peek([self._keys.heartbeat(n) for n in watched]) if watched else []
+        keys = [self._keys.heartbeat(n) for n in watched] + [self._keys.lease(n) for n in watched]
+        values = peek(keys) if watched else []
         self._answered()
-        verdict = peers.observe(zip(watched, values, strict=False))
+        leases = {n: parse_lease(v) for n, v in zip(watched, values[len(watched):], strict=False)}
+        verdict = peers.observe(zip(watched, values[:len(watched)], strict=False), leases)
+        self._longest = peers.longest
         self._connect_live(state, watched)
         dead = set(verdict.dead) | self.sock_dead()
         with self._lock:
@@ -371,6 +393,25 @@ class Keeper:
             self._begin_fence_locked(reason)
         log.info("rendezvous %s: %s", self._keys.run_id, reason)  # the agent says it louder
         self.signal()
+
+    def _renew_lease(self, client: Any) -> None:
+        """After each answered heartbeat: grow or shrink this node's lease with the gaps it
+        has shown (``KeepAliveLease``). A longer one is published before this node relies
+        on it (its peers must wait as long); a shorter one applies at once and is published
+        once it has moved by a tenth (the peers only wait longer meanwhile)."""
+        lease, contact = self._lease, self._contact
+        assert lease is not None and contact is not None
+        lease.beat()
+        if self._store.hosting:
+            return  # never fences: nothing to publish
+        new = lease.seconds
+        if abs(new - self._published) > 0.1 * self._published:
+            client.set(self._keys.lease(self._node), f"{new:.3f}")
+            self._published = new
+            if new > contact.bound:
+                log.info("rendezvous %s: this node's lease is now %.2fs (its keep-alive gaps grew)",
+                         self._keys.run_id, new)
+        contact.bound = min(new, self._published)
 
     def _answered(self) -> None:
         assert self._contact is not None

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from harness.rendezvous._state import RendezvousState
 
-__all__ = ["MONOTONIC", "Clock", "PeerWatch", "PeerVerdict", "StoreContact", "change_reason"]
+__all__ = ["MONOTONIC", "Clock", "KeepAliveLease", "PeerWatch", "PeerVerdict", "StoreContact", "change_reason",
+           "parse_lease"]
 
 
 class Clock(Protocol):
@@ -46,11 +47,67 @@ class PeerVerdict:
     suspects: frozenset[str]  # heartbeat late (> 2.5 intervals) but not dead yet
 
 
+class KeepAliveLease:
+    """How long this node may go without an answer from the store before it fences itself:
+    its lease, grown from the gaps its own keep-alive has shown.
+
+    Why not a fixed bound: a node's heartbeat reaches its peers only as often as its
+    keep-alive thread runs and the store answers. On a quiet host that is every
+    ``keep_alive_interval``; on a loaded one the gaps stretch, and a fixed 0.8 s turns a
+    slow node into a dead one. A process that *died* needs no timeout at all (its liveness
+    socket closes: its peers know within milliseconds); only silence does, and silence
+    should be judged against what this node has shown. So the lease is ``margin`` times the
+    largest recent gap between two of its heartbeats (that peak decays with ``half_life``
+    seconds), never below ``base`` (the configured bound) nor above ``cap``. The node
+    publishes it beside its heartbeat (``StoreKeys.lease``); its peers declare it dead only
+    after ``lease + keep_alive_interval`` of silence on their clocks, so it has always
+    fenced itself first (``StoreContact``), whichever way the lease moved.
+    """
+
+    def __init__(self, clock: Clock, base: float, cap: float, margin: float = 3.0,
+                 half_life: float = 10.0):
+        self._clock = clock
+        self.base = base
+        self.cap = max(base, cap)
+        self.margin = margin
+        self.half_life = half_life
+        self._last = clock.now()
+        self._peak = 0.0
+        self._peak_at = self._last
+
+    def beat(self) -> None:
+        """This node's heartbeat was just answered."""
+        now = self._clock.now()
+        gap = now - self._last
+        self._last = now
+        if gap >= self._decayed(now):
+            self._peak, self._peak_at = gap, now
+
+    def _decayed(self, now: float) -> float:
+        return float(self._peak * 0.5 ** ((now - self._peak_at) / self.half_life))
+
+    @property
+    def seconds(self) -> float:
+        """The lease now."""
+        return min(self.cap, max(self.base, self.margin * self._decayed(self._clock.now())))
+
+
+def parse_lease(raw: bytes) -> float | None:
+    """A peer's published lease (ASCII seconds); None for a missing or garbled value (the
+    peer is then judged by the configured bound)."""
+    try:
+        value = float(raw.decode("ascii")) if raw else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return value if value is not None and 0 < value < 1e6 else None
+
+
 class PeerWatch:
     """Keep-alive expiry of peers, judged on *our* clock only.
 
     Each peer bumps a counter every ``interval``; a peer whose counter did not move for
-    ``timeout`` seconds of our observation time is dead. No node ever compares its clock
+    its bound — ``timeout``, or its published lease plus one interval when that is longer
+    (``KeepAliveLease``) — of our observation time is dead. No node ever compares its clock
     with another's. If our own observer was starved (a long gap between two of its
     observations: the host was overloaded, or we could not reach the store), every
     peer's clock restarts instead of blaming them all for our own absence.
@@ -62,26 +119,37 @@ class PeerWatch:
         self.timeout = timeout
         self._seen: dict[str, tuple[bytes, float]] = {}
         self._previous = clock.now()
+        self.longest = timeout  # the longest bound of the last observation (the verdict's wait)
 
     @property
     def starvation_gap(self) -> float:
         return max(3 * self.interval, self.timeout / 2)
 
-    def observe(self, counters: Iterable[tuple[str, bytes]]) -> PeerVerdict:
-        """``counters``: (peer, its heartbeat value now; ``b""`` = its key is gone)."""
+    def bound(self, lease: float | None) -> float:
+        """How long a peer that published ``lease`` may stay silent."""
+        return self.timeout if lease is None else max(self.timeout, lease + self.interval)
+
+    def observe(self, counters: Iterable[tuple[str, bytes]],
+                leases: Mapping[str, float | None] | None = None) -> PeerVerdict:
+        """``counters``: (peer, its heartbeat value now; ``b""`` = its key is gone);
+        ``leases``: what each peer published (``parse_lease``), if anything."""
         now = self._clock.now()
         starved = now - self._previous > self.starvation_gap
         self._previous = now
         dead, suspects = set(), set()
+        longest = self.timeout
         for node, value in counters:
             old = self._seen.get(node)
             if old is None or old[0] != value or starved:
                 self._seen[node] = old = (value, now)
             age = now - old[1]
-            if age > self.timeout or value == b"":
+            bound = self.bound((leases or {}).get(node))
+            longest = max(longest, bound)
+            if age > bound or value == b"":
                 dead.add(node)
             elif age > 2.5 * self.interval:
                 suspects.add(node)
+        self.longest = longest
         return PeerVerdict(frozenset(dead), frozenset(suspects))
 
 

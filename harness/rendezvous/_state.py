@@ -174,6 +174,12 @@ class StoreKeys:
         """``node``'s keep-alive counter."""
         return f"{self.prefix}hb/{node}"
 
+    def lease(self, node: str) -> str:
+        """``node``'s lease in seconds (ASCII): how long it may stay silent before it fences
+        itself (``_liveness.KeepAliveLease``); set before it joins, so a peer's read of it
+        never waits."""
+        return f"{self.prefix}lease/{node}"
+
     def seq(self, seq: int) -> str:
         """Set once the state reaches ``seq``: waiters block on the next one."""
         return f"{self.prefix}seq/{seq}"

@@ -29,6 +29,7 @@ from harness.agent import RunResult, WorkerState
 from harness.errors import ERROR_FILE_ENV, ConfigError, ElasticError, ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV, is_same_process, signal_process_group
+from harness.rendezvous import MAX_LEASE_FACTOR
 from harness.sim.bus import EventBus
 from harness.sim.faults import (
     ORDERS_ENV,
@@ -639,11 +640,13 @@ class Job:
         return check_timeline(self.timeline, facts)
 
     def _fence_bound(self) -> float:
-        """How long a node cut off from the store may keep its workers: the heartbeat
-        timeout (``rdzv_conf``, else c10d's 0.8 s), the workers' stop grace, and 3 s of
+        """How long a node cut off from the store may keep its workers: the longest its
+        lease may grow to (``rdzv_conf``'s ``max_lease``, else 5 x its heartbeat timeout,
+        c10d's 0.8 s by default: a loaded host's), the workers' stop grace, and 3 s of
         slack for a loaded machine (the invariant is about fencing, not about speed)."""
         heartbeat = float(self.cluster.rdzv_conf.get("heartbeat_timeout", 0.8))
-        return heartbeat + self.cluster.shutdown_timeout + 3.0
+        lease = float(self.cluster.rdzv_conf.get("max_lease", MAX_LEASE_FACTOR * heartbeat))
+        return lease + self.cluster.shutdown_timeout + 3.0
 
     def check_invariants(self) -> None:
         """Raise ``InvariantViolation`` (with the timeline) if any invariant is broken."""

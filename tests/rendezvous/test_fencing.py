@@ -147,6 +147,14 @@ def test_a_node_cut_off_from_the_store_fences_and_rejoins_as_a_new_member(nodes,
     assert "fenced" not in [e["kind"] for e in events(tmp_path / "a.jsonl")]
 
 
+def two_of_two(nodes, port: int, run_id: str, name: str, tmp_path):
+    """One of two 1:2 agents that train until ``tmp_path/release`` exists, with events."""
+    args = c10d_args(port, "1:2", run_id, "--rdzv-conf=is_host=false", "--max-restarts=0")
+    env = {"HARNESS_EVENTS": str(tmp_path / f"{name}.jsonl"), "HARNESS_NODE": name}
+    return nodes(*args, LOOP, "--finish-world=2", f"--until={tmp_path / 'release'}",
+                 "--max-seconds=120", env=env)
+
+
 def test_a_node_not_scheduled_past_its_lease_fences_itself_the_moment_it_runs_again(nodes, tmp_path):
     """Only b's agent stops (SIGSTOP of its pid: its workers run on), as an agent starved
     of the CPU on an overloaded host would: its request times out on no clock of its own,
@@ -155,13 +163,7 @@ def test_a_node_not_scheduled_past_its_lease_fences_itself_the_moment_it_runs_ag
     workers stop), whatever the store answers meanwhile; then it rejoins."""
     release = tmp_path / "release"
     with store_process() as store:
-        def agent(name: str):
-            args = c10d_args(store.port, "1:2", "lapse", "--rdzv-conf=is_host=false", "--max-restarts=0")
-            env = {"HARNESS_EVENTS": str(tmp_path / f"{name}.jsonl"), "HARNESS_NODE": name}
-            return nodes(*args, LOOP, "--finish-world=2", f"--until={release}",
-                         "--max-seconds=120", env=env)
-
-        a, b = agent("a"), agent("b")
+        a, b = (two_of_two(nodes, store.port, "lapse", name, tmp_path) for name in "ab")
         a.wait_for("world=2")
         b.wait_for("world=2")
         b_workers = worker_pids(b)
@@ -180,3 +182,31 @@ def test_a_node_not_scheduled_past_its_lease_fences_itself_the_moment_it_runs_ag
     kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
     assert "fenced" in kinds, kinds
     assert "membership_change" not in kinds[:kinds.index("fenced")]  # the fence came first
+
+
+def test_a_node_whose_keep_alive_stalled_before_gets_a_longer_lease_and_is_not_taken_for_dead(nodes, tmp_path):
+    """b's agent stalls (SIGSTOP of its pid) three times for 0.4 s, under its 0.7 s lease:
+    its keep-alive gaps grow, so its lease grows (3 x 0.4 s) and it publishes that. A later
+    1.1 s stall, past the configured 0.8 s bound, is then within what its peers allow: the
+    world never shrinks and b never fences. With a fixed bound a would declare b dead."""
+    release = tmp_path / "release"
+    with store_process() as store:
+        a, b = (two_of_two(nodes, store.port, "grow", name, tmp_path) for name in "ab")
+        a.wait_for("world=2")
+        b.wait_for("world=2")
+
+        def stall(seconds: float) -> None:
+            b.proc.send_signal(signal.SIGSTOP)
+            time.sleep(seconds)
+            b.proc.send_signal(signal.SIGCONT)
+            time.sleep(1.0)  # b beats, grows its lease, publishes it; a reads it
+
+        for _ in range(3):
+            stall(0.4)
+        stall(1.1)
+        release.touch()
+        assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
+    assert not any("world=1" in l for l in a.lines if l.startswith("START")), a.output
+    assert not any("lost " in l for l in a.lines), a.output
+    assert "fenced" not in [e["kind"] for e in events(tmp_path / "b.jsonl")]
+    assert "lease is now" in b.output  # it grew, and said so

@@ -3,7 +3,9 @@ on a fake clock."""
 
 from __future__ import annotations
 
-from harness.rendezvous._liveness import PeerWatch, StoreContact, change_reason
+import pytest
+
+from harness.rendezvous._liveness import KeepAliveLease, PeerWatch, StoreContact, change_reason, parse_lease
 from harness.rendezvous._round import closed_state
 from harness.rendezvous._state import RendezvousState
 from harness.timer import FakeClock
@@ -222,3 +224,66 @@ def test_a_node_fences_a_keep_alive_interval_before_its_peers_can_declare_it_dea
         if dead_at is None and "n" in peer.observe([("n", b"5")]).dead:
             dead_at = tick
     assert fenced_at is not None and dead_at is not None and fenced_at < dead_at
+
+
+# -- the lease grows with the gaps a node has shown ------------------------------------------
+
+
+def test_a_quiet_node_keeps_the_configured_lease():
+    clock = FakeClock()
+    lease = KeepAliveLease(clock, base=0.7, cap=3.9)
+    for _ in range(50):
+        clock.advance(0.1)
+        lease.beat()
+    assert lease.seconds == 0.7  # 3 x 0.1 s is below the configured bound
+
+
+def test_the_lease_grows_with_the_largest_recent_gap_and_decays_back():
+    clock = FakeClock()
+    lease = KeepAliveLease(clock, base=0.7, cap=3.9, margin=3.0, half_life=10.0)
+    clock.advance(0.5)  # the host got busy: one beat 0.5 s after the last
+    lease.beat()
+    assert lease.seconds == pytest.approx(1.5)
+    for _ in range(100):  # one half-life of quiet beats later
+        clock.advance(0.1)
+        lease.beat()
+    assert lease.seconds == pytest.approx(0.75)  # 3 x 0.25 s: the peak halved
+    for _ in range(100):
+        clock.advance(0.1)
+        lease.beat()
+    assert lease.seconds == 0.7  # back to the configured bound
+
+
+def test_the_lease_never_passes_its_cap():
+    clock = FakeClock()
+    lease = KeepAliveLease(clock, base=0.7, cap=3.9)
+    clock.advance(30.0)
+    lease.beat()
+    assert lease.seconds == 3.9
+
+
+@pytest.mark.parametrize("raw, expected", [(b"1.500", 1.5), (b"", None), (b"nan-ish", None),
+                                           (b"-1", None), (b"\xff", None), (b"1e9", None)])
+def test_a_published_lease_is_read_or_ignored(raw, expected):
+    assert parse_lease(raw) == expected
+
+
+def test_a_peer_that_published_a_longer_lease_is_given_it():
+    clock, peers = watch()
+    peers.observe([("b", b"1"), ("c", b"1")], {"b": 1.5, "c": None})
+    clock.advance(0.05)
+    for _ in range(12):  # 1.2 s of silence from both, observed every 0.1 s
+        clock.advance(0.1)
+        verdict = peers.observe([("b", b"1"), ("c", b"1")], {"b": 1.5, "c": None})
+    assert verdict.dead == {"c"}  # the configured bound (0.8 s)
+    assert "b" in verdict.suspects  # its own: 1.5 s + one interval
+    assert peers.longest == pytest.approx(1.6)
+    for _ in range(5):
+        clock.advance(0.1)
+        verdict = peers.observe([("b", b"1")], {"b": 1.5})
+    assert verdict.dead == {"b"}
+
+
+def test_a_lease_shorter_than_the_configured_bound_changes_nothing():
+    _, peers = watch()
+    assert peers.bound(0.1) == TIMEOUT and peers.bound(None) == TIMEOUT
