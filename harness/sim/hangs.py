@@ -6,11 +6,13 @@ in a collective from a harness that lost track of a process. The rule here is th
 runtime's own: once a node's workers have all *succeeded*, the job's training is over, and
 every other node must end within the exit barrier (``exit_barrier_timeout``: how long a
 finished agent waits for slower ones, torch's rule) — a node still running past that, by
-``GRACE_S`` more, is hung. ``Job.wait`` then raises ``JobHung`` with what each of the hung
-node's workers last reported and their Python stacks (``harness.sim.stacks``), and says
-whether the workers finished training and did not exit (torch's teardown, or the script's
-end) or stopped short of the steps their peers completed (a collective that cannot
-complete, the script's own wait).
+``GRACE_S`` more, is hung. The same holds inside a node (a single-node job has no exit
+barrier, yet its training is over as soon as one worker of the round exited 0): a worker
+still alive that long after a worker of its own round exited 0 is hung. ``Job.wait`` then
+raises ``JobHung`` with what each of the hung node's workers last reported and their
+Python stacks (``harness.sim.stacks``), and says whether the workers finished training
+and did not exit (torch's teardown, or the script's end) or stopped short of the steps
+their peers completed (a collective that cannot complete, the script's own wait).
 
 A rule on step silence alone ("no step for N s") is left out on purpose: a stuck worker is
 the watchdog timer's to find (``--step-timeout``, ``hang_worker`` scenarios), and a
@@ -20,7 +22,7 @@ that says the wait can only be a hang.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,29 +44,43 @@ class JobHung(TimeoutError):
 @dataclass(frozen=True)
 class Hang:
     node: int  # the hung node
-    finished_node: int  # a node whose workers all succeeded
+    finished: str  # what finished: "node 1's workers all", "rank 0 (pid 123)"
     finished_at: float  # when (monotonic)
     finished_round: int | None
     waited: float  # seconds the hung node has run on since
 
 
-def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: float) -> Hang | None:
+def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: float,
+              alive: Mapping[int, Iterable[int]] | None = None) -> Hang | None:
     """The first node in ``running`` still going ``bound`` seconds after another node's
-    workers all succeeded; None when there is none (yet)."""
+    workers all succeeded, or (``alive``: node -> its live worker pids) with a worker still
+    alive ``bound`` seconds after a worker of its own round exited 0; None when there is
+    none (yet)."""
+    running = list(running)
     succeeded: dict[Any, dict[str, Any]] = {}
     for event in timeline.events("state"):
         if event.get("state") == WorkerState.SUCCEEDED.value:
             succeeded.setdefault(event["node"], event)
-    if not succeeded:
-        return None
     for node in running:
         others = [e for n, e in succeeded.items() if n != node]
-        if not others:
-            continue
-        first = min(others, key=lambda e: e["mono"])
-        waited = now - first["mono"]
-        if waited > bound:
-            return Hang(node, first["node"], first["mono"], first.get("round"), waited)
+        if others:
+            first = min(others, key=lambda e: e["mono"])
+            if now - first["mono"] > bound:
+                return Hang(node, f"node {first['node']}'s workers all", first["mono"],
+                            first.get("round"), now - first["mono"])
+    if not alive:
+        return None
+    rounds = {e.get("worker_pid"): e.get("round") for e in timeline.events("worker_start")}
+    done: dict[Any, dict[str, Any]] = {}  # round -> its first worker that exited 0
+    for event in timeline.events("worker_exit"):
+        if event.get("exitcode") == 0:
+            done.setdefault(event.get("round", rounds.get(event.get("worker_pid"))), event)
+    for node in running:
+        for pid in alive.get(node, ()):
+            first = done.get(rounds.get(pid))
+            if first is not None and first.get("worker_pid") != pid and now - first["mono"] > bound:
+                return Hang(node, f"rank {first.get('rank')} (pid {first.get('worker_pid')})",
+                            first["mono"], first.get("round"), now - first["mono"])
     return None
 
 

@@ -581,7 +581,8 @@ class Job:
         def over() -> bool:
             running = self._running()
             hang = find_hang(self.timeline, running, time.monotonic(),
-                             self.cluster.exit_barrier_timeout + GRACE_S) if running else None
+                             self.cluster.exit_barrier_timeout + GRACE_S,
+                             {n: self.worker_pids(n).values() for n in running}) if running else None
             if hang is not None:
                 hangs.append(hang)
             return not running or hang is not None
@@ -619,8 +620,8 @@ class Job:
                 "whose peers are gone, or the script's own wait)" if alive else
                 "It has no live worker: its agent did not end (its log: agent.log)")
         head = (f"job {self.run_id} hung: node {hang.node} ({self.node_name(hang.node)}) is still "
-                f"running {hang.waited:.1f}s after node {hang.finished_node}'s workers all succeeded "
-                f"(round {hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
+                f"running {hang.waited:.1f}s after {hang.finished} succeeded (round "
+                f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
                 f"gives a slower node {self.cluster.exit_barrier_timeout:g}s. {what}.")
         stacks = worker_stacks(job_workers(self, nodes=[hang.node]), self.stacks_dir)
         return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks,

@@ -33,3 +33,17 @@ def test_a_job_whose_nodes_all_end_is_no_hang():
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
         job = cluster.launch(HANG_AT_EXIT, "10", "-1")  # nobody lingers
         assert job.wait(timeout=120).state.value == "SUCCEEDED"
+
+
+def test_a_worker_that_never_exits_after_a_worker_of_its_round_did_is_named_in_a_single_node_job():
+    """No exit barrier, no other node: the training is over once a worker of the round
+    exited 0, and the one still alive past the bound is named."""
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
+        job = cluster.launch(HANG_AT_EXIT, "10", "1")
+        with pytest.raises(JobHung) as caught:
+            job.wait(timeout=120)
+        job.terminate()
+    message = str(caught.value)
+    assert message.startswith(f"job {job.run_id} hung: node 0 ")
+    assert "after rank 0 (pid " in message and "succeeded (round 0" in message
+    assert "linger_after_training" in message
