@@ -77,10 +77,10 @@ def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: flo
             done.setdefault(event.get("round", rounds.get(event.get("worker_pid"))), event)
     for node in running:
         for pid in alive.get(node, ()):
-            first = done.get(rounds.get(pid))
-            if first is not None and first.get("worker_pid") != pid and now - first["mono"] > bound:
-                return Hang(node, f"rank {first.get('rank')} (pid {first.get('worker_pid')})",
-                            first["mono"], first.get("round"), now - first["mono"])
+            ended = done.get(rounds.get(pid))
+            if ended is not None and ended.get("worker_pid") != pid and now - ended["mono"] > bound:
+                return Hang(node, f"rank {ended.get('rank')} (pid {ended.get('worker_pid')})",
+                            ended["mono"], ended.get("round"), now - ended["mono"])
     return None
 
 
