@@ -6,6 +6,13 @@ from the checkpoint; the final line says how many steps ran and whether any was 
 ``--work N`` adds N small matrix products per step (CPU-bound work, one thread: what a CPU
 quota slows down); ``--hog-mb M`` makes rank ``--crash-rank`` keep M more MiB every step on
 the first attempt (what a memory limit's OOM killer stops).
+
+``--step-timeout T`` runs each step under the agent's watchdog timer, with a bound that
+holds on a loaded CI runner too: the first ``UNGUARDED_STEPS`` steps of each attempt are
+not timed (their collectives wait for the slowest peer's start-up: imports, DDP's first
+buckets, a checkpoint load), and a step's bound is ``T`` or ``LOAD_FACTOR`` times the
+slowest timed step of this attempt so far, whichever is longer. A step that *hangs* still
+exceeds it; a step that is merely slow on a busy machine does not.
 """
 
 from __future__ import annotations
@@ -46,6 +53,18 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
+UNGUARDED_STEPS = 2
+LOAD_FACTOR = 10.0
+
+
+def step_bound(timeout: float, index: int, slowest: float) -> float:
+    """The watchdog bound of this attempt's step ``index`` (0: none), given the slowest
+    step of this attempt so far (see the module docstring)."""
+    if not timeout or index < UNGUARDED_STEPS:
+        return 0.0
+    return max(timeout, LOAD_FACTOR * slowest)
+
+
 def step_guard(seconds: float):
     """A watchdog timer around a step when the agent offers one, else nothing."""
     path = os.environ.get("TORCHELASTIC_TIMER_FILE")
@@ -76,8 +95,11 @@ def main() -> int:
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start, done = state["step"], state["done"]
+    slowest = 0.0
     for step in range(start, args.steps):
-        with step_guard(args.step_timeout):  # the whole step is under the watchdog timer
+        began = time.monotonic()
+        bound = step_bound(args.step_timeout, step - start, slowest)
+        with step_guard(bound):  # the whole step is under the watchdog timer
             report_step(step)
             if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
                 print(f"rank {rank}: crashing at step {step}", flush=True)
@@ -102,6 +124,8 @@ def main() -> int:
                             "step": step + 1, "done": done}, tmp)
                 os.replace(tmp, ckpt)
             dist.barrier()
+        if step - start >= UNGUARDED_STEPS:  # start-up skew is not what a step costs
+            slowest = max(slowest, time.monotonic() - began)
     if rank == 0:
         lost = sorted(set(range(args.steps)) - set(done))
         print(json.dumps({"steps": len(done), "unique": len(set(done)), "lost": lost,
