@@ -29,7 +29,7 @@ from typing import Any
 from harness.agent import WorkerState
 from harness.sim.timeline import Timeline
 
-__all__ = ["GRACE_S", "Hang", "JobHung", "find_hang", "describe_workers"]
+__all__ = ["GRACE_S", "Hang", "JobHung", "find_hang", "describe_workers", "teardown_hint"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
@@ -107,3 +107,25 @@ def describe_workers(timeline: Timeline, node: int, alive: dict[int, int],
         lines.append(f"rank {start.get('rank', '?')} (local {local_rank}, pid {pid}, "
                      f"{status.get(pid, 'gone')}, round {start.get('round', '?')}): {did}")
     return lines, finished and top >= 0
+
+
+#: a worker whose main thread is in ``<module>`` with no frame above it, in the script's
+#: outermost line, after its training finished: its main function returned, and what blocks
+#: is the C++ teardown of the objects it held (seen in the main job under load: DDP's reducer
+#: and gloo's process group after ``destroy_process_group()``, torch's, not the training loop)
+TEARDOWN_HINT = ("the main thread is at the script's top level with no frame above it: its main "
+                 "function returned and the worker is blocked in the destructors of what it held "
+                 "(torch's C++ teardown of DDP / the gloo process group after "
+                 "destroy_process_group()), not in the training loop")
+
+
+def teardown_hint(stacks: str) -> str | None:
+    """``TEARDOWN_HINT`` when some worker's main thread (faulthandler's "Current thread")
+    is innermost in a ``<module>`` frame of a script run as ``__main__``; else None."""
+    lines = stacks.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("Current thread") and i + 1 < len(lines):
+            top = lines[i + 1].strip()
+            if top.endswith(" in <module>") and "<frozen" not in top:
+                return TEARDOWN_HINT
+    return None

@@ -43,7 +43,7 @@ from harness.sim.faults import (
     WorkerKill,
     check_targets,
 )
-from harness.sim.hangs import GRACE_S, Hang, JobHung, describe_workers, find_hang
+from harness.sim.hangs import GRACE_S, Hang, JobHung, describe_workers, find_hang, teardown_hint
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.net import NODE_INTERFACE, Network
 from harness.sim.network_faults import NetworkFaults
@@ -624,8 +624,9 @@ class Job:
                 f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
                 f"gives a slower node {self.cluster.exit_barrier_timeout:g}s. {what}.")
         stacks = worker_stacks(job_workers(self, nodes=[hang.node]), self.stacks_dir)
-        return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks,
-                          "timeline:", self.timeline.format()])
+        hint = teardown_hint(stacks) if finished else None
+        return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),
+                          "stacks:", stacks, "timeline:", self.timeline.format()])
 
     def finished(self) -> bool:
         """Every node agent ended on its own."""

@@ -189,3 +189,27 @@ def test_a_crash_that_cut_into_fsynced_data_is_caught(tmp_path):
     problems = check_timeline(write(tmp_path, [*good_events(), lost]), FACTS)
     assert problems == ["node 1's crash lost fsynced data: /b/shared/log was fsynced at 4096 bytes "
                         "and has 100 after the crash"]
+
+
+# -- naming a hang: where the stack says it is (harness.sim.hangs) ---------------------------
+
+_MAIN_RETURNED = """--- node 1 (hunter-1) local_rank 1 rank 3 pid 3990
+Thread 0x00007f3e2e1ff6c0 (most recent call first):
+  <no Python frame>
+
+Current thread 0x00007f3e5708bb80 (most recent call first):
+  File "/x/scenarios/scripts/train.py", line 114 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "/x/harness/procs/_zygote.py", line 351 in run_as_main
+"""
+_IN_THE_LOOP = _MAIN_RETURNED.replace("line 114 in <module>",
+                                      'line 97 in main\n  File "/x/t.py", line 114 in <module>')
+
+
+def test_a_worker_blocked_after_its_main_returned_is_said_to_be_in_teardown():
+    """The stack captured in the main job's hang (issue 26): only <module> under the runner."""
+    from harness.sim.hangs import TEARDOWN_HINT, teardown_hint
+
+    assert teardown_hint(_MAIN_RETURNED) == TEARDOWN_HINT
+    assert teardown_hint(_IN_THE_LOOP) is None
+    assert teardown_hint("(no live workers)") is None
