@@ -116,7 +116,9 @@ def describe_workers(timeline: Timeline, node: int, alive: dict[int, int],
 TEARDOWN_HINT = ("the main thread is at the script's top level with no frame above it: its main "
                  "function returned and the worker is blocked in the destructors of what it held "
                  "(torch's C++ teardown of DDP / the gloo process group after "
-                 "destroy_process_group()), not in the training loop")
+                 "destroy_process_group(): ~ProcessGroupGloo joins gloo's run loop with the GIL "
+                 "held while that thread waits for the GIL, pytorch#56297), not in the training "
+                 "loop; scenarios/scripts/train.py shows how to end without it")
 
 
 def teardown_hint(stacks: str) -> str | None:
