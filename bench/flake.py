@@ -406,6 +406,10 @@ def keep_log(run: Run, directory: Path, cmd: Sequence[str]) -> Path:
     """A red run's full output, under a head that says what ran and how it was read."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"run-{run.number:03d}.log"
+    serial = 1
+    while path.exists():  # an earlier bench's log in the same --logs dir is kept, not overwritten
+        serial += 1
+        path = directory / f"run-{run.number:03d}-{serial}.log"
     head = [f"command: {shlex.join(cmd)}", f"returncode: {run.returncode}" + (" (timed out)" if run.timed_out else ""),
             f"wall: {run.wall_s:.1f} s", f"seed: {run.seed}",
             *(f"red: {i.nodeid} ({i.cause})" for i in run.items), "", ""]

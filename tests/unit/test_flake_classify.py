@@ -158,3 +158,13 @@ def test_paths_in_the_extra_args_replace_scenarios_and_replay_carries_the_seed()
     assert command(True, [])[3:] == ["-n", "2", "-rfE", "-p", "no:cacheprovider"]
     assert replay_command(5, False, ["-k", "scale_down"]) == \
         "python -m pytest scenarios --elastic-chaos -n 2 -k scale_down --elastic-seed=5"
+
+
+def test_a_red_runs_log_never_overwrites_an_earlier_benchs(tmp_path):
+    """Two benches of one run each, into one --logs dir: both logs are kept."""
+    from bench.flake import Run, keep_log
+
+    first = keep_log(Run(1, 1, 10.0, "first"), tmp_path, ["pytest"])
+    second = keep_log(Run(1, 1, 12.0, "second"), tmp_path, ["pytest"])
+    assert first != second
+    assert first.read_text().endswith("first") and second.read_text().endswith("second")
