@@ -378,7 +378,7 @@ class Keeper:
         """Fence now if this node's lease ran out while it was not looking (its thread was
         not scheduled, or an answer came too late): its peers may have gone on."""
         contact = self._contact
-        if contact is None:  # not started
+        if contact is None or self._stopped.is_set():  # not started, or stopped: nobody renews
             return
         silent = contact.silent_for()
         if contact.lapsed():
