@@ -59,23 +59,6 @@ def _fence_reason(handler: Any) -> str | None:
     return probe() if probe is not None else None
 
 
-def _leave(handler: Any) -> None:
-    """This node is going away (a termination signal): withdraw it from the rendezvous
-    *before* its workers are stopped, so the survivors read the smaller world before their
-    collectives with our workers break (else they take the broken collective for a failure
-    of their own, and with no restarts left the job fails: seen under load in the main
-    job's scale_down_leave). A handler without the method, or one that cannot reach its
-    store, leaves nothing behind to clean; the launcher calls ``leave`` again after (a
-    no-op)."""
-    leave = getattr(handler, "leave", None)
-    if leave is None:
-        return
-    try:
-        leave()
-    except Exception as e:  # stopping the workers must not wait on the store
-        log.warning("could not leave the rendezvous before stopping the workers: %s", e)
-
-
 def _mark_finished(handler: Any) -> None:
     """Tell ``handler`` this node's workers succeeded (backends without the notion ignore
     it): its close then does not stop the nodes still running."""
@@ -219,7 +202,6 @@ class SimpleElasticAgent(ElasticAgent):
             result = RunResult(WorkerState.SUCCEEDED)
         except SignalException as e:
             log.warning("received %s, stopping workers", e.sigval.name)
-            _leave(self._worker_group.spec.rdzv_handler)
             self._shutdown(e.sigval)
             shut_down = True
             raise
