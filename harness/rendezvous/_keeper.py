@@ -374,19 +374,27 @@ class Keeper:
         self._maybe_signal()
         return state.seq
 
-    def _check_lease(self) -> None:
-        """Fence now if this node's lease ran out while it was not looking (its thread was
-        not scheduled, or an answer came too late): its peers may have gone on."""
+    def _check_lease(self) -> bool:
+        """Fence now if this node's lease ran out, whether a request went unanswered or the
+        node was not looking (its thread was not scheduled, or an answer came too late):
+        its peers may have gone on. True if this began a fence."""
         contact = self._contact
         if contact is None or self._stopped.is_set():  # not started, or stopped: nobody renews
-            return
+            return False
         silent = contact.silent_for()
-        if contact.lapsed():
-            self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
-                        f"for {silent:.1f}s, past this node's lease of {contact.bound:g}s (the store "
-                        f"did not answer, or this node was not scheduled in time on an overloaded "
-                        f"host; its peers go on without it after "
-                        f"heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
+        if not contact.lapsed():
+            return False
+        self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
+                    f"for {silent:.1f}s, past this node's lease of {contact.bound:g}s (the store "
+                    f"did not answer, or this node was not scheduled in time on an overloaded "
+                    f"host; its peers go on without it after {self._peers_bound():g}s of silence)")
+        return True
+
+    def _peers_bound(self) -> float:
+        """The silence after which this node's peers declare it dead (``PeerWatch.bound``
+        of the lease it published)."""
+        s = self._settings
+        return max(s.heartbeat_timeout, self._published + s.keep_alive_interval)
 
     def _fence(self, reason: str) -> None:
         with self._lock:
@@ -432,11 +440,9 @@ class Keeper:
         after ``join_timeout`` of silence."""
         contact = self._contact
         assert contact is not None
-        if contact.failed():
-            self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
-                        f"for {contact.silent_for():.1f}s (its peers go on without this node "
-                        f"after heartbeat_timeout={self._settings.heartbeat_timeout:g}s)")
-        elif contact.fenced and contact.silent_for() > self._settings.join_timeout:
+        if self._check_lease():
+            return
+        if contact.fenced and contact.silent_for() > self._settings.join_timeout:
             raise StoreConnectionError(
                 f"no answer from the rendezvous store at {self._keys.endpoint} for "
                 f"{contact.silent_for():.0f}s (join_timeout={self._settings.join_timeout:g}s): "

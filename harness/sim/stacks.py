@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from harness.procs import STACKS_ENV
+
 if TYPE_CHECKING:
     from harness.sim.job import Job
 
@@ -55,8 +57,7 @@ def worker_stacks(workers: Iterable[tuple[str, int]], stacks_dir: str | None,
         path = os.path.join(stacks_dir, f"{pid}.txt") if stacks_dir else ""
         if not path or not os.path.exists(path):
             blocks.append((f"--- {label} [{status}]: no stack dump handler (a spawned script, a "
-                           "worker stopped before it got that far, or HARNESS_STACK_DUMP_DIR unset)",
-                           None))
+                           f"worker stopped before it got that far, or {STACKS_ENV} unset)", None))
             continue
         offset = os.path.getsize(path)
         try:

@@ -171,11 +171,14 @@ class NodeCgroup:
         return {c: os.path.join(d, child) if _splits(c, self.version) else d
                 for c, d in self.dirs.items()}
 
+    def _key(self, controller: str) -> str:
+        return _UNIFIED if self.version == 2 else controller
+
     def _dir(self, controller: str) -> str:
-        return self.dirs[_UNIFIED if self.version == 2 else controller]
+        return self.dirs[self._key(controller)]
 
     def _workers_dir(self, controller: str) -> str:
-        return self.workers_dirs[_UNIFIED if self.version == 2 else controller]
+        return self.workers_dirs[self._key(controller)]
 
     def make(self) -> None:
         """Make the node's directories and its children (v2: hand the controllers down)."""
