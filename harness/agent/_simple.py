@@ -59,6 +59,22 @@ def _fence_reason(handler: Any) -> str | None:
     return probe() if probe is not None else None
 
 
+def _announce_leave(handler: Any, grace: float) -> None:
+    """A termination signal: this node is going away. Tell the rendezvous *before* the
+    workers are stopped (phase one; the launcher withdraws the node once they are gone),
+    so the others read the leave before their collectives with our workers break and do
+    not charge that as a failure of their own (with no restarts left it would end the job;
+    seen under load in the main job's scale_down_leave). torch's agent has no graceful
+    leave. Backends without the method skip this phase."""
+    announce = getattr(handler, "announce_leave", None)
+    if announce is None:
+        return
+    try:
+        announce(grace)
+    except Exception as e:  # stopping the workers must not wait on the store
+        log.warning("could not announce the leave before stopping the workers: %s", e)
+
+
 def _mark_finished(handler: Any) -> None:
     """Tell ``handler`` this node's workers succeeded (backends without the notion ignore
     it): its close then does not stop the nodes still running."""
@@ -202,6 +218,7 @@ class SimpleElasticAgent(ElasticAgent):
             result = RunResult(WorkerState.SUCCEEDED)
         except SignalException as e:
             log.warning("received %s, stopping workers", e.sigval.name)
+            _announce_leave(self._worker_group.spec.rdzv_handler, self._shutdown_timeout)
             self._shutdown(e.sigval)
             shut_down = True
             raise

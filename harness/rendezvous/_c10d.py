@@ -41,8 +41,11 @@ joins carries at least the count it ran with plus one (``_round.RoundMachine``).
 node of a round reads the same count (``RendezvousInfo.restart_count``), a node that
 joins later reads it too, and nodes that saw the same failure count it once.
 
-Graceful leave: ``leave()`` (the launcher calls it when the agent is stopped by a signal)
-drops the node from the state and opens the next round at once. ``shutdown()`` otherwise
+Graceful leave, two phases: an agent stopped by a signal calls ``announce_leave(grace)``
+before it stops its workers (the round's other members stop theirs and call the broken
+collectives a membership change, not a failure of their own), and the launcher calls
+``leave()`` once they are gone: that drops the node and opens the next round. The round
+is not re-formed in between (``_round``: two rounds' workers never overlap). ``shutdown()`` otherwise
 closes the rendezvous: the job is over (success or restarts exhausted) and every other
 agent gets ``RendezvousClosedError`` at its next rendezvous.
 
@@ -93,6 +96,7 @@ from harness.rendezvous._round import (
     RoundMachine,
     RoundRules,
     closed_state,
+    leaving_state,
     withdrawn_state,
 )
 from harness.rendezvous._round_store import RoundStore
@@ -464,9 +468,27 @@ class C10dRendezvousHandler(RendezvousHandler):
             if new is None or self._cas(raw, state, new):
                 return
 
+    def announce_leave(self, grace: float) -> None:
+        """Phase one of a graceful leave: this node is about to stop its workers (within
+        ``grace`` s) and will then ``leave()``. The others stop theirs now rather than
+        charge the collectives ours break as a failure, and wait for the withdrawal (or
+        our death, or ``grace`` + ``LEAVE_SLACK``) before they form the next round. Quick
+        and best-effort: stopping the workers must not wait on the store."""
+        if self._left or not self._started or self.fence_reason() is not None:
+            return
+        deadline = time.monotonic() + min(self._settings.close_timeout, 2.0)
+        try:
+            while time.monotonic() < deadline:
+                raw, state = self._read()
+                new = leaving_state(state, self._node, grace)
+                if new is None or self._cas(raw, state, new):
+                    return
+        except (RendezvousError, StoreConnectionError, StoreTimeoutError) as e:
+            log.warning("could not announce the leave from rendezvous %s: %s", self._run_id, e)
+
     def leave(self) -> None:
-        """This node is going away (stopped by a signal): drop it now so the others
-        re-rendezvous without waiting for its heartbeat to expire."""
+        """This node is going away (stopped by a signal; its workers are gone): drop it
+        now so the others re-rendezvous without waiting for its heartbeat to expire."""
         if self._left:
             return
         self._left = True

@@ -247,6 +247,9 @@ def change_reason(*, state: RendezvousState | None, running_round: int | None,
         return "lost " + ", ".join(state.name(n) for n in lost)
     if for_barrier:
         return None
+    leaving = [n for n in running_members if state.leaving(n) is not None]
+    if leaving:  # its workers are being stopped: ours' collectives with them will break
+        return ", ".join(state.name(n) for n in leaving) + " is leaving"
     if len(running_members) < max_nodes and live_waiting:
         return f"{len(live_waiting)} node(s) waiting to join"
     return None

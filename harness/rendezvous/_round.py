@@ -21,7 +21,15 @@ clock (``tests/unit/test_round.py``) instead of processes and sleeps:
   round), after its agent charged a failure (``charge_failure``): so every participant
   of a complete round saw the same count, and a failure seen by several nodes of the
   same round counts once (each asks for "the count I ran with, plus one").
-* **leave/close** — pure state transitions used by ``leave()`` and ``shutdown()``.
+* **leave, in two phases** — a node stopped by a signal first *announces* its leave
+  (``leaving_state``: the running round's members stop their workers and call it a
+  membership change, so the collectives its stopping workers break are not charged as
+  failures), and *withdraws* (``withdrawn_state``: opens the next round without it) only
+  once its own workers are gone. Between the two, a member of the round does not open
+  the next one: its workers could meet the leaver's still-running ones (two writers of
+  one checkpoint). The wait ends when the leaver withdraws, is known dead, or overstays
+  the grace it announced by ``LEAVE_SLACK`` (its agent has SIGKILLed its workers by then).
+* **close** — a pure state transition used by ``shutdown()``.
 """
 
 from __future__ import annotations
@@ -33,18 +41,25 @@ from harness.rendezvous._liveness import Clock
 from harness.rendezvous._state import RendezvousState
 
 __all__ = [
+    "LEAVE_SLACK",
     "RECOVERY_LAST_CALL",
     "RoundRules",
     "RoundMachine",
     "Step",
     "closed_state",
     "complete_round",
+    "leaving_state",
     "withdrawn_state",
 ]
 
 #: the longest a round after the first waits for expected nodes that are alive but have
 #: not joined yet (a survivor slow to stop its workers); node loss itself never waits
 RECOVERY_LAST_CALL = 1.0
+
+#: how long past the grace a leaving node announced the others wait for it to withdraw
+#: before they count it dead (its agent SIGKILLs its workers when the grace runs out; the
+#: slack covers the kill and the withdrawal's write on a loaded machine)
+LEAVE_SLACK = 5.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +108,8 @@ class RoundMachine:
         self.last_round: int | None = None
         self.deadline = clock.now() + rules.join_timeout
         self._last_call: tuple[int, float] | None = None
+        #: (round, node) -> when this node first saw ``node`` leaving that round
+        self._leave_seen: dict[tuple[int, str], float] = {}
         #: the least restart count the next round this node joins must carry
         self.owed = 0
 
@@ -139,7 +156,10 @@ class RoundMachine:
             if me in state.participants:
                 if state.round == self.joined_round and state.round != self.last_round:
                     return Step("finish", state)
-                return Step("write", self._open_next_round(state, dead, meta))
+                stopping, overstayed = self._leavers(state, dead, now)
+                if stopping:
+                    return wait
+                return Step("write", self._open_next_round(state, dead | overstayed, meta))
             if me in state.waiting:
                 return wait
             new = state.copy()  # a complete round's count is fixed: the charge waits
@@ -175,6 +195,24 @@ class RoundMachine:
             complete_round(new)
             return Step("write", new)
         return Step("wait", wait_for=min(wait.wait_for, left))
+
+    def _leavers(self, state: RendezvousState, dead: set[str],
+                 now: float) -> tuple[bool, set[str]]:
+        """Whether a member of ``state``'s running round announced its leave, has not
+        withdrawn and may still have workers (not dead, not past its grace + slack); and
+        the leavers that overstayed (counted dead: their agents killed their workers)."""
+        overstayed: set[str] = set()
+        stopping = False
+        for node in state.participants:
+            grace = state.leaving(node)
+            if node == self.node or grace is None or node in dead:
+                continue
+            seen = self._leave_seen.setdefault((state.round, node), now)
+            if now - seen > grace + LEAVE_SLACK:
+                overstayed.add(node)
+            else:
+                stopping = True
+        return stopping, overstayed
 
     def _open_next_round(self, state: RendezvousState, dead: set[str],
                          meta: dict[str, Any]) -> RendezvousState:
@@ -214,6 +252,18 @@ def closed_state(state: RendezvousState, reason: str,
     new.closed, new.close_reason = True, reason
     if finished is not None:
         new.nodes[finished] = {**new.nodes.get(finished, {}), "finished": True}
+    return new
+
+
+def leaving_state(state: RendezvousState, node: str, grace: float) -> RendezvousState | None:
+    """``state`` with ``node`` announcing its leave (it will stop its workers within
+    ``grace`` s, then withdraw); None if there is nothing to announce: the job is over, no
+    round is running, ``node`` is not in it, or it already announced."""
+    if state.closed or not state.complete or node not in state.participants \
+            or state.leaving(node) is not None:
+        return None
+    new = state.copy()
+    new.nodes[node] = {**new.nodes.get(node, {}), "leaving": float(grace)}
     return new
 
 

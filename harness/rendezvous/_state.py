@@ -21,7 +21,10 @@ Fields (one round at a time):
                   ``TORCHELASTIC_RESTART_COUNT`` every worker of that round sees, and a
                   node that joins later (a fresh agent included) reads it, never resets it
     closed        the job is over; ``close_reason`` says why
-    nodes         node id -> {"name", "addr", "port", "live"} metadata
+    nodes         node id -> {"name", "addr", "port", "live"} metadata; ``finished`` once
+                  it closed the job after its workers succeeded; ``leaving`` (seconds: the
+                  grace its agent takes to stop its workers) once it announced a graceful
+                  leave and until it withdraws (``_round.leaving_state``)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SCHEMA = 2  # 2: ``restarts`` (an agent of schema 1 would drop it, resetting the
 KIND = "harness.rendezvous"
 _CAUSES = {"start", "join", "leave", "death", "restart", "timeout"}
 _MAX_NODES = 100_000
+_MAX_LEAVING_GRACE = 86_400.0  # seconds; a day is no grace, it is a hang
 
 
 @dataclass
@@ -105,6 +109,11 @@ class RendezvousState:
         one that gave up."""
         return self.closed and any(meta.get("finished") is True for meta in self.nodes.values())
 
+    def leaving(self, node: str) -> float | None:
+        """The grace ``node`` announced when it began to leave; None if it did not."""
+        grace = self.nodes.get(node, {}).get("leaving")
+        return None if grace is None else float(grace)
+
     def name(self, node: str) -> str:
         return str(self.nodes.get(node, {}).get("name", node))
 
@@ -149,6 +158,12 @@ def _nodes(v: Any) -> dict[str, dict[str, Any]]:
             clean["port"] = port
         if meta.get("finished") is True:  # closed the rendezvous after its workers succeeded
             clean["finished"] = True
+        leaving = meta.get("leaving")
+        if leaving is not None:  # announced its leave: the grace its agent takes to stop workers
+            if isinstance(leaving, bool) or not isinstance(leaving, (int, float)) \
+                    or not 0 <= leaving <= _MAX_LEAVING_GRACE:
+                raise ValueError(f"node {k!r} leaving {leaving!r}")
+            clean["leaving"] = float(leaving)
         out[_str(k)] = clean
     return out
 

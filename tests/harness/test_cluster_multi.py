@@ -24,6 +24,7 @@ from harness.faults import (
     NodeAdd,
     NodeFreeze,
     NodeKill,
+    NodeRemove,
     OnState,
     ScheduledFault,
     WorkerHang,
@@ -435,3 +436,18 @@ def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, ex
         assert problems == []
     else:
         assert problems == ["round 1 started while b-1 rank 1 (pid 11) of round 0 was still alive"]
+
+
+def test_a_leaving_node_is_a_membership_change_and_its_workers_never_overlap_the_next_round():
+    """Node 1 leaves (SIGTERM to its agent) while its local rank 1 ignores SIGTERM, so its
+    agent needs the whole shutdown grace to stop its workers. Its local rank 0 dies at once
+    and node 0's all_reduce breaks: node 0 must read the announced leave (no failure of its
+    own: max_restarts=0 would end the job), and must not form the next round before node
+    1's last worker is gone (the overlap invariant)."""
+    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=3.0) as cluster:
+        job = cluster.launch(str(SCRIPTS / "leave_probe.py"), "120")
+        job.inject(NodeRemove(node=1), AtStep(step=5, rank=0))
+        result = job.wait(timeout=120)
+        assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [4, 2]
+        job.check_invariants()

@@ -185,6 +185,30 @@ def test_the_finished_mark_survives_the_wire():
     assert back.closed_by_a_finished_node() and back.nodes["a"]["name"] == "host-a"
 
 
+def test_a_member_announcing_its_leave_ends_the_running_round_but_no_wait_in_it():
+    from harness.rendezvous._round import leaving_state
+
+    leaving = leaving_state(running(), "b", 3.0)
+    assert leaving is not None
+    assert reason(leaving) == "host-b is leaving"
+    assert reason(leaving, for_barrier=True) is None  # its workers may yet finish the round
+
+
+def test_the_leaving_mark_survives_the_wire_and_garbage_in_it_is_refused():
+    from harness.rendezvous._api import RendezvousStateError
+    from harness.rendezvous._round import leaving_state
+
+    leaving = leaving_state(running(), "b", 3.0)
+    assert leaving is not None
+    back = RendezvousState.from_json(leaving.to_json(), "j", "test")
+    assert back.leaving("b") == 3.0 and back.leaving("a") is None
+    for bad in (b'"leaving":"soon"', b'"leaving":true', b'"leaving":-1', b'"leaving":1e9',
+                b'"leaving":NaN'):
+        raw = leaving.to_json().replace(b'"leaving":3.0', bad)
+        with pytest.raises(RendezvousStateError, match="leaving"):
+            RendezvousState.from_json(raw, "j", "test")
+
+
 def test_a_dead_node_outside_the_round_is_no_change():
     assert reason(dead={"z"}) is None
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import pytest
 
 from harness.rendezvous._round import (
+    LEAVE_SLACK,
     RECOVERY_LAST_CALL,
     RoundMachine,
     RoundRules,
     Step,
     closed_state,
     complete_round,
+    leaving_state,
     withdrawn_state,
 )
 from harness.rendezvous._state import RendezvousState
@@ -377,6 +379,71 @@ def test_a_leave_keeps_the_count():
                             restarts=2)
     new = withdrawn_state(state, "b", leaving=True)
     assert new is not None and new.restarts == 2
+
+
+# -- a graceful leave, two phases --------------------------------------------------------
+
+
+def _announce(w: World, node: str, grace: float) -> None:
+    new = leaving_state(w.state, node, grace)
+    assert new is not None
+    new.seq = w.state.seq + 1
+    w.state = new
+
+
+def test_no_round_forms_while_a_leaver_may_still_have_workers():
+    """b announced its leave: a stops its workers and calls next_rendezvous, but opens no
+    round (its workers would meet b's still-stopping ones) until b withdraws."""
+    w = World(rules(1, 2))
+    form(w, "a", "b")
+    _announce(w, "b", grace=3.0)
+    w.again("a")
+    w.clock.advance(2.0)
+    assert w.step("a").kind == "wait" and w.state.round == 0
+    new = withdrawn_state(w.state, "b", leaving=True)
+    assert new is not None
+    w.state = new
+    assert w.settle("a") == {"a": "finish"}
+    assert (w.state.round, w.state.cause, w.state.participants) == (1, "leave", ["a"])
+    assert w.state.restarts == 0
+
+
+def test_a_leaver_known_dead_is_not_waited_for():
+    w = World(rules(1, 2))
+    form(w, "a", "b")
+    _announce(w, "b", grace=3.0)
+    w.dead = {"b"}
+    w.again("a")
+    assert w.settle("a") == {"a": "finish"}
+    assert (w.state.round, w.state.cause, w.state.participants) == (1, "death", ["a"])
+
+
+def test_a_leaver_that_overstays_its_grace_is_counted_dead():
+    """Its agent SIGKILLs its workers when the grace runs out: past grace + slack (on the
+    waiter's own clock, from when it first saw the leave) nothing of it can be running."""
+    w = World(rules(1, 2))
+    form(w, "a", "b")
+    _announce(w, "b", grace=3.0)
+    w.again("a")
+    assert w.step("a").kind == "wait"
+    w.clock.advance(3.0 + LEAVE_SLACK - 0.1)
+    assert w.step("a").kind == "wait"
+    w.clock.advance(0.2)
+    assert w.settle("a") == {"a": "finish"}
+    assert (w.state.round, w.state.cause, w.state.participants) == (1, "death", ["a"])
+
+
+def test_a_leave_is_announced_once_and_only_by_a_member_of_a_running_round():
+    running = RendezvousState(run_id="j", round=1, complete=True, participants=["a", "b"],
+                              nodes={"a": {"name": "a"}, "b": {"name": "b"}})
+    new = leaving_state(running, "b", 3.0)
+    assert new is not None and new.leaving("b") == 3.0 and new.nodes["b"]["name"] == "b"
+    assert running.leaving("b") is None  # the input is never modified
+    assert leaving_state(new, "b", 3.0) is None
+    assert leaving_state(running, "z", 3.0) is None
+    forming = RendezvousState(run_id="j", round=1, participants=["a", "b"])
+    assert leaving_state(forming, "b", 3.0) is None
+    assert leaving_state(closed_state(running, "over") or running, "b", 3.0) is None
 
 
 # -- pure transitions --------------------------------------------------------------------
