@@ -52,8 +52,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_elastic._settings import settings_of
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
@@ -161,9 +159,9 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from harness.agent import DEFAULT_MAX_RESTARTS
-        from pytest_elastic._session import chaos_config, elastic_run
+        from pytest_elastic._session import chaos_config, elastic_run, item_settings
 
-        settings = settings_of(self.config)
+        settings = item_settings(self)
         job_spec = dict(self.spec["job"])
         timeout = float(job_spec.pop("timeout", settings.timeout))
         steps = job_spec.pop("steps", None)

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from harness.sim.chaos import ChaosConfig
     from harness.sim.pool import WarmPool
 
-__all__ = ["open_cluster", "elastic_run", "chaos_config", "record_properties", "add_report_sections",
-           "cluster_kwargs", "session_pool", "golden_cache", "judge_against_twins"]
+__all__ = ["open_cluster", "elastic_run", "chaos_config", "item_settings", "record_properties",
+           "add_report_sections", "cluster_kwargs", "session_pool", "golden_cache", "judge_against_twins"]
 
 
 def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
@@ -42,6 +42,16 @@ def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, A
     kwargs.pop("timeout", None)
     kwargs.setdefault("start_method", settings.start_method)
     return kwargs
+
+
+def item_settings(item: pytest.Item) -> Settings:
+    """The settings ``item`` runs under: the session's, or, for a chaos test that ``--lf``
+    replays, its last failure's seed and schedule (``_lastfailed``)."""
+    from pytest_elastic._lastfailed import replay_settings, replaying
+
+    settings = settings_of(item.config)
+    replay = replaying(item.config, item.nodeid)
+    return settings if replay is None else replay_settings(settings, replay)
 
 
 def chaos_config(settings: Settings, item: pytest.Item) -> tuple[ChaosConfig | None, int | None]:
@@ -96,7 +106,7 @@ def elastic_run(item: pytest.Item, kwargs: dict[str, Any], chaos: ChaosConfig | 
 
     cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool(item.config))
     cluster.golden_cache = golden_cache(item.config)
-    record = item.stash[RECORD_KEY] = ElasticRecord(cluster, settings_of(item.config), seed)
+    record = item.stash[RECORD_KEY] = ElasticRecord(cluster, item_settings(item), seed)
     try:
         yield record
     except BaseException:
@@ -118,8 +128,8 @@ def elastic_run(item: pytest.Item, kwargs: dict[str, Any], chaos: ChaosConfig | 
 @contextmanager
 def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The ``elastic_cluster`` fixture's cluster: from the test's marker and the settings."""
-    settings = settings_of(request.config)
     item = request.node
+    settings = item_settings(item)
     try:
         kwargs = cluster_kwargs(item.nodeid, item.get_closest_marker("elastic"), settings)
     except SettingError as e:
@@ -170,9 +180,33 @@ def record_properties(item: pytest.Item, record: ElasticRecord) -> None:
     props.append(("elastic_checkpoint_costs", [s["checkpoint_cost_s"] for s in stats if s["checkpoint_cost_s"]]))
     props.append(("elastic_checkpoint_intervals",
                   [s["checkpoint_interval_s"] for s in stats if s["checkpoint_interval_s"]]))
-    props.append(("elastic_outcome", "failed" if record.call_failed or record.problems else "passed"))
+    failed = record.call_failed or bool(record.problems)
+    props.append(("elastic_outcome", "failed" if failed else "passed"))
+    _record_ci_properties(item, record, failed)
     if record.settings.report_dir:
         _write_html(item, record)
+
+
+def _record_ci_properties(item: pytest.Item, record: ElasticRecord, failed: bool) -> None:
+    """What CI shows without the HTML report (JUnit properties per testcase, GitHub
+    annotations, ``--lf`` replay; ``_ci``, ``_lastfailed``): the test, where its failure
+    points, the twin's verdict, the line that replays it, and for a chaos run what it ran."""
+    from pytest_elastic._ci import annotation_place, twin_verdict
+    from pytest_elastic._replay import schedules_to_json
+
+    props = item.user_properties
+    props.append(("elastic_test", item.nodeid))
+    props.append(("elastic_where", annotation_place(item)))
+    props.append(("elastic_twin", twin_verdict([job.timeline.events("golden") for job in record.cluster.jobs])))
+    props.append(("elastic_replay", _rerun(item, record)))
+    if failed and record.problems and not any(p[0] == "elastic_cause" for p in props if isinstance(p, tuple)):
+        props.append(("elastic_cause", record.problems[0].strip().splitlines()[0]))
+    if record.chaos_seed is not None:
+        ran = schedules_to_json(tuple(tuple(job.chaos_schedule) for job in record.cluster.jobs))
+        if ran is not None:
+            props.append(("elastic_schedule", ran))
+        props.append(("elastic_chaos_faults", record.settings.faults))
+        props.append(("elastic_chaos_overload", record.settings.overload))
 
 
 def _rerun(item: pytest.Item, record: ElasticRecord) -> str:
@@ -203,8 +237,7 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
                    info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
                          "step_rates": rates_report(job.timeline.events())},
                    failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
-    item.user_properties.extend([("elastic_test", item.nodeid), ("elastic_pages", pages),
-                                 ("elastic_replay", info["replay"])])
+    item.user_properties.append(("elastic_pages", pages))
 
 
 def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
@@ -233,8 +266,16 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
     if record.chaos_seed is not None:
         history = [entry.describe() for job in record.cluster.jobs for entry in job.chaos_schedule]
         unfired = [entry.describe() for job in record.cluster.jobs for entry in job.unfired_faults()]
-        text = "\n".join(["fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
+        replayed = ["replayed from the last failure (pytest --lf): its seed and schedule, "
+                    "kept in pytest's cache"] if _replayed(item) else []
+        text = "\n".join([*replayed, "fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
                           *(["not fired (the job ended first, or it could not be applied):"]
                             + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))
+
+
+def _replayed(item: pytest.Item) -> bool:
+    from pytest_elastic._lastfailed import replaying
+
+    return replaying(item.config, item.nodeid) is not None

@@ -61,6 +61,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="project the session's measured cost per fault and per checkpoint to N nodes: "
                          "the effective training time ratio and the checkpoint interval that maximises it "
                          "(Young/Daly); mtbf: node MTBF in hours or llama3 / meta-rsc (default llama3)")
+    group.addoption("--elastic-github", action="store_true", default=None,
+                    help="GitHub Actions output: an ::error annotation per failing elastic test and "
+                         "a summary table in $GITHUB_STEP_SUMMARY (default: on when GITHUB_ACTIONS=true; "
+                         "PYTEST_ELASTIC_GITHUB=false turns it off)")
     for name, help_text in (("elastic_chaos", "enable chaos mode (true/false)"),
                             ("elastic_faults", "chaos fault kinds"),
                             ("elastic_report", "directory for HTML timelines"),
@@ -88,6 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
     except SettingError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[SETTINGS_KEY] = settings
+    from pytest_elastic._lastfailed import load_replays
+
+    load_replays(config, settings)  # --lf: failed chaos tests replay their schedules
     stats: list[dict[str, Any]] = []
     config.stash[STATS_KEY] = stats
     config.pluginmanager.register(_StatsCollector(stats), "elastic-stats")
@@ -126,11 +133,18 @@ class _XdistSeed:
         node.workerinput[_SEED_INPUT] = self.seed
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
     # what network="auto" (the default) gives on this machine: a probe, ~30 ms once
     from harness.sim.net import resolve_mode
+    from pytest_elastic._lastfailed import replays_of
 
-    return f"{settings_of(config).header()} network={resolve_mode('auto')}"
+    lines = [f"{settings_of(config).header()} network={resolve_mode('auto')}"]
+    replays = replays_of(config)
+    if replays:
+        seeds = ", ".join(sorted({str(r.seed) for r in replays.values()}))
+        lines.append(f"elastic: --lf replays the last failure's chaos schedule of {len(replays)} test(s) "
+                     f"(seed {seeds}; from pytest's cache; --elastic-seed or --elastic-schedule overrides)")
+    return lines
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -156,7 +170,11 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Any:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
     """A failing chaos test is re-run with smaller fault schedules (``_shrink``)."""
-    settings = settings_of(item.config)
+    if item.get_closest_marker("elastic") is None:
+        return None
+    from pytest_elastic._session import item_settings
+
+    settings = item_settings(item)  # a --lf replay is not shrunk again
     if not settings.chaos or not settings.shrink_budget or item.get_closest_marker("elastic") is None:
         return None
     from pytest_elastic._shrink import run_with_shrinking, wants_shrinking
@@ -221,6 +239,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
         report.sections.append((SECTION, stacks))
         del item.stash[TIMEOUT_STACKS_KEY]
     record = item.stash.get(RECORD_KEY, None)
+    if record is not None and report.failed and call.excinfo is not None \
+            and not any(p[0] == "elastic_cause" for p in item.user_properties if isinstance(p, tuple)):
+        from pytest_elastic._ci import one_line_cause
+
+        item.user_properties.append(("elastic_cause", one_line_cause(call.excinfo.value)))
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections
 
@@ -233,6 +256,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     from pytest_elastic.report.stats import session_summary
 
+    if not hasattr(config, "workerinput"):  # the controller sees every worker's tests
+        _ci_output(terminalreporter, config, stats)
+
     settings = settings_of(config)
     lines = session_summary(stats, settings)
     terminalreporter.write_sep("=", "elastic summary")
@@ -242,6 +268,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         from pytest_elastic.report.index import write_index
 
         terminalreporter.write_line(f"elastic report: {write_index(settings.report_dir, stats, lines, settings)}")
+
+
+def _ci_output(terminalreporter: Any, config: pytest.Config, stats: list[dict[str, Any]]) -> None:
+    """``--lf``'s memory of failed chaos schedules, and GitHub's annotations and summary."""
+    from pytest_elastic._ci import error_annotations, github_wanted, write_step_summary
+    from pytest_elastic._lastfailed import remember_outcomes
+
+    remember_outcomes(config, stats)
+    if github_wanted(config.option.elastic_github):
+        for line in error_annotations(stats):
+            terminalreporter.write_line(line)
+        path = write_step_summary(stats)
+        if path:
+            terminalreporter.write_line(f"elastic summary appended to {path}")
 
 
 # -- scenario files ------------------------------------------------------------------------

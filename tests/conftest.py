@@ -81,6 +81,15 @@ def _cgroups() -> set[str]:
 
 
 @pytest.fixture(autouse=True)
+def no_github_output(monkeypatch):
+    """The sessions our tests start (pytester) inherit this environment: under GitHub
+    Actions they would annotate the real run and append to its real step summary. Off for
+    them; a test that checks that output turns it on with its own summary file."""
+    monkeypatch.setenv("PYTEST_ELASTIC_GITHUB", "false")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def no_leaks():
     """Fail the test if it left a child process, one of our temp dirs, a job cgroup or a
     job's mounted filesystem behind."""
@@ -172,3 +181,9 @@ def run_elastic(*args: str, env: dict | None = None, timeout: float = 60,
 @pytest.fixture
 def scripts() -> Path:
     return SCRIPTS
+
+
+def printed_schedule(result: Any) -> list[str]:
+    """The fault schedule a pytester session printed for its failing chaos test."""
+    block = result.stdout.str().split("fault schedule:")[1].split("reproduce with:")[0]
+    return [line.strip() for line in block.strip().splitlines() if "@" in line]

@@ -445,7 +445,7 @@ def test_a_leaving_node_is_a_membership_change_and_its_workers_never_overlap_the
     own: max_restarts=0 would end the job), and must not form the next round before node
     1's last worker is gone (the overlap invariant)."""
     with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=3.0) as cluster:
-        job = cluster.launch(str(SCRIPTS / "leave_probe.py"), "120")
+        job = cluster.launch(str(SCRIPTS / "leave_probe.py"), "40")
         job.inject(NodeRemove(node=1), AtStep(step=5, rank=0))
         result = job.wait(timeout=120)
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()

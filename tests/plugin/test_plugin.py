@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import SCRIPTS
+from tests.conftest import SCRIPTS, printed_schedule
 
 STEPPER = str(SCRIPTS / "stepper.py")
 
@@ -137,23 +137,16 @@ from harness import WorkerState
 
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=3)
 def test_survives(elastic_cluster):
-    job = elastic_cluster.launch({STEPPER!r}, "100", "0.03")
+    job = elastic_cluster.launch({STEPPER!r}, "50", "0.03")
     assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
     print("HISTORY", [e.describe() for e in job.chaos_schedule])
 
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=1)
 def test_too_fragile(elastic_cluster):
-    job = elastic_cluster.launch({STEPPER!r}, "100", "0.03")
+    job = elastic_cluster.launch({STEPPER!r}, "50", "0.03")
     job.wait(timeout=90)
     assert job.timeline.faults() == [], "a fault happened"
 """
-
-
-def _schedule(result) -> list[str]:
-    """The fault schedule printed for the failing chaos test."""
-    text = result.stdout.str()
-    block = text.split("fault schedule:")[1].split("reproduce with:")[0]
-    return [line.strip() for line in block.strip().splitlines() if "@" in line]
 
 
 def test_chaos_same_seed_same_history_and_repro_line(pytester, monkeypatch):
@@ -164,7 +157,7 @@ def test_chaos_same_seed_same_history_and_repro_line(pytester, monkeypatch):
     other = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=12")
     first.assert_outcomes(passed=1, failed=1)
     second.assert_outcomes(passed=1, failed=1)
-    assert _schedule(first) and _schedule(first) == _schedule(second) != _schedule(other)
+    assert printed_schedule(first) and printed_schedule(first) == printed_schedule(second) != printed_schedule(other)
     first.stdout.fnmatch_lines([
         "*elastic chaos*", "fault schedule:", "  WorkerKill(*",
         "reproduce with:", "  pytest '*test_too_fragile' --elastic-chaos --elastic-seed=11",

@@ -77,11 +77,11 @@ def hang_rank1(cluster):
     job.inject(WorkerHang(local_rank=1), AtStep(step=3, rank=1))
     job.wait(timeout=600)
 
-@pytest.mark.elastic(nnodes=1, nproc_per_node=2, timeout=15)
+@pytest.mark.elastic(nnodes=1, nproc_per_node=2, timeout=8)
 def test_signal(elastic_cluster):
     hang_rank1(elastic_cluster)
 
-@pytest.mark.timeout(15, method="thread")
+@pytest.mark.timeout(8, method="thread")
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2)
 def test_thread(elastic_cluster):
     hang_rank1(elastic_cluster)
@@ -95,7 +95,7 @@ def test_timed_out_test_shows_worker_stacks_and_leaves_no_process(pytester, monk
     result.assert_outcomes(failed=1)
     text = result.stdout.str()
     result.stdout.fnmatch_lines([
-        "E * Failed: Timeout (>15.0s) from pytest-timeout.",
+        "E * Failed: Timeout (>8.0s) from pytest-timeout.",
         "*- elastic timeout: stacks of the live workers -*",
         "--- job 0 (*) node * local_rank 0 rank 0 pid *",
         "*File *stepper.py*, line * in <module>",
