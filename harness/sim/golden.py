@@ -16,6 +16,8 @@ seeds is deterministic on CPU with gloo. A run whose world size changed (a scale
 in another order, so it is compared with a tolerance and the result says so.
 
 Pure functions of event lists: the twin's events may come from a cache (``GoldenRecord``).
+``event_fields`` is what the verdict's ``golden`` event carries, so the job page can draw the
+twin's curve under the run's without the twin's own events.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RESHARD_RTOL", "GoldenDiff", "GoldenRecord", "compare", "record_of"]
+__all__ = ["RESHARD_RTOL", "HINT", "EVENT_POINTS", "GoldenDiff", "GoldenRecord", "compare", "record_of",
+           "same_loss", "event_fields"]
 
 #: the tolerance used when the world size changed and the caller asked for bitwise
 RESHARD_RTOL = 1e-4
@@ -35,6 +38,13 @@ HINT = ("a resume that diverges from its fault-free twin usually forgot state th
         "sampler epoch, the optimizer's state (Adam moments), the LR scheduler, a GradScaler")
 
 Key = tuple[int, int]  # (rank, step)
+
+#: the most twin losses one ``golden`` event carries (the job page draws the twin's curve from
+#: them): a line of the event stream stays ~100 KB however long the run; a longer twin is
+#: thinned evenly and the event says how many it had
+EVENT_POINTS = 4000
+#: the most world sizes and per-rank digests the event carries (a chaos run has many rounds)
+_EVENT_ITEMS = 256
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,9 @@ def record_of(steps: Iterable[Mapping[str, Any]], world_sizes: Iterable[int] = (
     return GoldenRecord(losses, attempts, digests, list(world_sizes))
 
 
-def _close(got: float, expected: float, rtol: float) -> bool:
+def same_loss(got: float, expected: float, rtol: float) -> bool:
+    """The oracle's equality: bitwise (NaN equals NaN) at ``rtol=0``, else relative; the page
+    marks the steps that differ with the same rule."""
     if rtol == 0:
         return got == expected or (math.isnan(got) and math.isnan(expected))
     return math.isclose(got, expected, rel_tol=rtol, abs_tol=0.0)
@@ -147,7 +159,7 @@ def compare(run: GoldenRecord, twin: GoldenRecord, rtol: float = 0.0) -> GoldenD
         expected = twin.losses[key]
         got = run.losses.get(key)
         compared += 1
-        if got is None or not _close(got, expected, used):
+        if got is None or not same_loss(got, expected, used):
             attempt = run.attempts.get(key)
             resumed = min((s for (r, s), a in run.attempts.items() if r == key[0] and a == attempt), default=None)
             return GoldenDiff(True, (key[0], key[1], got, expected), compared, used, changed, 0, None, attempt,
@@ -164,3 +176,40 @@ def compare(run: GoldenRecord, twin: GoldenRecord, rtol: float = 0.0) -> GoldenD
             "harness.report_step(step, loss=...)?"
         return GoldenDiff(True, None, 0, used, changed, digests, None, None, None, note)
     return GoldenDiff(False, None, compared, used, changed, digests, None, None, None, note)
+
+
+def _thin(losses: Mapping[Key, float], cap: int, keep: Iterable[Key]) -> list[Key]:
+    """At most ``cap`` keys (plus ``keep``), evenly spread over (rank, step) order: every
+    rank keeps its share, so each drawn curve keeps its shape."""
+    keys = sorted(losses)
+    if len(keys) > cap:
+        last = len(keys) - 1
+        picked = {keys[round(i * last / max(cap - 1, 1))] for i in range(cap)} if cap > 0 else set()
+        keys = sorted(picked | {k for k in keep if k in losses})
+    return keys
+
+
+def event_fields(diff: GoldenDiff, run: GoldenRecord, twin: GoldenRecord,
+                 cap: int = EVENT_POINTS) -> dict[str, Any]:
+    """The ``golden`` event's fields, JSON only: the verdict (``diverged``, ``first``,
+    ``steps_compared``, ``rtol``, ``note``, as the event always had), the rest of the diff,
+    and what the job page draws that the run's own events lack: the twin's losses (at most
+    ``cap``; ``twin_losses_total`` says how many it had), the world sizes and the final
+    digests per rank of both runs. The run's own losses are its ``step`` events."""
+    keep = [(diff.first[0], diff.first[1])] if diff.first is not None else []
+    points = _thin(twin.losses, cap, keep)
+    return {
+        "diverged": diff.diverged, "first": list(diff.first) if diff.first is not None else None,
+        "steps_compared": diff.steps_compared, "rtol": diff.rtol, "note": diff.note,
+        "world_size_changed": diff.world_size_changed, "digests_compared": diff.digests_compared,
+        "digest_mismatch": list(diff.digest_mismatch) if diff.digest_mismatch is not None else None,
+        "attempt": diff.attempt, "resumed_at": diff.resumed_at,
+        "world_sizes": {"run": run.world_sizes[-_EVENT_ITEMS:], "twin": twin.world_sizes[-_EVENT_ITEMS:]},
+        "digests": {"run": _digests(run), "twin": _digests(twin)},
+        "twin_losses": [[r, s, twin.losses[(r, s)]] for r, s in points],
+        "twin_losses_total": len(twin.losses),
+    }
+
+
+def _digests(record: GoldenRecord) -> dict[str, str]:
+    return {str(r): d for r, d in sorted(record.digests.items())[:_EVENT_ITEMS]}

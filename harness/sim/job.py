@@ -551,17 +551,19 @@ class Job:
         cluster shape, no faults, no chaos (``harness.sim.twin``; reused from ``cache_dir``, or
         the cluster's ``golden_cache``, when it holds it). ``rtol``: default the cluster's
         ``golden_rtol`` (0: bitwise). Final digests compare when the cluster was made with
-        ``golden=True`` (the workers then digest their final state)."""
-        from harness.sim.golden import compare
+        ``golden=True`` (the workers then digest their final state). The verdict goes on the
+        timeline as a ``golden`` event, with the twin's losses and both runs' digests: the job
+        page draws the comparison from it (``harness.sim.golden.event_fields``)."""
+        from harness.sim.golden import compare, event_fields
         from harness.sim.twin import job_record, twin_record
 
         if not self.finished():
             raise ElasticError(f"job {self.run_id} is still running: wait() for it before compare_golden()")
         cache = cache_dir if cache_dir is not None else self.cluster.golden_cache
         twin, cached = twin_record(self, timeout, cache)
-        diff = compare(job_record(self), twin, self.cluster.golden_rtol if rtol is None else rtol)
-        self.harness_events.emit("golden", diverged=diff.diverged, first=diff.first, cached=cached,
-                                 steps_compared=diff.steps_compared, rtol=diff.rtol, note=diff.note)
+        run = job_record(self)
+        diff = compare(run, twin, self.cluster.golden_rtol if rtol is None else rtol)
+        self.harness_events.emit("golden", cached=cached, **event_fields(diff, run, twin))
         return diff
 
     # -- the end -------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 * ``chart``: that timeline as text (a failing test's report section);
 * ``stats``: the figures per job and per session (junit properties, terminal summary);
 * ``failures``: why ranks failed, root cause first;
+* ``twin`` and ``twin_svg``: what a job's fault-free twin said, drawn under the run's losses;
 * ``svg`` and ``page``: one job's self-contained HTML page (``--elastic-report``);
 * ``index``: the session's pages tied together (``index.html``, ``summary.json``).
 

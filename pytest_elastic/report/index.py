@@ -13,7 +13,7 @@ import os
 import statistics
 from typing import Any
 
-__all__ = ["index_rows", "write_index", "INDEX", "SUMMARY"]
+__all__ = ["index_rows", "write_index", "INDEX", "SUMMARY", "COLUMNS"]
 
 INDEX = "index.html"
 SUMMARY = "summary.json"
@@ -36,8 +36,33 @@ def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:
     return reproduction_line(test, settings, schedule=str(schedule))
 
 
-def index_rows(stats: list[dict[str, Any]], settings: Any = None) -> list[dict[str, Any]]:
-    """One row per elastic test (the last report of a test wins: a shrinking re-run's)."""
+def _twin_column(stats: dict[str, Any], directory: str | None) -> dict[str, Any]:
+    """The test's twin verdict (``report.twin.combine_verdicts``): from the head of each of
+    its job pages (which also know whether a divergence was expected), else from the one-line
+    verdict its properties carry (``elastic_twin``, what the junit XML shows)."""
+    from pytest_elastic.report.twin import NOT_COMPARED, combine_verdicts
+
+    jobs = []
+    if directory is not None:
+        from pytest_elastic.report.page import read_page_summary
+
+        for page in stats.get("elastic_pages", []):
+            summary = read_page_summary(os.path.join(directory, str(page)))
+            twin = summary.get("twin") if summary else None
+            if isinstance(twin, dict):
+                jobs.append(twin)
+    if jobs:
+        return combine_verdicts(jobs)
+    given = stats.get("elastic_twin")
+    if isinstance(given, str) and given and given != NOT_COMPARED:
+        diverged = "diverged" in given
+        return {"verdict": given, "diverged": diverged, "order": 2 if diverged else 1}
+    return combine_verdicts([])
+
+
+def index_rows(stats: list[dict[str, Any]], settings: Any = None, directory: str | None = None) -> list[dict[str, Any]]:
+    """One row per elastic test (the last report of a test wins: a shrinking re-run's).
+    ``directory``: where the test's pages are (the twin's verdict is read from them)."""
     rows: dict[str, dict[str, Any]] = {}
     for s in stats:
         test = s.get("elastic_test")
@@ -56,6 +81,7 @@ def index_rows(stats: list[dict[str, Any]], settings: Any = None) -> list[dict[s
             "replay": s.get("elastic_replay"), "minimal_faults": s.get("elastic_minimal_faults"),
             "minimal_replay": _minimal_replay(test, s.get("elastic_minimal_schedule"), settings),
             "pages": list(s.get("elastic_pages", [])),
+            "twin": _twin_column(s, directory),
         }
     return sorted(rows.values(), key=lambda r: (r["outcome"] != "failed", r["test"]))
 
@@ -85,7 +111,24 @@ td{padding:3px 8px;border-bottom:1px solid #eee;vertical-align:top}
 code{background:#f4f5f7;padding:1px 4px;font-size:11px;user-select:all;word-break:break-all;color:#555}
 td div{margin-top:3px}
 .summary{margin:8px 0 14px;font-size:13px}.summary div{margin:2px 0}
+td.twin.same{color:#2e7d32}td.twin.diverged{color:#c62828;font-weight:600}td.twin.none{color:#888}
 """
+
+
+def _twin_class(twin: dict[str, Any]) -> str:
+    diverged = twin.get("diverged")
+    return "none" if diverged is None else "diverged" if diverged else "same"
+
+
+def _latency_cell(latency: dict[str, float | None]) -> str:
+    median = latency["median"]
+    return f"<td data-v='{median if median is not None else -1}'>{_ms(median)} / {_ms(latency['p95'])}</td>"
+
+
+#: the index's columns, in order: what a test proved (outcome, the twin's verdict, goodput,
+#: how fast training resumed) before how it got there; ``_row_html`` fills them in this order
+COLUMNS = ["test", "outcome", "fault-free twin", "goodput", "training resumed ms (median / p95)", "faults",
+           "restarts", "detection ms (median / p95)", "recovery ms (median / p95)", "chaos seed"]
 
 
 def _row_html(row: dict[str, Any]) -> str:
@@ -96,30 +139,26 @@ def _row_html(row: dict[str, Any]) -> str:
             if len(pages) > 1 else "")
     replay = row.get("minimal_replay") or row.get("replay") or ""
     kinds = ", ".join(sorted(set(row["fault_kinds"])))
-    det, rec, res = row["detection_s"], row["recovery_s"], row["resume_s"]
     goodput = row.get("goodput")
+    twin = row["twin"]
     seed = "" if row["seed"] is None else str(row["seed"])
     replay_html = f"<div><code>{html.escape(replay)}</code></div>" if replay else ""
     return (f"<tr><td data-v='{name}'>{link} {more}{replay_html}</td>"
             f"<td data-v='{html.escape(row['outcome'])}'><span class='badge {html.escape(row['outcome'])}'>"
             f"{html.escape(row['outcome'])}</span></td>"
+            f"<td class='twin {_twin_class(twin)}' data-v='{twin['order']}'>{html.escape(twin['verdict'])}</td>"
+            f"<td data-v='{goodput if goodput is not None else -1}'>"
+            f"{'–' if goodput is None else f'{goodput:.2f}'}</td>"
+            f"{_latency_cell(row['resume_s'])}"
             f"<td data-v='{row['faults']}' title='{html.escape(kinds)}'>{row['faults']}"
             f"{' (' + html.escape(kinds) + ')' if kinds else ''}</td>"
-            f"<td>{row['restarts']}</td>"
-            f"<td data-v='{det['median'] if det['median'] is not None else -1}'>"
-            f"{_ms(det['median'])} / {_ms(det['p95'])}</td>"
-            f"<td data-v='{rec['median'] if rec['median'] is not None else -1}'>"
-            f"{_ms(rec['median'])} / {_ms(rec['p95'])}</td>"
-            f"<td data-v='{res['median'] if res['median'] is not None else -1}'>"
-            f"{_ms(res['median'])} / {_ms(res['p95'])}</td>"
-            f"<td data-v='{goodput if goodput is not None else -1}'>"
-            f"{'' if goodput is None else f'{goodput:.2f}'}</td>"
+            f"<td>{row['restarts']}</td>{_latency_cell(row['detection_s'])}{_latency_cell(row['recovery_s'])}"
             f"<td>{html.escape(seed)}</td></tr>")
 
 
 def write_index(directory: str, stats: list[dict[str, Any]], summary_lines: list[str], settings: Any) -> str:
     """Write ``index.html`` and ``summary.json`` into ``directory``; the index's path."""
-    rows = index_rows(stats, settings)
+    rows = index_rows(stats, settings, directory)
     os.makedirs(directory, exist_ok=True)
     summary = {"chaos": bool(getattr(settings, "chaos", False)), "seed": getattr(settings, "seed", None),
                "tests": len(rows), "failed": sum(1 for r in rows if r["outcome"] == "failed"),
@@ -131,9 +170,7 @@ def write_index(directory: str, stats: list[dict[str, Any]], summary_lines: list
     with open(os.path.join(directory, SUMMARY), "w", encoding="utf-8") as fp:
         json.dump(summary, fp, indent=1, default=str)
     head = "".join(f"<div>{html.escape(line)}</div>" for line in summary_lines)
-    columns = ["test", "outcome", "faults", "restarts", "detection ms (median / p95)",
-               "recovery ms (median / p95)", "training resumed ms (median / p95)", "goodput", "chaos seed"]
-    header = "".join(f"<th data-k='{i}'>{html.escape(c)}</th>" for i, c in enumerate(columns))
+    header = "".join(f"<th data-k='{i}'>{html.escape(c)}</th>" for i, c in enumerate(COLUMNS))
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>elastic report</title>"
             f"<style>{_CSS}</style></head><body><h1>Elastic tests: {len(rows)} "
             f"({summary['failed']} failed)</h1><div class='summary'>{head}</div>"

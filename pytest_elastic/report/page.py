@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import statistics
 from typing import Any
 
@@ -22,12 +23,18 @@ from pytest_elastic.report.svg import (
     render_steps,
     render_timeline,
 )
+from pytest_elastic.report.twin import TwinView, twin_summary, twin_view
+from pytest_elastic.report.twin_svg import TWIN_CSS, render_twin
 
-__all__ = ["write_html", "build_page", "page_figures", "EVENT_ROWS_LIMIT"]
+__all__ = ["write_html", "build_page", "page_figures", "read_page_summary", "EVENT_ROWS_LIMIT", "SUMMARY_ID"]
 
 #: the raw event table keeps the first events of a long job (the page stays small)
 EVENT_ROWS_LIMIT = 1500
 _SKIP = ("ts", "mono", "node", "pid", "run_id", "kind")
+#: the page's own figures as JSON, first thing in its head: the session index reads them from
+#: the page (the twin's verdict is not among a test's junit properties)
+SUMMARY_ID = "elastic-page-summary"
+_SUMMARY_BYTES = 16384
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:16px 20px;color:#1d232a;background:#fff}
@@ -211,6 +218,7 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
     timeline_svg, rows = render_timeline(model, nproc)
     figures = page_figures(model)
     outcome = str(info.get("outcome") or model.outcome)
+    twin = _twin(events, info)
     restarts = info.get("restarts")
     replay = info.get("replay")
     head = [f'<span><span class="badge {html.escape(outcome)}">{html.escape(outcome)}</span></span>',
@@ -232,8 +240,12 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
         head.insert(4, f"<span><b>{restarts}</b> restarts</span>")
     if info.get("seed") is not None:
         head.append(f"<span>chaos seed <b>{html.escape(str(info['seed']))}</b></span>")
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{_CSS}{_colour_css()}</style></head><body>",
+    if twin is not None:
+        head.append(f"<span class='twin-figure'>fault-free twin: <a href='#twin'><b>{html.escape(twin.verdict)}</b>"
+                    f"</a>{', caught as expected' if twin.expected else ''}</span>")
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             _json_script(SUMMARY_ID, {"twin": twin_summary(twin)}),
+             f"<style>{_CSS}{TWIN_CSS}{_colour_css()}</style></head><body>",
              (f"<p><a href='{html.escape(info['index'])}'>← all tests</a></p>" if info.get("index") else ""),
              f"<h1>{html.escape(title)}</h1><div class='figures'>{''.join(head)}</div>"]
     if replay:
@@ -248,8 +260,10 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
     parts += ["<h2>Timeline</h2>", _legend(), f"<div class='zoomctl'>zoom along time:{zoom}</div>",
               f"<div class='scroll'>{timeline_svg}</div>",
               "<p class='muted'>Hover for details; click to pin them below.</p><pre id='details'></pre>",
-              "<h2>Step progress per rank</h2>", f"<div class='scroll'>{render_steps(model)}</div>",
-              "<h2>Faults</h2>", _fault_table(model)]
+              "<h2>Step progress per rank</h2>", f"<div class='scroll'>{render_steps(model)}</div>"]
+    if twin is not None:
+        parts.append(render_twin(twin))
+    parts += ["<h2>Faults</h2>", _fault_table(model)]
     if chart:
         parts.append(f"<details><summary>Text chart</summary><pre>{html.escape(chart)}</pre></details>")
     parts.append(_event_table(events, model.t0))
@@ -258,6 +272,31 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
               f"<script>const LABEL_W={LABEL_W},PLOT_W={PLOT_W},DURATION={model.duration:.6f};{_JS}</script>",
               "</body></html>"]
     return "".join(parts)
+
+
+def _twin(events: list[dict[str, Any]], info: dict[str, Any]) -> TwinView | None:
+    """The twin's view, if the job ran its twin; the test's outcome says whether a
+    divergence was expected (a test that passed with one expected it)."""
+    outcome = info.get("outcome")
+    return twin_view(events, test_passed=None if outcome is None else outcome == "passed")
+
+
+def read_page_summary(path: str) -> dict[str, Any] | None:
+    """The figures a page wrote into its head (``SUMMARY_ID``), read from its first bytes
+    only (pages run to megabytes); None for a page without them or one not there."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fp:
+            start = fp.read(_SUMMARY_BYTES)
+    except OSError:
+        return None
+    found = re.search(f'<script type="application/json" id="{SUMMARY_ID}">(.*?)</script>', start, re.S)
+    if found is None:
+        return None
+    try:
+        value = json.loads(found.group(1))  # "<\/" (how _json_script hides "</") is JSON's own escape
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _sizes(sizes: list[Any]) -> str:
@@ -276,4 +315,4 @@ def write_html(path: str, title: str, timeline: Any, extra: str = "", *, info: d
                       chart=draw_chart(model, width=100), extra=extra)
     with open(path, "w", encoding="utf-8") as fp:
         fp.write(page)
-    return page_figures(model)
+    return {**page_figures(model), "twin": twin_summary(_twin(events, info or {}))}

@@ -203,7 +203,7 @@ def test_index_and_summary_json_carry_every_test(tmp_path):
     assert (summary["tests"], summary["failed"], summary["faults"], summary["seed"]) == (2, 1, 3, 9)
     page = Path(index).read_text()
     assert "href='t.py_test_ok.job0.html'" in page and "href='t.py_test_ok.job1.html'>job 1<" in page
-    assert page.count("<th data-k=") == 9 and "training resumed ms" in page and ">0.80<" in page
+    assert page.count("<th data-k=") == 10 and "training resumed ms" in page and ">0.80<" in page
     assert "--elastic-schedule=&#x27;[[1]]&#x27;" in page
 
 

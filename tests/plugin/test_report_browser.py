@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from bench.synth import synthetic_events
-from pytest_elastic.report.index import write_index
+from pytest_elastic.report.index import COLUMNS, write_index
 from pytest_elastic.report.page import write_html
 
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -211,7 +211,7 @@ def test_index_in_chromium_sorts_and_links(browser, tmp_path):
     browser.open(index)
     first = "document.querySelector('#tests tbody tr td a').textContent"
     assert browser.js(first) == "t.py::test_a"  # failed first
-    x, y = _centre(browser, "th[data-k='2']")
+    x, y = _centre(browser, f"th[data-k='{COLUMNS.index('faults')}']")
     browser.mouse("mousePressed", x, y)
     browser.mouse("mouseReleased", x, y)
     assert browser.js(first) == "t.py::test_a"  # fewest faults first
