@@ -56,7 +56,7 @@ def _machine_lacks() -> str | None:
     from ctypes.util import find_library
 
     if importlib.util.find_spec("mfusepy") is None:
-        return "the mfusepy package (pip install mfusepy)"
+        return "the mfusepy package (a dependency of pytest-elastic: pip install pytest-elastic, or mfusepy)"
     if find_library(LIBRARY_ENV["FUSE_LIBRARY_NAME"]) is None:
         return "libfuse 3 (apt-get install fuse3)"
     if os.geteuid() != 0 and not _which("fusermount3"):
