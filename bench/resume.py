@@ -16,7 +16,10 @@ launcher). Scenarios, each on ``scenarios/training/train.py`` (DDP, gloo, DCP ch
 Ours runs as ``harness.Cluster`` with zygote workers (the harness default) on a warm pool (a
 ``WarmPool`` that ran one fault-free job of the trainer first, as a test suite's session pool
 has: its zygote learned and preloaded what the trainer imports, ``harness.procs._preload``),
-on a cold private pool (``Cluster()`` alone), and with ``start_method="spawn"``,
+on a cold private pool (``Cluster()`` alone: a zygote started for the job, which preloads
+what the import cache kept of the trainer's imports, ``harness.procs._import_cache``; the
+warm-up job fills the cache, ``HARNESS_IMPORT_CACHE=0`` measures without it), and with
+``start_method="spawn"``,
 and prints the four-way breakdown of each fault's lost time
 (detection, recovery, startup, wasted; ``Timeline.faults()``). torchrun runs the same
 trainer (``--max-restarts=3``; node loss: two agents, c10d on loopback, the bench SIGKILLs
@@ -203,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     missing = netns_missing()
     rows = []
     from harness import WarmPool
+    from harness.procs._import_cache import import_cache_dir
 
+    cache = import_cache_dir(os.environ)  # what the cold private pool's zygote preloads from
     pool = WarmPool()
     warm_up(pool)
     for scenario in scenarios:
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                          _fmt(_median(samples[side], "first_step")), f"<= {TARGET_S} s", verdict])
     pool.close()
     print(f"fault -> training resumed, median of {runs}; lost = detection / recovery / startup / wasted (s); "
-          f"first step = launch -> first training step")
+          f"first step = launch -> first training step; import cache: {cache or 'off'}")
     print_table(["scenario (ours)", "ours", "torchrun", "ours/torchrun", "lost (ours)", "first step",
                  "target", "verdict"], rows)
     with contextlib.suppress(OSError):

@@ -16,12 +16,19 @@ import pytest
 
 SCRIPTS = Path(__file__).parent / "scripts"
 _PRIVATE_TMP: str | None = None
+_IMPORT_CACHE: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Give this test process (one per xdist worker) a private TMPDIR, so the temp-dir
     leak check sees only what this process's tests created."""
-    global _PRIVATE_TMP
+    global _PRIVATE_TMP, _IMPORT_CACHE
+    if not hasattr(config, "workerinput") and "HARNESS_IMPORT_CACHE" not in os.environ:
+        # the zygotes' import cache (harness.procs._import_cache) of this run alone, shared by
+        # its xdist workers (they inherit the environment) and removed with it: the suite
+        # neither reads nor fills the user's ~/.cache, so a run does not depend on the last
+        _IMPORT_CACHE = tempfile.mkdtemp(prefix="pytest-elastic-imports-")
+        os.environ["HARNESS_IMPORT_CACHE"] = _IMPORT_CACHE
     _PRIVATE_TMP = tempfile.mkdtemp(prefix="pytest-elastic-tmp-")
     os.environ["TMPDIR"] = _PRIVATE_TMP
     tempfile.tempdir = _PRIVATE_TMP
@@ -58,6 +65,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     _sweep_killed_owners()
 
+    if _IMPORT_CACHE:
+        shutil.rmtree(_IMPORT_CACHE, ignore_errors=True)
     if _PRIVATE_TMP:
         # after multiprocessing removes its own pymp-* dir from it (exitpriority -100)
         util.Finalize(None, shutil.rmtree, args=(_PRIVATE_TMP,), kwargs={"ignore_errors": True},
@@ -81,12 +90,17 @@ def _cgroups() -> set[str]:
 
 
 @pytest.fixture(autouse=True)
-def no_github_output(monkeypatch):
+def no_github_output():
     """The sessions our tests start (pytester) inherit this environment: under GitHub
     Actions they would annotate the real run and append to its real step summary. Off for
-    them; a test that checks that output turns it on with its own summary file."""
-    monkeypatch.setenv("PYTEST_ELASTIC_GITHUB", "false")
-    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    them; a test that checks that output turns it on with its own summary file. A
+    MonkeyPatch of its own, not the ``monkeypatch`` fixture: requested here, that one would
+    be set up before ``no_leaks`` and undone after it, so a test's patched ``tempfile.tempdir``
+    would still be in place when ``no_leaks`` looks for leftovers."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTEST_ELASTIC_GITHUB", "false")
+        patch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        yield
 
 
 @pytest.fixture(autouse=True)

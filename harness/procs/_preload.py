@@ -27,25 +27,42 @@ from the zygote's environment (the harness's), as ``torch`` itself always has he
 (README: "Differences from a fresh interpreter"). A module whose import starts a thread
 stops the learning (forking with more threads is what the zygote must not do), and a
 module that fails to import is not tried again.
+
+**Across processes** (``harness.procs._import_cache``): what a target's workers imported
+(``target_key``: the script's content, the module, the callable's name) is also kept on disk,
+so a fresh zygote -- a new session's pool, a bare ``Cluster()``'s private one -- knows it
+too. It does not import all it knows at start: a job that does not need ``torch._dynamo``
+must not wait 1.7 s for it. Before it forks a worker for a target with no worker of its own
+alive (a job's first worker, a restart), it imports what that target's workers imported
+before, then forks: the first worker waits for what it would have imported itself (once,
+instead of once per worker), and every later fork for it, a restart, is warm.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
+import pickletools
 import socket
 import sys
 import threading
 import time
 
-__all__ = ["PRELOAD_PACKAGES", "Preloader", "note_fork", "share_imports"]
+from harness.procs._import_cache import ImportCache
+
+__all__ = ["PRELOAD_PACKAGES", "Preloader", "note_fork", "share_imports", "target_key"]
 
 #: top-level packages (besides the standard library) whose submodules the zygote may preload
 PRELOAD_PACKAGES = frozenset({"torch", "numpy"})
 #: never imported in the zygote: they act on import (a browser, a poem) or are per-process
 NEVER = frozenset({"__main__", "__mp_main__", "antigravity", "this", "idlelib", "tkinter", "turtle"})
 IDLE_S = 0.05  # the zygote imports a queued module after this long without a request
+MAX_KEY = 1000  # characters of a target key a worker may send
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # a bigger script gets no key: hashing it would hold the zygote
+PAYLOAD_HEAD = 64 * 1024  # where a callable payload names its function (the tuple's first item)
+KNOWN_KEYS = 64  # targets whose names one zygote keeps in memory (its forks inherit them)
 
 
 def preloadable(name: str) -> bool:
@@ -53,6 +70,50 @@ def preloadable(name: str) -> bool:
     if top in NEVER or name in NEVER:
         return False
     return top in PRELOAD_PACKAGES or top in sys.stdlib_module_names
+
+
+def target_key(target: str, module: bool, is_callable: bool, cwd: str) -> str | None:
+    """What identifies the workers of one job across processes, for the import cache: a
+    script by its content (a test's script written anew to each run's ``tmp_path`` is still
+    the same script; an edited one is a new one), a module by its name and the directory it
+    is run from, a callable by the module and name of the function in its pickle. None when
+    there is no such name (an unreadable file, an odd pickle): nothing is kept for it."""
+    if is_callable:
+        name = _pickled_function(target)
+        return f"callable:{name}" if name else None
+    if module:
+        return f"module:{cwd}:{target}"
+    try:
+        with open(os.path.join(cwd, target), "rb") as fp:
+            content = fp.read(MAX_SCRIPT_BYTES + 1)
+    except OSError:
+        return None
+    if len(content) > MAX_SCRIPT_BYTES:
+        return None
+    return f"script:{hashlib.sha256(content).hexdigest()}"
+
+
+def _pickled_function(payload_path: str) -> str | None:
+    """``module.qualname`` of the first global in a callable payload ``(fn, args, return_path)``:
+    the function. Read from the pickle's opcodes, never unpickled here -- that would import
+    the user's module in the zygote."""
+    try:
+        with open(payload_path, "rb") as fp:
+            head = fp.read(PAYLOAD_HEAD)
+    except OSError:
+        return None
+    strings: list[str] = []
+    try:
+        for opcode, arg, _pos in pickletools.genops(head):
+            if opcode.name == "GLOBAL" and isinstance(arg, str):
+                return arg.replace(" ", ".")
+            if opcode.name == "STACK_GLOBAL":
+                return ".".join(strings[-2:]) if len(strings) >= 2 else None
+            if isinstance(arg, str) and "UNICODE" in opcode.name:
+                strings.append(arg)
+    except (ValueError, EOFError, IndexError):  # not a pickle, or cut short by PAYLOAD_HEAD
+        return None
+    return None
 
 
 def _thread_count() -> int:
@@ -72,34 +133,80 @@ def _wait_gone(native_id: int | None, limit_s: float = 1.0) -> None:
 
 
 class Preloader:
-    """The zygote's queue of modules its workers imported and it has not, and the thread
-    that imports them.
+    """The zygote's queue of modules its workers imported and it has not, the thread that
+    imports them, and what each target's workers import (kept in ``cache``, when given).
 
     A thread, not the zygote's own loop: the loop reaps workers and reports their exits,
     and an import holds it for up to 1.7 s (``torch._dynamo``) -- a fault's detection
     would wait for it. The loop stops the thread (after the module it is in) and joins it
-    before every fork, so no worker is forked mid-import."""
+    before every fork, so no worker is forked mid-import. ``before_fork`` imports on the
+    loop itself, but only while no worker of the zygote is alive: then there is no exit to
+    report."""
 
-    def __init__(self) -> None:
+    def __init__(self, cache: ImportCache | None = None) -> None:
         self.pending: list[str] = []
         self.tried: set[str] = set()
         self.learning = True
+        self.cache = cache
+        self.avoid: set[str] = cache.avoided() if cache is not None else set()  # failed or left a thread
+        self.known: dict[str, list[str]] = {}  # target key -> what its workers imported, in order
         self._baseline = _thread_count()  # torch's own threads, there before any preload
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._culprit: str | None = None  # the module after whose import the thread saw a new thread
 
-    def learn(self, names: object) -> int:
-        """Queue what a worker reported (garbage is ignored); how many names were new."""
-        if not self.learning or not isinstance(names, list):
+    def learn(self, names: object, key: object = None) -> int:
+        """Queue what a worker reported (garbage is ignored), and remember it for the
+        worker's target ``key``; how many names were new to the queue."""
+        if not isinstance(names, list):
+            return 0
+        clean = [n for n in names if isinstance(n, str) and n not in self.avoid and preloadable(n)]
+        if isinstance(key, str) and 0 < len(key) <= MAX_KEY and clean:
+            self._remember(key, clean)
+        if not self.learning:
             return 0
         new = 0
-        for name in names:
-            if (isinstance(name, str) and name not in self.tried and name not in sys.modules
-                    and preloadable(name)):
+        for name in clean:
+            if name not in self.tried and name not in sys.modules:
                 self.tried.add(name)
                 self.pending.append(name)
                 new += 1
         return new
+
+    def _known(self, key: str) -> list[str]:
+        if key not in self.known:
+            if len(self.known) >= KNOWN_KEYS:
+                del self.known[next(iter(self.known))]
+            cached = self.cache.names(key) if self.cache is not None else []
+            self.known[key] = [n for n in cached if n not in self.avoid and preloadable(n)]
+        return self.known[key]
+
+    def _remember(self, key: str, names: list[str]) -> None:
+        known = self._known(key)
+        seen = set(known)
+        fresh = [n for n in dict.fromkeys(names) if n not in seen]
+        if fresh:
+            known.extend(fresh)
+            if self.cache is not None:
+                self.cache.remember(key, fresh)
+
+    def before_fork(self, key: str | None, workers_alive: bool) -> None:
+        """Before a fork for target ``key``: stop the import thread (``pause``); then, if no
+        worker of this zygote is alive, import what ``key``'s workers imported before (in
+        this zygote or, from the cache, in an earlier process). The worker about to be forked
+        would import those itself; here they are imported once for it and every later fork
+        (a restart). While workers are alive, fork at once: importing would compete with
+        their training and delay the reports of their exits."""
+        self.pause()
+        if key is None or workers_alive or not self.learning:
+            return
+        for name in self._known(key):
+            if name in sys.modules or name in self.avoid:
+                continue
+            self._import(name)
+            if _thread_count() > self._baseline:
+                self._left_a_thread(name)
+                return
 
     def idle_timeout(self, workers_alive: bool) -> float | None:
         """How long the zygote may block waiting for requests before it starts importing:
@@ -115,9 +222,10 @@ class Preloader:
         for the CPU, and a restart arriving mid-import waits for it: on a cold pool the
         first restart measured 2-4x slower that way (``bench/resume.py``). A pool that
         outlives the job (the plugin's per-session pool) gets the modules for every later
-        job; a private pool is closed before it ever imports them."""
+        job; a private pool gets them from ``before_fork`` (what was learned for the target)."""
         if not workers_alive and self.pending and self.learning and self._thread is None:
             self._stop.clear()
+            self._culprit = None
             self._thread = threading.Thread(target=self._import_pending, name="zygote-preload", daemon=True)
             self._thread.start()
 
@@ -131,20 +239,39 @@ class Preloader:
         _wait_gone(self._thread.native_id)
         self._thread = None
         if _thread_count() > self._baseline:
-            self.learning = False
-            self.pending.clear()
-            print("[zygote] a preloaded module started a thread: no more preloading",
-                  file=sys.stderr, flush=True)
+            self._left_a_thread(self._culprit)
+
+    def _left_a_thread(self, name: str | None) -> None:
+        """Stop all preloading in this zygote, and (when the module is known) in every
+        later one: it must not fork with more threads than it started with."""
+        self.learning = False
+        self.pending.clear()
+        if name is not None:
+            self._avoid(name)
+        print(f"[zygote] a preloaded module ({name or 'unknown'}) started a thread: no more preloading",
+              file=sys.stderr, flush=True)
+
+    def _avoid(self, name: str) -> None:
+        self.avoid.add(name)
+        if self.cache is not None:
+            self.cache.avoid(name)
+
+    def _import(self, name: str) -> None:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001  a worker imported it; here it may still fail
+            self._avoid(name)
+            print(f"[zygote] not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def _import_pending(self) -> None:
         while self.pending and not self._stop.is_set():
             name = self.pending.pop(0)
-            if name in sys.modules:
+            if name in sys.modules or name in self.avoid:
                 continue
-            try:
-                importlib.import_module(name)
-            except BaseException as e:  # noqa: BLE001  a worker imported it; here it may still fail
-                print(f"[zygote] not preloading {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            self._import(name)
+            if _thread_count() > self._baseline + 1:  # + this thread; pause() has the last word
+                self._culprit = name
+                return
 
 
 # -- the worker side ----------------------------------------------------------------------
@@ -152,10 +279,12 @@ class Preloader:
 _forked: dict[str, object] = {}  # in a zygote worker: the zygote's socket path and what was shared
 
 
-def note_fork(path: str) -> None:
-    """In a freshly forked worker: remember the zygote and what it had imported."""
+def note_fork(path: str, key: str | None = None) -> None:
+    """In a freshly forked worker: remember the zygote, the target it was forked for and
+    what it had imported."""
     _forked.clear()
     _forked["path"] = path
+    _forked["key"] = key
     _forked["shared"] = set(sys.modules)
 
 
@@ -175,7 +304,8 @@ def share_imports() -> None:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
             sock.settimeout(1.0)
             sock.connect(path)
-            data = json.dumps({"op": "learn", "modules": new}, separators=(",", ":")).encode()
+            data = json.dumps({"op": "learn", "modules": new, "key": _forked.get("key")},
+                              separators=(",", ":")).encode()
             sock.send(data)
     except (OSError, ValueError):
         pass

@@ -26,14 +26,17 @@ The forked child runs a script (``runpy.run_path``) or module (``runpy.run_modul
 
 Wire format: each message is a JSON object; requests ``spawn`` (+3 fds) and ``signal``;
 replies ``spawned``/``error``; events ``exit``. Workers send ``learn`` (the modules they
-imported, on a connection of their own; no reply): the zygote imports those while idle
-(``harness.procs._preload``), so a restarted worker does not import them again.
+imported and their target's key, on a connection of their own; no reply): the zygote imports
+those while idle, or before it forks the target's next worker, and keeps them in the import
+cache for the zygotes of later processes (``harness.procs._preload``, ``_import_cache``), so
+a restarted worker does not import them again.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -45,8 +48,9 @@ from typing import Any, cast
 from harness.procs._cgroup import cgroup_dirs, join_cgroups
 from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
+from harness.procs._import_cache import ImportCache, Interpreter
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
-from harness.procs._preload import Preloader, note_fork, share_imports
+from harness.procs._preload import Preloader, note_fork, preloadable, share_imports, target_key
 from harness.selfpipe import drain_pipe, self_pipe
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
@@ -86,10 +90,10 @@ def make_socket() -> socket.socket:
 
 
 class _Zygote:
-    def __init__(self, listener: socket.socket, path: str):
+    def __init__(self, listener: socket.socket, path: str, preloader: Preloader):
         self.listener = listener
         self.path = path
-        self.preloader = Preloader()  # what workers imported, imported here while idle
+        self.preloader = preloader  # what workers imported, imported here while idle
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, "accept")
         self.wake_r, self.wake_w = self_pipe()
@@ -106,31 +110,43 @@ class _Zygote:
             ready = self.selector.select(self.preloader.idle_timeout(bool(self.owner)))
             if not ready:
                 self.preloader.start(bool(self.owner))
-            for key, _ in ready:
+            # new connections first: a worker's last ``learn`` (sent as its target returns) is
+            # queued before its exit, and must be read before the exit is reported -- the agent
+            # may close a private zygote as soon as it knows
+            for key, _ in sorted(ready, key=lambda item: item[0].data != "accept"):
                 if key.data == "accept":
-                    conn, _ = self.listener.accept()
-                    pid, uid = _peer(conn)
-                    if uid != os.getuid():  # it runs code on request: our uid only
-                        conn.close()
-                        continue
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
-                    self.clients.add(conn)
-                    self.selector.register(conn, selectors.EVENT_READ, "client")
-                    self.note_netns(conn, pid)
-                    self.agents[conn] = pid
+                    self.accept()
                 elif key.data == "sigchld":
                     drain_pipe(self.wake_r)
                     self.reap()
                 else:
-                    conn = cast(socket.socket, key.fileobj)  # registered above: a client socket
-                    try:
-                        self.handle(conn)
-                    except Exception as e:  # a vanished or confused agent affects only itself
-                        if not isinstance(e, OSError):
-                            print(f"[zygote] dropping a client after a bad request: {e!r}",
-                                  file=sys.stderr, flush=True)
-                        if conn in self.clients:
-                            self.drop(conn)
+                    self.serve_client(cast(socket.socket, key.fileobj))  # registered in accept()
+
+    def accept(self) -> None:
+        conn, _ = self.listener.accept()
+        pid, uid = _peer(conn)
+        if uid != os.getuid():  # it runs code on request: our uid only
+            conn.close()
+            return
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MAX_MESSAGE)
+        self.clients.add(conn)
+        self.selector.register(conn, selectors.EVENT_READ, "client")
+        self.note_netns(conn, pid)
+        self.agents[conn] = pid
+        if _readable_now(conn):  # a message already waiting (a worker's learn)
+            self.serve_client(conn)
+
+    def serve_client(self, conn: socket.socket) -> None:
+        if conn not in self.clients:  # dropped earlier in this round
+            return
+        try:
+            self.handle(conn)
+        except Exception as e:  # a vanished or confused agent affects only itself
+            if not isinstance(e, OSError):
+                print(f"[zygote] dropping a client after a bad request: {e!r}",
+                      file=sys.stderr, flush=True)
+            if conn in self.clients:
+                self.drop(conn)
 
     def reap(self) -> None:
         for pid in list(self.owner):
@@ -189,7 +205,7 @@ class _Zygote:
         elif op == "learn":  # a worker's imports (harness.procs._preload.share_imports)
             for fd in fds:
                 os.close(fd)
-            self.preloader.learn(message.get("modules"))
+            self.preloader.learn(message.get("modules"), message.get("key"))
         elif op == "signal":
             pid = int(message["pid"])
             if self.owner.get(pid) is conn:  # only its own, never-reaped workers
@@ -200,7 +216,11 @@ class _Zygote:
             send_message(conn, {"op": "error", "id": message.get("id"), "message": f"unknown op {op!r}"})
 
     def spawn(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-        self.preloader.pause()  # never fork mid-import (a worker would inherit a held import lock)
+        key = target_key(str(request["target"]), bool(request["module"]), bool(request.get("callable")),
+                         str(request["cwd"]))
+        # never fork mid-import (a worker would inherit a held import lock); with no worker
+        # alive, import first what this target's workers imported before
+        self.preloader.before_fork(key, bool(self.owner))
         try:
             pid = os.fork()
         except OSError as e:
@@ -209,7 +229,7 @@ class _Zygote:
             send_message(conn, {"op": "error", "id": request["id"], "message": f"fork failed: {e}"})
             return
         if pid == 0:
-            self.become_worker(request, fds, self.netns.get(conn))  # never returns
+            self.become_worker(request, fds, self.netns.get(conn), key)  # never returns
         try:
             os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
         except OSError:
@@ -233,7 +253,8 @@ class _Zygote:
             except OSError:
                 pass
 
-    def become_worker(self, request: dict[str, Any], fds: list[int], netns: int | None) -> None:
+    def become_worker(self, request: dict[str, Any], fds: list[int], netns: int | None,
+                      key: str | None) -> None:
         code = 1
         try:
             os.setpgid(0, 0)
@@ -256,7 +277,7 @@ class _Zygote:
             for fd in (*fds, *self.netns.values(), self.wake_r, self.wake_w):
                 if fd not in keep:
                     _close(fd)
-            note_fork(self.path)
+            note_fork(self.path, key)
             code = run_as_main(request)
         except BaseException:  # the child must never return into the server loop
             try:
@@ -272,6 +293,12 @@ def _peer(conn: socket.socket) -> tuple[int, int]:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, _gid = struct.unpack("3i", creds)
     return pid, uid
+
+
+def _readable_now(sock: socket.socket) -> bool:
+    poller = select.poll()  # not select.select: a busy zygote's fds may pass FD_SETSIZE
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _close(fd: int) -> None:
@@ -375,13 +402,14 @@ def _system_exit_code(e: SystemExit) -> int:
 # entry
 
 
-def serve(path: str, ready_fd: int | None = None) -> None:
+def serve(path: str, ready_fd: int | None = None, import_cache: str | None = None) -> None:
     """Listen on ``path``, import torch, then serve forever (dies with its parent).
 
     It listens *before* the import (and says ``listening``, then ``ready``, on
     ``ready_fd``): agents may connect and ask for workers at once, their requests wait in
     the backlog, so the ~1 s torch import overlaps the agents' own start and rendezvous
-    instead of preceding them."""
+    instead of preceding them. ``import_cache``: the directory where what workers import is
+    kept across processes (``harness.procs._import_cache``; None: not kept)."""
     set_pdeathsig(signal.SIGKILL)
     listener = make_socket()
     listener.bind(path)
@@ -395,8 +423,10 @@ def serve(path: str, ready_fd: int | None = None) -> None:
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    _Zygote(listener, path).run()
+    cache = ImportCache(import_cache, Interpreter.current(), preloadable) if import_cache else None
+    _Zygote(listener, path, Preloader(cache)).run()
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+    serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None,
+          sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None)

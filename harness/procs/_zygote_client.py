@@ -15,6 +15,7 @@ from typing import Any
 from harness.errors import ElasticError
 from harness.procs._cgroup import memory_cgroup, memory_limit, oom_kills
 from harness.procs._handles import WorkerProcess, process_state
+from harness.procs._import_cache import import_cache_dir
 from harness.procs._prctl import die_with_parent
 from harness.procs._zygote import ZYGOTE_ENV, make_socket, recv_message, send_message
 
@@ -45,7 +46,9 @@ def python_target(argv: list[str]) -> tuple[str, list[str], bool] | None:
 
 
 class ZygoteServerProcess:
-    """A private zygote process, started by (and dying with) this process."""
+    """A private zygote process, started by (and dying with) this process. What its workers
+    import is kept in the import cache named by ``$HARNESS_IMPORT_CACHE`` (read here, once:
+    ``harness.procs._import_cache``), so the next process's zygote preloads it."""
 
     def __init__(self) -> None:
         # a path (reachable from every network namespace, unlike an abstract name) in a
@@ -56,10 +59,12 @@ class ZygoteServerProcess:
         self.path = os.path.join(self._dir, "sock")
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
+        self.import_cache = import_cache_dir(os.environ)
         self.process = subprocess.Popen(
             [sys.executable, "-c",
-             "import sys; from harness.procs._zygote import serve; serve(sys.argv[1], int(sys.argv[2]))",
-             self.path, str(write_fd)],
+             "import sys; from harness.procs._zygote import serve; "
+             "serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] or None)",
+             self.path, str(write_fd), self.import_cache or ""],
             pass_fds=(write_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
             preexec_fn=lambda: die_with_parent(parent),
         )
