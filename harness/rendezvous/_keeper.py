@@ -440,6 +440,8 @@ class Keeper:
         after ``join_timeout`` of silence."""
         contact = self._contact
         assert contact is not None
+        if self._lease is not None:
+            self._lease.unanswered()
         if self._check_lease():
             return
         if contact.fenced and contact.silent_for() > self._settings.join_timeout:

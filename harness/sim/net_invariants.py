@@ -99,15 +99,26 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
     return problems
 
 
+#: how long after its heal a cut-off node's fence may still come: its lease ran out during
+#: the cut, and its agent acts on the fence at its next monitor tick (a loaded host: late)
+FENCE_AFTER_HEAL_S = 5.0
+
+
 def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[float, float]]]:
-    """Node name (index and label alike) -> the intervals it was cut off from the store:
-    (partition, its heal or +inf). While cut off, a node's workers are the fencing's to stop
-    (``unfenced_workers`` bounds how long), not its agent's: the survivors may well start
-    a new round before the cut-off node's keep-alive bound has run out."""
+    """Node name (index and label alike) -> the intervals its workers were the fencing's to
+    stop, not its agent's: from the partition to its heal (or +inf), or on to the node's
+    ``fenced`` event when its lease ran out during the cut and it fenced after all (the
+    workers are stopped by then; ``unfenced_workers`` bounds how long that may take). The
+    survivors may well start a new round before the cut-off node's keep-alive bound has run
+    out, or just after a heal that came as they did (``flapping_link`` heals as soon as the
+    world shrinks: under load its node fenced 0.1-0.3 s later, workers stopping meanwhile)."""
     intervals: dict[Any, list[tuple[float, float]]] = defaultdict(list)
     for _node, names, cut, healed in _store_cuts(events):
+        fenced = next((e["mono"] for e in events if e.get("kind") == "fenced" and e.get("node") in names
+                       and cut <= e["mono"] <= healed + FENCE_AFTER_HEAL_S), None)
+        end = healed if fenced is None else max(healed, fenced)
         for name in names:
-            intervals[name].append((cut, healed))
+            intervals[name].append((cut, end))
     return dict(intervals)
 
 

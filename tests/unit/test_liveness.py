@@ -278,6 +278,23 @@ def test_the_lease_grows_with_the_largest_recent_gap_and_decays_back():
     assert lease.seconds == 0.7  # back to the configured bound
 
 
+def test_the_stores_silence_does_not_grow_the_lease():
+    """A partition is the store's silence, not this node's scheduling: the first one used to
+    raise the lease to its cap, so the next partition took 4 s to detect, not 0.8 s."""
+    clock = FakeClock()
+    lease = KeepAliveLease(clock, base=0.7, cap=3.9)
+    clock.advance(0.1)
+    lease.beat()
+    for _ in range(5):  # cut off: its requests go unanswered for 1.3 s
+        clock.advance(0.26)
+        lease.unanswered()
+    lease.beat()  # healed: the first answer
+    assert lease.seconds == 0.7
+    clock.advance(0.5)  # the gap after it is this node's own again: learnt
+    lease.beat()
+    assert lease.seconds == pytest.approx(1.5)
+
+
 def test_the_lease_never_passes_its_cap():
     clock = FakeClock()
     lease = KeepAliveLease(clock, base=0.7, cap=3.9)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.sim.net_invariants import split_brain, unfenced_workers, unhealed_message
+from harness.sim.net_invariants import cut_off_from_store, split_brain, unfenced_workers, unhealed_message
 
 
 def start(node, pid, round_, t):
@@ -71,3 +71,17 @@ def test_a_node_named_by_its_label_is_still_the_cut_off_one():
               start("n1", 11, 0, 0.0), cut(1, 1.0), {"kind": "state", "mono": 9.0}]
     [problem] = unfenced_workers(events, bound=2.0)
     assert "worker pid 11 exited never" in problem
+
+
+def test_a_node_that_fenced_just_after_its_heal_was_stopping_its_workers_until_then():
+    """flapping_link heals as soon as the world shrinks: the survivor's new round starts a
+    moment after the heal, while the cut-off node, whose lease ran out during the cut, is
+    fencing (stopping its workers). Its workers are the fencing's until its fenced event."""
+    fenced = {"kind": "fenced", "node": 1, "mono": 10.3}
+    assert cut_off_from_store([cut(1, 6.0, "all"), heal(1, 10.13), fenced]) == {
+        1: [(6.0, 10.3)], "1": [(6.0, 10.3)]}
+    # a node that never fenced (healed before its lease ran out) was cut off until the heal
+    assert cut_off_from_store([cut(1, 6.0, "all"), heal(1, 6.5)])[1] == [(6.0, 6.5)]
+    # a fence much later belongs to another story
+    late = {"kind": "fenced", "node": 1, "mono": 30.0}
+    assert cut_off_from_store([cut(1, 6.0, "all"), heal(1, 6.5), late])[1] == [(6.0, 6.5)]
