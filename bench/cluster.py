@@ -111,7 +111,7 @@ def ours_2x2(tmp: str) -> dict:
         fired = [f["fault"] for f in job.timeline.faults()]
     with open(out) as fp:
         text = fp.read()
-    ok = result.state == WorkerState.SUCCEEDED and fired == ["worker_kill"] and _restarted_ok(text, 4)
+    ok = result.state == WorkerState.SUCCEEDED and fired == ["kill_worker"] and _restarted_ok(text, 4)
     return {"wall": wall, "ok": ok, "detail": "" if ok else f"{result.state} {fired}\n{text[-800:]}"}
 
 

@@ -282,7 +282,7 @@ def run_torchrun_job(scenario: Scenario, tmp: str, env: dict) -> dict:
         if fault["kind"] == "kill_worker" and "exit_code" in fault and "at_step" in fault:
             with open(os.path.join(job.orders, f"{fault.get('rank', 0)}.{fault['at_step']}"), "w") as fp:
                 fp.write(str(int(fault["exit_code"])))
-            job.fired.append("worker_exit_order")
+            job.fired.append("kill_worker")
         else:
             pending.append(fault)
     count = int(scenario.job.get("nodes", high))

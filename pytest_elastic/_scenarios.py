@@ -202,49 +202,52 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
     Chaos adds failures only within the restarts the scenario's own faults leave; it
     keeps spare every node the scenario's own faults take out (a chaos node kill on top
     of the scenario's would drop the job below ``min_nodes``); a scenario that cuts
-    links itself gets no chaos cuts (healed whenever chaos likes, they would make its
-    outcome undecidable), and one that slows a node no chaos slow nodes (its straggler
-    is the one its expectations name)."""
+    links itself (or heals them) gets no chaos cuts (healed whenever chaos likes, they
+    would make its outcome undecidable), and one that slows a node no chaos resource
+    faults (its straggler is the one its expectations name). Which kinds are which:
+    their rows (what they need of the machine)."""
     import dataclasses
 
-    from harness.sim.faults import fault_class
-    from harness.sim.schema import FAULT_KINDS
+    from harness.sim.schema import CGROUPS, FAULT_KINDS, NETNS
 
+    rows = [FAULT_KINDS[f["kind"]] for f in faults]
     if not chaos.overload:
         # restarts are the job's (one count through the rendezvous): keep one for each fault of
         # the scenario's that fails workers, a cut link included (a step timer reaps the
         # worker stuck behind it: a restart); a heal costs none
-        own = sum(1 for f in faults if fault_class(f["kind"]).is_failure
-                  or (f["kind"] in NETWORK_FAULT_KINDS and f["kind"] != "heal"))
+        own = sum(1 for row in rows if row.failure or NETNS in row.needs)
         chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
-    taken = {f.get("node", 0) for f in faults if FAULT_KINDS[f["kind"]].membership < 0}
+    taken = {f.get("node", 0) for f, row in zip(faults, rows, strict=True) if row.membership < 0}
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
-    if any(f["kind"] in RESOURCE_FAULT_KINDS for f in faults):  # its straggler is the one judged
-        others = tuple(k for k in chaos.kinds if k not in RESOURCE_FAULT_KINDS)
+    if any(CGROUPS in row.needs for row in rows):  # its straggler is the one judged
+        others = tuple(k for k in chaos.kinds if CGROUPS not in FAULT_KINDS[k].needs)
         chaos = dataclasses.replace(chaos, kinds=others)
         if not others:
             return None
-    if any(f["kind"] in NETWORK_FAULT_KINDS for f in faults):
-        own_links = tuple(k for k in chaos.kinds if k not in CHAOS_NETWORK_KINDS)
+    if any(NETNS in row.needs or row.kind == "heal" for row in rows):
+        own_links = tuple(k for k in chaos.kinds if NETNS not in FAULT_KINDS[k].needs)
         return dataclasses.replace(chaos, kinds=own_links) if own_links else None
     return chaos
 
 
-#: fault kinds that need nodes to be network hosts (Cluster(network="netns"))
-NETWORK_FAULT_KINDS = frozenset({"partition", "heal", "packet_loss", "bandwidth", "link_down"})
-#: --elastic-faults kinds that cut or thin links
-CHAOS_NETWORK_KINDS = frozenset({"partition", "packet_loss"})
-#: fault kinds that need cgroups (harness.sim.resources)
-RESOURCE_FAULT_KINDS = frozenset({"slow_node", "memory_limit"})
+def _needs(faults: list[dict[str, Any]]) -> frozenset[str]:
+    """What the scenario's faults need of the machine (network namespaces, FUSE, cgroups):
+    each kind's row and the keys each spec sets (``lose_unsynced``, ``on_file``)."""
+    from harness.sim.schema import needs_of
+
+    return frozenset().union(*(needs_of(f) for f in faults))
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:
     """A scenario that needs network namespaces is skipped, saying what is missing, where
-    they cannot be made (not root, no nft...), as the network tests are."""
-    kinds = {f.get("kind") for f in faults}
-    storage = any(_needs_fuse(f) for f in faults)  # then a heal may be the storage faults' alone
-    wants = job.get("network") == "netns" or bool(kinds & NETWORK_FAULT_KINDS - {"heal"}) \
-        or ("heal" in kinds and not kinds & RESOURCE_FAULT_KINDS and not storage)  # a heal ends those too
+    they cannot be made (not root, no nft...), as the network tests are. A heal needs them
+    unless the scenario has faults that need something else (cgroups, FUSE): the heal may
+    be for those alone."""
+    from harness.sim.schema import NETNS
+
+    needs = _needs(faults)
+    heals_links = any(f.get("kind") == "heal" for f in faults) and not needs - {NETNS}
+    wants = job.get("network") == "netns" or NETNS in needs or heals_links
     if not wants or job.get("network") == "loopback":
         return
     from harness.sim.net import netns_missing
@@ -255,9 +258,11 @@ def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> No
 
 
 def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
-    """A scenario with a resource fault is skipped, saying what is missing, where this
-    process may make no cgroups, as the resource tests are."""
-    if not any(f.get("kind") in RESOURCE_FAULT_KINDS for f in faults):
+    """A scenario with a fault that needs cgroups (a resource fault) is skipped, saying what
+    is missing, where this process may make no cgroups, as the resource tests are."""
+    from harness.sim.schema import CGROUPS
+
+    if CGROUPS not in _needs(faults):
         return
     from harness.sim.resources import CgroupSupport, probe
 
@@ -266,19 +271,19 @@ def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
         pytest.skip(f"needs {support}")
 
 
-#: fault kinds that need the harness's FUSE filesystem (harness.sim.storage)
-STORAGE_FAULT_KINDS = frozenset({"disk_full", "slow_io", "io_error"})
-
-
 def _needs_fuse(fault: dict[str, Any]) -> bool:
-    return (fault.get("kind") in STORAGE_FAULT_KINDS or bool(fault.get("lose_unsynced"))
-            or bool(fault.get("torn")) or "on_file" in fault)
+    from harness.sim.schema import FUSE
+
+    return FUSE in _needs([fault])
 
 
 def _skip_without_fuse(faults: list[dict[str, Any]]) -> None:
-    """A scenario with storage faults is skipped, saying what is missing, where the harness
-    cannot serve a FUSE filesystem (the storage tests skip the same way)."""
-    if not any(_needs_fuse(f) for f in faults):
+    """A scenario with a fault that needs the harness's FUSE filesystem (a storage fault, a
+    crash that loses unsynced writes, an ``on_file`` trigger) is skipped, saying what is
+    missing, where the harness cannot serve one (the storage tests skip the same way)."""
+    from harness.sim.schema import FUSE
+
+    if FUSE not in _needs(faults):
         return
     from harness.sim.storage.mount import fuse_missing
 

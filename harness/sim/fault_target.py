@@ -2,16 +2,18 @@
 
 A job's faults live in parts, one per kind of thing they break: ``job.processes``
 (``harness.sim.process_faults``: signals to workers, agents, whole nodes and the store's
-host) and ``job.network`` (``harness.sim.network_faults``: cut, thinned and healed links),
-with ``job.storage`` and ``job.resources`` next. Each part is a class constructed with the
+host), ``job.network`` (``harness.sim.network_faults``: cut, thinned and healed links),
+``job.storage`` and ``job.resources``. Each part is a class constructed with the
 job, typed as this protocol, so that a part sees the few things a fault touches and nothing
 of the job's waits, results or reports. ``harness.sim.job.Job`` is the implementation; the
 protocol is the contract between the two (docs/architecture.md, "Adding a fault kind").
+A fault kind's row (``harness.sim.schema.FaultKind.part``) names its part; ``Fault.apply``
+calls the part's method of the kind's name.
 
 A fault resolves its target first (``node`` raises ``ConfigError`` for a node the job does
 not have; a part raises ``TargetNotReady`` for one that cannot take the fault now), so one
-that cannot hit anything is never recorded as fired; then records its ``fault`` event
-(``record_fault``); then acts. A part whose faults last until healed is also a
+that cannot hit anything is never recorded as fired; then records its ``fault`` event under
+its kind's name (``record_fault``); then acts. A part whose faults last until healed is also a
 ``LastingFaults``: ``Job.heal`` ends every such part's faults and records one ``heal`` event.
 """
 
@@ -104,5 +106,7 @@ class LastingFaults(Protocol):
 
 def record_fault(target: FaultTarget, kind: str, **fields: Any) -> None:
     """Record a fault about to be applied (its target already resolved): the ``fault``
-    event; a scheduled one leaves ``pending_faults()`` atomically with this write."""
+    event, named by ``kind`` (the fault's kind, as its row spells it: reports and the
+    invariants look it up there); a scheduled one leaves ``pending_faults()`` atomically
+    with this write."""
     target.record("fault", fault=kind, **fields)

@@ -9,14 +9,21 @@ shrink it.
 Crashing with an *exit code* needs the worker's cooperation: ``harness.report_step``
 checks for an order the harness left for its (rank, step) and exits with that code.
 Signal crashes need nothing from the worker.
+
+A fault kind is its row in ``harness.sim.schema.FAULT_KINDS`` and its class here, paired
+by ``register(row, cls)``: the built-in kinds at the bottom of this module, any other
+module's with the same call (a class left out is made from the row). Every kind is
+applied by the one ``Fault.apply`` (the part its row names, the method of its name), so a
+class holds data, a docstring, and nothing a row could say.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import asdict, dataclass, field, make_dataclass
+from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
@@ -35,8 +42,8 @@ PUBLIC = [
     "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize", "OnFile",
     "ScheduledFault",
 ]
-__all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "JobShape",
-           "check_targets", "write_exit_order"]
+__all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "register", "unregister",
+           "BUILT_IN", "JobShape", "check_targets", "write_exit_order"]
 
 
 
@@ -45,9 +52,10 @@ __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_cl
 
 @dataclass(frozen=True)
 class Fault:
+    """What to break: the fields of its kind's row (``harness.sim.schema.FAULT_KINDS``),
+    which says everything else about it (the part that applies it, whether it lasts...)."""
+
     kind: ClassVar[str] = "fault"
-    #: whether the fault is a *failure* (uses a restart) rather than a membership change
-    is_failure: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         """Bad field values fail here, at construction, not when the fault fires (checks:
@@ -57,7 +65,18 @@ class Fault:
             schema.check_fields(row.cls, ((p.name, p, getattr(self, p.name)) for p in row.params))
 
     def apply(self, job: Job) -> None:
-        raise NotImplementedError
+        """Hand the fault to the part of the job its row names, as the method of its kind's
+        name with the row's parameters: ``WorkerKill(node=1)`` calls
+        ``job.processes.kill_worker(node=1, local_rank=0, sig=9, exit_code=None)``. One
+        apply for every kind, so that a new kind is its row and its part's method; the
+        scheduler and chaos act through the part, never through ``Job``'s hand-offs. A kind
+        whose row names no part (``heal``) has a class that applies itself."""
+        row = schema.FAULT_KINDS[self.kind]
+        if row.part is None:
+            raise TypeError(f"{type(self).__name__}: the row of {self.kind!r} names no part, and the class "
+                            "has no apply of its own")
+        act = getattr(getattr(job, row.part), row.kind)
+        act(**{p.name: getattr(self, p.name) for p in row.params})
 
     def describe(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in asdict(self).items())
@@ -75,12 +94,6 @@ class WorkerKill(Fault):
     sig: int = int(signal.SIGKILL)
     exit_code: int | None = None
 
-    def apply(self, job: Job) -> None:
-        if self.exit_code is None:
-            job.processes.kill_worker(self.node, self.local_rank, self.sig)
-        else:
-            job.processes.order_exit(self.node, self.local_rank, self.exit_code)
-
 
 @dataclass(frozen=True)
 class WorkerHang(Fault):
@@ -88,18 +101,11 @@ class WorkerHang(Fault):
     node: int = 0
     local_rank: int = 0
 
-    def apply(self, job: Job) -> None:
-        job.processes.hang_worker(self.node, self.local_rank)
-
 
 @dataclass(frozen=True)
 class AgentKill(Fault):
     kind: ClassVar[str] = "kill_agent"
-    is_failure: ClassVar[bool] = False
     node: int = 0
-
-    def apply(self, job: Job) -> None:
-        job.processes.kill_agent(self.node)
 
 
 @dataclass(frozen=True)
@@ -108,51 +114,31 @@ class NodeKill(Fault):
     and never fsynced is gone too (``torn``: but a prefix of its last write)."""
 
     kind: ClassVar[str] = "kill_node"
-    is_failure: ClassVar[bool] = False
     node: int = 0
     lose_unsynced: bool = False
     torn: bool = False
-
-    def apply(self, job: Job) -> None:
-        job.processes.kill_node(self.node, lose_unsynced=self.lose_unsynced or self.torn, torn=self.torn)
 
 
 @dataclass(frozen=True)
 class NodeRemove(Fault):
     kind: ClassVar[str] = "remove_node"
-    is_failure: ClassVar[bool] = False
     node: int = 0
-
-    def apply(self, job: Job) -> None:
-        job.processes.remove_node(self.node)
 
 
 @dataclass(frozen=True)
 class NodeAdd(Fault):
     kind: ClassVar[str] = "add_node"
-    is_failure: ClassVar[bool] = False
-
-    def apply(self, job: Job) -> None:
-        job.processes.add_node()
 
 
 @dataclass(frozen=True)
 class NodeFreeze(Fault):
     kind: ClassVar[str] = "freeze_node"
-    is_failure: ClassVar[bool] = False
     node: int = 0
-
-    def apply(self, job: Job) -> None:
-        job.processes.freeze_node(self.node)
 
 
 @dataclass(frozen=True)
 class StoreHostKill(Fault):
     kind: ClassVar[str] = "kill_store_host"
-    is_failure: ClassVar[bool] = False
-
-    def apply(self, job: Job) -> None:
-        job.processes.kill_store_host()
 
 
 # network faults: need Cluster(network="netns"); each lasts until a Heal (or the job's end)
@@ -164,14 +150,9 @@ class Partition(Fault):
     are silently dropped; ``direction`` "in"/"out" cuts one way only."""
 
     kind: ClassVar[str] = "partition"
-    is_failure: ClassVar[bool] = False
     node: int = 0
     peers: Any = "all"  # "all" | "store" | [node, ...]
     direction: str = "both"
-
-    def apply(self, job: Job) -> None:
-        peers = self.peers if isinstance(self.peers, str) else list(self.peers)
-        job.network.partition(self.node, peers=peers, direction=self.direction)
 
 
 @dataclass(frozen=True)
@@ -179,10 +160,10 @@ class Heal(Fault):
     """End node ``node``'s lasting faults, network and resource (``node=None``: every node's)."""
 
     kind: ClassVar[str] = "heal"
-    is_failure: ClassVar[bool] = False
     node: int | None = None
 
     def apply(self, job: Job) -> None:
+        """Not a part's: ``job.heal`` asks every part whose faults last (``job.lasting``)."""
         job.heal(self.node)
 
 
@@ -191,12 +172,8 @@ class PacketLoss(Fault):
     """Each of node ``node``'s packets is dropped with ``probability``, both ways."""
 
     kind: ClassVar[str] = "packet_loss"
-    is_failure: ClassVar[bool] = False
     node: int = 0
     probability: float = 0.05
-
-    def apply(self, job: Job) -> None:
-        job.network.packet_loss(self.node, self.probability)
 
 
 @dataclass(frozen=True)
@@ -204,12 +181,8 @@ class Bandwidth(Fault):
     """Node ``node``'s link is limited to ``rate`` ("1mbit", or bits per second)."""
 
     kind: ClassVar[str] = "bandwidth"
-    is_failure: ClassVar[bool] = False
     node: int = 0
     rate: Any = "1mbit"
-
-    def apply(self, job: Job) -> None:
-        job.network.bandwidth(self.node, self.rate)
 
 
 @dataclass(frozen=True)
@@ -217,11 +190,7 @@ class LinkDown(Fault):
     """Node ``node``'s cable is pulled (its interface loses carrier)."""
 
     kind: ClassVar[str] = "link_down"
-    is_failure: ClassVar[bool] = False
     node: int = 0
-
-    def apply(self, job: Job) -> None:
-        job.network.link_down(self.node)
 
 
 # resource faults: need cgroups (harness.sim.resources); each lasts until a Heal (or the job's end)
@@ -232,12 +201,8 @@ class SlowNode(Fault):
     """Node ``node``'s processes get ``cpu`` CPUs' worth of time (a CPU quota): a straggler."""
 
     kind: ClassVar[str] = "slow_node"
-    is_failure: ClassVar[bool] = False
     node: int = 0
     cpu: float = 0.2
-
-    def apply(self, job: Job) -> None:
-        job.resources.slow_node(self.node, self.cpu)
 
 
 @dataclass(frozen=True)
@@ -246,12 +211,8 @@ class MemoryLimit(Fault):
     killer ends one (a worker it takes is recorded with ``reason="oom"``)."""
 
     kind: ClassVar[str] = "memory_limit"
-    is_failure: ClassVar[bool] = True  # its OOM kill costs a restart
     node: int = 0
     limit: Any = "300M"
-
-    def apply(self, job: Job) -> None:
-        job.resources.memory_limit(self.node, self.limit)
 
 
 # storage faults: need the harness's FUSE filesystem; each lasts until a Heal (or the job's end)
@@ -264,21 +225,14 @@ class DiskFull(Fault):
     kind: ClassVar[str] = "disk_full"
     node: int | None = None
 
-    def apply(self, job: Job) -> None:
-        job.storage.disk_full(self.node)
-
 
 @dataclass(frozen=True)
 class SlowIO(Fault):
     """Every write and fsync on node ``node``'s disk (None: shared) takes ``delay`` s longer."""
 
     kind: ClassVar[str] = "slow_io"
-    is_failure: ClassVar[bool] = False
     node: int | None = None
     delay: float = 0.2
-
-    def apply(self, job: Job) -> None:
-        job.storage.slow_io(self.node, self.delay)
 
 
 @dataclass(frozen=True)
@@ -290,9 +244,6 @@ class IoError(Fault):
     errno: int = 5
     path: str = "*"
     probability: float = 1.0
-
-    def apply(self, job: Job) -> None:
-        job.storage.io_error(self.node, self.errno, self.path, self.probability)
 
 
 # -- when ---------------------------------------------------------------------------------
@@ -512,14 +463,82 @@ def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | Non
     return path
 
 
+# -- the registry: kind -> (row, class) -------------------------------------------------
+# A kind is its row in harness.sim.schema and its Fault class here, paired by ``register``
+# (the built-in kinds at the bottom of this module; any other module's with the same call).
+
+
+#: kind -> its Fault class (``register``); the row is ``schema.FAULT_KINDS[kind]``
+_CLASSES: dict[str, type[Fault]] = {}
+
+
+def register(row: schema.FaultKind, cls: type[Fault] | None = None) -> type[Fault]:
+    """Make ``row`` a fault kind, applied as its ``Fault`` class ``cls`` (None: a frozen
+    dataclass made from the row: its ``cls`` name, its ``params`` as fields); the class.
+    From now on specs, scenario files, ``--elastic-schedule``, chaos (with a ``chaos``
+    name), the scenario skips, the report and the invariants know the kind: each reads
+    the row. ``ConfigError`` if the class and the row disagree (kind, name, fields and
+    defaults), if the row names no ``part`` and the class has no apply of its own, or if
+    the kind is registered already with another row or class. Registering the same pair
+    again does nothing. A plugin registers its kinds from its own module at import."""
+    if cls is None:
+        known = _CLASSES.get(row.kind)
+        cls = known if known is not None and schema.FAULT_KINDS.get(row.kind) == row else _made_from(row)
+    _check_pair(row, cls)
+    known = _CLASSES.get(row.kind)
+    if known is not None and known is not cls:
+        raise ConfigError("kind", row.kind, f"is registered already, as {known.__name__}; unregister it first "
+                          "or choose another name")
+    schema.add_kind(row)
+    _CLASSES[row.kind] = cls
+    return cls
+
+
+def unregister(kind: str) -> None:
+    """Forget a kind ``register`` added (a test's fake kind; a plugin unloaded)."""
+    _CLASSES.pop(kind, None)
+    schema.remove_kind(kind)
+
+
+def fault_class(kind: str) -> type[Fault]:
+    """The ``Fault`` class of a spec kind (``"kill_node"`` -> ``NodeKill``); a row added to
+    the schema alone (``schema.add_kind``) gets its class made from the row here."""
+    cls = _CLASSES.get(kind)
+    return cls if cls is not None else register(schema.FAULT_KINDS[kind])
+
+
+def _made_from(row: schema.FaultKind) -> type[Fault]:
+    """The ``Fault`` class of a row that has none written out: a frozen dataclass named
+    ``row.cls`` whose fields are the row's params, with their defaults."""
+    fields = [(p.name, Any, field(default=p.default)) for p in row.params]
+    made = make_dataclass(row.cls, fields, bases=(Fault,), frozen=True,
+                          namespace={"kind": row.kind, "__doc__": row.doc, "__module__": __name__})
+    return cast("type[Fault]", made)
+
+
+def _check_pair(row: schema.FaultKind, cls: type[Fault]) -> None:
+    """``ConfigError`` naming the first thing on which ``cls`` and ``row`` disagree."""
+    if not (isinstance(cls, type) and issubclass(cls, Fault)):
+        raise ConfigError("cls", cls, f"must be a Fault subclass (the class of kind {row.kind!r})")
+    if cls.kind != row.kind or cls.__name__ != row.cls:
+        raise ConfigError("cls", cls.__name__, f"must be the row's class {row.cls!r} whose kind is {row.kind!r} "
+                          f"(its kind: {cls.kind!r})")
+    fields = [(f.name, f.default) for f in dataclass_fields(cls)]
+    params = [(p.name, p.default) for p in row.params]
+    if fields != params:
+        raise ConfigError(row.cls, fields, f"must have the row's params, same order and defaults: {params}")
+    if row.part is None and cls.apply is Fault.apply:
+        raise ConfigError("part", None, f"needs an apply of {row.cls}'s own (the row names no part of the job)")
+
+
 # -- the scenario vocabulary (``[[fault]]`` tables, ``--elastic-schedule`` JSON) -----------
 # Written against harness.sim.schema only: a new fault kind or trigger form is a row there
-# plus its class above; nothing here names a kind, a key or a default.
+# (plus, for a trigger form, its class above); nothing here names a kind, a key or a default.
 
 
 def _class_of(name: str, base: type) -> Any:
-    """The class a schema row names, checked at import: a row without its class (or a class
-    whose ``kind`` differs from its row) fails loudly here, not on first use."""
+    """The trigger class a schema row names, checked at import: a row without its class
+    fails loudly here, not on first use."""
     cls = globals().get(name)
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ImportError(f"harness.sim.schema names {name!r}, which is no {base.__name__} "
@@ -527,10 +546,6 @@ def _class_of(name: str, base: type) -> Any:
     return cls
 
 
-_KINDS: dict[str, type[Fault]] = {kind: _class_of(row.cls, Fault) for kind, row in schema.FAULT_KINDS.items()}
-for _kind, _cls in _KINDS.items():
-    if _cls.kind != _kind:
-        raise ImportError(f"{_cls.__name__}.kind={_cls.kind!r}, but harness.sim.schema says {_kind!r}")
 _TRIGGER_CLASSES: dict[str, type[Trigger]] = {form.key: _class_of(form.cls, Trigger) for form in schema.TRIGGERS}
 #: trigger class name -> (key, field) of each field it checks at construction
 _TRIGGER_FIELDS: dict[str, tuple[tuple[schema.Key, str], ...]] = {
@@ -541,11 +556,6 @@ _TRIGGER_FORMS: dict[type[Trigger], schema.TriggerForm] = {
 SPEC_KEYS = schema.SPEC_KEYS
 
 
-def fault_class(kind: str) -> type[Fault]:
-    """The ``Fault`` class of a spec kind (``"kill_node"`` -> ``NodeKill``)."""
-    return _KINDS[kind]
-
-
 def from_spec(spec: dict[str, Any]) -> ScheduledFault:
     """``{"kind": "kill_node", "node": 1, "at_step": 8, "rank": 0}`` -> a ScheduledFault.
     Keys, triggers and defaults: ``harness.sim.schema`` (``python -m harness.sim.schema``
@@ -554,7 +564,7 @@ def from_spec(spec: dict[str, Any]) -> ScheduledFault:
     spec = schema.modern_spec(spec)
     schema.check_fault_spec(spec)
     row = schema.FAULT_KINDS[spec["kind"]]
-    fault = _KINDS[row.kind](**{p.name: spec[p.name] for p in row.params if p.name in spec})
+    fault = fault_class(row.kind)(**{p.name: spec[p.name] for p in row.params if p.name in spec})
     form = schema.trigger_form(spec)
     if form is None:  # no trigger key: the default trigger
         spec = {**spec, **schema.DEFAULT_TRIGGER}
@@ -587,8 +597,22 @@ def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
     return data
 
 
+#: the built-in kinds' classes, each registered with its row (other modules: ``register``)
+BUILT_IN: tuple[type[Fault], ...] = (
+    WorkerKill, WorkerHang, AgentKill, NodeKill, NodeRemove, NodeAdd, NodeFreeze, StoreHostKill,
+    Partition, Heal, PacketLoss, Bandwidth, LinkDown, SlowNode, MemoryLimit, DiskFull, SlowIO, IoError)
+for _cls in BUILT_IN:
+    register(schema.FAULT_KINDS[_cls.kind], _cls)
+for _row in list(schema.FAULT_KINDS.values()):  # a row written without its class: one made from it
+    register(_row)
+
+
 def __getattr__(name: str) -> Any:
-    """Old class names (``WorkerCrash``...) still work, with a DeprecationWarning."""
+    """The class of a kind registered without one written out (``register(row)``), by its
+    name; old class names (``WorkerCrash``...), with a DeprecationWarning."""
+    made = next((cls for cls in _CLASSES.values() if cls.__name__ == name), None)
+    if made is not None:
+        return made
     new = schema.RENAMED_CLASSES.get(name)
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

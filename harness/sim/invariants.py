@@ -13,6 +13,7 @@ from typing import Any
 from harness.agent import WorkerState
 from harness.errors import ElasticError
 from harness.sim.net_invariants import cut_off_from_store, split_brain, unfenced_workers
+from harness.sim.schema import kinds_where
 from harness.sim.timeline import HARNESS, Timeline
 
 __all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS"]
@@ -30,10 +31,12 @@ LEGAL_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
 }
 
 #: faults after which a node's agent is gone (or frozen) and cannot report its workers'
-#: exits; ``store_host_loss`` names a target node only when a node hosted the store
-_AGENT_LOSING_FAULTS = {"agent_kill", "node_kill", "node_freeze", "store_host_loss"}
+#: exits (their rows say so; ``kill_store_host`` names a target node only when a node
+#: hosted the store). Live sets: a kind registered later is judged by its row too, and a
+#: retired event name (``node_kill``) by its kind's
+_AGENT_LOSING_FAULTS = kinds_where(lambda row: row.agent_losing, "agent-losing")
 #: faults that are plain worker failures: each costs exactly one restart
-_WORKER_FAILURES = {"worker_kill", "worker_exit_order"}
+_WORKER_FAILURES = kinds_where(lambda row: row.worker_failure, "worker failures")
 
 
 class InvariantViolation(ElasticError):

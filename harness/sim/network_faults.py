@@ -40,6 +40,7 @@ class NetworkFaults:
         the rendezvous store -- or a list of nodes); ``direction`` "in" or "out" cuts one
         way only. No RST, no FIN: the others learn nothing until their timeouts say so."""
         self._target.node(node)
+        peers = peers if isinstance(peers, str) else list(peers)  # a spec's tuple, a TOML array
         self._record(self._target.net.partition(node, peers=self._store_peers(peers), direction=direction))
 
     def packet_loss(self, node: int, probability: float) -> None:

@@ -104,7 +104,7 @@ class NodeLedger:
         self._await_stop(node)
         with self._lock:
             if node not in self._exits and node not in self._terminal:
-                self._record_terminal(node, "node_freeze", exitcode=None, signal=int(signal.SIGSTOP))
+                self._record_terminal(node, "freeze_node", exitcode=None, signal=int(signal.SIGSTOP))
         self._bus.notify(lifecycle=True)  # Job.wait no longer waits for it
 
     def _note_exit(self, node: int, code: int) -> None:
@@ -123,7 +123,7 @@ class NodeLedger:
         if states and states[-1] in _FINAL:
             return
         code = how.get("exitcode")
-        state = WorkerState.SUCCEEDED if cause == "node_leave" and code == 0 else WorkerState.FAILED
+        state = WorkerState.SUCCEEDED if cause == "remove_node" and code == 0 else WorkerState.FAILED
         self._terminal.add(node)
         self._events.emit("state", node=node, state=state.value, source=HARNESS, cause=cause, **how)
 

@@ -1,9 +1,11 @@
 """A job's process faults (``job.processes``): signal, kill, freeze, remove and add the
 processes of a simulated job (workers, agents, whole nodes, the store's host).
 
-Each resolves its target first (an unknown node or rank raises ``ConfigError``, a target
-not running yet ``TargetNotReady``), so a fault that cannot hit anything is never recorded
-as fired; then records the ``fault`` event, then acts. What the harness does to a node is
+Each method is named as its fault kind (``harness.sim.schema.FAULT_KINDS``), takes the
+row's parameters (``Fault.apply`` calls it with them) and records its ``fault`` event under
+that name. Each resolves its target first (an unknown node or rank raises ``ConfigError``, a
+target not running yet ``TargetNotReady``), so a fault that cannot hit anything is never
+recorded as fired; then records the ``fault`` event, then acts. What the harness does to a node is
 told to the job's ledger first (``ledger.harm``) so that the node's exit, reaped by the
 harness, gets a terminal entry on its own timeline naming the cause. Exit-code orders (a
 worker exits with a code at a step of its own choosing) are left here too, as files the
@@ -46,7 +48,7 @@ class ProcessFaults:
         if local_rank not in starts:
             raise TargetNotReady("local_rank", local_rank, f"has not started on node {node} yet")
         rank = starts[local_rank]["rank"]
-        self._target.harness_events.emit("fault_armed", fault="worker_exit_order", target_node=node,
+        self._target.harness_events.emit("fault_armed", fault="kill_worker", target_node=node,
                                          local_rank=local_rank, rank=rank, exit_code=exit_code)
         path = write_exit_order(self._target.orders_dir, rank, exit_code)
         self._orders[path] = (f"exit {exit_code} ordered for node {node} local rank {local_rank}",
@@ -56,7 +58,7 @@ class ProcessFaults:
     def order_exit_at(self, rank: int, step: int, exit_code: int, what: str) -> None:
         """Rank ``rank`` exits with ``exit_code`` when it reports step ``step`` (an exact
         (rank, step) crash, obeyed by the worker itself); ``what`` names it in ``unobeyed``."""
-        self._target.harness_events.emit("fault_armed", fault="worker_exit_order", rank=rank,
+        self._target.harness_events.emit("fault_armed", fault="kill_worker", rank=rank,
                                          step=step, exit_code=exit_code)
         path = write_exit_order(self._target.orders_dir, rank, exit_code, step)
         self._orders[path] = (what, f"rank {rank} reported no step {step} — does the script call "
@@ -78,22 +80,28 @@ class ProcessFaults:
         host = store.node
         where = {"target_node": host} if host is not None else {}
         if host is not None:
-            target.ledger.harm(host, "store_host_loss")
-        record_fault(target, "store_host_loss", store=store.describe(), **where)
+            target.ledger.harm(host, "kill_store_host")
+        record_fault(target, "kill_store_host", store=store.describe(), **where)
         store.kill()
         if host is not None:
             target.ledger.await_exit(host)
 
-    def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL) -> None:
-        """The worker dies of ``sig``; its agent must notice and restart the group."""
+    def kill_worker(self, node: int, local_rank: int, sig: int = signal.SIGKILL,
+                    exit_code: int | None = None) -> None:
+        """The worker dies of ``sig``; its agent must notice and restart the group. With
+        ``exit_code`` it exits with that code at its next ``report_step`` instead (an
+        order it obeys, recording the fault itself when it does: ``order_exit``)."""
+        if exit_code is not None:
+            self.order_exit(node, local_rank, exit_code)
+            return
         pid = self._worker_pid(node, local_rank)
-        record_fault(self._target, "worker_kill", target_node=node, local_rank=local_rank, sig=int(sig))
+        record_fault(self._target, "kill_worker", target_node=node, local_rank=local_rank, sig=int(sig))
         _kill(pid, sig)
 
     def hang_worker(self, node: int, local_rank: int) -> None:
         """SIGSTOP: the worker is stuck, not dead."""
         pid = self._worker_pid(node, local_rank)
-        record_fault(self._target, "worker_hang", target_node=node, local_rank=local_rank)
+        record_fault(self._target, "hang_worker", target_node=node, local_rank=local_rank)
         _kill(pid, signal.SIGSTOP)
 
     def kill_agent(self, node: int) -> None:
@@ -101,8 +109,8 @@ class ProcessFaults:
         harness reaped the agent (its terminal entry is on the timeline); ``FaultError`` if
         it was not reaped within ``job.ledger.reap_timeout``."""
         agent = self._live_node(node)
-        self._target.ledger.harm(node, "agent_kill")
-        record_fault(self._target, "agent_kill", target_node=node)
+        self._target.ledger.harm(node, "kill_agent")
+        record_fault(self._target, "kill_agent", target_node=node)
         _kill(agent.pid, signal.SIGKILL)
         self._target.ledger.await_exit(node)
 
@@ -115,7 +123,7 @@ class ProcessFaults:
         crash = lose_unsynced or torn
         if crash:
             self._target.storage.require("lose_unsynced")
-        self._signal_node(node, "node_kill", signal.SIGKILL,
+        self._signal_node(node, "kill_node", signal.SIGKILL,
                           **({"lose_unsynced": True, "torn": torn} if crash else {}))
         self._target.ledger.await_exit(node)
         if crash:
@@ -124,19 +132,19 @@ class ProcessFaults:
     def remove_node(self, node: int) -> None:
         """Graceful leave: SIGTERM to the agent (its terminal entry follows its exit)."""
         agent = self._live_node(node)
-        self._target.ledger.harm(node, "node_leave")
-        record_fault(self._target, "node_leave", target_node=node)
+        self._target.ledger.harm(node, "remove_node")
+        record_fault(self._target, "remove_node", target_node=node)
         _kill(agent.pid, signal.SIGTERM)
 
     def freeze_node(self, node: int) -> None:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
         is written once the agent is stopped (it never writes again)."""
-        self._signal_node(node, "node_freeze", signal.SIGSTOP)
+        self._signal_node(node, "freeze_node", signal.SIGSTOP)
         self._target.ledger.await_frozen(node)
 
     def add_node(self) -> int:
         """A new node joins (scale up); recorded as a fault, returns its index."""
-        record_fault(self._target, "node_join", target_node=len(self._target.nodes))
+        record_fault(self._target, "add_node", target_node=len(self._target.nodes))
         return self._target.start_node()
 
     def signal_node_processes(self, node: int, sig: int) -> None:

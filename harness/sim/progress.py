@@ -33,7 +33,7 @@ _schedstat_pid: int | None = None
 
 def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
     """Exit now if the harness left an exit-code order for this rank at this step; the
-    fault is recorded here, at the moment it happens."""
+    fault is recorded here, at the moment it happens (a ``kill_worker`` with its ``exit_code``)."""
     orders = os.environ.get(ORDERS_ENV)
     if not orders:
         return
@@ -47,7 +47,7 @@ def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
             continue
         import sys
 
-        writer.emit("fault", fault="worker_exit_order", rank=rank, step=step, exit_code=code,
+        writer.emit("fault", fault="kill_worker", rank=rank, step=step, exit_code=code,
                     local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                     target_node=writer.node)
         print(f"[harness] rank {rank}: exiting with code {code} at step {step} (injected)",

@@ -20,19 +20,21 @@ was printed from contained). Now each door derives from the tables below:
 * chaos kinds (``--elastic-faults``): each ``FaultKind.chaos`` name, plus ``CHAOS_ALIASES``
   (``scale`` = ``remove_node`` + ``add_node``); ``harness.sim.chaos`` generates faults from the row.
 
-**Adding a fault kind** (e.g. the network faults: partition, heal, packet_loss, bandwidth,
-link_down) is one row in ``FAULT_KINDS`` here plus its ``Fault`` subclass in
-``harness.sim.faults`` (a frozen dataclass whose ``kind`` is the row's ``kind`` and whose
-fields are the row's ``params``, same defaults). One name per fault: the ``kind`` is the
-name of the ``Job`` method its ``apply`` calls, the ``chaos`` name (if any) is the same, and
-the class is the method's words turned round (``kill_node`` -> ``NodeKill``); a renamed
-spelling goes in the ``RENAMED_*`` tables, which keep it working with a DeprecationWarning.
-Nothing else changes: from_spec/to_spec, the scenario check and reference,
-``--elastic-schedule`` and, if the row names a ``chaos``
-kind, ``--elastic-faults`` and the chaos generator (which fills ``node``/``local_rank``
-and draws each ``chaos_choices`` parameter) all follow. ``tests/unit/test_schema.py``
+**The fault row is the whole truth about a kind** (``FaultKind``): its name (the method of
+the job's part that applies it, the scenario and chaos kind, and the name its ``fault``
+event is recorded under), its class, its parameters, the part that applies it, whether it
+lasts, ends an agent or is a plain worker failure, what it needs of the machine (network
+namespaces, FUSE, cgroups). Every place that used to keep its own list of kinds derives it
+from the rows (``kinds_where``): the scenario skips, the report's spans and dead nodes, the
+invariants, chaos. Adding a kind on an existing part is one row here plus the part's
+method of the kind's name (docs/architecture.md, "Adding a fault kind"); its ``Fault``
+class is made from the row unless ``harness.sim.faults`` has one written out, and a kind
+can be added from any module with ``harness.sim.faults.register(row)``. A renamed spelling
+goes in the ``RENAMED_*`` tables, which keep it working with a DeprecationWarning; the
+fault events of older runs, recorded under retired names (``worker_kill``...), are read
+in today's spelling (``RENAMED_EVENTS``, ``modern_event``). ``tests/unit/test_schema.py``
 round-trips every row and fails if the class and the row disagree. A new trigger form is
-likewise one ``TriggerForm`` row plus its ``Trigger`` subclass. A new ``Cluster`` keyword
+one ``TriggerForm`` row plus its ``Trigger`` subclass. A new ``Cluster`` keyword
 is one ``Key`` in ``CLUSTER_OPTIONS`` (put it in ``PLUGIN_OWNED`` if the plugin, not the
 test author, provides it, as it does ``chaos``).
 
@@ -52,7 +54,7 @@ Bad input is reported as one line naming the key (or kind) and what is valid, in
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,10 +81,13 @@ from harness.sim.checks import (
 )
 
 __all__ = [
-    "Key", "FaultKind", "TriggerForm",
+    "Key", "FaultKind", "TriggerForm", "KindSet",
     "CLUSTER_OPTIONS", "PLUGIN_OWNED", "TIMEOUT", "MARKER_OPTIONS", "JOB_ONLY_OPTIONS",
     "SCENARIO_JOB_OPTIONS", "EXPECT_KEYS", "SCENARIO_TABLES",
-    "FAULT_KINDS", "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS",
+    "FAULT_KINDS", "NODE", "LOCAL_RANK", "DISK", "NETNS", "FUSE", "CGROUPS", "NEEDS", "UNTIL_HEALED", "UNTIL_END",
+    "add_kind", "remove_kind", "kinds_where", "needs_of",
+    "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS", "RENAMED_EVENTS",
+    "event_kind", "modern_event",
     "deprecated", "modern_spec", "vocabulary_table", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
     "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
     "START_METHODS", "STATES",
@@ -106,6 +111,9 @@ class Key:
     shown: str | None = None
     #: spec value -> the Python value a dataclass field holds (``on_state`` -> WorkerState)
     load: Callable[[Any], Any] | None = None
+    #: what a spec that sets this key (to a true value) needs of the machine, as
+    #: ``FaultKind.needs`` (``lose_unsynced``, ``on_file``: the harness's FUSE filesystem)
+    needs: str | None = None
 
     def validate(self, value: Any) -> None:
         """Raise ``ConfigError`` (one line: ``name=value must be ...``) if ``value`` is bad."""
@@ -233,95 +241,210 @@ DISK = Key("node", None, "the node whose local disk it hits (none: the shared fi
 LOCAL_RANK = Key("local_rank", 0, "local rank of the worker on that node", integer(0))
 
 
+#: what a fault may need of the machine (``FaultKind.needs``): a scenario that has a fault
+#: needing one is skipped, saying what is missing, where it cannot be had
+NETNS = "netns"  # nodes as network hosts: a namespace each (Cluster(network="netns"))
+FUSE = "fuse"  # the harness's FUSE filesystem (harness.sim.storage)
+CGROUPS = "cgroups"  # a cgroup per node (harness.sim.resources)
+NEEDS = (NETNS, FUSE, CGROUPS)
+#: how long a fault lasts (``FaultKind.lasts``; None: it is an act, over once done)
+UNTIL_HEALED = "healed"  # until ``job.heal()`` ends it (or the job's end)
+UNTIL_END = "end"  # until the job's end: a stopped process stays stopped until reaped
+
+
 @dataclass(frozen=True)
 class FaultKind:
-    """A fault kind: its spec name, its ``Fault`` class and the keys that class takes."""
+    """A fault kind, the whole truth about it: every place that treats kinds differently
+    (the scenario skips, the report, the invariants, chaos) asks these fields, never a list
+    of names of its own, so that a new kind is this row and its part's method."""
 
-    kind: str  # = the class's ``kind``
-    cls: str  # class name in harness.sim.faults
+    #: its one name: the method of ``job.<part>`` that applies it (and the ``Job`` method,
+    #: where the row is ``public``), its scenario and chaos kind, and the name its ``fault``
+    #: event is recorded under (``{"kind": "fault", "fault": "kill_worker"...}``)
+    kind: str
+    cls: str  # its ``Fault`` class's name (in harness.sim.faults, or made from this row)
     params: tuple[Key, ...]  # = the class's dataclass fields, same order and defaults
     doc: str
-    chaos: str | None = None  # its --elastic-faults name (None: chaos never generates it)
+    #: the part of the job that applies it: ``Fault.apply`` calls ``job.<part>.<kind>(**params)``
+    #: ("processes", "network", "storage", "resources"); None: its class applies itself
+    #: (``heal`` ends the lasting faults of every part)
+    part: str | None = None
+    chaos: str | None = None  # its --elastic-faults name (= kind; None: chaos never generates it)
     #: nodes it takes out of (-1) or adds to (+1) the job; chaos keeps min_nodes alive
     membership: int = 0
     #: parameter -> values chaos draws from (``node``/``local_rank`` it always fills)
     chaos_choices: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
-    #: a fault that lasts: chaos follows it with a ``heal`` of its node, this many seconds
-    #: later (drawn from the range), so every job ends healed and its outcome is decidable
+    #: a fault that lasts until healed: chaos follows it with a ``heal`` of its node, this
+    #: many seconds later (drawn from the range), so every job ends healed and its outcome is decidable
     heal_after: tuple[float, float] | None = None
+    #: how long it lasts once applied (the report draws it as a span): None, an act;
+    #: ``UNTIL_HEALED``; ``UNTIL_END`` (a SIGSTOPped worker or node)
+    lasts: str | None = None
+    #: it is a failure that may use one of the job's restarts (not a membership change or a
+    #: slowdown): chaos keeps one restart for each it draws
+    failure: bool = False
+    #: a plain worker failure: it costs exactly one restart, so a job that fails with fewer
+    #: of them than ``max_restarts`` broke an invariant
+    worker_failure: bool = False
+    #: after it the target node's agent is gone or stopped, so it cannot stop its workers
+    #: (the no-overlap invariant excuses that node) and, with ``membership`` -1 and
+    #: ``lasts`` None, the report draws the node killed (without: left)
+    agent_losing: bool = False
+    #: what it needs of the machine (``NEEDS``); a parameter may add one (``Key.needs``)
+    needs: tuple[str, ...] = ()
+    #: part of the README's API: a one-line ``Job`` method of its name, its class exported by
+    #: ``harness.faults``, a line of README's table (``vocabulary_table``). A new kind is
+    #: complete without (scenarios, chaos, ``job.inject``, ``job.<part>.<kind>``)
+    public: bool = False
+
+    def __post_init__(self) -> None:
+        """A row that contradicts itself fails where it is written (here or in ``register``)."""
+        if self.chaos not in (None, self.kind):
+            raise ConfigError("chaos", self.chaos, f"must be None or the kind's own name {self.kind!r}")
+        if self.lasts not in (None, UNTIL_HEALED, UNTIL_END):
+            raise ConfigError("lasts", self.lasts, f"must be None, {UNTIL_HEALED!r} or {UNTIL_END!r}")
+        if self.heal_after is not None and self.lasts != UNTIL_HEALED:
+            raise ConfigError("heal_after", self.heal_after, f"needs lasts={UNTIL_HEALED!r} (a heal ends it)")
+        if self.worker_failure and not self.failure:
+            raise ConfigError("worker_failure", True, "needs failure=True (it uses a restart)")
+        unknown = sorted(set(self.needs) - set(NEEDS))
+        if unknown:
+            raise ConfigError("needs", self.needs, f"names {unknown}; each must be one of {', '.join(NEEDS)}")
 
 
-#: One name per fault: a row's ``kind`` is its ``Job`` method's name, its scenario kind and
-#: (where chaos draws it) its chaos kind; its class is the method's words turned round
-#: (``kill_node`` -> ``NodeKill``). README.md's table of faults is
-#: ``vocabulary_table()`` (tests/unit/test_schema.py keeps them equal).
+#: One name per fault: a row's ``kind`` is its part's method, its ``Job`` method, its scenario
+#: kind, its chaos kind (where chaos draws it) and its event name; its class is the method's
+#: words turned round (``kill_node`` -> ``NodeKill``). README.md's table of faults is
+#: ``vocabulary_table()`` (tests/unit/test_schema.py keeps them equal). Rows added at run
+#: time (``harness.sim.faults.register``) join this dict (``add_kind``).
 FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("kill_worker", "WorkerKill",
               (NODE, LOCAL_RANK, Key("sig", 9, "signal that kills the worker", integer(1)),
                Key("exit_code", None, "exit with this code at the worker's next report_step "
                    "instead of a signal", optional(integer(0)), example=3)),
-              "a worker dies (of a signal, or exits with a code)", chaos="kill_worker",
-              chaos_choices={"sig": (9, 15)}),
+              "a worker dies (of a signal, or exits with a code)", part="processes", chaos="kill_worker",
+              chaos_choices={"sig": (9, 15)}, failure=True, worker_failure=True, public=True),
     FaultKind("hang_worker", "WorkerHang", (NODE, LOCAL_RANK), "a worker is SIGSTOPped (stuck, not dead)",
-              chaos="hang_worker"),
+              part="processes", chaos="hang_worker", lasts=UNTIL_END, failure=True, public=True),
     FaultKind("kill_agent", "AgentKill", (NODE,), "a node's agent is SIGKILLed; its workers follow",
-              chaos="kill_agent", membership=-1),
+              part="processes", chaos="kill_agent", membership=-1, agent_losing=True, public=True),
     FaultKind("kill_node", "NodeKill",
               (NODE, Key("lose_unsynced", False, "what the node wrote and never fsynced is lost too "
-                         "(needs the harness's FUSE filesystem)", BOOL),
+                         "(needs the harness's FUSE filesystem)", BOOL, needs=FUSE),
                Key("torn", False, "with lose_unsynced: a prefix of the node's last unsynced write survives",
-                   BOOL)),
-              "a node's agent and workers are SIGKILLed at once", chaos="kill_node", membership=-1),
+                   BOOL, needs=FUSE)),
+              "a node's agent and workers are SIGKILLed at once", part="processes", chaos="kill_node",
+              membership=-1, agent_losing=True, public=True),
     FaultKind("remove_node", "NodeRemove", (NODE,), "a node leaves gracefully (SIGTERM to its agent)",
-              chaos="remove_node", membership=-1),
-    FaultKind("add_node", "NodeAdd", (), "a new node joins (scale up)", chaos="add_node", membership=+1),
+              part="processes", chaos="remove_node", membership=-1, public=True),
+    FaultKind("add_node", "NodeAdd", (), "a new node joins (scale up)", part="processes", chaos="add_node",
+              membership=+1, public=True),
     FaultKind("freeze_node", "NodeFreeze", (NODE,), "a whole node is SIGSTOPped (frozen, not dead)",
-              chaos="freeze_node", membership=-1),
-    FaultKind("kill_store_host", "StoreHostKill", (), "the process hosting the rendezvous store dies"),
+              part="processes", chaos="freeze_node", membership=-1, lasts=UNTIL_END, agent_losing=True,
+              public=True),
+    FaultKind("kill_store_host", "StoreHostKill", (), "the process hosting the rendezvous store dies",
+              part="processes", agent_losing=True, public=True),
     # network faults (Cluster(network="netns")); chaos heals each before the job ends
     FaultKind("partition", "Partition",
               (NODE, Key("peers", "all", 'whom the node loses: "all", "store" or [node, ...]', PEERS,
                          example="store"),
                Key("direction", "both", "which packets are dropped", one_of("both", "in", "out"),
                    example="in")),
-              "a node's packets to/from its peers are silently dropped (no RST, no FIN)",
+              "a node's packets to/from its peers are silently dropped (no RST, no FIN)", part="network",
               chaos="partition", membership=-1, chaos_choices={"peers": ("store", "all")},
-              heal_after=(1.0, 4.0)),
+              heal_after=(1.0, 4.0), lasts=UNTIL_HEALED, needs=(NETNS,), public=True),
     FaultKind("heal", "Heal", (Key("node", None, "the node to heal (none: every node)",
                                    optional(integer(0)), example=1),),
-              "a node's lasting faults end (partition, loss, bandwidth, link down, slow_node, memory_limit)"),
+              "a node's lasting faults end (partition, loss, bandwidth, link down, slow_node, memory_limit)",
+              public=True),
     FaultKind("packet_loss", "PacketLoss",
               (NODE, Key("probability", 0.05, "chance each packet is dropped", PROBABILITY)),
-              "a share of a node's packets is dropped", chaos="packet_loss",
-              chaos_choices={"probability": (0.02, 0.05)}, heal_after=(2.0, 5.0)),
+              "a share of a node's packets is dropped", part="network", chaos="packet_loss",
+              chaos_choices={"probability": (0.02, 0.05)}, heal_after=(2.0, 5.0), lasts=UNTIL_HEALED,
+              needs=(NETNS,), public=True),
     FaultKind("bandwidth", "Bandwidth",
-              (NODE, Key("rate", "1mbit", "the link's rate", RATE, example="500kbit")), "a node's link is slowed"),
-    FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)"),
+              (NODE, Key("rate", "1mbit", "the link's rate", RATE, example="500kbit")), "a node's link is slowed",
+              part="network", lasts=UNTIL_HEALED, needs=(NETNS,), public=True),
+    FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)", part="network",
+              lasts=UNTIL_HEALED, needs=(NETNS,), public=True),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
               (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",
                          number(0.01), example=0.5)),
-              "a node's workers get a CPU quota (a straggler; its agent keeps its keep-alive)", chaos="slow_node",
-              chaos_choices={"cpu": (0.1, 0.3)}, heal_after=(2.0, 5.0)),
+              "a node's workers get a CPU quota (a straggler; its agent keeps its keep-alive)", part="resources",
+              chaos="slow_node", chaos_choices={"cpu": (0.1, 0.3)}, heal_after=(2.0, 5.0), lasts=UNTIL_HEALED,
+              needs=(CGROUPS,), public=True),
     FaultKind("memory_limit", "MemoryLimit",
               (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes)', SIZE,
                          example="1G")),
-              "a node's processes share a memory limit: past it the kernel OOM-kills one"),
+              "a node's processes share a memory limit: past it the kernel OOM-kills one", part="resources",
+              lasts=UNTIL_HEALED, failure=True, needs=(CGROUPS,), public=True),  # its OOM kill costs a restart
     # storage faults (the harness's FUSE filesystem); chaos heals each before the job ends
-    FaultKind("disk_full", "DiskFull", (DISK,), "writes and fsyncs on a disk fail with ENOSPC",
-              chaos="disk_full", heal_after=(1.0, 3.0)),
+    FaultKind("disk_full", "DiskFull", (DISK,), "writes and fsyncs on a disk fail with ENOSPC", part="storage",
+              chaos="disk_full", heal_after=(1.0, 3.0), lasts=UNTIL_HEALED, failure=True, needs=(FUSE,),
+              public=True),
     FaultKind("slow_io", "SlowIO",
               (DISK, Key("delay", 0.2, "seconds added to every write and fsync request", number(0))),
-              "every write and fsync on a disk is slower", chaos="slow_io",
-              chaos_choices={"delay": (0.01, 0.05)}, heal_after=(1.0, 3.0)),
+              "every write and fsync on a disk is slower", part="storage", chaos="slow_io",
+              chaos_choices={"delay": (0.01, 0.05)}, heal_after=(1.0, 3.0), lasts=UNTIL_HEALED, needs=(FUSE,),
+              public=True),
     FaultKind("io_error", "IoError",
               (DISK, Key("errno", 5, "the error number I/O fails with (5: EIO)", integer(1)),
                Key("path", "*", "glob of the files whose I/O fails (path below the disk, or name)", TEXT,
                    example="*.distcp"),
                Key("probability", 1.0, "chance each operation fails", PROBABILITY, example=0.5)),
-              "I/O on matching files fails with an errno", chaos="io_error",
-              chaos_choices={"probability": (0.05, 0.2)}, heal_after=(1.0, 3.0)),
+              "I/O on matching files fails with an errno", part="storage", chaos="io_error",
+              chaos_choices={"probability": (0.05, 0.2)}, heal_after=(1.0, 3.0), lasts=UNTIL_HEALED,
+              failure=True, needs=(FUSE,), public=True),
 )}
+
+
+class KindSet(Set[str]):
+    """The kinds whose row passes a test, read from ``FAULT_KINDS`` at each use, so that a
+    kind registered after the set was made is in it (``kinds_where``). A kind's retired
+    event name is in it too (``"node_kill" in kills``: ``RENAMED_EVENTS``), so the sets
+    judge the events of older runs as they judge today's."""
+
+    def __init__(self, test: Callable[[FaultKind], bool], doc: str = ""):
+        self._test = test
+        self._doc = doc
+
+    def __contains__(self, kind: object) -> bool:
+        row = FAULT_KINDS.get(event_kind(kind)) if isinstance(kind, str) else None
+        return row is not None and self._test(row)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([kind for kind, row in FAULT_KINDS.items() if self._test(row)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"KindSet({self._doc or 'kinds'}: {', '.join(self)})"
+
+
+def kinds_where(test: Callable[[FaultKind], bool], doc: str = "") -> KindSet:
+    """The live set of the kinds whose row passes ``test`` (``doc`` names it in its repr):
+    ``kinds_where(lambda row: row.agent_losing)``."""
+    return KindSet(test, doc)
+
+
+def add_kind(row: FaultKind) -> None:
+    """Make ``row`` a kind of the vocabulary: specs, scenario files, ``--elastic-schedule``,
+    and (with a ``chaos`` name) ``--elastic-faults`` and the chaos generator accept it from
+    now on. ``harness.sim.faults.register`` calls this with the row's class: use that."""
+    known = FAULT_KINDS.get(row.kind)
+    if known is not None and known != row:
+        raise ConfigError("kind", row.kind, "is a fault kind already (with another row); "
+                          "remove_kind it first or choose another name")
+    FAULT_KINDS[row.kind] = row
+    _derive()
+
+
+def remove_kind(kind: str) -> None:
+    """Forget a kind added with ``add_kind`` (``harness.sim.faults.unregister``)."""
+    FAULT_KINDS.pop(kind, None)
+    _derive()
 
 #: old spellings, each still accepted with a DeprecationWarning naming the new one
 RENAMED_KINDS: dict[str, str] = {
@@ -335,6 +458,32 @@ RENAMED_CLASSES: dict[str, str] = {
     "WorkerCrash": "WorkerKill", "NodeLeave": "NodeRemove", "NodeJoin": "NodeAdd",
     "StoreHostLoss": "StoreHostKill", "HealthyThenAfter": "AfterHealthy"}
 RENAMED_SPEC_KEYS: dict[str, str] = {"after": "after_healthy"}
+#: the names fault events were recorded under before each was recorded under its kind, ->
+#: the kind: event files and reports of older runs name them so (and an exit-code crash
+#: was ``worker_exit_order``). Read through ``event_kind``/``modern_event`` wherever events
+#: are read (the timeline, the invariants' and the report's kind sets, the report)
+RENAMED_EVENTS: dict[str, str] = {**RENAMED_KINDS, "worker_kill": "kill_worker", "worker_exit_order": "kill_worker"}
+#: the fields of an event that name a fault kind: ``fault`` (a ``fault`` or ``fault_armed``
+#: event) and ``cause`` (what the harness did to a node that ended: ``node_exit``, ``state``)
+_KIND_FIELDS = ("fault", "cause")
+_NAMING_EVENTS = frozenset({"fault", "fault_armed", "node_exit", "state"})
+
+
+def event_kind(name: Any) -> Any:
+    """A recorded fault name in today's spelling: ``"worker_kill"`` -> ``"kill_worker"``
+    (anything else as it is)."""
+    return RENAMED_EVENTS.get(name, name) if isinstance(name, str) else name
+
+
+def modern_event(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with a retired fault name in its ``fault`` or ``cause`` field in today's
+    spelling (a copy); the event itself when it has none (the common case: no copy; most
+    of a long job's events are steps, passed over at the cost of one lookup)."""
+    if event.get("kind") not in _NAMING_EVENTS:
+        return event
+    renamed = {name: RENAMED_EVENTS[value] for name in _KIND_FIELDS
+               if isinstance(value := event.get(name), str) and value in RENAMED_EVENTS}
+    return {**event, **renamed} if renamed else event
 
 
 def deprecated(old: str, new: str, where: str) -> None:
@@ -387,7 +536,8 @@ TRIGGERS: tuple[TriggerForm, ...] = (
                                      integer(1)), "size"),),
                 "a round of a given size forms"),
     TriggerForm("OnFile", ((Key("on_file", "*", "a file matching this glob is created or renamed (held there "
-                                "until the fault is applied)", TEXT, example="*.metadata.tmp"), "path_glob"),
+                                "until the fault is applied)", TEXT, example="*.metadata.tmp", needs=FUSE),
+                            "path_glob"),
                            (Key("file_node", None, "node whose process creates or renames it (default: any)",
                                 optional(integer(0)), example=0), "node")),
                 "a file is created or renamed"),
@@ -398,9 +548,30 @@ AFTER_PREVIOUS = Key("after_previous", False, "arm the trigger only once the fau
                      BOOL)
 
 _TRIGGER_KEYS = {key.name: form for form in TRIGGERS for key, _ in form.fields}
-SPEC_KEYS: frozenset[str] = frozenset(
-    {"kind", AFTER_PREVIOUS.name} | {p.name for row in FAULT_KINDS.values() for p in row.params}
-    | set(_TRIGGER_KEYS))
+
+
+class _SpecKeys(Set[str]):
+    """Every key a fault spec may have, read from the rows at each use (so a kind added
+    with ``add_kind`` brings its keys to every copy of this set)."""
+
+    def _now(self) -> frozenset[str]:
+        return frozenset({"kind", AFTER_PREVIOUS.name} | {p.name for row in FAULT_KINDS.values() for p in row.params}
+                         | set(_TRIGGER_KEYS))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._now()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __repr__(self) -> str:
+        return f"SPEC_KEYS({', '.join(sorted(self))})"
+
+
+SPEC_KEYS: Set[str] = _SpecKeys()
 
 
 def keys_of(kind: str) -> tuple[str, ...]:
@@ -450,13 +621,37 @@ def trigger_form(spec: Mapping[str, Any]) -> TriggerForm | None:
     return next((form for form in TRIGGERS if form.key in spec), None)
 
 
+def needs_of(spec: Mapping[str, Any]) -> frozenset[str]:
+    """What a fault spec needs of the machine (``NEEDS``): its kind's ``needs`` and those of
+    each key it sets to a true value (``lose_unsynced = true``, an ``on_file`` trigger)."""
+    row = FAULT_KINDS.get(event_kind(spec.get("kind")))
+    keys = {p.name: p for p in row.params} if row is not None else {}
+    keys.update({key.name: key for form in TRIGGERS for key, _ in form.fields})
+    return frozenset(row.needs if row is not None else ()) | {
+        key.needs for name, key in keys.items() if key.needs and spec.get(name)}
+
+
 # -- chaos kinds (--elastic-faults) ---------------------------------------------------------
 
-CHAOS_KINDS: dict[str, FaultKind] = {row.chaos: row for row in FAULT_KINDS.values() if row.chaos}
+#: chaos kind -> its row (kept by ``add_kind``: one dict, updated in place)
+CHAOS_KINDS: dict[str, FaultKind] = {}
 #: --elastic-faults names that stand for several kinds (README.md's chaos kind groups: "scale" is both directions)
 CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("remove_node", "add_node")}
-CHAOS_CHOICES: tuple[str, ...] = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
+#: every --elastic-faults name (``add_kind`` rebinds it: read it as ``schema.CHAOS_CHOICES``)
+CHAOS_CHOICES: tuple[str, ...] = ()
 DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("kill_worker",)
+
+
+def _derive() -> None:
+    """The chaos tables, made again from ``FAULT_KINDS`` whenever a kind is added or
+    removed, so that ``--elastic-faults`` and chaos see the kinds registered at run time."""
+    global CHAOS_CHOICES
+    CHAOS_KINDS.clear()
+    CHAOS_KINDS.update({row.chaos: row for row in FAULT_KINDS.values() if row.chaos})
+    CHAOS_CHOICES = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
+
+
+_derive()
 
 
 def parse_chaos_kinds(text: str | None) -> tuple[str, ...]:
@@ -555,11 +750,12 @@ def marker_signature() -> str:
 
 
 def vocabulary_table() -> str:
-    """The faults, one row each, as README.md shows them (Markdown): the one name each
-    has as ``Job`` method, scenario kind and chaos kind, and its class."""
+    """The faults of the README's API (``FaultKind.public``), one row each, as README.md
+    shows them (Markdown): the one name each has as ``Job`` method, scenario kind and chaos
+    kind, and its class. Every kind, public or not, is in ``scenario_reference()``."""
     lines = ["| fault class | Job method | scenario kind | chaos kind | what it does |",
              "|---|---|---|---|---|"]
-    for row in FAULT_KINDS.values():
+    for row in (row for row in FAULT_KINDS.values() if row.public):
         chaos = f"`{row.chaos}`" if row.chaos else "—"
         lines.append(f"| `{row.cls}` | `job.{row.kind}()` | `{row.kind}` | {chaos} | {row.doc} |")
     aliases = "; ".join(f"`{a}` = {' + '.join(f'`{k}`' for k in kinds)}" for a, kinds in CHAOS_ALIASES.items())

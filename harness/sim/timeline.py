@@ -13,6 +13,11 @@ worker events is the index (``HARNESS_NODE``). The harness's own events have nod
 A ``state`` event with ``"source": "harness"`` is one the harness wrote on a node's behalf:
 the terminal entry of a node it killed, froze or removed (see ``harness.sim.job``).
 A timeline read from a plain ``elastic-run`` stream has host names as node keys instead.
+
+**Fault names.** A fault event names its kind (``"fault": "kill_worker"``); the events of
+older runs name some by a retired name (``worker_kill``, ``node_kill``...): the timeline
+reads those in today's spelling (``harness.sim.schema.modern_event``), so every query,
+the invariants and the report see one name per kind.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from harness.agent import WorkerState
 from harness.errors import ConfigError
+from harness.sim.schema import modern_event
 from harness.sim.training import (
     LOST_CATEGORIES,
     FaultCost,
@@ -165,6 +171,7 @@ class Timeline:
         return added
 
     def _add(self, event: dict[str, Any]) -> None:
+        event = modern_event(event)  # an older run's fault names, in today's spelling
         kind = event.get("kind")
         _insert(self._events, event)
         _insert(self._by_kind.setdefault(kind, []), event)

@@ -13,6 +13,8 @@ import os
 import statistics
 from typing import Any
 
+from harness.sim.schema import event_kind
+
 __all__ = ["index_rows", "write_index", "INDEX", "SUMMARY", "COLUMNS"]
 
 INDEX = "index.html"
@@ -68,7 +70,8 @@ def index_rows(stats: list[dict[str, Any]], settings: Any = None, directory: str
         test = s.get("elastic_test")
         if not test:
             continue
-        faults = [f for f in str(s.get("elastic_faults", "")).split("; ") if f]
+        # an older session's retired fault names (worker_kill), in today's spelling
+        faults = [event_kind(f) for f in str(s.get("elastic_faults", "")).split("; ") if f]
         rows[test] = {
             "test": test, "outcome": s.get("elastic_outcome", "?"), "jobs": s.get("elastic_jobs", 0),
             "faults": s.get("elastic_fault_count", len(faults)), "fault_kinds": faults,

@@ -18,17 +18,21 @@ from itertools import islice
 from operator import itemgetter
 from typing import Any, cast
 
+from harness.sim.schema import event_kind, kinds_where, modern_event
 from harness.sim.training import TrainingIndex
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "events_of", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
 
+# The kinds the report treats apart, each a live set over the fault rows
+# (``harness.sim.schema.FAULT_KINDS``): a kind registered later is drawn by its row too, and
+# an older run's retired event name (``node_kill``) as its kind.
 #: faults that last until something ends them (a heal, an end event, a duration, the job's end)
-LASTING_FAULTS = frozenset({"partition", "packet_loss", "bandwidth", "link_down", "node_freeze",
-                            "worker_hang", "slow_node", "memory_limit", "disk_full", "slow_io", "io_error"})
-#: faults after which the target node is gone for good (a leaving node: once its agent's last event is out)
-KILL_FAULTS = frozenset({"node_kill", "agent_kill"})
-LEAVE_FAULTS = frozenset({"node_leave"})
+LASTING_FAULTS = kinds_where(lambda row: row.lasts is not None, "lasting")
+#: faults after which the target node is gone for good: killed (its agent lost with it), or
+#: left (its agent ended itself: once its agent's last event is out)
+KILL_FAULTS = kinds_where(lambda row: row.membership < 0 and row.lasts is None and row.agent_losing, "kills")
+LEAVE_FAULTS = kinds_where(lambda row: row.membership < 0 and row.lasts is None and not row.agent_losing, "leaves")
 #: fault kinds that end lasting faults instead of starting one
 _ENDING_FAULTS = frozenset({"heal", "fault_end"})
 _DISTURBED = frozenset({"FAILED", "STOPPED", "UNHEALTHY"})
@@ -236,7 +240,8 @@ def build_model(events: list[dict[str, Any]], label: Callable[[Hashable], str] =
         kind = e.get("kind")
         t = e.get("mono", t0) - t0
         node = e.get("node")
-        if kind == "fault":
+        if kind == "fault":  # an older run's retired fault name (node_kill), in today's spelling
+            e = modern_event(e)
             faults.append(Fault(t, str(e.get("fault", "?")), e.get("target_node"), e))
         elif kind == "heal":  # the harness ended a node's network faults (or every node's)
             faults.append(Fault(t, "heal", e.get("target_node"), e))
@@ -303,7 +308,7 @@ def _attach_data_lost(faults: list[Fault], event: dict[str, Any]) -> None:
     the file (below its filesystem: ``shared/ckpt.pt``, ``node1/disk/x``), how much of it
     was never fsynced, what is left."""
     target = event.get("target_node")
-    kill = next((f for f in reversed(faults) if f.kind == "node_kill" and f.target == target), None)
+    kill = next((f for f in reversed(faults) if f.kind == "kill_node" and f.target == target), None)
     if kill is None:
         return
     for lost in event.get("files", []):
@@ -353,10 +358,10 @@ def _lasting_end(fault: Fault, later: list[Fault], lanes: list[Lane], end: float
     for other in later:  # a heal of this node (or of every node), or an explicit end of this fault
         if other.kind == "heal" and (other.target is None or _same_node(other.target, fault.target)):
             return other.at
-        if other.kind == "fault_end" and other.event.get("of", fault.kind) == fault.kind \
+        if other.kind == "fault_end" and event_kind(other.event.get("of", fault.kind)) == fault.kind \
                 and _same_node(other.target, fault.target):
             return other.at
-    if fault.kind == "worker_hang":  # a hung worker ends when its agent reaps it
+    if fault.kind == "hang_worker":  # a hung worker ends when its agent reaps it
         for lane in lanes:
             if _same_node(lane.key, fault.target):
                 spans = lane.workers.get(fault.event.get("local_rank", 0), [])

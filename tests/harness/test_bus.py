@@ -139,12 +139,12 @@ def test_kill_node_leaves_a_terminal_entry_under_the_integer_index():
         states = job.timeline.states(1)  # right away: kill_node returns once it is recorded
         assert states and states[-1] == WorkerState.FAILED, job.timeline.format()
         [entry] = [e for e in job.timeline.events("state", 1) if e.get("source") == "harness"]
-        assert entry["cause"] == "node_kill" and entry["signal"] == signal.SIGKILL
+        assert entry["cause"] == "kill_node" and entry["signal"] == signal.SIGKILL
         [start] = [e for e in job.timeline.events("node_start") if e["target_node"] == 1]
         assert start["node"] == "harness" and start["pid"] == job.nodes[1].pid
         assert start["label"] == job.node_name(1) == job.timeline.label(1)
         exits = [e for e in job.timeline.events("node_exit") if e["target_node"] == 1]
-        assert [(e["cause"], e["signal"]) for e in exits] == [("node_kill", signal.SIGKILL)]
+        assert [(e["cause"], e["signal"]) for e in exits] == [("kill_node", signal.SIGKILL)]
         assert job.timeline.states(0)[-1] == WorkerState.HEALTHY  # the survivor is untouched
 
 
@@ -167,11 +167,11 @@ def test_a_frozen_node_ends_its_timeline_and_wait_skips_it():
         job.freeze_node(node=1)
         assert job.timeline.states(1)[-1] == WorkerState.FAILED
         [entry] = [e for e in job.timeline.events("state", 1) if e.get("source") == "harness"]
-        assert entry["cause"] == "node_freeze" and entry["signal"] == signal.SIGSTOP
+        assert entry["cause"] == "freeze_node" and entry["signal"] == signal.SIGSTOP
         job.wait(timeout=90)  # the frozen node never finishes; wait does not wait for it
         assert not job.nodes[0].alive() and job.nodes[1].alive()
     exits = {e["target_node"]: e for e in job.timeline.events("node_exit")}
-    assert exits[1]["cause"] == "node_freeze" and exits[1]["signal"] == signal.SIGKILL  # at close
+    assert exits[1]["cause"] == "freeze_node" and exits[1]["signal"] == signal.SIGKILL  # at close
     assert exits[0]["cause"] is None and exits[0]["exitcode"] == 0
     assert not os.path.exists(job.bus.wake_path)
 

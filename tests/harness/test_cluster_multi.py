@@ -123,7 +123,7 @@ def test_worker_kill_on_one_node_restarts_every_node():
         job.kill_worker(node=1, local_rank=0)
         job.wait_for_recovery(timeout=30)
         result = job.wait(timeout=60)
-        assert _fault_kinds(job) == ["worker_kill"]
+        assert _fault_kinds(job) == ["kill_worker"]
         assert result.state == S.SUCCEEDED, job.timeline.format()
         for i in (0, 1):  # every node started a fresh set of workers
             starts = job.timeline.events("worker_start", i)
@@ -145,7 +145,7 @@ def test_exit_code_crash_at_rank_and_step_on_the_second_node():
         [host] = {s["node"] for s in job.timeline.events("worker_start")
                   if s["rank"] == 3 and s["round"] == 0}
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "worker_exit_order" and fault["rank"] == 3
+        assert fault["fault"] == "kill_worker" and fault["rank"] == 3 and fault["exit_code"] == 5
         assert fault["target_node"] == host
         assert result.state == S.SUCCEEDED, job.timeline.format()
         crashed = [e for e in job.timeline.events("worker_exit") if e["exitcode"] == 5]
@@ -158,7 +158,7 @@ def test_worker_hang_on_state_trigger_stops_it_without_a_restart():
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(SLEEPER)
         job.inject(WorkerHang(node=1, local_rank=0), OnState(S.HEALTHY, node=1))
-        _wait_until(lambda: _fault_kinds(job) == ["worker_hang"], 30, "hang fired", job)
+        _wait_until(lambda: _fault_kinds(job) == ["hang_worker"], 30, "hang fired", job)
         pid = job.worker_pids(1)[0]
         _wait_until(lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10,
                     "worker stopped", job)
@@ -180,7 +180,7 @@ def test_agent_kill_workers_follow_and_survivor_continues_alone():
         job.kill_agent(node=1)
         _wait_until(lambda: _gone(orphans), 15, "node 1's workers followed their agent", job)
         result = _finish_survivors(job, [0])
-        assert _fault_kinds(job) == ["agent_kill"]
+        assert _fault_kinds(job) == ["kill_agent"]
         assert result.state == S.SUCCEEDED, job.timeline.format()
         assert result.exit_codes[1] == -signal.SIGKILL and 1 not in result.run_results
         assert job.timeline.world_sizes() == [4, 2]  # the world shrank, no restart used
@@ -200,7 +200,7 @@ def test_node_kill_three_nodes_survivors_shrink():
         victims = [job.nodes[2].pid, *job.worker_pids(2).values()]
         job.kill_node(node=2)
         result = job.wait(timeout=60)
-        assert _fault_kinds(job) == ["node_kill"] and _gone(victims)
+        assert _fault_kinds(job) == ["kill_node"] and _gone(victims)
         assert result.state == S.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [3, 2]
         assert sorted(result.run_results) == [0, 1] and result.exit_codes[2] == -signal.SIGKILL
@@ -217,7 +217,7 @@ def test_graceful_leave_removes_the_node_and_the_rest_continue():
         assert _node_done(job, 1) != 0  # stopped by SIGTERM, as elastic-run exits
         assert _gone(leaving)
         result = job.wait(timeout=60)
-        assert _fault_kinds(job) == ["node_leave"]
+        assert _fault_kinds(job) == ["remove_node"]
         assert result.state == S.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [4, 2]
         assert "stopped by SIGTERM" in job.agent_log(1)
@@ -231,7 +231,7 @@ def test_node_join_grows_the_world():
         assert index == 2
         _wait_until(lambda: job.timeline.world_sizes()[-1:] == [3], 30, "world grew to 3", job)
         result = job.wait(timeout=60)
-        assert _fault_kinds(job) == ["node_join"]
+        assert _fault_kinds(job) == ["add_node"]
         assert result.state == S.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [2, 3]
         assert sorted(result.run_results) == [0, 1, 2] and sorted(result.return_values) == [0, 1, 2]
@@ -244,7 +244,7 @@ def test_node_freeze_survivors_continue_frozen_node_killed_at_close():
         job.inject(NodeFreeze(node=1), OnState(S.HEALTHY))
         _node_done(job, 0)
         result = job.result()
-        assert _fault_kinds(job) == ["node_freeze"]
+        assert _fault_kinds(job) == ["freeze_node"]
         assert result.state == S.SUCCEEDED and sorted(result.run_results) == [0], job.timeline.format()
         assert job.timeline.world_sizes() == [2, 1]
         frozen = job.nodes[1]
@@ -265,7 +265,7 @@ def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store():
         assert _node_done(job, 1, timeout=30) == 1
         result = job.wait(timeout=30)
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "store_host_loss" and fault["target_node"] == 0
+        assert fault["fault"] == "kill_store_host" and fault["target_node"] == 0
         assert result.state == S.FAILED and result.run_results == {}
         assert result.exit_codes[0] == -signal.SIGKILL
         assert f"lost the rendezvous store at {endpoint}" in job.agent_log(1)
@@ -281,7 +281,7 @@ def test_harness_store_loss_fails_every_node():
         job.kill_store_host()
         result = job.wait(timeout=30)
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "store_host_loss" and "target_node" not in fault
+        assert fault["fault"] == "kill_store_host" and "target_node" not in fault
         assert result.state == S.FAILED and result.exit_codes == {0: 1, 1: 1}
         for i in (0, 1):
             assert f"lost the rendezvous store at {endpoint}" in job.agent_log(i)
@@ -295,7 +295,7 @@ def test_harness_store_survives_losing_any_node(victim):
         survivor = 1 - victim
         _node_done(job, survivor)
         result = job.result()
-        assert _fault_kinds(job) == ["node_kill"]
+        assert _fault_kinds(job) == ["kill_node"]
         assert result.state == S.SUCCEEDED and sorted(result.run_results) == [survivor], \
             job.timeline.format()
         assert job.timeline.world_sizes() == [2, 1]
@@ -321,7 +321,7 @@ def test_scheduled_join_after_delay_then_node_kill_on_state():
         job.inject(NodeKill(node=0), OnState(S.HEALTHY, node=2))
         result = job.wait(timeout=60)
         faults = job.timeline.faults()
-        assert [f["fault"] for f in faults] == ["node_join", "node_kill"]
+        assert [f["fault"] for f in faults] == ["add_node", "kill_node"]
         assert faults[1]["target_node"] == 0
         assert result.state == S.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [2, 3, 2]
@@ -341,13 +341,13 @@ def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
         assert job.store.name == "etcd"
         job.inject(NodeKill(node=1), OnState(S.HEALTHY))
         _node_done(job, 0)
-        assert _fault_kinds(job) == ["node_kill"]
+        assert _fault_kinds(job) == ["kill_node"]
         assert job.result().state == S.SUCCEEDED and job.timeline.world_sizes() == [2, 1]
         lost = cluster.launch(SLEEPER)
         lost.wait_for_state(S.HEALTHY, timeout=30)
         lost.kill_store_host()  # etcd dies: no node can go on
         assert lost.wait(timeout=30).exit_codes == {0: 1, 1: 1}
-        assert _fault_kinds(lost) == ["store_host_loss"]
+        assert _fault_kinds(lost) == ["kill_store_host"]
         assert all("lost the etcd rendezvous store" in lost.agent_log(i) for i in (0, 1))
     assert sorted(re.findall(r"SUM rank=(\d) world=2 value=3", capfd.readouterr().out)) == ["0", "1"]
 
@@ -413,8 +413,9 @@ def _start(rank: int, world: int, rnd: int, pid: int) -> tuple[str, dict]:
                             "worker_pid": pid, "round": rnd}
 
 
-@pytest.mark.parametrize("fault, exempt", [("node_freeze", True), ("store_host_loss", True),
-                                           ("node_leave", False)])
+@pytest.mark.parametrize("fault, exempt", [("freeze_node", True), ("kill_store_host", True), ("remove_node", False),
+                                           # an older run's events, recorded under the retired names
+                                           ("node_freeze", True), ("store_host_loss", True), ("node_leave", False)])
 def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, exempt):
     """A frozen node (or node 0 lost with the store it hosted) cannot stop its workers, so
     the survivors' next round may start while they exist; any other node must stop its own."""

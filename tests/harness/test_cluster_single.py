@@ -36,7 +36,7 @@ def test_kill_worker_fault_recovers_and_is_recorded():
         after = job.worker_pids(0)
         assert set(after.values()).isdisjoint(before.values())
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "worker_kill" and fault.detection_latency is not None
+        assert fault["fault"] == "kill_worker" and fault.detection_latency is not None
         assert fault.recovery_latency is not None and fault.recovery_latency >= fault.detection_latency
         exits = job.timeline.events("worker_exit")
         assert any(e["local_rank"] == 1 and e["exitcode"] == -signal.SIGKILL for e in exits)

@@ -37,7 +37,7 @@ def test_signal_crash_on_state_trigger():
         result = job.wait(timeout=60)
         assert result.state == WorkerState.SUCCEEDED
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "worker_kill" and fault["sig"] == signal.SIGTERM
+        assert fault["fault"] == "kill_worker" and fault["sig"] == signal.SIGTERM
         assert any(e["exitcode"] == -signal.SIGTERM for e in job.timeline.events("worker_exit"))
         assert not job.pending_faults()
 
@@ -53,7 +53,7 @@ def test_hang_after_delay_stops_the_worker():
             assert __import__("time").monotonic() < deadline, "worker never stopped"
             __import__("time").sleep(0.02)
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "worker_hang" and fault.recovery_latency is None
+        assert fault["fault"] == "hang_worker" and fault.recovery_latency is None
         assert job.in_state(WorkerState.HEALTHY)  # stuck, not dead: the agent cannot tell
 
 

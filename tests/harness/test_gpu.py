@@ -111,7 +111,7 @@ def test_a_node_joining_after_a_loss_takes_the_freed_slice():
         job.nodes[0].popen.wait(30)
         assert job.add_node() == 2
         assert [job.gpus_for(i) for i in (0, 1, 2)] == [("0",), ("1",), ("0",)]
-        assert [f["fault"] for f in job.timeline.faults()] == ["node_kill", "node_join"]
+        assert [f["fault"] for f in job.timeline.faults()] == ["kill_node", "add_node"]
 
 
 def test_without_gpus_nothing_is_set():

@@ -65,7 +65,7 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(
         [event] = job.timeline.events("storage_lost")
         assert event["target_node"] == 1
         [fault] = job.timeline.faults()
-        assert fault["fault"] == "node_kill" and fault["lose_unsynced"] is True
+        assert fault["fault"] == "kill_node" and fault["lose_unsynced"] is True
         [kill] = build_model(job.timeline.events()).faults  # the report says what it took
         assert "shared/unsynced_1: 97.7 KB never fsynced lost, 0 B left" in kill.data_lost
         job.kill_node(0)

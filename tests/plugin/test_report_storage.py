@@ -17,8 +17,8 @@ def _lost(path: str, synced: int, unsynced: int, after: int, torn: int = 0) -> d
 
 
 EVENTS = [_event(0, 0, "state", state="HEALTHY"), _event(0, 1, "state", state="HEALTHY"),
-          _event(1, "harness", "fault", fault="node_kill", target_node=0),  # another node's kill
-          _event(2, "harness", "fault", fault="node_kill", target_node=1, lose_unsynced=True, torn=True),
+          _event(1, "harness", "fault", fault="node_kill", target_node=0),  # another node's kill (an older run's name)
+          _event(2, "harness", "fault", fault="kill_node", target_node=1, lose_unsynced=True, torn=True),
           _event(2.1, "harness", "storage_lost", target_node=1, torn=True, files=[
                  _lost("shared/ckpt.pt", 0, 100 << 20, 4096, torn=4096), _lost("node1/disk/log", 1000, 500, 1000)]),
           _event(5, 1, "state", state="SUCCEEDED")]

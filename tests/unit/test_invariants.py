@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.agent import WorkerState as S
 from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
 from harness.sim.timeline import Timeline
@@ -102,8 +104,9 @@ def test_the_restart_count_is_never_lowered(tmp_path):
     assert any("round 2: restart count 0 is below round 1's 1" in p for p in problems)
 
 
-def test_failed_job_with_restarts_left(tmp_path):
-    events = good_events()[:6] + [{"node": "harness", "kind": "fault", "fault": "worker_kill"}]
+@pytest.mark.parametrize("name", ["kill_worker", "worker_kill", "worker_exit_order"])  # + an older run's names
+def test_failed_job_with_restarts_left(tmp_path, name):
+    events = good_events()[:6] + [{"node": "harness", "kind": "fault", "fault": name}]
     facts = JobFacts(max_restarts=3, nproc_per_node=2, finished=True, succeeded=False)
     problems = check_timeline(write(tmp_path, events), facts)
     assert any("job failed with 1 injected worker failure" in p for p in problems)
@@ -115,7 +118,7 @@ def test_violation_message_prints_the_timeline(tmp_path):
     assert "something broke" in str(error) and "worker_start" in str(error)
 
 
-def harness_entry(node, s, cause="node_kill"):
+def harness_entry(node, s, cause="kill_node"):
     """The terminal entry the harness writes on the timeline of a node it killed or froze."""
     return {"node": node, "kind": "state", "state": s, "source": "harness", "cause": cause}
 
@@ -132,7 +135,7 @@ def test_agent_states_around_a_harness_entry_are_still_checked(tmp_path):
     """An agent's late line (stopped mid-write, continued at close) after the freeze entry
     is checked against the agent's own previous state: HEALTHY -> UNHEALTHY is fine,
     SUCCEEDED -> HEALTHY is not."""
-    late = [state("a", "INIT"), state("a", "HEALTHY"), harness_entry("a", "FAILED", "node_freeze"),
+    late = [state("a", "INIT"), state("a", "HEALTHY"), harness_entry("a", "FAILED", "freeze_node"),
             state("a", "UNHEALTHY")]
     assert check_timeline(write(tmp_path, late), FACTS) == []
     bad = [state("a", "INIT"), state("a", "HEALTHY"), state("a", "SUCCEEDED"),

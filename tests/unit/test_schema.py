@@ -294,7 +294,7 @@ def _finished_job(tmp_path):
     events = [{"kind": "rendezvous", "run_id": "r", "round": r, "world_size": w, "mono": 1.0 + r, "node": "a"}
               for r, w in enumerate((2, 1, 2))]
     events += [{"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 1.2},
-               {"kind": "fault", "fault": "node_kill", "node": "harness", "mono": 1.8},
+               {"kind": "fault", "fault": "node_kill", "node": "harness", "mono": 1.8},  # an older run's name
                {"kind": "state", "node": "a", "state": "STOPPED", "mono": 1.9},
                {"kind": "worker_start", "node": "a", "restart_count": 1, "mono": 4.9, "worker_pid": 2, "round": 2},
                {"kind": "state", "node": "a", "state": "HEALTHY", "mono": 5.0}]
@@ -316,11 +316,11 @@ def test_every_expect_key_is_enforced(tmp_path):
              "world_sizes": ([2], "world sizes [2, 1, 2], expected [2]"),
              "restarts": (0, "1 restart(s), expected 0"),
              "no_lost_steps": (True, "steps never done: [5, 6, 7, 8, 9]"),
-             "max_recovery_latency": (1.0, "node_kill recovered after 3.20s > 1.0s"),
+             "max_recovery_latency": (1.0, "kill_node recovered after 3.20s > 1.0s"),
              "min_world_size": (2, "world sizes [2, 1, 2], none expected below 2"),
              "final_world_size": (1, "final world size 2, expected 1"),
-             "faults_fired": (2, "1 fault(s) fired ['node_kill'], expected 2"),
-             "max_resume_latency": (3.0, "node_kill: training resumed after 3.30s > 3.0s"),
+             "faults_fired": (2, "1 fault(s) fired ['kill_node'], expected 2"),
+             "max_resume_latency": (3.0, "kill_node: training resumed after 3.30s > 3.0s"),
              "min_goodput": (0.6, "goodput 0.49; lost 3.30 s to 1 fault: detection 0.10 s, recovery 3.00 s, "
                                   "startup 0.20 s, wasted 0.00 s < min_goodput 0.6")}
     # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py); the twin
@@ -409,9 +409,10 @@ _VERBS = ("kill", "hang", "remove", "add", "freeze")
 
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
 def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
-    """The scenario kind is the method ``apply`` calls (on the job's part for it, and the
-    Job's own one-line hand-off has the same name), the chaos kind (if any) is the same word,
-    and the class is the method's words turned round (kill_node -> NodeKill)."""
+    """The scenario kind is the method ``apply`` calls (on the job's part the row names, and
+    for the README's kinds the Job's own one-line hand-off has the same name), the chaos kind
+    (if any) is the same word, and the class is the method's words turned round (kill_node ->
+    NodeKill)."""
     from harness.sim.job import Job
     from harness.sim.network_faults import NetworkFaults
     from harness.sim.process_faults import ProcessFaults
@@ -425,7 +426,8 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     part_classes = {"processes": ProcessFaults, "network": NetworkFaults, "resources": ResourceFaults,
                     "storage": StorageFaults}
     part, _, method = job.called[0].rpartition(".")
-    assert len(job.called) == 1 and method == kind and callable(getattr(Job, kind))
+    assert len(job.called) == 1 and method == kind and part == (row.part or "")
+    assert callable(getattr(Job, kind, None)) == row.public
     assert part == "" or callable(getattr(part_classes[part], kind))
     assert row.chaos in (None, kind)
     verb, _, rest = kind.partition("_")
