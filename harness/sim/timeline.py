@@ -327,16 +327,27 @@ class Timeline:
                 return mono - start
         return None
 
-    def format(self, limit: int = 200) -> str:
-        """The timeline as text, one event a line (what an invariant failure prints)."""
+    def format(self, limit: int = 200, steps: int = 20) -> str:
+        """The timeline as text, one event a line (what a failed job prints). Every event but
+        the steps is kept (the last ``limit`` of them): faults, states, rounds, fences and
+        worker exits are what say why a job went red, and a job's step events outnumber
+        them ten to one (the last 200 events of a red flapping_link were all steps, hiding
+        the fence that explained it); of the steps only the last ``steps`` are shown."""
         events = self.events()
         if not events:
             return "(no events)"
         with self._lock:
             labels = dict(self._labels)
         t0 = events[0].get("mono", 0.0)
-        lines = []
-        for e in events[-limit:]:
+        others = [i for i, e in enumerate(events) if e.get("kind") != "step"]
+        stepped = [i for i, e in enumerate(events) if e.get("kind") == "step"]
+        shown_steps = stepped[-steps:] if steps else []
+        kept = sorted(set(others[-limit:]) | set(shown_steps))
+        hidden = [f"{n} {what}" for n, what in ((len(stepped) - len(shown_steps), "step events"),
+                                                 (len(others) - len(others[-limit:]), "earlier other events"))
+                  if n]
+        lines = [f"({' and '.join(hidden)} not shown)"] if hidden else []
+        for e in (events[i] for i in kept):
             node = e.get("node", "?")
             shown = f"{node}:{labels[node]}" if node in labels else str(node)
             detail = {k: v for k, v in e.items() if k not in ("ts", "mono", "node", "pid", "run_id", "kind")}
