@@ -92,3 +92,15 @@ def test_the_resource_expect_keys_are_enforced(tmp_path):
                                 ("oom_kills", 0, "1 worker(s) killed by the OOM killer, expected 0")):
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
             _scenarios._check_expectations({key: value}, job, result, None, chaotic=False)
+
+
+def test_the_slowdown_floor_scales_with_the_load_the_job_ran_under():
+    """A quota slows only the time a worker would have run: with the ranks already waiting
+    80 % of the time for a CPU (a load of 10 on 2 cores), a 1.5x floor becomes 1.1x."""
+    quiet = rank_rates([step(t, 0, 1, wait=0.0) for t in (0.0, 1.0, 2.0)])
+    loaded = rank_rates([step(0.0, 0, 1, wait=0.0), step(1.0, 0, 1, wait=0.8), step(2.0, 0, 1, wait=1.6),
+                         step(0.0, 1, 2, wait=0.0), step(2.0, 1, 2, wait=0.2)])
+    assert _scenarios.slowdown_floor(1.5, quiet) == (1.5, 0.0)
+    floor, waited = _scenarios.slowdown_floor(1.5, loaded)
+    assert waited == pytest.approx(0.8) and floor == pytest.approx(1.1)
+    assert _scenarios.slowdown_floor(1.5, {}) == (1.5, 0.0)  # no cpu_wait reported: unscaled
