@@ -87,9 +87,9 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
         from harness.sim.digest import state_digest
 
         fields["digest"] = state_digest(state)
-    wait = _cpu_wait()
-    if wait is not None:
-        fields["cpu_wait"] = wait
+    times = _cpu_times()
+    if times is not None:
+        fields["cpu_run"], fields["cpu_wait"] = times
     writer.emit("step", step=int(step), rank=rank, local_rank=int(os.environ.get("LOCAL_RANK", -1)),
                 restart_count=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)), **fields)
     _obey_orders(writer, rank, int(step))
@@ -122,16 +122,18 @@ def report_checkpoint(step: int) -> Iterator[None]:
     share_imports()  # a save may import what the steps did not (torch.distributed.checkpoint)
 
 
-def _cpu_wait() -> float | None:
-    """Seconds this worker's main thread has been runnable but not running (the kernel's
-    run delay; a CPU quota's throttling counts): what names a straggler in step-rate terms
+def _cpu_times() -> tuple[float, float] | None:
+    """Seconds this worker's main thread has run, and has been runnable but not running
+    (the kernel's run delay; a CPU quota's throttling counts): the wait names a straggler in
+    step-rate terms, the run says whether a quota could slow it at all on a loaded machine
     (``harness.sim.training.rank_rates``). None where /proc has no schedstat."""
     global _schedstat, _schedstat_pid
     try:
         if _schedstat is None or _schedstat_pid != os.getpid():  # the fd names one thread: reopen after a fork
             _schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
             _schedstat_pid = os.getpid()
-        return int(os.pread(_schedstat, 128, 0).split()[1]) / 1e9
+        fields = os.pread(_schedstat, 128, 0).split()
+        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
 

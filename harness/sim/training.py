@@ -266,6 +266,8 @@ class RankRate:
     steps: int
     seconds: float
     cpu_wait_s: float | None = None
+    #: of that time, on a CPU (None: not reported)
+    cpu_run_s: float | None = None
 
     @property
     def rate(self) -> float | None:
@@ -282,6 +284,13 @@ class RankRate:
         if self.cpu_wait_s is None or self.seconds <= 0:
             return None
         return min(1.0, max(0.0, self.cpu_wait_s / self.seconds))
+
+    @property
+    def cpu_run(self) -> float | None:
+        """The share of a CPU the rank ran on (0..1)."""
+        if self.cpu_run_s is None or self.seconds <= 0:
+            return None
+        return min(1.0, max(0.0, self.cpu_run_s / self.seconds))
 
 
 def _by_worker(steps: Iterable[Event], since: float | None, until: float | None) -> dict[tuple[int, Any], list[Event]]:
@@ -306,16 +315,24 @@ def rank_rates(steps: Iterable[Event], since: float | None = None,
                until: float | None = None) -> dict[int, RankRate]:
     """rank -> its ``RankRate`` over the step events (``mono`` within [since, until])."""
     by_worker = _by_worker(steps, since, until)
-    totals: dict[int, tuple[int, float, float | None]] = {}
+    totals: dict[int, tuple[int, float, float | None, float | None]] = {}
     for (rank, _pid), found in by_worker.items():
         if len(found) < 2:
             continue
         first, last = found[0], found[-1]
-        waits = (first.get("cpu_wait"), last.get("cpu_wait"))
-        count, seconds, wait = totals.get(rank, (0, 0.0, 0.0))
-        wait = None if wait is None or None in waits else wait + float(waits[1]) - float(waits[0])  # type: ignore[arg-type]
-        totals[rank] = (count + len(found) - 1, seconds + _mono(last) - _mono(first), wait)
+        count, seconds, wait, run = totals.get(rank, (0, 0.0, 0.0, 0.0))
+        totals[rank] = (count + len(found) - 1, seconds + _mono(last) - _mono(first),
+                        _added(wait, first, last, "cpu_wait"), _added(run, first, last, "cpu_run"))
     return {rank: RankRate(rank, *totals[rank]) for rank in sorted(totals)}
+
+
+def _added(total: float | None, first: Event, last: Event, key: str) -> float | None:
+    """``total`` plus how much the cumulative ``key`` grew from ``first`` to ``last``; None
+    once any worker of the rank did not report it."""
+    ends = (first.get(key), last.get(key))
+    if total is None or ends[0] is None or ends[1] is None:
+        return None
+    return total + float(ends[1]) - float(ends[0])
 
 
 def rates_summary(rates: Mapping[int, RankRate]) -> str:

@@ -14,10 +14,12 @@ from harness.sim.training import rank_rates, rates_report, rates_summary, slow_w
 from pytest_elastic import _scenarios
 
 
-def step(t, rank, pid, wait=None):
+def step(t, rank, pid, wait=None, run=None):
     event = {"kind": "step", "mono": t, "rank": rank, "pid": pid, "step": 0}
     if wait is not None:
         event["cpu_wait"] = wait
+    if run is not None:
+        event["cpu_run"] = run
     return event
 
 
@@ -104,3 +106,16 @@ def test_the_slowdown_floor_scales_with_the_load_the_job_ran_under():
     floor, waited = _scenarios.slowdown_floor(1.5, loaded)
     assert waited == pytest.approx(0.8) and floor == pytest.approx(1.1)
     assert _scenarios.slowdown_floor(1.5, {}) == (1.5, 0.0)  # no cpu_wait reported: unscaled
+
+
+def test_a_quota_below_what_the_ranks_ran_before_is_not_judged():
+    """At a load of 10 on 2 cores both ranks ran on ~15 % of a CPU: a 10 % quota cannot make
+    a straggler of either, so the straggler expectations are not judged (and say why)."""
+    fault = {"fault": "slow_node", "target_node": 1, "cpu": 0.1}
+    loaded = rank_rates([step(0.0, r, r, run=0.0) for r in (0, 1)] + [step(2.0, r, r, run=0.28) for r in (0, 1)])
+    quiet = rank_rates([step(0.0, r, r, run=0.0) for r in (0, 1)] + [step(2.0, r, r, run=1.6) for r in (0, 1)])
+    assert loaded[0].cpu_run == pytest.approx(0.14)
+    why = _scenarios.quota_cannot_bite(fault, loaded)
+    assert why is not None and "ran on at most 14% of a CPU" in why
+    assert _scenarios.quota_cannot_bite(fault, quiet) is None
+    assert _scenarios.quota_cannot_bite(fault, rank_rates([step(0.0, 0, 1), step(1.0, 0, 1)])) is None  # not reported
