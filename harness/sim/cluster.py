@@ -196,6 +196,11 @@ class Cluster:
             job, problems = violations[0]
             raise InvariantViolation(problems, job.timeline)
 
+    def new_node_label(self, index: int) -> str:
+        """A display label for a new node ``index`` of one of this cluster's jobs: seeded
+        (the same seed names nodes alike), unique within the cluster."""
+        return self._names.next(index)
+
     def zygote_path(self) -> str:
         """Socket path of the zygote this cluster's workers are forked from (as soon as it
         listens: node agents need not wait for its torch import)."""

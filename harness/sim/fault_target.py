@@ -3,10 +3,13 @@
 A job's faults live in parts, one per kind of thing they break: ``job.processes``
 (``harness.sim.process_faults``: signals to workers, agents, whole nodes and the store's
 host), ``job.network`` (``harness.sim.network_faults``: cut, thinned and healed links),
-``job.storage`` and ``job.resources``. Each part is a class constructed with the
-job, typed as this protocol, so that a part sees the few things a fault touches and nothing
-of the job's waits, results or reports. ``harness.sim.job.Job`` is the implementation; the
-protocol is the contract between the two (docs/architecture.md, "Adding a fault kind").
+``job.storage`` (``harness.sim.storage``: the job's filesystem) and ``job.resources``
+(``harness.sim.resources``: the nodes' cgroups). Each part is a class constructed with the
+job, typed as this protocol (no part module imports ``Job``), so that a part sees the few
+things a fault touches and nothing of the job's waits, results or reports; a part that needs
+more adds it here, and it never reads a ``_private`` field of the job or of its scheduler.
+``harness.sim.job.Job`` is the implementation; the protocol is the contract between the two
+(docs/architecture.md, "Adding a fault kind").
 A fault kind's row (``harness.sim.schema.FaultKind.part``) names its part; ``Fault.apply``
 calls the part's method of the kind's name.
 
@@ -14,13 +17,17 @@ A fault resolves its target first (``node`` raises ``ConfigError`` for a node th
 not have; a part raises ``TargetNotReady`` for one that cannot take the fault now), so one
 that cannot hit anything is never recorded as fired; then records its ``fault`` event under
 its kind's name (``record_fault``); then acts. A part whose faults last until healed is also a
-``LastingFaults``: ``Job.heal`` ends every such part's faults and records one ``heal`` event.
+``LastingFaults``: ``Job.heal`` ends every such part's faults (``end_every``) and records one
+``heal`` event.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.events import EventWriter
@@ -29,16 +36,23 @@ if TYPE_CHECKING:
     from harness.sim.node_ledger import NodeLedger
     from harness.sim.node_process import NodeProcess
     from harness.sim.rendezvous_store import StoreHandle
+    from harness.sim.scheduler import FaultScheduler
     from harness.sim.storage.faults import StorageFaults
 
-__all__ = ["Ended", "FaultTarget", "LastingFaults", "record_fault"]
+__all__ = ["Ended", "FaultTarget", "LastingFaults", "end_every", "record_fault"]
 
 
 class FaultTarget(Protocol):
     """The job as its fault parts see it."""
 
-    #: the job's settings (``nproc_per_node``, ``store_host``...)
+    #: the job's settings (``nproc_per_node``, ``store_host``, ``seed``, ``pool``...)
     cluster: Cluster
+    #: the job's id (its cgroups and its filesystem are named by it)
+    run_id: str
+    #: the job's own temp dir (its filesystem's backing store lives in it)
+    directory: str
+    #: the job's event file (the filesystem's server writes its events there too)
+    events_path: str
     #: node index -> its agent's handle (pid, popen, directory), every node ever started
     nodes: dict[int, NodeProcess]
     #: the nodes' network (built with the first node)
@@ -57,6 +71,9 @@ class FaultTarget(Protocol):
     #: the job's filesystem and storage faults (``harness.sim.storage``): a node crash that
     #: loses unsynced writes asks it
     storage: StorageFaults
+    #: fires the job's scheduled faults: a file operation that meets an ``OnFile`` trigger
+    #: is held until its fault was applied (``scheduler.await_applied``)
+    scheduler: FaultScheduler
 
     def node(self, node: int) -> NodeProcess:
         """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
@@ -102,6 +119,27 @@ class LastingFaults(Protocol):
         """Where (a node; a disk) -> the faults of this part still in place there (what a
         test has not healed)."""
         ...
+
+
+def end_every(parts: Iterable[LastingFaults], node: int | None) -> Ended:
+    """End node ``node``'s faults (every node's with None) of each of ``parts``; all that
+    ended, in one ``Ended`` (``Job.heal`` records it). A part that cannot heal here (the
+    network in loopback mode: ``ConfigError``) is passed over, and its refusal raised only
+    when no part healed anything: ``heal()`` in loopback mode still ends a slow node."""
+    names: list[str] = []
+    detail: dict[str, Any] = {}
+    refused: list[ConfigError] = []
+    for part in parts:
+        try:
+            ended = part.end_lasting(node)
+        except ConfigError as e:
+            refused.append(e)
+            continue
+        names += ended.names
+        detail.update(ended.detail)
+    if refused and not names:
+        raise refused[0]
+    return Ended(sorted(names), detail)
 
 
 def record_fault(target: FaultTarget, kind: str, **fields: Any) -> None:

@@ -12,6 +12,17 @@ worker between two rounds: ``TargetNotReady``) stays pending and is retried on t
 event. Any other error while evaluating or applying it is a *failure*: the entry leaves
 the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
 ``FaultError`` with the reason.
+
+``schedule`` arms a list of entries, each checked against what the job can ever have
+(``check_targets``) before any is armed; an exact (rank, step) crash is no entry here but an
+order the worker obeys itself (``ProcessFaults.order_exit_at``). The thread starts with the
+first entry: a job without scheduled faults has none.
+
+A fault triggered by a file operation (``OnFile``) holds that operation inside the job's
+filesystem until the fault is applied, so a kill lands between two steps of a save: the
+storage part asks ``await_applied``, which sleeps on a condition the scheduler notifies as
+each entry fires, fails or is done being applied (``fault_in_flight`` asks the same once,
+without waiting).
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import ElasticError
 from harness.sim.bus import SAFETY_S
-from harness.sim.faults import ScheduledFault
+from harness.sim.faults import AtStep, JobShape, NodeAdd, ScheduledFault, Trigger, WorkerKill, check_targets
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
@@ -72,20 +83,50 @@ class _Pending:
 
 
 class FaultScheduler:
-    """Fires scheduled faults when their triggers are met (one thread per job)."""
+    """Fires scheduled faults when their triggers are met (one thread per job, from its
+    first entry on)."""
 
     def __init__(self, job: Job):
         self._job = job
         self._entries: list[_Pending] = []
         self._last: _Pending | None = None
         self._lock = threading.Lock()
+        #: notified (under ``_lock``) whenever an entry fires, fails or is done being applied
+        self._settled = threading.Condition(self._lock)
         self._stop = threading.Event()
         self._failures: list[tuple[_Pending, str]] = []
         self._applying: _Pending | None = None  # the entry this thread is applying now
-        self._thread = threading.Thread(target=self._run, name=f"faults-{job.run_id}", daemon=True)
-        self._thread.start()
+        self._joins = 0  # node joins scheduled: each makes one more node index valid
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, entries: list[ScheduledFault]) -> None:
+        """Arm ``entries``: all of them, or (``ConfigError``, naming the first that names a
+        node, local rank or rank the job can never have) none."""
+        joins = self._joins
+        for entry in entries:
+            joins += isinstance(entry.fault, NodeAdd)
+            check_targets(entry, self._shape(joins))
+        self._joins = joins
+        for entry in entries:
+            crash = entry.fault
+            if isinstance(crash, WorkerKill) and crash.exit_code is not None and isinstance(entry.trigger, AtStep):
+                # exact (rank, step) crashes are left as orders the worker obeys itself
+                self._job.processes.order_exit_at(entry.trigger.rank, entry.trigger.step, crash.exit_code,
+                                                  entry.describe())
+                continue
+            self.add(entry)
+
+    def _shape(self, joins: int) -> JobShape:
+        """What a fault may target: the job's nodes (its maximum, or more if it grew, plus
+        ``joins`` scheduled), local ranks and ranks."""
+        cluster = self._job.cluster
+        return JobShape(nodes=max(cluster.max_nodes, len(self._job.nodes)) + joins,
+                        nproc_per_node=cluster.nproc_per_node,
+                        world=cluster.max_nodes * cluster.nproc_per_node,
+                        nnodes=f"{cluster.min_nodes}:{cluster.max_nodes}")
 
     def add(self, entry: ScheduledFault) -> None:
+        """Arm one entry, unchecked (``schedule`` checks); the thread starts with the first."""
         with self._lock:
             pending = _Pending(entry, time.monotonic())
             previous = self._last
@@ -94,6 +135,12 @@ class FaultScheduler:
                 previous.successor = pending
             self._last = pending
             self._entries.append(pending)
+            thread = None
+            if self._thread is None and not self._stop.is_set():
+                thread = self._thread = threading.Thread(target=self._run, name=f"faults-{self._job.run_id}",
+                                                         daemon=True)
+        if thread is not None:
+            thread.start()
         self._job.bus.notify()  # evaluate it now (an ``Immediately`` fires at once)
 
     def pending(self) -> list[ScheduledFault]:
@@ -129,6 +176,28 @@ class FaultScheduler:
         """Entries pending, then those that failed before they fired."""
         with self._lock:
             return [p.entry for p in self._entries] + [p.entry for p, _ in self._failures if not p.fired]
+
+    def fault_in_flight(self, trigger: Trigger) -> bool:
+        """Whether the fault ``trigger`` fires is pending, or being applied now (a fault is
+        marked fired when its event is written, before its ``apply`` has acted)."""
+        with self._lock:
+            return self._in_flight(trigger)
+
+    def await_applied(self, trigger: Trigger, timeout: float) -> bool:
+        """The caller has just met ``trigger`` (a file operation the filesystem holds): wake
+        the thread to evaluate it now, and sleep until its fault is no longer in flight
+        (applied, failed, or none: ``fault_in_flight``), at most ``timeout`` s, or until
+        the scheduler stops; whether it settled."""
+        self._job.bus.notify()
+        with self._settled:
+            self._settled.wait_for(lambda: self._stop.is_set() or not self._in_flight(trigger), timeout)
+            return not self._in_flight(trigger)
+
+    def _in_flight(self, trigger: Trigger) -> bool:
+        """``fault_in_flight``, under ``_lock``."""
+        applying = self._applying
+        return (any(p.entry.trigger is trigger for p in self._entries)
+                or (applying is not None and applying.entry.trigger is trigger))
 
     def _run(self) -> None:
         bus = self._job.bus
@@ -174,7 +243,8 @@ class FaultScheduler:
         for p in due:
             if self._stop.is_set():
                 break
-            self._applying = p
+            with self._lock:
+                self._applying = p
             try:
                 p.entry.fault.apply(self._job)
             except TargetNotReady as e:
@@ -184,7 +254,9 @@ class FaultScheduler:
                 self._fail(p, e)
                 continue
             finally:
-                self._applying = None
+                with self._lock:
+                    self._applying = None
+                    self._settled.notify_all()  # ``await_applied``: no longer being applied
             self._fired(p)
         return next_at
 
@@ -207,11 +279,13 @@ class FaultScheduler:
         self._job.bus.notify()  # waiters on pending_faults()
 
     def _mark_fired(self, p: _Pending) -> None:
+        """Under ``_lock``."""
         if not p.fired:
             self._entries.remove(p)
             p.fired = True
             if p.successor is not None:
                 p.successor.armed_at = time.monotonic()
+            self._settled.notify_all()
 
     def _fail(self, p: _Pending, error: Exception) -> None:
         reason = f"{type(error).__name__}: {error}"
@@ -221,11 +295,16 @@ class FaultScheduler:
             if p in self._entries:
                 self._entries.remove(p)
             self._failures.append((p, reason))
+            self._settled.notify_all()
         self._job.harness_events.emit("fault_error", description=p.entry.describe(), error=reason)
         self._job.bus.notify(lifecycle=True)  # Job.wait raises it
 
     def stop(self) -> None:
-        self._stop.set()
+        """End the thread (the job's end); ``await_applied`` returns at once from now on."""
+        with self._lock:
+            self._stop.set()
+            self._settled.notify_all()
+            thread = self._thread
         self._job.bus.notify()
-        if self._thread is not threading.current_thread():
-            self._thread.join(5)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)

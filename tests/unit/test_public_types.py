@@ -28,6 +28,9 @@ USER_FILE = textwrap.dedent("""\
             with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=1) as cluster:
                 job = cluster.launch(script, "--steps", "5")
                 job.inject(WorkerCrash(node=0, local_rank=1), AtStep(step=2, rank=1))
+                job.kill_worker(node=0, local_rank=1)
+                job.partition(node=1, peers="store")
+                added: int = job.add_node()
                 result: JobResult = job.wait(timeout=60)
                 return result.state == WorkerState.SUCCEEDED
         except ElasticError:
@@ -37,6 +40,8 @@ USER_FILE = textwrap.dedent("""\
     """)
 
 MISUSE = "    cluster_count: int = Cluster.no_such_thing\n"
+#: the README's fault methods are the parts' own, handed on: typed as written there
+FAULT_MISUSE = "    harness.Job.kill_worker(job, node=0, local_rank=1)\n    job.slow_node(node=0, cpu='a lot')\n"
 
 
 def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
@@ -61,6 +66,8 @@ def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
 def test_a_user_file_is_type_checked_against_the_real_classes(tmp_path):
     good = _mypy(tmp_path, USER_FILE)
     assert good.returncode == 0, good.stdout + good.stderr
-    bad = _mypy(tmp_path, USER_FILE + "\n\ndef misuse() -> None:\n" + MISUSE)
+    bad = _mypy(tmp_path, USER_FILE + "\n\ndef misuse(job: harness.Job) -> None:\n" + MISUSE + FAULT_MISUSE)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert '"type[Cluster]" has no attribute "no_such_thing"' in bad.stdout, bad.stdout
+    assert 'Argument "cpu" has incompatible type "str"; expected "float"' in bad.stdout, bad.stdout
+    assert bad.stdout.count("error:") == 2, bad.stdout  # the class-level call, typed, is fine

@@ -10,8 +10,9 @@ restarts the group as any failure). Each lasts until ``job.heal()`` (or the job'
 recorded as a ``fault`` event when it starts and a ``heal`` event (``healed=[...]``) when
 it ends, and one still in place when the job ends is reported by ``Cluster.close``.
 
-``Job`` holds one ``ResourceFaults`` as ``job.resources`` and delegates ``slow_node`` and
-``memory_limit`` to it; ``job.heal()`` ends these too.
+A job holds one ``ResourceFaults`` as ``job.resources``, which sees the job only as a
+``FaultTarget`` (``harness.sim.fault_target``); ``job.slow_node`` and ``job.memory_limit``
+are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, 
 from harness.sim.scheduler import FaultError
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.fault_target import FaultTarget
 
 __all__ = ["ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
 
@@ -39,8 +40,8 @@ SLOW_NODE, MEMORY_LIMIT = "slow_node", "memory_limit"
 class ResourceFaults:
     """The resource faults of one job, and its nodes' cgroups."""
 
-    def __init__(self, job: Job):
-        self._job = job
+    def __init__(self, target: FaultTarget):
+        self._target = target
         self._cgroup: JobCgroup | None = None
         self._unavailable: str | None = None
         self._open: dict[int, dict[str, Any]] = {}  # node -> {fault kind: its value}
@@ -61,7 +62,7 @@ class ResourceFaults:
             support = probe()
             if isinstance(support, CgroupSupport):
                 try:
-                    self._cgroup = JobCgroup(support, self._job.run_id)
+                    self._cgroup = JobCgroup(support, self._target.run_id)
                 except OSError as e:
                     self._unavailable = f"a cgroup of its own ({e.strerror} making one under {support.bases})"
             else:
@@ -71,15 +72,17 @@ class ResourceFaults:
     def cgroup(self, node: int) -> NodeCgroup:
         """Node ``node``'s cgroup (what tests and benches measure: ``cpu_seconds()``...);
         ``ConfigError`` naming what is missing where there is none."""
-        self._job.node(node)
-        cgroup = self._node_cgroup(node) if node in self._job.nodes else None
+        self._target.node(node)
+        cgroup = self._node_cgroup(node) if node in self._target.nodes else None
         if cgroup is None:
             raise ConfigError("node", node, f"has no cgroup: resource faults need {self._unavailable}")
         return cgroup
 
-    def _target(self, node: int, what: str) -> NodeCgroup:
+    def _live_cgroup(self, node: int, what: str) -> NodeCgroup:
+        """Node ``node``'s cgroup, its live agent in it: a fault written to a cgroup the
+        agent never joined would reach none of its processes."""
         cgroup = self.cgroup(node)
-        agent = self._job.node(node)
+        agent = self._target.node(node)
         if agent.alive() and agent.pid not in cgroup.pids():
             raise FaultError(f"{what}: node {node}'s agent (pid {agent.pid}) is not in its cgroup "
                              f"{cgroup.distinct()[0]} (see its agent log: it could not join)")
@@ -93,8 +96,8 @@ class ResourceFaults:
         keep-alive goes on: a slow node is not a dead one; ``NodeCgroup``)."""
         if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not MIN_CPU <= cpu <= (os.cpu_count() or 1):
             raise ConfigError("cpu", cpu, f"must be a number of CPUs in [{MIN_CPU}, {os.cpu_count()}]")
-        cgroup = self._target(node, SLOW_NODE)
-        record_fault(self._job, SLOW_NODE, target_node=node, cpu=cpu)
+        cgroup = self._live_cgroup(node, SLOW_NODE)
+        record_fault(self._target, SLOW_NODE, target_node=node, cpu=cpu)
         cgroup.set_cpu(cpu)
         self._open.setdefault(node, {})[SLOW_NODE] = cpu
 
@@ -107,8 +110,8 @@ class ResourceFaults:
             raise ConfigError("limit", limit, 'must be a size like "300M", "1G" or a number of bytes') from None
         if size < MIN_MEMORY:
             raise ConfigError("limit", limit, "must be at least 1M (the agent itself needs more)")
-        cgroup = self._target(node, MEMORY_LIMIT)
-        record_fault(self._job, MEMORY_LIMIT, target_node=node, limit=limit, bytes=size)
+        cgroup = self._live_cgroup(node, MEMORY_LIMIT)
+        record_fault(self._target, MEMORY_LIMIT, target_node=node, limit=limit, bytes=size)
         try:
             cgroup.set_memory(size)
         except OSError as e:

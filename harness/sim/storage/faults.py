@@ -1,10 +1,11 @@
 """A job's storage: its filesystem (shared and per-node disks) and the faults you can inject.
 
-``job.storage`` is made with the job. Its ``shared_dir`` and ``node_disk(i)`` live on one
-FUSE mount the harness serves (``harness.sim.storage.mount``): ``fs/shared`` is the shared
-filesystem every node sees (checkpoints), ``fs/node<i>`` node i's local disk (``disk``: the
-job's ``node_disk(i)``, ``tmp``: its workers' TMPDIR; the agent keeps its own temp files, its
-timer FIFOs and logs, off it: ``harness.sim.node_main``). The faults:
+``job.storage`` is made with the job, which it sees only as a ``FaultTarget``. Its
+``shared_dir`` and ``node_disk(i)`` live on one FUSE mount the harness serves
+(``harness.sim.storage.mount``): ``fs/shared`` is the shared filesystem every node sees
+(checkpoints), ``fs/node<i>`` node i's local disk (``disk``: the job's ``node_disk(i)``,
+``tmp``: its workers' TMPDIR; the agent keeps its own temp files, its timer FIFOs and logs,
+off it: ``harness.sim.node_main``). The faults:
 
 * ``disk_full(node=None)``: writes, fsyncs and mkdirs there fail with ENOSPC (None: the
   shared filesystem), until healed;
@@ -13,12 +14,13 @@ timer FIFOs and logs, off it: ``harness.sim.node_main``). The faults:
 * ``io_error(node=None, errno=EIO, path="*", probability=1.0)``: opens, reads, writes and
   fsyncs of files matching ``path`` there fail with ``errno`` (each with ``probability``),
   until healed;
-* ``crash(node, torn)``: what node ``node`` wrote and never fsynced is rolled back
-  (``Job.kill_node(node, lose_unsynced=True)`` calls it once the node is dead; the
-  semantics are ``harness.sim.storage.record``'s);
+* ``crash(node, torn)``: what node ``node`` wrote and never fsynced is rolled back (the
+  process part's ``kill_node(node, lose_unsynced=True)`` calls it once the node is dead;
+  the semantics are ``harness.sim.storage.record``'s);
 * watches for ``OnFile``: a create or rename of a matching file is held inside the
   filesystem until the fault it triggers has been applied, so a kill lands between two
-  steps of a save (DCP's write-then-rename of ``.metadata``).
+  steps of a save (DCP's write-then-rename of ``.metadata``): the held request sleeps on the
+  scheduler's ``await_applied``, woken as the fault settles, never on a polling tick.
 
 Each fault is a ``fault`` event on the timeline; ``heal`` ends the lasting ones (a ``heal``
 event naming what ended). Faults still in place when the job ends are reported (a warning
@@ -42,8 +44,8 @@ from harness.sim.fault_target import Ended, record_fault
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
+    from harness.sim.fault_target import FaultTarget
     from harness.sim.faults import Trigger
-    from harness.sim.job import Job
 
 __all__ = ["StorageFaults", "HOLD_LIMIT"]
 
@@ -58,11 +60,12 @@ def _device_name(node: int | None) -> str:
 class StorageFaults:
     """The job's filesystem and its storage faults (``job.storage``)."""
 
-    def __init__(self, job: Job):
-        self._job_ref = weakref.ref(job)
-        self.mount = StorageMount(job.directory, job.events_path, job.run_id, on_request=self._on_request,
-                                  standby=job.cluster.pool.storage_server(),
-                                  give_back=job.cluster.pool.return_storage_server)
+    def __init__(self, target: FaultTarget):
+        # weakly: the mount's request thread holds this part, and must not keep the job alive
+        self._target_ref = weakref.ref(target)
+        self.mount = StorageMount(target.directory, target.events_path, target.run_id,
+                                  on_request=self._on_request, standby=target.cluster.pool.storage_server(),
+                                  give_back=target.cluster.pool.return_storage_server)
         os.makedirs(os.path.join(self.mount.root, "shared"))
         self._open: dict[int | None, list[str]] = {}  # device -> lasting faults in place
         self._watch_ids = itertools.count(1)
@@ -73,10 +76,10 @@ class StorageFaults:
         self.lost: list[dict[str, Any]] = []  # what crashes rolled back (tests, reports)
 
     @property
-    def _job(self) -> Job:
-        job = self._job_ref()
-        assert job is not None, "the job of this storage is gone"
-        return job
+    def _target(self) -> FaultTarget:
+        target = self._target_ref()
+        assert target is not None, "the job of this storage is gone"
+        return target
 
     # -- where ------------------------------------------------------------------------------
 
@@ -112,15 +115,15 @@ class StorageFaults:
 
     # -- faults -----------------------------------------------------------------------------
 
-    def _target(self, node: int | None) -> dict[str, Any]:
+    def _where(self, node: int | None) -> dict[str, Any]:
         if node is not None:
-            self._job.node(node)  # an unknown node raises, naming the valid ones
+            self._target.node(node)  # an unknown node raises, naming the valid ones
         return {"target_node": node} if node is not None else {}
 
     def _lasting(self, kind: str, node: int | None, **params: Any) -> None:
         self.require(kind)
-        target = self._target(node)
-        record_fault(self._job, kind, device=_device_name(node), **target, **params)
+        where = self._where(node)
+        record_fault(self._target, kind, device=_device_name(node), **where, **params)
         self.mount.call("fault", device=node, kind=kind, **params)
         with self._lock:
             self._open.setdefault(node, []).append(kind)
@@ -146,7 +149,7 @@ class StorageFaults:
             raise ConfigError("probability", probability, "must be a number in [0, 1]")
         if not isinstance(path, str) or not path:
             raise ConfigError("path", path, 'must be a glob, e.g. "*.distcp"')
-        seed = self._job.cluster.seed * 1_000_003 + sum(len(v) for v in self._open.values())
+        seed = self._target.cluster.seed * 1_000_003 + sum(len(v) for v in self._open.values())
         self._lasting("io_error", node, errno=errno, path=path, probability=float(probability), seed=seed)
 
     def end_lasting(self, node: int | None = None) -> Ended:
@@ -179,7 +182,7 @@ class StorageFaults:
         for entry in lost:  # paths in the mount -> the paths the job sees
             entry["path"] = os.path.join(self.mount.mountpoint, entry["path"].lstrip("/"))
         self.lost.extend(lost)
-        self._job.harness_events.emit("storage_lost", target_node=node, torn=torn, files=lost)
+        self._target.harness_events.emit("storage_lost", target_node=node, torn=torn, files=lost)
         return lost
 
     def unsynced(self, node: int | None = None) -> list[dict[str, Any]]:
@@ -211,34 +214,20 @@ class StorageFaults:
         return False
 
     def _on_request(self, op: str, args: dict[str, Any]) -> Any:
-        """The server asks: a watched file appeared; answer once its fault was applied."""
+        """The server asks: a watched file appeared; answer once its fault was applied
+        (or failed, or ``HOLD_LIMIT`` passed: the operation goes on either way)."""
         if op != "file_event":
             return None
         ident = int(args["watch"])
         with self._lock:
             trigger = self._watches.get(ident)
             self._seen[ident] = time.monotonic()
-        job = self._job_ref()
-        if job is None or trigger is None:
+        target = self._target_ref()
+        if target is None or trigger is None:
             return None
-        job.harness_events.emit("file_event", op=args.get("action"), path=args.get("path"), to=args.get("to"),
-                                 writer=args.get("node"))
-        job.bus.notify()
-        deadline = time.monotonic() + HOLD_LIMIT
-        while time.monotonic() < deadline:  # until the scheduler applied (or failed) its fault
-            if not self._still_applying(job, trigger):
-                return "applied"
-            time.sleep(0.002)
-        return "timeout"
-
-    @staticmethod
-    def _still_applying(job: Job, trigger: Trigger) -> bool:
-        """Whether the fault ``trigger`` fires is pending, or being applied now (a fault is
-        marked fired when its event is written, before its ``apply`` has acted)."""
-        if any(entry.trigger is trigger for entry in job.pending_faults()):
-            return True
-        applying = getattr(job._scheduler, "_applying", None)
-        return applying is not None and applying.entry.trigger is trigger
+        target.harness_events.emit("file_event", op=args.get("action"), path=args.get("path"), to=args.get("to"),
+                                   writer=args.get("node"))
+        return "applied" if target.scheduler.await_applied(trigger, HOLD_LIMIT) else "timeout"
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -247,10 +236,10 @@ class StorageFaults:
         if self.mount.closed:
             return
         still = self.open_faults()
-        job = self._job_ref()
-        if still and job is not None:
+        target = self._target_ref()
+        if still and target is not None:
             text = ", ".join(f"{d}: {'+'.join(kinds)}" for d, kinds in sorted(still.items()))
-            job.harness_events.emit("storage_unhealed", faults=still)
-            warnings.warn(f"job {job.run_id}: storage faults still in place when the job ended ({text}); "
+            target.harness_events.emit("storage_unhealed", faults=still)
+            warnings.warn(f"job {target.run_id}: storage faults still in place when the job ended ({text}); "
                           "heal them in the test (job.heal()), or expect them", UserWarning, stacklevel=3)
         self.mount.close()

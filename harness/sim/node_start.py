@@ -1,0 +1,154 @@
+"""How a job starts one node agent: its ``LaunchConfig``, its command, its environment and
+its process (``Job.start_node`` for ``launch``'s nodes and for ``add_node``'s).
+
+The agent gets the cluster's settings and the rendezvous the job's first node set up
+(``rendezvous_settings``: c10d on localhost for a one-node job, else the store the harness
+runs: ``harness.sim.rendezvous_store``); the job's entrypoint with ``{shared}`` and
+``{node_disk}`` filled in; an environment that names the job's event file, exit-code orders,
+disks, stacks dir and cgroup, and the GPUs of the lowest node slot no live node holds. It is
+forked by the pool's node server where it can be, in the node's network namespace
+(``harness.sim.node_process.start_node``), its stdout and stderr going to ``agent.log`` in
+the node's directory (``agent_log`` reads it back). The job keeps the handle, records
+``node_start`` and has its ledger watch the agent.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ERROR_FILE_ENV
+from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
+from harness.procs import STACKS_ENV, WORKER_NICE_ENV
+from harness.sim.faults import ORDERS_ENV
+from harness.sim.net import NODE_INTERFACE
+from harness.sim.node_main import WORKER_TMPDIR_ENV
+from harness.sim.node_process import NodeProcess
+from harness.sim.node_process import start_node as start_agent_process
+from harness.sim.progress import DIGEST_ENV
+
+if TYPE_CHECKING:
+    from harness.sim.job import Job
+    from harness.sim.rendezvous_store import StoreHandle
+
+__all__ = ["NODE_DISK_ENV", "SHARED_DIR_ENV", "WORKER_NICE", "agent_log", "rendezvous_settings", "start_agent"]
+
+SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
+NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
+#: how much lower the workers' CPU priority is than their agent's (``harness.procs``)
+WORKER_NICE = 10
+AGENT_LOG = "agent.log"  # in the node's directory: the agent's stdout and stderr
+
+
+def rendezvous_settings(job: Job) -> tuple[dict[str, Any], StoreHandle | None]:
+    """(what every node agent of ``job`` rendezvouses with, the store the harness runs for
+    it: None where a one-node job's agent hosts its own). Made once, with the first node,
+    inside the job's network."""
+    cluster = job.cluster
+    if cluster.max_nodes == 1 and cluster.rdzv_backend not in ("etcd", "etcd-v2"):
+        return {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}, None
+    from harness.sim import rendezvous_store
+
+    return rendezvous_store.rendezvous_for(cluster, job)
+
+
+def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
+    """Start node ``index``'s agent (its disk made and served first: its workers must find
+    it); its handle, not yet in ``job.nodes``."""
+    from harness.launch import LaunchConfig
+    from harness.sim.node_main import NodeSpec
+
+    cluster = job.cluster
+    name = cluster.new_node_label(index)
+    while job.net.nnodes <= index:  # an extra node, past max_nodes
+        job.net.add_node()
+    addr = job.net.address(index)
+    directory = os.path.join(job.directory, f"node{index}")
+    os.makedirs(os.path.join(directory, "tmp"))
+    job.storage.add_node(index)
+    job.storage.ready()  # workers must find the filesystem served
+    entrypoint, args = _command(job, index)
+    config = LaunchConfig(
+        min_nodes=cluster.min_nodes, max_nodes=cluster.max_nodes,
+        nproc_per_node=cluster.nproc_per_node, run_id=job.run_id, role="default",
+        rdzv_endpoint=rdzv["endpoint"], rdzv_backend=rdzv["backend"],
+        # the harness knows how many nodes it starts: no 30 s first-round last call
+        # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
+        rdzv_configs={"last_call_timeout": 1.0, **rdzv["configs"],
+                      **(rdzv.get("host_configs", {}) if index == 0 else {}),
+                      **cluster.rdzv_conf}, max_restarts=cluster.max_restarts,
+        monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
+        local_addr=addr, shutdown_timeout=cluster.shutdown_timeout,
+        exit_barrier_timeout=cluster.exit_barrier_timeout, node_name=name,
+    )
+    spec = NodeSpec(config=config, entrypoint=entrypoint, args=args,
+                    result_path=os.path.join(directory, "result.pkl"))
+    spec_path = os.path.join(directory, "spec.pkl")
+    with open(spec_path, "wb") as fp:
+        pickle.dump(spec, fp)
+    slot = _free_slot(job)
+    gpus = cluster.gpus_for(slot)
+    env = _environment(job, index, directory, gpus)
+    with open(os.path.join(directory, AGENT_LOG), "wb") as log:
+        popen = start_agent_process(cluster.pool.node_server(), spec_path, job.net.namespace_path(index), env, log)
+    return NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
+
+
+def agent_log(node: NodeProcess) -> str:
+    """What ``node``'s agent wrote to its log ("" once the cluster removed its directory)."""
+    try:
+        with open(os.path.join(node.directory, AGENT_LOG), errors="replace") as fp:
+            return fp.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _environment(job: Job, index: int, directory: str, gpus: tuple[str, ...]) -> dict[str, str]:
+    """Node ``index``'s agent's environment: the harness's own, the cluster's ``env``, and
+    what the job tells its agents and workers (a user's value wins where one may)."""
+    cluster = job.cluster
+    env = {**os.environ, **cluster.env, EVENTS_ENV: job.events_path, NODE_ENV: str(index),
+           WAKE_ENV: job.bus.wake_path, ORDERS_ENV: job.orders_dir,
+           "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: job.shared_dir,
+           NODE_DISK_ENV: job.storage.disk_of(index), WORKER_TMPDIR_ENV: job.storage.tmp_of(index),
+           **job.resources.node_env(index)}
+    if cluster.golden:
+        env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
+    env.pop(ERROR_FILE_ENV, None)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    if cluster.nproc_per_node > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    # the agent runs before its own workers (its keep-alive must not starve behind their
+    # imports or a slow_node quota: a live node taken for dead); a user's value wins
+    env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
+    env[STACKS_ENV] = job.stacks_dir  # a hang is named with its workers' stacks
+    if cluster.start_method == "zygote":
+        env.update(cluster.zygote_env())
+    if job.net.mode == "netns":
+        env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
+    return env
+
+
+def _command(job: Job, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
+    """What node ``index``'s agent runs: the callable, or ``python -u [-m] entrypoint``, with
+    ``{shared}`` and ``{node_disk}`` in the args filled in for this job and node."""
+    def expand(arg: Any) -> Any:
+        if not isinstance(arg, str):
+            return arg
+        return arg.replace("{shared}", job.shared_dir).replace("{node_disk}", job.storage.disk_of(index))
+
+    if callable(job.entrypoint):
+        return job.entrypoint, [expand(a) for a in job.args]
+    head = ["-u", "-m"] if job.module else ["-u"]
+    return sys.executable, [*head, job.entrypoint, *(expand(str(a)) for a in job.args)]
+
+
+def _free_slot(job: Job) -> int:
+    """The lowest node slot (GPU slice) no live node of ``job`` holds."""
+    held = {n.slot for n in job.nodes.values() if n.alive()}
+    free = [s for s in range(job.cluster.max_nodes) if s not in held]
+    return free[0] if free else len(job.nodes) % job.cluster.max_nodes

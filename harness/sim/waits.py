@@ -1,0 +1,175 @@
+"""How a caller waits on a job (``Job.wait``, ``wait_for_state``, ``wait_for_recovery``).
+
+Every wait sleeps on the job's event bus (``harness.sim.bus``) and re-checks what it waits
+for as events arrive, never on a polling tick. Each also ends early, for a reason the caller
+must hear at once rather than at its timeout:
+
+* a scheduled fault that could not be applied: ``FaultError`` naming it and why;
+* a hang (``harness.sim.hangs``: a node still running past the exit barrier after its
+  peers' training succeeded): ``JobHung``, with what the hung node's workers last did and
+  their Python stacks (``harness.sim.stacks``);
+* at the job's end, faults of the caller's that never fired: ``FaultNotFired``, saying why
+  for each (chaos faults never count: they may not fire).
+
+What a node's state is now (``in_state``, ``first_healthy_time``: what the triggers of
+scheduled faults ask) is read here from the timeline too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from harness.agent import WorkerState
+from harness.errors import ElasticError
+from harness.sim.hangs import GRACE_S, Hang, JobHung, describe_workers, find_hang, teardown_hint
+from harness.sim.scheduler import FaultError, FaultNotFired
+from harness.sim.timeline import Timeline
+
+if TYPE_CHECKING:
+    from harness.sim.job import Job
+    from harness.sim.job_result import JobResult
+
+__all__ = ["first_healthy_time", "in_state", "wait_for_end", "wait_for_recovery", "wait_for_state"]
+
+
+def _until(job: Job, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
+    """Sleep on the bus until ``predicate()`` or a fault failure (raised); False on timeout.
+    ``lifecycle``: the predicate depends on agent exits only (wake on nothing else)."""
+    done = job.bus.wait_until(lambda: bool(job.scheduler.failures()) or predicate(), timeout, lifecycle)
+    failures = job.scheduler.failures()
+    if failures:
+        reasons = "; ".join(f"{entry.describe()}: {reason}" for entry, reason in failures)
+        raise FaultError(f"{len(failures)} scheduled fault(s) could not be applied: {reasons}")
+    return done
+
+
+# -- states ---------------------------------------------------------------------------------
+
+
+def _latest_state(job: Job, node: int) -> WorkerState | None:
+    job.node(node)
+    states = job.timeline.states(node)
+    return states[-1] if states else None
+
+
+def first_healthy_time(timeline: Timeline) -> float | None:
+    """Monotonic time the job first had a HEALTHY node (None: not yet)."""
+    for event in timeline.events("state"):
+        if event["state"] == WorkerState.HEALTHY.value:
+            mono: float = event["mono"]
+            return mono
+    return None
+
+
+def in_state(job: Job, state: WorkerState, node: int | None = None) -> bool:
+    """Is ``node`` (None: every running node) in ``state`` now, with live workers when the
+    state is HEALTHY (an agent's HEALTHY outlives a worker killed a moment ago)?"""
+    targets = [node] if node is not None else [i for i, n in job.nodes.items() if n.alive()]
+    if not targets or not all(_latest_state(job, i) == state for i in targets):
+        return False
+    return state != WorkerState.HEALTHY or all(job.worker_pids(i) for i in targets)
+
+
+def wait_for_state(job: Job, state: WorkerState, timeout: float, node: int | None) -> None:
+    """Until ``node`` (None: every running node) is in ``state``; ``TimeoutError`` with
+    every node's state and the timeline."""
+    if node is not None:
+        job.node(node)
+    if not _until(job, lambda: in_state(job, state, node), timeout):
+        current = {i: getattr(_latest_state(job, i), "value", None) for i in job.nodes}
+        raise TimeoutError(f"nodes did not reach {state.value} within {timeout:g}s "
+                           f"(now {current})\n{job.timeline.format()}")
+
+
+def wait_for_recovery(job: Job, timeout: float) -> float:
+    """Until the last fault's recovery (its scheduled faults fired first); its latency."""
+    deadline = time.monotonic() + timeout
+    if not _until(job, lambda: not job.scheduler.pending(), timeout):
+        raise TimeoutError(f"scheduled faults never fired within {timeout:g}s: "
+                           f"{[e.describe() for e in job.scheduler.pending()]}")
+    if not job.timeline.faults():
+        raise ElasticError("no fault has been injected into this job")
+
+    def recovered() -> bool:
+        return job.timeline.faults()[-1].recovery_latency is not None
+
+    if not _until(job, recovered, max(0.0, deadline - time.monotonic())):
+        raise TimeoutError(f"no recovery from {job.timeline.faults()[-1]['fault']} within "
+                           f"{timeout:g}s\n{job.timeline.format()}")
+    latency = job.timeline.faults()[-1].recovery_latency
+    assert latency is not None
+    return latency
+
+
+# -- the end ----------------------------------------------------------------------------------
+
+
+def _running(job: Job) -> list[int]:
+    """Nodes whose agents still run, the frozen ones left out (they never end on their own).
+    A snapshot: the fault thread may add a node (a join) while the caller waits."""
+    return [i for i, n in list(job.nodes.items()) if i not in job.ledger.frozen and n.alive()]
+
+
+def wait_for_end(job: Job, timeout: float, allow_unfired: bool) -> JobResult:
+    """Until every running node's agent ended (``Job.wait``); the merged result."""
+    hangs: list[Hang] = []
+
+    def over() -> bool:
+        running = _running(job)
+        hang = find_hang(job.timeline, running, time.monotonic(), job.cluster.exit_barrier_timeout + GRACE_S,
+                         {n: job.worker_pids(n).values() for n in running}) if running else None
+        if hang is not None:
+            hangs.append(hang)
+        return not running or hang is not None
+
+    if not _until(job, over, timeout, lifecycle=True):
+        raise TimeoutError(f"job {job.run_id} did not finish within {timeout:g}s; nodes "
+                           f"{_running(job)} still running\n{job.timeline.format()}")
+    if hangs:
+        raise JobHung(_hang_report(job, hangs[0]))
+    if not allow_unfired:
+        unfired = _never_fired(job)
+        if unfired:
+            raise FaultNotFired(unfired)
+    return job.result()
+
+
+def _never_fired(job: Job) -> list[tuple[str, str]]:
+    """(fault, why) of every fault of the caller's own still not fired: scheduled ones
+    pending (chaos faults excepted: they may not fire), and exit-code orders no worker
+    obeyed (no ``report_step`` at that step)."""
+    chaos = {id(e) for e in job.chaos_schedule}
+    reasons = [(entry.describe(), why) for entry, why in job.scheduler.never_fired() if id(entry) not in chaos]
+    return reasons + job.processes.unobeyed()
+
+
+def _hang_report(job: Job, hang: Hang) -> str:
+    """``JobHung``'s message: the hung node, what its workers last did, their stacks."""
+    import psutil
+
+    from harness.sim.stacks import job_workers, worker_stacks
+
+    alive = job.worker_pids(hang.node)
+    status = {}
+    for pid in alive.values():
+        try:
+            status[pid] = psutil.Process(pid).status()
+        except psutil.Error:
+            pass
+    lines, finished = describe_workers(job.timeline, hang.node, alive, status)
+    t0 = job.timeline.events()[0]["mono"] if job.timeline.events() else hang.finished_at
+    what = ("Its workers finished training and did not exit (their stacks say where: "
+            "torch's process-group teardown, or the script's own end)" if finished else
+            "Its workers stopped short of the steps their peers completed (a collective "
+            "whose peers are gone, or the script's own wait)" if alive else
+            "It has no live worker: its agent did not end (its log: agent.log)")
+    head = (f"job {job.run_id} hung: node {hang.node} ({job.node_name(hang.node)}) is still "
+            f"running {hang.waited:.1f}s after {hang.finished} succeeded (round "
+            f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
+            f"gives a slower node {job.cluster.exit_barrier_timeout:g}s. {what}.")
+    stacks = worker_stacks(job_workers(job, nodes=[hang.node]), job.stacks_dir)
+    hint = teardown_hint(stacks) if finished else None
+    return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),
+                      "stacks:", stacks, "timeline:", job.timeline.format()])
