@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
+from harness.rendezvous import SECRET_ENVS
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 from harness.timer_env import ENABLE_FILE_TIMER_ENV
 from harness.timer_env import TIMER_FILE_ENV as TORCHELASTIC_TIMER_FILE
@@ -47,6 +49,8 @@ class AgentEnv:
     @classmethod
     def resolve(cls, env: Mapping[str, str] | None) -> AgentEnv:
         base = dict(os.environ if env is None else env)
+        for name in SECRET_ENVS:  # the rendezvous store's job secret is the agent's alone
+            base.pop(name, None)
         timeout = base.get(UNINTERRUPTIBLE_TIMEOUT_ENV)
         try:
             d_timeout = float(timeout) if timeout else None
@@ -62,6 +66,18 @@ class AgentEnv:
             log_line_prefix_template=base.get(LOG_LINE_PREFIX_ENV) or None,
             uninterruptible_state_timeout=d_timeout if d_timeout and d_timeout > 0 else None,
         )
+
+
+@contextlib.contextmanager
+def _secret_withheld() -> Iterator[None]:
+    """Keep the job secret out of this process's environment while workers start. A
+    callable's worker (spawn, fork, forkserver) inherits the agent's environment and
+    only adds its own, and the workers must never hold the secret."""
+    held = {name: os.environ.pop(name) for name in SECRET_ENVS if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(held)
 
 
 def _substitute_local_rank(args: tuple[Any, ...], local_rank: int) -> tuple[Any, ...]:
@@ -214,7 +230,8 @@ class LocalElasticAgent(SimpleElasticAgent):
                                         self._start_method, zygote=self._zygote)
         self._reported_exits.clear()
         self._d_since.clear()
-        self._pcontext.start()
+        with _secret_withheld():
+            self._pcontext.start()
         pids = self._pcontext.pids()
         self._expired.clear()
         if self._watchdog is not None:

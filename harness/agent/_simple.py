@@ -75,6 +75,14 @@ def _announce_leave(handler: Any, grace: float) -> None:
         log.warning("could not announce the leave before stopping the workers: %s", e)
 
 
+def _listen_for_refusals(handler: Any, listener: Any) -> None:
+    """Hear of the connections that the store this agent may host refuses (a stranger,
+    or an agent without the job secret). Backends without a store of ours have none."""
+    listen = getattr(handler, "listen_for_refusals", None)
+    if listen is not None:
+        listen(listener)
+
+
 def _mark_finished(handler: Any) -> None:
     """Tell ``handler`` this node's workers succeeded (backends without the notion ignore
     it): its close then does not stop the nodes still running."""
@@ -103,6 +111,12 @@ class SimpleElasticAgent(ElasticAgent):
         self._round = -1
         self._total_execution_time = 0.0
         self._last_progress = time.monotonic()
+        _listen_for_refusals(spec.rdzv_handler, self._store_refused)
+
+    def _store_refused(self, peer: str, reason: str) -> None:
+        """The store hosted here refused ``peer`` (on the store's thread; a write to the
+        event file is all it does). The timeline shows who knocked and when."""
+        self._events.emit("store_refused", peer=peer, reason=reason, round=self._round)
 
     def get_event_succeeded(self) -> Any:
         """torch's name: the agent-level ``SUCCEEDED`` event (an ``AgentEvent``)."""

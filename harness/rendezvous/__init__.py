@@ -18,6 +18,7 @@ from harness.rendezvous._registry import (
     get_rendezvous_handler,
     rendezvous_handler_registry,
 )
+from harness.rendezvous._store_auth import SECRET_ENV, SECRET_ENVS, SECRET_FILE_ENV
 
 __all__ = [
     "MAX_LEASE_FACTOR",
@@ -32,6 +33,9 @@ __all__ = [
     "RendezvousStateError",
     "RendezvousStoreInfo",
     "RendezvousTimeoutError",
+    "SECRET_ENV",
+    "SECRET_ENVS",
+    "SECRET_FILE_ENV",
     "get_rendezvous_handler",
     "rendezvous_handler_registry",
 ]

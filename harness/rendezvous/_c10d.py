@@ -62,7 +62,9 @@ import, wire-compatible with torch). That agent is the job's single point of fai
 in torch: if it dies, the others fail fast with a ``RendezvousConnectionError`` naming the
 lost store. To survive the loss of any node, run the store outside the nodes
 (``python -m harness.rendezvous.store_server --port N``) and give the agents
-``--rdzv-conf is_host=false``.
+``--rdzv-conf is_host=false``. With a job secret in the environment
+(``HARNESS_RDZV_SECRET``/``_FILE``, read once in ``_store_host()``), every connection to
+the store proves it and strangers are refused (``_store_auth``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +109,7 @@ from harness.rendezvous._store import (
     StoreConnectionError,
     StoreTimeoutError,
 )
+from harness.rendezvous._store_auth import job_secret
 from harness.rendezvous._store_host import StoreHost, is_local_host
 
 __all__ = ["C10dRendezvousHandler", "C10dSettings", "DEFAULT_PORT", "is_local_host"]
@@ -210,9 +214,17 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._finished = False
 
     def _store_host(self, host: str, port: int) -> StoreHost:
-        """How this handler reaches its store (the etcd backend brings its own)."""
+        """How this handler reaches its store (the etcd backend brings its own). The job
+        secret is read from the environment here, once (``_store_auth.job_secret``)."""
         s = self._settings
-        return StoreHost(host, port, read_timeout=s.read_timeout, is_host=s.is_host)
+        return StoreHost(host, port, read_timeout=s.read_timeout, is_host=s.is_host,
+                         secret=job_secret(os.environ))
+
+    def listen_for_refusals(self, listener: Callable[[str, str], None]) -> None:
+        """Tell ``listener(peer, reason)`` of every connection that the store hosted here
+        refuses for not proving the job secret. It is called on the store's thread. The
+        agent puts these on its event stream as ``store_refused``."""
+        self._store.on_refused = listener
 
     def _start(self) -> None:
         """First use: open the store (hosting it here if elected), bind the liveness socket,
@@ -225,7 +237,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._started = False
         try:
             self._store.open()
-            self._keeper.start(self._addr)
+            self._keeper.start(self._addr, bind=self._params.local_addr)
             self._client.add(self._keys.heartbeat(self._node), 1)
             self._keeper.publish_lease(self._client)
             self._create_state()

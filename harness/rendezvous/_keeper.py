@@ -99,9 +99,11 @@ class Keeper:
 
     # -- life ---------------------------------------------------------------------------
 
-    def start(self, addr: str) -> None:
+    def start(self, addr: str, bind: str | None = None) -> None:
         """Bind the liveness socket (on ``addr``'s port, published as ``live``) and start
-        the thread. The store must be open: a node that hosts it never fences."""
+        the thread. The store must be open: a node that hosts it never fences. ``bind``:
+        the node's own address (``--local-addr``), so the socket is not open on every
+        interface. Without one, or one this machine does not have, it binds them all."""
         s = self._settings
         # A node fences one keep-alive interval before its peers can declare it dead
         # (they need more than heartbeat_timeout of silence since they *saw* its last
@@ -114,7 +116,10 @@ class Keeper:
         self._published = base
         self._pipe_r, self._pipe_w = self_pipe()
         listener = self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.bind(("0.0.0.0", 0))
+        try:
+            listener.bind((bind or "0.0.0.0", 0))
+        except OSError:  # a name or an address that is not this machine's (behind a NAT)
+            listener.bind(("0.0.0.0", 0))
         listener.listen(1024)
         self.live = f"{addr}:{listener.getsockname()[1]}"
 

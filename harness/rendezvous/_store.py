@@ -17,6 +17,11 @@ torch); a ``WAIT`` that times out is withdrawn with ``CANCEL_WAIT``, answered by
 
 Every blocking call has a timeout; its error names the store, the operation and how long
 it waited. A lost connection is a ``StoreConnectionError`` naming the store address.
+
+With a job secret (``_store_auth``), both halves add a challenge and response after
+``VALIDATE``. The server then serves nothing to a connection that has not proved the
+secret: it refuses it, counts it and closes it. A refusal on the client side is a
+``StoreAuthError``, which is never retried.
 """
 
 from __future__ import annotations
@@ -29,15 +34,30 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
+from harness.rendezvous._store_auth import (
+    ACCEPTED,
+    AUTH,
+    AUTH_TIMEOUT,
+    NONCE_SIZE,
+    PROOF_SIZE,
+    REFUSED,
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    JobSecret,
+    Refusal,
+    StoreGate,
+    new_nonce,
+)
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 
 __all__ = [
     "StoreClient",
     "StoreServer",
+    "StoreAuthError",
     "StoreConnectionError",
     "StoreTimeoutError",
     "StoreProtocolError",
@@ -74,6 +94,18 @@ class StoreProtocolError(StoreConnectionError):
     """The peer does not speak the TCPStore protocol (or sent garbage)."""
 
 
+class StoreAuthError(StoreConnectionError):
+    """The store and this client do not share the job secret: one of them refused the
+    other. Retrying cannot help, so it is never retried."""
+
+
+def refused_message(address: str) -> str:
+    """The client's one line when the store refused it."""
+    return (f"the rendezvous store at {address} refused this agent: wrong or missing job "
+            f"secret ({SECRET_ENV} or {SECRET_FILE_ENV} must give every agent of the job, "
+            f"and the store, the same secret)")
+
+
 def _seconds(timeout: float | timedelta | None, default: float) -> float:
     if timeout is None:
         return default
@@ -101,11 +133,12 @@ class StoreClient:
     """
 
     def __init__(self, host: str, port: int, timeout: float | timedelta = 60.0,
-                 connect_timeout: float | None = None):
+                 connect_timeout: float | None = None, secret: JobSecret | None = None):
         self.host = host
         self.port = port
         self.timeout = _seconds(timeout, 60.0)
         self._connect_timeout = self.timeout if connect_timeout is None else connect_timeout
+        self._secret = secret
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._sock = self._connect(self._connect_timeout)
@@ -125,7 +158,7 @@ class StoreClient:
 
     def clone(self) -> StoreClient:
         """A second connection to the same store (for another thread)."""
-        return StoreClient(self.host, self.port, self.timeout, self._connect_timeout)
+        return StoreClient(self.host, self.port, self.timeout, self._connect_timeout, self._secret)
 
     # -- connection ---------------------------------------------------------------------
 
@@ -152,8 +185,15 @@ class StoreClient:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 nonce = os.getpid() & 0xFFFFFFFF
                 sock.settimeout(max(0.05, deadline - time.monotonic()))
-                sock.sendall(_U8.pack(VALIDATE) + _U32.pack(MAGIC) + _U8.pack(PING) + _U32.pack(nonce))
+                opening = _U8.pack(VALIDATE) + _U32.pack(MAGIC)
+                if self._secret is not None:
+                    self._authenticate(sock, self._secret, opening)
+                    opening = b""
+                sock.sendall(opening + _U8.pack(PING) + _U32.pack(nonce))
                 echo = _U32.unpack(self._recv_on(sock, 4, "the handshake"))[0]
+            except StoreAuthError:
+                sock.close()
+                raise
             except (OSError, StoreConnectionError) as e:
                 sock.close()
                 last_error = f"handshake failed: {e}"
@@ -161,12 +201,42 @@ class StoreClient:
                     continue
                 time.sleep(delay)
                 continue
+            if echo == REFUSED:  # it wants a secret and we have none
+                sock.close()
+                raise StoreAuthError(refused_message(self.address))
             if echo != nonce:
                 sock.close()
                 raise StoreProtocolError(
                     f"{self.address} answered the TCPStore handshake with {echo:#x}, not {nonce:#x}: "
                     f"not a TCPStore server")
             return sock
+
+    def _authenticate(self, sock: socket.socket, secret: JobSecret, opening: bytes) -> None:
+        """Send ``opening`` (the handshake's first bytes), then prove the job secret to the
+        store and have it prove the secret to us (the exchange: ``_store_auth``)."""
+        mine = new_nonce()
+        sock.sendall(opening + _U8.pack(AUTH) + mine)
+        try:
+            theirs = self._recv_on(sock, NONCE_SIZE, "the authentication")
+        except StoreConnectionError:
+            raise StoreAuthError(
+                f"the rendezvous store at {self.address} does not take a job secret: it closed "
+                f"the connection when asked to authenticate (a store started without "
+                f"{SECRET_ENV}, or torch's); give it the job's secret") from None
+        sock.sendall(secret.client_proof(theirs, mine))
+        try:
+            verdict = _U32.unpack(self._recv_on(sock, 4, "the authentication"))[0]
+        except StoreConnectionError:
+            verdict = REFUSED  # closed before its verdict arrived: it did not accept us
+        if verdict == REFUSED:
+            raise StoreAuthError(refused_message(self.address))
+        if verdict != ACCEPTED:
+            raise StoreAuthError(f"{self.address} answered the authentication with {verdict:#x}: "
+                                 f"not a rendezvous store of ours")
+        if not secret.store_proved(self._recv_on(sock, PROOF_SIZE, "the authentication"), mine, theirs):
+            raise StoreAuthError(
+                f"the rendezvous store at {self.address} does not know this job's secret: it is "
+                f"not this job's store (another job's, or a stranger's on this port)")
 
     def _recv_on(self, sock: socket.socket, n: int, what: str) -> bytes:
         buf = bytearray()
@@ -381,13 +451,23 @@ class _Reader:
         return self.blob().decode("utf-8", "surrogateescape")
 
 
+#: command names for the refusal log line
+_COMMANDS = ("VALIDATE", "SET", "COMPARE_SET", "GET", "ADD", "CHECK", "WAIT", "GETNUMKEYS",
+             "DELETE_KEY", "APPEND", "MULTI_GET", "MULTI_SET", "CANCEL_WAIT", "PING")
+
+
 class _Conn:
-    def __init__(self, sock: socket.socket, peer: str):
+    def __init__(self, sock: socket.socket, peer: str, trusted: bool):
         self.sock = sock
         self.peer = peer
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.validated = False
+        #: may it be served? (it proved the job secret, or the server has none)
+        self.trusted = trusted
+        self.accepted_at = time.monotonic()
+        #: (client nonce, store nonce) while the client's proof is due
+        self.challenge: tuple[bytes, bytes] | None = None
         self.waiting: list[str] | None = None
 
 
@@ -398,11 +478,20 @@ class StoreServer:
     ``.port`` is the real port (no probe-then-bind race) and a second server on a port
     already in use fails at once with ``OSError(EADDRINUSE)`` (how agents on one machine
     elect the store host). Dual-stack (IPv6 + IPv4) where the host allows it.
+
+    ``secret``: every connection must prove the job secret before it is served
+    (``_store_auth``). A connection that does not is refused and closed. It is counted in
+    ``refused``, logged with the peer's address, and reported to ``on_refused(peer, reason)``
+    on the server's thread.
     """
 
-    def __init__(self, host: str = "", port: int = 0, backlog: int = 1024):
+    def __init__(self, host: str = "", port: int = 0, backlog: int = 1024, *,
+                 secret: JobSecret | None = None,
+                 on_refused: Callable[[str, str], None] | None = None):
         self._listener = self._bind(host, port, backlog)
         self.port: int = self._listener.getsockname()[1]
+        self._gate = None if secret is None else StoreGate(secret, on_refused)
+        self._next_sweep = 0.0
         self._data: dict[str, bytes] = {}
         self._conns: dict[int, _Conn] = {}
         self._sel = selectors.DefaultSelector()
@@ -441,7 +530,13 @@ class StoreServer:
 
     def __repr__(self) -> str:
         state = "running" if self._thread and self._thread.is_alive() else "stopped"
-        return f"StoreServer(port={self.port}, {state}, keys={len(self._data)})"
+        auth = "" if self._gate is None else f", job secret, refused={self.refused}"
+        return f"StoreServer(port={self.port}, {state}, keys={len(self._data)}{auth})"
+
+    @property
+    def refused(self) -> int:
+        """Connections refused for not proving the job secret."""
+        return 0 if self._gate is None else self._gate.refused
 
     def start(self) -> StoreServer:
         self._listener.setblocking(False)
@@ -480,6 +575,8 @@ class StoreServer:
     def _serve(self) -> None:
         try:
             while not self._stopping:
+                if self._gate is not None and time.monotonic() >= self._next_sweep:
+                    self._refuse_the_slow()
                 for key, events in self._sel.select(timeout=1.0):
                     if key.data == "listen":
                         self._accept()
@@ -512,7 +609,7 @@ class StoreServer:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, f"{addr[0]}:{addr[1]}")
+            conn = _Conn(sock, f"{addr[0]}:{addr[1]}", trusted=self._gate is None)
             self._conns[sock.fileno()] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
 
@@ -544,11 +641,37 @@ class StoreServer:
                 except _Incomplete:
                     break
                 del conn.inbuf[:reader.pos]
+        except Refusal as e:
+            self._refuse(conn, str(e))
+            return
         except StoreProtocolError as e:
+            if not conn.trusted:  # garbage from a stranger is a refusal like any other
+                self._refuse(conn, str(e))
+                return
             log.warning("store server: dropping client %s: %s", conn.peer, e)
             self._close(conn)
             return
         self._flush(conn)
+
+    def _refuse(self, conn: _Conn, reason: str) -> None:
+        """Count, log and report the refusal, then answer REFUSED (so our client can say
+        why) and close."""
+        assert self._gate is not None
+        self._gate.refuse(conn.peer, reason)
+        try:  # what was owed to it first (a nonce), so the client reads the verdict as one
+            conn.sock.send(bytes(conn.outbuf) + _U32.pack(REFUSED))
+        except OSError:
+            pass  # it is gone already: the close says the rest
+        self._close(conn)
+
+    def _refuse_the_slow(self) -> None:
+        """Refuse connections that have not proved the secret within ``AUTH_TIMEOUT``
+        (looked at once a second: the loop wakes at least that often)."""
+        now = time.monotonic()
+        self._next_sweep = now + 1.0
+        for conn in [c for c in self._conns.values() if not c.trusted]:
+            if now - conn.accepted_at > AUTH_TIMEOUT:
+                self._refuse(conn, f"did not prove it knows the job secret within {AUTH_TIMEOUT:g}s")
 
     def _reply(self, conn: _Conn, data: bytes) -> None:
         conn.outbuf += data
@@ -574,11 +697,22 @@ class StoreServer:
     # -- commands ---------------------------------------------------------------------
 
     def _dispatch(self, conn: _Conn, r: _Reader) -> None:
+        if conn.challenge is not None:  # the exchange (_store_auth): the proof is due
+            assert self._gate is not None
+            self._reply(conn, self._gate.admit(r.take(PROOF_SIZE), conn.challenge))
+            conn.challenge, conn.trusted = None, True
+            return
         cmd = r.u8()
         if not conn.validated:
             if cmd != VALIDATE or r.u32() != MAGIC:
                 raise StoreProtocolError("the client did not open with the TCPStore handshake")
             conn.validated = True
+            return
+        if not conn.trusted:  # only AUTH is served before the proof
+            if cmd != AUTH:
+                raise StoreGate.unproved(_COMMANDS[cmd] if cmd < len(_COMMANDS) else f"command {cmd}")
+            conn.challenge = StoreGate.challenge(r.take(NONCE_SIZE))
+            self._reply(conn, conn.challenge[1])
             return
         data = self._data
         if cmd == SET:
@@ -648,6 +782,9 @@ class StoreServer:
         elif cmd == VALIDATE:
             if r.u32() != MAGIC:
                 raise StoreProtocolError("bad magic number")
+        elif cmd == AUTH:
+            raise StoreProtocolError(f"the client has a job secret but this store has none "
+                                     f"(start it with {SECRET_ENV} or {SECRET_FILE_ENV})")
         else:
             raise StoreProtocolError(f"unsupported TCPStore command {cmd}")
 

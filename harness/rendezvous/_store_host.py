@@ -11,20 +11,27 @@ or liveness.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from harness.endpoints import fqdn
 from harness.rendezvous._store import (
+    StoreAuthError,
     StoreClient,
     StoreConnectionError,
     StoreServer,
     StoreTimeoutError,
 )
+from harness.rendezvous._store_auth import JobSecret
 
-__all__ = ["NoAnswer", "StoreHost", "elect_store_host", "is_local_host"]
+__all__ = ["NoAnswer", "StoreHost", "elect_store_host", "is_local_host", "listen_address"]
+
+#: what a store that refused a connection tells: (the peer's "host:port", why)
+RefusalListener = Callable[[str, str], None]
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +59,59 @@ def _someone_listens(host: str, port: int) -> bool:
         return False
 
 
-def elect_store_host(host: str, port: int, attempts: int = 50) -> StoreServer | None:
-    """Host the store on ``port`` unless another agent already does; None: join as client.
+def listen_address(host: str) -> str:
+    """The address a store hosted for endpoint ``host`` listens on: the endpoint's own.
+    torch's TCPStore listens on every interface, so anyone on any network the node is on
+    can reach it. Returns "" (every interface) when the endpoint says so (``0.0.0.0``,
+    ``::``) or when ``host`` is a name that resolves only to loopback here. Debian maps the
+    host name to 127.0.1.1, but the other nodes resolve the same name by DNS to an address
+    this node cannot know, so the store must listen everywhere to reach both."""
+    if host in ("", "0.0.0.0", "::"):
+        return ""
+    try:
+        found = [str(info[4][0]) for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)]
+    except OSError:
+        return ""
+    if not found:
+        return ""
+    ips = [ipaddress.ip_address(a) for a in found]
+    if all(ip.is_loopback for ip in ips) and not (host == "localhost" or _is_ip(host)):
+        return ""
+    ipv4 = [a for a, ip in zip(found, ips, strict=True) if ip.version == 4]
+    return (ipv4 or found)[0]  # clients try each address of the name: IPv4 is the one to hold
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def elect_store_host(host: str, port: int, attempts: int = 50, *, secret: JobSecret | None = None,
+                     on_refused: RefusalListener | None = None) -> StoreServer | None:
+    """Host the store on ``port`` at ``listen_address(host)`` unless another agent
+    already does; None: join as client.
 
     Two agents binding at the same moment can *both* lose: with SO_REUSEADDR both binds
     succeed while neither listens, then each listen() sees the other's socket and fails
     with EADDRINUSE (2 of 40 simultaneous starts here). So a lost election counts only if
-    someone really listens; otherwise retry after a short random backoff."""
+    someone really listens; otherwise retry after a short random backoff. An endpoint
+    address that is not this machine's (``is_host=true`` behind a NAT) listens on every
+    interface, as before."""
     import random
 
+    bind = listen_address(host)
     for _ in range(attempts):
         try:
-            return StoreServer("", port).start()
+            return StoreServer(bind, port, secret=secret, on_refused=on_refused).start()
         except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL and bind:
+                log.info("the rendezvous endpoint %s is no address of this machine; the store "
+                         "listens on every interface", host)
+                bind = ""
+                continue
             if e.errno != errno.EADDRINUSE or _someone_listens(host, port):
                 return None
         time.sleep(random.uniform(0.002, 0.03))
@@ -84,14 +131,21 @@ class StoreHost:
     """The c10d rendezvous's store as this agent reaches it: ``open()`` connects (and hosts
     the store here when elected), ``client`` is the main connection, ``connect()`` a fresh
     one for the keeper; ``close()`` ends both and the hosted server. Opens nothing until
-    ``open()``: a handler binds no socket before it is used."""
+    ``open()``: a handler binds no socket before it is used.
 
-    def __init__(self, host: str, port: int, read_timeout: float, is_host: bool | None):
+    ``secret``: the job secret. Every connection proves it, and a hosted store demands it
+    from every connection. It refuses a stranger and tells ``on_refused`` (the agent
+    puts that on its event stream)."""
+
+    def __init__(self, host: str, port: int, read_timeout: float, is_host: bool | None,
+                 secret: JobSecret | None = None):
         self.host = host
         self.port = port
         self.endpoint = f"{host}:{port}"
         self._read_timeout = read_timeout
         self._is_host = is_host
+        self._secret = secret
+        self.on_refused: RefusalListener | None = None
         self.server: StoreServer | None = None
         self._client: Any = None
 
@@ -110,7 +164,8 @@ class StoreHost:
         """Host the store if this agent should and may, then connect to it."""
         is_host = self._is_host if self._is_host is not None else is_local_host(self.host)
         if is_host:
-            self.server = elect_store_host(self.host, self.port)
+            self.server = elect_store_host(self.host, self.port, secret=self._secret,
+                                           on_refused=self._refused)
             if self.server is not None:
                 log.info("hosting the rendezvous store on port %d", self.port)
             elif self._is_host:
@@ -121,9 +176,15 @@ class StoreHost:
             self.close()
             raise
 
+    def _refused(self, peer: str, reason: str) -> None:
+        """The hosted store refused ``peer`` (on the store's thread)."""
+        if self.on_refused is not None:
+            self.on_refused(peer, reason)
+
     def _connect_main(self) -> Any:
         timeout = self._read_timeout
-        return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout)
+        return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout,
+                           secret=self._secret)
 
     def renew(self) -> None:
         """Replace the main connection (a request on it went unanswered: the stream may be
@@ -143,7 +204,10 @@ class StoreHost:
         except OSError as e:
             raise NoAnswer(e) from None
         try:
-            return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout)
+            return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout,
+                               secret=self._secret)
+        except StoreAuthError:
+            raise  # it answers, but not as our job's store: it is gone for us
         except (StoreTimeoutError, StoreConnectionError) as e:
             raise NoAnswer(e) from None
 

@@ -5,16 +5,24 @@ agent that hosts the store in-process is otherwise the job's single point of fai
 Start the agents with ``--rdzv-conf is_host=false``. Prints ``PORT <n>`` on stdout once
 it listens (``--port 0`` picks a free port without a probe-then-bind race), runs until
 SIGTERM/SIGINT, and dies with its parent (PDEATHSIG) unless ``--detach`` is given.
+
+With ``HARNESS_RDZV_SECRET`` (or ``HARNESS_RDZV_SECRET_FILE``) in its environment, it
+serves only connections that prove they know that secret (``_store_auth``). It never
+takes the secret as an argument, because every user of the host can read command lines.
+It logs each refusal on stderr with the peer's address.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 
+from harness.errors import ConfigError
 from harness.rendezvous._store import DEFAULT_PORT, StoreServer
+from harness.rendezvous._store_auth import job_secret
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,12 +36,18 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.port < 65536:
         print(f"store_server: error: port={args.port} must be in 0..65535", file=sys.stderr)
         return 2
+    try:
+        secret = job_secret(os.environ)
+    except ConfigError as e:
+        print(f"store_server: error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="store_server: %(message)s")
     if not args.detach:
         from harness.procs._prctl import die_with_parent
 
         die_with_parent(os.getppid(), signal.SIGTERM)
     try:
-        server = StoreServer(args.host, args.port)
+        server = StoreServer(args.host, args.port, secret=secret)
     except OSError as e:
         print(f"store_server: error: cannot listen on port {args.port}: {e.strerror}", file=sys.stderr)
         return 1

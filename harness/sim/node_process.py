@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import os
 import pickle
+import secrets
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, TypeAlias
 
 from harness.agent import RunResult
+from harness.rendezvous import SECRET_ENV, SECRET_FILE_ENV
 
 if TYPE_CHECKING:
     from harness.sim.node_forks import ForkedNode, NodeForkServer
 
-__all__ = ["NodeHandle", "NodeProcess", "start_node"]
+__all__ = ["NodeHandle", "NodeProcess", "job_secret_env", "start_node"]
 
 #: a node agent's process: forked by the node server, or started the plain way
 NodeHandle: TypeAlias = "subprocess.Popen[bytes] | ForkedNode"
@@ -53,11 +56,35 @@ class NodeProcess:
 
 
 
+def job_secret_env(job_directory: str) -> dict[str, str]:
+    """What hands the job's rendezvous secret to its store and its node agents:
+    ``HARNESS_RDZV_SECRET_FILE`` naming a 0600 file in the job's directory, made on first
+    use. It is an environment entry, because a command line is readable by every user of
+    the host. The agents keep the secret from their workers."""
+    path = os.path.join(job_directory, "rdzv.secret")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=job_directory, prefix=".rdzv.secret.")  # 0600
+        with os.fdopen(fd, "w") as fp:
+            fp.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)  # whole or not at all; a second maker keeps the first's
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return {SECRET_FILE_ENV: path}
+
+
 def start_node(server: NodeForkServer | None, spec_path: str, netns: str | None,
                 env: dict[str, str], log: IO[bytes]) -> NodeHandle:
     """A node agent: forked by the pool's node server where it can be (a tenth of a second
     of imports saved per node), else ``python -m harness.sim.node_main``. Either way it is
-    a session leader, dies with its parent, lives in its network namespace."""
+    a session leader, dies with its parent, lives in its network namespace. It gets its
+    job's rendezvous secret (the job's directory holds its nodes' directories, and the
+    spec sits in one of them). A ``HARNESS_RDZV_SECRET`` from the caller is dropped:
+    the job has one secret."""
+    env = {**env, **job_secret_env(os.path.dirname(os.path.dirname(spec_path)))}
+    env.pop(SECRET_ENV, None)
     if server is not None and server.usable_for(env):
         try:
             return server.fork(spec_path, netns, env, os.getcwd(), log.fileno())

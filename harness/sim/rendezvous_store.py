@@ -37,6 +37,8 @@ from typing import Any
 
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
+from harness.rendezvous import SECRET_ENV
+from harness.sim.node_process import job_secret_env
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "STORE_ADDR"]
 
@@ -150,7 +152,8 @@ StoreHandle = StoreProcess | NodeHostedStore
 # -- the three setups ---------------------------------------------------------------------
 
 
-def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.Popen[bytes]:
+def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any,
+           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A store process: a child of the harness that dies with it, in the store's namespace
     when the nodes are network hosts."""
     from harness.procs import die_with_parent
@@ -165,15 +168,16 @@ def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any) -> subprocess.
 
     with open(log_path, "wb") as log:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout if stdout else log,
-                                stderr=log, start_new_session=True, preexec_fn=preexec)
+                                stderr=log, start_new_session=True, preexec_fn=preexec, env=env)
 
 
 def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
     host = job.net.store_address
     port = NETNS_STORE_PORT if job.net.mode == "netns" else 0
     log_path = os.path.join(job.directory, "store.log")
+    env = {k: v for k, v in os.environ.items() if k != SECRET_ENV} | job_secret_env(job.directory)
     popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
-                         "--port", str(port)], log_path, subprocess.PIPE)
+                         "--port", str(port)], log_path, subprocess.PIPE, env)
     assert popen.stdout is not None  # started with stdout=PIPE
     try:
         port = _read_port(popen, log_path)
