@@ -20,6 +20,8 @@ RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.proc
            "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
            "harness.launch", "harness.run")
 SIMULATION = ("harness.sim",)
+#: hosts reached over SSH (issue 29): below the simulation, beside the runtime
+HOSTS = ("harness.hosts",)
 #: public faces assembled at the top of the package (re-exports only)
 FACADES = ("harness", "harness.faults")
 
@@ -85,13 +87,21 @@ def violations() -> list[str]:
                 private = private_part(module, names)
                 if private:
                     found.append(f"{where}: simulation module {me} imports the runtime's private {private}")
+            if in_layer(me, RUNTIME) and in_layer(module, HOSTS):
+                found.append(f"{where}: runtime module {me} imports the hosts layer ({module})")
+            if in_layer(me, HOSTS) and in_layer(module, SIMULATION + ("harness.faults",)):
+                found.append(f"{where}: hosts module {me} imports the simulation ({module})")
+            if in_layer(me, HOSTS) and in_layer(module, RUNTIME):
+                private = private_part(module, names)
+                if private:
+                    found.append(f"{where}: hosts module {me} imports the runtime's private {private}")
     return found
 
 
 def test_every_harness_module_belongs_to_a_layer():
     unplaced = [module_name(p) for p in sources()
-                if not in_layer(module_name(p), RUNTIME + SIMULATION) and module_name(p) not in FACADES]
-    assert unplaced == [], "add each module to RUNTIME or SIMULATION in this test (or move it)"
+                if not in_layer(module_name(p), RUNTIME + SIMULATION + HOSTS) and module_name(p) not in FACADES]
+    assert unplaced == [], "add each module to RUNTIME, SIMULATION or HOSTS in this test (or move it)"
 
 
 def test_layers_are_respected():
@@ -137,7 +147,7 @@ def test_the_checker_catches_private_runtime_names(tmp_path, monkeypatch, source
 # type of a module above it.
 
 #: packages that must have no import cycle inside them
-ACYCLIC = ("pytest_elastic", "harness.sim")
+ACYCLIC = ("pytest_elastic", "harness.sim", "harness.hosts")
 
 #: cycles tolerated for now, each one cycle's modules (none: issue 18 removed the last ones).
 #: A cycle listed here that is gone fails the test too, so the list cannot go stale.

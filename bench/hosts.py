@@ -1,0 +1,146 @@
+"""SSH hosts benchmark: one multiplexed OpenSSH connection vs a fresh connection per command
+(issue 29 part 1), and asyncssh beside them when it is importable.
+
+    python bench/hosts.py [--runs 20] [--no-host-rc]
+    PYTHONPATH=/path/to/asyncssh-lib python bench/hosts.py     # adds the asyncssh column
+
+The project's rule is that a bench compares ours against torchrun. torchrun has no SSH
+hosts (it starts one node per machine and leaves getting there to the user), so there is
+nothing of torch's to compare with: this bench compares the SSH strategies the host layer
+could use, which is the choice issue 29 asks to measure and justify.
+
+The hosts are real sshd servers on this machine (``tests/hosts/sshd.py``: one per network
+namespace, key auth), so the link has no latency worth the name: on a real network a fresh
+connection also pays its handshake's round trips (TCP, version, key exchange, auth, session:
+about 6-8 RTTs against the multiplexed channel's 2), and the gap grows with the RTT.
+
+Rows (medians of ``--runs`` runs, the strategies alternating so both see the same load):
+  transport only   the ssh command line ``SshHost.ssh_argv("true")`` (what ``run`` uses, no
+                   supervisor): the cost of the connection strategy itself. asyncssh: one
+                   connection, ``conn.run("true")`` a channel per command.
+  SshHost.run      ``run(["true"])`` as a user gets it: the remote supervisor (the host's
+                   python, ``-I -S``) that ties the command to the connection's lifetime.
+  open             ``SshHost.open()``: handshake, the lease (interpreter, version, work dir).
+Each table is run twice: with the hosts' root ``~/.bashrc`` emptied (the transport alone),
+and with this machine's own (bash sources it for every command sshd runs; here it runs
+``pyenv init``), which a real host's rc file adds to every command whatever the strategy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import fmt_ratio, isolate_tmpdir, median, print_table, ratio  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.hosts import SshHost  # noqa: E402
+from tests.hosts.sshd import SshdLab, sshd_missing  # noqa: E402
+
+
+def fmt_ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:.1f} ms"
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.monotonic()
+    fn()
+    return time.monotonic() - started
+
+
+def run_quiet(argv: list[str]) -> None:
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+
+
+def asyncssh_times(lab: SshdLab, runs: int) -> tuple[list[float], float] | None:
+    """(per-command times, connect time) of asyncssh, or None when it is not importable.
+    Its event loop runs in a thread that joined the client namespace (setns is per thread,
+    and the sockets a thread makes live in its namespace)."""
+    try:
+        import asyncssh  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    spec = lab.spec(0)
+
+    async def measure() -> tuple[list[float], float]:
+        started = time.monotonic()
+        async with asyncssh.connect(spec.address, port=spec.port, username=spec.user, client_keys=[spec.key],
+                                    known_hosts=spec.known_hosts, agent_path=None) as conn:
+            connect = time.monotonic() - started
+            times = []
+            for _ in range(runs):
+                started = time.monotonic()
+                await conn.run("true", check=True)
+                times.append(time.monotonic() - started)
+        return times, connect
+
+    return lab.net.call_in_store(lambda: asyncio.run(measure()))
+
+
+def table(runs: int, clean_rc: bool) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as root, SshdLab(Path(root), 1, clean_rc) as lab:
+        lab.start(0)
+        opens: dict[bool, list[float]] = {True: [], False: []}
+        hosts: dict[bool, SshHost] = {}
+        for _ in range(3):  # open is measured on its own, three times each
+            for multiplex in (True, False):
+                host = lab.ssh_host(lab.spec(0), multiplex=multiplex)
+                opens[multiplex].append(timed(host.open))
+                host.close()
+        try:
+            for multiplex in (True, False):
+                hosts[multiplex] = lab.ssh_host(lab.spec(0), multiplex=multiplex).open()
+            raw = {m: hosts[m].ssh_argv(shlex.join(["true"])) for m in hosts}
+            transport: dict[bool, list[float]] = {True: [], False: []}
+            supervised: dict[bool, list[float]] = {True: [], False: []}
+            for _ in range(runs):
+                for multiplex in (True, False):
+                    transport[multiplex].append(timed(lambda m=multiplex: run_quiet(raw[m])))
+                    supervised[multiplex].append(timed(lambda m=multiplex: hosts[m].run(["true"])))
+        finally:
+            for host in hosts.values():
+                host.close()
+        other = asyncssh_times(lab, runs)
+    rc = "emptied ~/.bashrc" if clean_rc else "this machine's ~/.bashrc"
+    print(f"\n{runs} runs each, hosts with {rc}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
+    rows = []
+    for name, samples, theirs in (("transport only (ssh ... true)", transport, other[0] if other else None),
+                                  ("SshHost.run(['true'])", supervised, None),
+                                  ("open (connect + lease)", opens, None)):
+        mux, fresh = median(samples[True]), median(samples[False])
+        extra = ([fmt_ms(median(theirs)) if theirs else ("-" if other else "not installed")])
+        rows.append([name, fmt_ms(mux), fmt_ms(fresh), fmt_ratio(ratio(fresh, mux)), *extra])
+    if other:
+        rows[2][-1] = fmt_ms(other[1]) + " (connect)"
+    print_table(["", "ControlMaster", "fresh connection", "fresh / ControlMaster", "asyncssh"], rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="commands per strategy (20)")
+    parser.add_argument("--no-host-rc", action="store_true", help="skip the table with this machine's ~/.bashrc")
+    args = parser.parse_args()
+    why = sshd_missing()
+    if why:
+        print(f"bench/hosts.py: real sshd hosts unavailable: {why}", file=sys.stderr)
+        return 2
+    isolate_tmpdir()
+    table(args.runs, clean_rc=True)
+    if not args.no_host_rc:
+        table(args.runs, clean_rc=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

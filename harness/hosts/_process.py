@@ -1,0 +1,141 @@
+"""A command running on a host: the local ``ssh`` client that carries it, and the pipe that
+keeps it alive.
+
+The client's stdin is a pipe whose write end only this process holds (``os.pipe`` fds are
+close-on-exec: no other child inherits it). It is the command's lifeline: the remote
+supervisor (``_remote.run``) ends the command's process group when the pipe reaches EOF,
+and the pipe reaches EOF when we close it *or when this process dies*, however it dies:
+the kernel closes its fds. So a controller killed with SIGKILL still ends its remote
+commands, with no PDEATHSIG (which would fire when the *thread* that started ssh exits,
+not the process) and no timer. Lines written to it (``signal N``) ask the supervisor to
+signal the group: faults carried out on the host.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from harness.hosts._errors import HostTimeout
+
+__all__ = ["CommandResult", "RemoteProcess", "stop_local"]
+
+_log = logging.getLogger(__name__)
+
+#: after the remote group was told to stop, how much longer the local client may take to
+#: report its exit before it is killed here (one round trip plus the supervisor's exit)
+_LOCAL_SLACK_S = 5.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A finished remote command. ``returncode`` is the command's status (128+N when signal
+    N killed it, as a shell says); 255 is the ssh client's own failure."""
+
+    host: str
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def stop_local(popen: subprocess.Popen[str], grace: float) -> int:
+    """Wait up to ``grace`` s for a local ssh process to exit by itself (it was told to, or
+    its lifeline closed), then SIGTERM -> 1 s -> SIGKILL; always reaped. Its status."""
+    for sig, wait in ((None, grace), (signal.SIGTERM, 1.0)):
+        if sig is not None and popen.poll() is None:
+            popen.send_signal(sig)
+        try:
+            return popen.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    _log.warning("ssh pid %d ignored SIGTERM for 1 s: killed (a hung connection? ServerAliveInterval ends "
+                 "those; run its command line, SshHost.ssh_argv(), by hand to see what ssh says)", popen.pid)
+    popen.kill()
+    return popen.wait()
+
+
+class RemoteProcess:
+    """``SshHost.start(argv)``'s handle. ``stdout``/``stderr`` are the remote command's
+    (text pipes); ``pid`` is the local ssh client's. ``terminate()`` or ``close()`` it."""
+
+    def __init__(self, host: str, argv: Sequence[str], popen: subprocess.Popen[str], lifeline: int,
+                 grace: float):
+        self.host, self.argv, self.grace = host, tuple(argv), grace
+        self.popen = popen
+        self._lifeline: int | None = lifeline
+        self.closed = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def stdout(self) -> IO[str] | None:
+        return self.popen.stdout
+
+    @property
+    def stderr(self) -> IO[str] | None:
+        return self.popen.stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise HostTimeout(f"host {self.host}: {self._shown()} still running after {timeout:g} s") from None
+
+    def communicate(self, timeout: float) -> tuple[str, str]:
+        """Its whole stdout and stderr once it exits (the lifeline stays open meanwhile)."""
+        try:
+            out, err = self.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostTimeout(f"host {self.host}: {self._shown()} did not finish within {timeout:g} s") from None
+        return out or "", err or ""
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the command's process group on the host (a no-op once it was let go)."""
+        if self._lifeline is not None:
+            try:
+                os.write(self._lifeline, f"signal {int(sig)}\n".encode())
+            except BrokenPipeError:  # the client is gone: so is the command
+                pass
+
+    def let_go(self) -> None:
+        """Close the lifeline: the host terminates the group, then kills it after ``grace``."""
+        fd, self._lifeline = self._lifeline, None
+        if fd is not None:
+            os.close(fd)
+
+    def terminate(self) -> int:
+        """End it (terminate -> grace -> kill, on the host), reap the client; its status."""
+        self.let_go()
+        return stop_local(self.popen, self.grace + _LOCAL_SLACK_S)
+
+    def close(self) -> None:
+        """``terminate()`` if it runs, and close the pipes."""
+        self.closed = True
+        self.terminate()
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def _shown(self) -> str:
+        return shlex.join(self.argv)
+
+    def __repr__(self) -> str:
+        code = self.popen.poll()
+        state = f"exited {code}" if code is not None else "running" if self._lifeline is not None else "stopping"
+        return f"<RemoteProcess {self.host} {self._shown()!r} ssh pid={self.pid} {state}>"

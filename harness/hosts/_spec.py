@@ -1,0 +1,208 @@
+"""Host specs: ``ssh://user@address[:port]`` and the hosts file, checked once into a frozen
+``HostSpec`` (the project's rule: configuration is resolved at the edge).
+
+One row per field (``FIELDS``) says its type check, so a URL's keyword fields, the hosts
+file's ``[[host]]`` tables and its ``[defaults]`` are validated by the same code, and every
+error is one ``ConfigError`` line naming the host and the field::
+
+    port='x' must be an int in [1, 65535] (from hosts.toml host[1] 10.0.0.6)
+
+The hosts file (TOML)::
+
+    [defaults]                        # optional: every [[host]] gets these unless it sets its own
+    user = "ci"
+    key = "~/.ssh/elastic_ed25519"    # relative paths: relative to this file
+    python = "/opt/elastic/bin/python"
+
+    [[host]]
+    address = "10.0.0.5"
+    port = 2222
+    work_dir = "/scratch"             # the per-session work dirs are made under it
+    capabilities = ["netns", "cgroups"]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from harness.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the dependency pyproject names for 3.10
+    import tomli as tomllib
+
+__all__ = ["FIELDS", "HostSpec", "parse_host", "load_hosts"]
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})")
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+_CAPABILITY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_URL_FORM = "must be ssh://user@address[:port]"
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One host, checked. ``label`` (``user@address:port``) names it in every message."""
+
+    address: str
+    user: str
+    port: int = 22
+    key: str | None = None  # local private key (absolute); None: ssh's own identities
+    python: str = "python3"  # the host's interpreter, which must have pytest-elastic
+    work_dir: str | None = None  # remote base of the session work dirs; None: the host's temp dir
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    known_hosts: str | None = None  # local known_hosts file; None: ssh's default (~/.ssh/known_hosts)
+    trust_on_first_use: bool = False  # accept (and record) an unknown host key: throwaway hosts only
+
+    @property
+    def label(self) -> str:
+        address = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{self.user}@{address}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        address = f"[{self.address}]" if ":" in self.address else self.address
+        return f"ssh://{self.user}@{address}" + (f":{self.port}" if self.port != 22 else "")
+
+
+# -- one row per field: the check that turns a raw value into the HostSpec's one ------------
+
+def _address(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return value if _HOSTNAME.fullmatch(value) else None  # never starts with "-": no ssh option
+
+
+def _user(value: Any) -> str | None:
+    return value if isinstance(value, str) and _USER.fullmatch(value) else None
+
+
+def _port(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
+    return value if ok else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and not set(value) & {"\0", "\n", "\r"} else None
+
+
+def _absolute(value: Any) -> str | None:
+    text = _text(value)
+    return text if text is not None and text.startswith("/") else None
+
+
+def _capabilities(value: Any) -> frozenset[str] | None:
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        return None
+    ok = all(isinstance(c, str) and _CAPABILITY.fullmatch(c) for c in value)
+    return frozenset(value) if ok else None
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class _Field:
+    check: Callable[[Any], Any]  # the value to keep, or None when it is bad
+    constraint: str
+    local_path: bool = False  # a file on this machine: ~ expanded, relative to the hosts file
+
+
+FIELDS: dict[str, _Field] = {
+    "address": _Field(_address, "must be an IP address or a host name"),
+    "user": _Field(_user, "must be a user name ([A-Za-z_][A-Za-z0-9_.-]*)"),
+    "port": _Field(_port, "must be an int in [1, 65535]"),
+    "key": _Field(_text, "must be the path of a private key file", local_path=True),
+    "python": _Field(_text, "must be the host's interpreter (a path or a command name)"),
+    "work_dir": _Field(_absolute, "must be an absolute path on the host"),
+    "capabilities": _Field(_capabilities, "must be a list of names like \"netns\", \"cgroups\""),
+    "known_hosts": _Field(_text, "must be the path of a known_hosts file", local_path=True),
+    "trust_on_first_use": _Field(_flag, "must be true or false"),
+}
+_REQUIRED = ("address", "user")
+
+
+def _build(raw: Mapping[str, Any], source: str, base_dir: Path | None) -> HostSpec:
+    """A HostSpec from raw fields, every one checked by its row."""
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        row = FIELDS.get(name)
+        if row is None:
+            raise ConfigError(name, value, f"is not a host field (known: {', '.join(FIELDS)})", source)
+        checked = row.check(value)
+        if checked is None:
+            raise ConfigError(name, value, row.constraint, source)
+        if row.local_path:
+            path = Path(checked).expanduser()
+            checked = str(path if path.is_absolute() or base_dir is None else base_dir / path)
+        values[name] = checked
+    for name in _REQUIRED:
+        if name not in values:
+            raise ConfigError(name, None, "is required", source)
+    return HostSpec(**values)
+
+
+def parse_host(url: str, *, source: str | None = None, **fields: Any) -> HostSpec:
+    """``ssh://user@address[:port]`` (IPv6 in brackets) plus any other field by keyword."""
+    where = source or "hosts"
+    if not isinstance(url, str):
+        raise ConfigError("host", url, _URL_FORM, where)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        raise ConfigError("host", url, f"{_URL_FORM} (bad port)", where) from None
+    problem = ("the scheme is not ssh" if parts.scheme != "ssh" else
+               "no user" if not parts.username else
+               "a password does not belong in it (BatchMode: keys only)" if parts.password is not None else
+               "no address" if not parts.hostname else
+               "nothing may follow the address" if parts.path or parts.query or parts.fragment else None)
+    if problem:
+        raise ConfigError("host", url, f"{_URL_FORM} ({problem})", where)
+    for name in ("address", "user", "port"):
+        if name in fields:
+            raise ConfigError(name, fields[name], "is given by the URL already", where)
+    raw = {"address": parts.hostname, "user": parts.username, **({"port": port} if port is not None else {}),
+           **fields}
+    return _build(raw, f"{where} {url}", None)
+
+
+def load_hosts(path: str | os.PathLike[str]) -> list[HostSpec]:
+    """The hosts of a TOML hosts file (see the module docstring), in file order."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except OSError as e:
+        raise ConfigError("hosts file", str(file), f"cannot be read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("hosts file", str(file), f"is not TOML: {e}") from None
+    unknown = set(data) - {"defaults", "host"}
+    if unknown:
+        raise ConfigError("table", sorted(unknown)[0], "is not one of a hosts file's ([defaults], [[host]])",
+                          str(file))
+    defaults, hosts = data.get("defaults", {}), data.get("host", [])
+    if not isinstance(defaults, dict):
+        raise ConfigError("defaults", defaults, "must be a table ([defaults])", str(file))
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, dict) for h in hosts):
+        raise ConfigError("host", hosts, "needs at least one [[host]] table", str(file))
+    specs: list[HostSpec] = []
+    for i, table in enumerate(hosts):
+        name = table.get("address", "")
+        spec = _build({**defaults, **table}, f"{file.name} host[{i}] {name}".rstrip(), file.parent)
+        twin = next((s for s in specs if s.label == spec.label), None)
+        if twin is not None:
+            raise ConfigError("address", spec.address, f"names host {spec.label} twice", f"{file.name} host[{i}]")
+        specs.append(spec)
+    return specs

@@ -1,0 +1,377 @@
+"""``SshHost``: one OpenSSH connection to a host, multiplexed, owned, checked.
+
+``open()`` starts the *master*: ``ssh -o ControlMaster=yes`` in the foreground (never
+``-f``: it stays our child, so we know its pid and reap it), its control socket in a
+private 0700 dir, ``ControlPersist=no`` (it ends with its own session). Its own session
+is the *lease* (``_remote.lease``): one JSON line with the host's interpreter, its
+pytest-elastic version and a fresh work dir, then it waits for EOF on stdin and removes
+the dir. That line is the readiness event (authenticated, socket listening, interpreter
+runs) and the version check in one round trip, with no polling for the socket.
+
+Commands go through the master (``ssh -o ControlMaster=no``: one channel each, no new
+handshake) under the remote supervisor (``_remote.run``), their lifeline the client's stdin
+(see ``_process``). ``ProxyCommand=false`` on them makes a missing master an error rather
+than ssh's silent fallback to a fresh connection. ``multiplex=False`` gives every command a
+connection of its own instead (the strategy ``bench/hosts.py`` compares).
+
+Every option is on the command line: BatchMode=yes (a prompt would hang a run: keys only),
+StrictHostKeyChecking=yes (``accept-new`` only with ``trust_on_first_use``), a known_hosts
+file when the spec names one, keep-alives so a dead connection is noticed within
+``ServerAliveInterval * ServerAliveCountMax`` seconds. ``close()`` lets every command go,
+then the lease, then the master; nothing of ours is left on either side.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import selectors
+import shlex
+import shutil
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.hosts._control import make_control_dir
+from harness.hosts._errors import (
+    SSH_FAILED,
+    HostCommandError,
+    HostError,
+    HostPythonError,
+    HostTimeout,
+    HostUnreachable,
+    explain,
+    last_line,
+)
+from harness.hosts._process import CommandResult, RemoteProcess, stop_local
+from harness.hosts._spec import HostSpec
+
+__all__ = ["SshHost", "RemoteInfo"]
+
+DIST = "pytest-elastic"
+_SOCKET = "m"
+_ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
+_MASTER_LOG = "master.log"
+
+
+@functools.cache
+def _remote_source() -> str:
+    return (Path(__file__).with_name("_remote.py")).read_text()
+
+
+@functools.cache
+def controller_version() -> str:
+    """This controller's pytest-elastic version, which every host must have too."""
+    try:
+        return metadata.version(DIST)
+    except metadata.PackageNotFoundError:
+        raise HostPythonError(f"this controller has no installed {DIST} to compare hosts with: "
+                              "pip install it (pip install -e . in a checkout)") from None
+
+
+@dataclass(frozen=True)
+class RemoteInfo:
+    """What the lease found on the host."""
+
+    python: str  # its version, "3.11.2"
+    executable: str  # sys.executable there
+    pytest_elastic: str | None  # the installed version, None when missing
+    work_dir: str  # this connection's work dir (removed with the connection)
+
+
+@dataclass
+class _Owned:
+    """What close() must end, kept apart from the SshHost so a finalizer can run it."""
+
+    owner: int
+    control_dir: str | None = None
+    master: subprocess.Popen[str] | None = None
+    lease_fd: int | None = None  # the master's stdin: the lease ends at its EOF
+    processes: set[RemoteProcess] = field(default_factory=set)
+    closed: bool = False
+
+
+def _teardown(owned: _Owned, grace: float) -> None:
+    """Commands first (all told at once, then reaped), then the lease, then the master."""
+    if owned.closed or os.getpid() != owned.owner:  # a forked child owns none of it
+        return
+    owned.closed = True
+    processes = list(owned.processes)
+    for proc in processes:
+        proc.let_go()
+    for proc in processes:
+        proc.close()
+    owned.processes.clear()
+    if owned.lease_fd is not None:
+        os.close(owned.lease_fd)
+        owned.lease_fd = None
+    if owned.master is not None:
+        stop_local(owned.master, grace)
+        if owned.master.stdout is not None:
+            owned.master.stdout.close()
+    if owned.control_dir is not None:
+        shutil.rmtree(owned.control_dir, ignore_errors=True)
+
+
+class SshHost:
+    """One host over SSH. ``with SshHost(spec) as host: host.run(["uname", "-a"])``.
+
+    ``ssh_command`` is the client's argv (another OpenSSH build, or a wrapper that execs
+    it, such as ``nsenter --net=PATH ssh``); ``ssh_config`` is passed as ``-F`` ("none":
+    no config file at all; None: the user's, as ssh reads it).
+    """
+
+    def __init__(self, spec: HostSpec, *, ssh_command: Sequence[str] = ("ssh",), ssh_config: str | None = None,
+                 connect_timeout: float = 10.0, multiplex: bool = True, check_version: bool = True):
+        self.spec, self.ssh_command, self.ssh_config = spec, tuple(ssh_command), ssh_config
+        self.connect_timeout, self.multiplex, self.check_version = connect_timeout, multiplex, check_version
+        self.info: RemoteInfo | None = None
+        self._owned = _Owned(owner=os.getpid())
+        self._finalizer = weakref.finalize(self, _teardown, self._owned, 5.0)
+        self._lock = threading.Lock()
+
+    # -- connecting -----------------------------------------------------------------------
+
+    def open(self) -> SshHost:
+        """Connect, start the lease, check the interpreter and pytest-elastic's version."""
+        if self._owned.master is not None or self._owned.closed:
+            raise HostError(f"host {self.spec.label}: open() once per SshHost")
+        if self.spec.key is not None and not os.path.isfile(self.spec.key):
+            raise ConfigError("key", self.spec.key, "is not a file on this machine", f"host {self.spec.label}")
+        try:
+            self._owned.control_dir = make_control_dir(_SOCKET)
+            self.info = self._start_master()
+            if self.check_version:
+                self._check_version(self.info)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start_master(self) -> RemoteInfo:
+        assert self._owned.control_dir is not None
+        mux = ["-o", "ControlMaster=yes", "-o", "ControlPersist=no"] if self.multiplex else []
+        lease = ["lease"] + ([self.spec.work_dir] if self.spec.work_dir else [])
+        theirs, self._owned.lease_fd = os.pipe()  # ssh reads, we hold the write end (close() closes it)
+        with open(os.path.join(self._owned.control_dir, _MASTER_LOG), "w") as log:
+            try:
+                self._owned.master = subprocess.Popen(
+                    self._argv(mux, self._python(lease)), stdin=theirs, stdout=subprocess.PIPE, stderr=log,
+                    text=True, start_new_session=True)  # a ^C to us must not cut the link before close()
+            except FileNotFoundError:
+                raise HostError(f"host {self.spec.label}: no ssh client {self.ssh_command[0]!r} on this machine "
+                                "(OpenSSH's client: Debian/Ubuntu openssh-client)") from None
+            finally:
+                os.close(theirs)
+        line = self._first_line(self._owned.master, self.connect_timeout * 2 + 10)
+        if not line:
+            raise self._master_failure("connecting")
+        try:
+            report: dict[str, Any] = json.loads(line)
+        except json.JSONDecodeError:
+            raise HostPythonError(f"host {self.spec.label}: python={self.spec.python!r} printed {line[:200]!r} "
+                                  "instead of the lease's report (does the login print to stdout?)") from None
+        if report.get("problem"):
+            raise HostError(f"host {self.spec.label}: {report['problem']}")
+        return RemoteInfo(report["python"], report["executable"], report["pytest_elastic"], report["work_dir"])
+
+    def _first_line(self, master: subprocess.Popen[str], timeout: float) -> str:
+        """The lease's report line; '' when the master exits first. Waits on the pipe."""
+        assert master.stdout is not None
+        fd = master.stdout.fileno()
+        data = b""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in data:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HostTimeout(f"host {self.spec.label}: no answer {timeout:g} s after connecting "
+                                      f"(ConnectTimeout={self._connect_timeout_s()})")
+                if sel.select(left):
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        return ""
+                    data += chunk
+        return data.split(b"\n", 1)[0].decode(errors="replace")
+
+    def _master_failure(self, doing: str) -> HostError:
+        """Why the master exited (it is reaped here)."""
+        assert self._owned.master is not None and self._owned.control_dir is not None
+        code = stop_local(self._owned.master, 5.0)
+        log = Path(self._owned.control_dir, _MASTER_LOG).read_text(errors="replace")
+        if code == SSH_FAILED:
+            return explain(self.spec, log, doing)
+        return HostPythonError(f"host {self.spec.label}: python={self.spec.python!r} could not run there "
+                               f"(exit {code}: {last_line(log)}); set python= to the host's interpreter")
+
+    def _check_version(self, info: RemoteInfo) -> None:
+        mine = controller_version()
+        where = f"host {self.spec.label}: python={self.spec.python!r} ({info.executable}, Python {info.python})"
+        if info.pytest_elastic is None:
+            raise HostPythonError(f"{where} has no {DIST}; install {DIST}=={mine} there "
+                                  "or set python= to an interpreter that has it")
+        if info.pytest_elastic != mine:
+            raise HostPythonError(f"{where} has {DIST} {info.pytest_elastic}, this controller {mine}: "
+                                  f"install {DIST}=={mine} there")
+
+    # -- commands -------------------------------------------------------------------------
+
+    @property
+    def work_dir(self) -> str:
+        """This connection's own dir on the host; removed when the connection ends."""
+        return self._require_open().work_dir
+
+    def start(self, argv: Sequence[str], *, grace: float = 5.0, stdout: int | None = subprocess.PIPE,
+              stderr: int | None = subprocess.PIPE) -> RemoteProcess:
+        """Start ``argv`` on the host (an argv, never a shell line: quoted with ``shlex.join``
+        for the remote shell). It ends when it exits, when ``terminate()``/``close()`` lets it
+        go (SIGTERM, ``grace`` s, SIGKILL), or when this process dies."""
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError(f"argv must be a non-empty sequence of str, not {argv!r}")
+        with self._lock:
+            self._require_open()
+            theirs, lifeline = os.pipe()  # ssh reads, we hold the write end
+            try:
+                popen = subprocess.Popen(
+                    self._argv(self._client_options(), self._python(["run", repr(float(grace)), *argv], bare=True)),
+                    stdin=theirs, stdout=stdout, stderr=stderr, text=True, errors="replace",
+                    start_new_session=True)
+            except BaseException:
+                os.close(lifeline)
+                raise
+            finally:
+                os.close(theirs)
+            proc = RemoteProcess(self.spec.label, argv, popen, lifeline, grace)
+            self._owned.processes -= {p for p in self._owned.processes if p.closed}  # the caller's, done
+            self._owned.processes.add(proc)
+            return proc
+
+    def run(self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True) -> CommandResult:
+        """Run ``argv`` on the host to its end; raises ``HostCommandError`` on a non-zero
+        status when ``check``, ``HostTimeout`` (after ending it) past ``timeout`` s."""
+        proc = self.start(argv)
+        try:
+            out, err = proc.communicate(timeout)
+        finally:
+            self._forget(proc)
+        shown = shlex.join(argv)
+        code = proc.popen.returncode
+        if code == SSH_FAILED:
+            raise self._client_failure(err, f"running {shown}")
+        if check and code != 0:
+            raise HostCommandError(f"host {self.spec.label}: {shown} exited {code}: {last_line(err)}",
+                                   code, out, err)
+        return CommandResult(self.spec.label, tuple(argv), code, out, err)
+
+    def _forget(self, proc: RemoteProcess) -> None:
+        proc.close()
+        with self._lock:
+            self._owned.processes.discard(proc)
+
+    def _client_failure(self, stderr: str, doing: str) -> HostError:
+        master = self._owned.master
+        if self.multiplex and master is not None and master.poll() is not None:
+            return HostUnreachable(f"host {self.spec.label}: {doing}: the connection is closed "
+                                   f"(ssh exited {master.returncode})")
+        return explain(self.spec, stderr, doing)
+
+    # -- the ssh command line -------------------------------------------------------------
+
+    def _connect_timeout_s(self) -> int:
+        return max(1, math.ceil(self.connect_timeout))
+
+    def _argv(self, extra: list[str], remote: str) -> list[str]:
+        spec = self.spec
+        options = {
+            "BatchMode": "yes",
+            "StrictHostKeyChecking": "accept-new" if spec.trust_on_first_use else "yes",
+            "ConnectTimeout": str(self._connect_timeout_s()),
+            "ServerAliveInterval": str(_ALIVE_INTERVAL_S),
+            "ServerAliveCountMax": str(_ALIVE_COUNT),
+            "LogLevel": "ERROR",  # errors only: what stderr says is then what went wrong
+            "ClearAllForwardings": "yes",
+            "ForwardAgent": "no",
+            "ForwardX11": "no",
+            **({"UserKnownHostsFile": spec.known_hosts} if spec.known_hosts else {}),
+            **({"IdentityFile": spec.key, "IdentitiesOnly": "yes"} if spec.key else {}),
+            **({"ControlPath": self._socket()} if self.multiplex else {}),
+        }
+        config = ["-F", self.ssh_config] if self.ssh_config is not None else []
+        opts = [arg for name, value in options.items() for arg in ("-o", f"{name}={value}")]
+        return [*self.ssh_command, *config, *opts, *extra, "-T", "-p", str(spec.port), "-l", spec.user,
+                "--", spec.address, remote]
+
+    def ssh_argv(self, remote: str) -> list[str]:
+        """The local command line that runs the remote shell line ``remote`` the way
+        ``start()`` does (same options and connection), without the supervisor: to see by
+        hand what ssh says, or to time the transport alone (``bench/hosts.py``)."""
+        self._require_open()
+        return self._argv(self._client_options(), remote)
+
+    def _client_options(self) -> list[str]:
+        if not self.multiplex:
+            return []
+        return ["-o", "ControlMaster=no", "-o", "ProxyCommand=false"]
+
+    def _python(self, args: list[str], bare: bool = False) -> str:
+        """The remote shell line that runs ``_remote`` with the host's interpreter. ``bare``
+        (the supervisor of every command): ``-I -S``, no site and no PYTHON* variables,
+        ~10-20 ms less a command and nothing on the host's path can shadow the stdlib
+        (the command itself still gets the environment as it is). The lease runs as the
+        agent will, site included: it must find pytest-elastic where the agent would."""
+        return shlex.join([self.spec.python, *(["-I", "-S"] if bare else []), "-c", _remote_source(), *args])
+
+    def _socket(self) -> str:
+        assert self._owned.control_dir is not None
+        return os.path.join(self._owned.control_dir, _SOCKET)
+
+    def _require_open(self) -> RemoteInfo:
+        if self.info is None or self._owned.closed:
+            raise HostError(f"host {self.spec.label}: not open (call open(), or use it as a context manager)")
+        master = self._owned.master
+        if master is not None and master.poll() is not None:
+            raise HostUnreachable(f"host {self.spec.label}: the connection is closed (ssh exited {master.returncode})")
+        return self.info
+
+    # -- lifetime -------------------------------------------------------------------------
+
+    def pids(self) -> list[int]:
+        """The local ssh processes this host runs now (the master first)."""
+        with self._lock:
+            found = [self._owned.master] if self._owned.master is not None else []
+            found += [p.popen for p in self._owned.processes]
+            return [p.pid for p in found if p.poll() is None]
+
+    @property
+    def control_dir(self) -> str | None:
+        return self._owned.control_dir
+
+    @property
+    def closed(self) -> bool:
+        return self._owned.closed
+
+    def close(self) -> None:
+        """End every command, the lease (the work dir goes) and the connection. Idempotent."""
+        with self._lock:
+            self._finalizer()
+
+    def __enter__(self) -> SshHost:
+        return self if self.info is not None else self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = ("closed" if self._owned.closed else "not open" if self.info is None else
+                 f"open, {len(self._owned.processes)} commands, work_dir={self.info.work_dir!r}")
+        return f"<SshHost {self.spec.label} {'multiplexed' if self.multiplex else 'unmultiplexed'} {state}>"

@@ -1,0 +1,282 @@
+"""``SshHost`` against real OpenSSH servers (``sshd.py``): one connection per host runs
+commands; BatchMode, host keys and the interpreter check fail as one clear line; closing,
+a dropped connection and a controller killed outright all leave nothing on either side.
+
+Every wait on a process's death is bounded (``survivors``), never a sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.errors import ConfigError
+from harness.hosts import (
+    HostAuthError,
+    HostCommandError,
+    HostKeyError,
+    HostPythonError,
+    HostTimeout,
+    HostUnreachable,
+    controller_version,
+)
+from tests.conftest import survivors
+from tests.hosts.sshd import SshdHost, SshdLab, keygen, sshd_missing
+
+#: how long the host may take to end what a lost controller or connection left running
+#: (one round trip, the supervisor's SIGTERM; a starved 2-core runner is slow, not stuck)
+GONE_WITHIN_S = 15.0
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error)
+    assert "\n" not in text, text
+    return text
+
+
+def remote_pid(proc) -> int:
+    """The pid a remote ``sh -c 'echo $$; exec ...'`` printed first (hosts share our pids)."""
+    return int(proc.stdout.readline())
+
+
+def our_ssh_processes() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "ssh"]
+
+
+def test_without_root_the_lab_says_why(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sshd_missing() == "needs root (sshd in network namespaces)"
+
+
+def test_runs_commands_on_two_hosts(lab: SshdLab, two_hosts: list[SshdHost]):
+    with contextlib.ExitStack() as stack:
+        conns = [stack.enter_context(lab.ssh_host(lab.spec(host.index))) for host in two_hosts]
+        for host, ssh in zip(two_hosts, conns, strict=True):
+            where = ssh.run(["ip", "-brief", "-4", "addr", "show", "dev", "eth0"]).stdout
+            assert host.address in where  # the command ran in that host's namespace
+            echo = ssh.run(["printf", "%s\n", "a b", "$HOME", "'; echo injected", "*"])
+            assert echo.stdout.splitlines() == ["a b", "$HOME", "'; echo injected", "*"]
+            assert ssh.run(["test", "-d", ssh.work_dir]).returncode == 0  # the lease keeps it
+            assert len(ssh.pids()) == 1, "one connection: the master, nothing else between commands"
+        assert conns[0].work_dir != conns[1].work_dir
+
+
+def test_a_failing_command_says_which_host_and_what(lab: SshdLab, two_hosts: list[SshdHost]):
+    with lab.ssh_host(lab.spec(1)) as ssh:
+        with pytest.raises(HostCommandError) as caught:
+            ssh.run(["sh", "-c", "echo nope >&2; exit 3"])
+        assert caught.value.returncode == 3
+        assert one_line(caught.value) == f"host {ssh.spec.label}: sh -c 'echo nope >&2; exit 3' exited 3: nope"
+        assert ssh.run(["false"], check=False).returncode == 1
+        assert ssh.run(["no-such-program-here"], check=False).returncode == 127
+
+
+def test_a_command_past_its_timeout_is_ended(lab: SshdLab):
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        pid_file = f"{ssh.work_dir}/pid"
+        with pytest.raises(HostTimeout) as caught:
+            ssh.run(["sh", "-c", 'echo $$ > "$0"; exec sleep 1000', pid_file], timeout=1.0)
+        assert one_line(caught.value).startswith(f"host {ssh.spec.label}: sh -c ")
+        assert one_line(caught.value).endswith(" did not finish within 1 s")
+        assert len(ssh.pids()) == 1  # only the master: the command's client was reaped
+        sleeper = int(Path(pid_file).read_text())  # the host's files are this machine's
+    assert survivors([sleeper], GONE_WITHIN_S) == []
+
+
+def test_no_server_and_a_missing_key_are_one_line(lab: SshdLab, tmp_path: Path):
+    with pytest.raises(HostUnreachable) as caught:  # a namespace, but no sshd in it
+        lab.ssh_host(lab.spec(0)).open()
+    assert one_line(caught.value) == "host root@198.18.1.1:22: connecting: ssh failed: " \
+        "ssh: connect to host 198.18.1.1 port 22: Connection refused"
+    with pytest.raises(ConfigError, match=r"^key='.*nope' is not a file on this machine \(from host root@"):
+        lab.ssh_host(lab.spec(0, key=str(tmp_path / "nope"))).open()
+
+
+def test_batchmode_never_waits_for_a_password(lab: SshdLab):
+    """A host that only takes passwords is refused at once with one line, not a prompt
+    (a prompt would hang until the test's timeout: raising HostAuthError proves it did not)."""
+    lab.start(0, password_only=True)
+    with pytest.raises(HostAuthError) as caught:
+        lab.ssh_host(lab.spec(0)).open()
+    message = one_line(caught.value)
+    assert message.startswith("host root@198.18.1.1:22: connecting: authentication refused")
+    assert "BatchMode=yes" in message and "Permission denied" in message
+
+
+def test_a_changed_host_key_is_refused(lab: SshdLab, tmp_path: Path):
+    host = lab.start(0, known=False)
+    stranger = keygen(tmp_path / "other_host_key")
+    lab.known_hosts.write_text(host.known_hosts_line(key=stranger))
+    for tofu in (False, True):  # trust on first use never covers a changed key
+        with pytest.raises(HostKeyError) as caught:
+            lab.ssh_host(lab.spec(0, trust_on_first_use=tofu)).open()
+        message = one_line(caught.value)
+        assert "its host key is not the one known_hosts=" in message
+        assert f"ssh-keygen -R '198.18.1.1' -f {lab.known_hosts}" in message
+
+
+def test_an_unknown_host_key_is_refused_unless_trusted_on_first_use(lab: SshdLab):
+    host = lab.start(1, port=2222, known=False)
+    with pytest.raises(HostKeyError) as caught:
+        lab.ssh_host(lab.spec(1)).open()
+    assert "no host key for it in known_hosts=" in one_line(caught.value)
+    assert "trust_on_first_use=true" in str(caught.value)
+
+    with lab.ssh_host(lab.spec(1, trust_on_first_use=True)) as ssh:
+        assert ssh.run(["true"]).returncode == 0
+    recorded = lab.known_hosts.read_text()
+    assert "[198.18.1.2]:2222" in recorded
+    assert recorded.split()[1:3] == host.known_hosts_line().split()[1:3]
+    with lab.ssh_host(lab.spec(1)) as ssh:  # strict again: the key is known now
+        assert ssh.run(["true"]).returncode == 0
+
+
+def test_the_version_check_passes_with_the_same_install(lab: SshdLab):
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        assert ssh.info is not None
+        assert ssh.info.pytest_elastic == controller_version()
+        assert ssh.info.executable == sys.executable
+
+
+def bare_python() -> str:
+    """A system interpreter without pytest-elastic (skips when there is none)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate) and os.path.realpath(candidate) != os.path.realpath(sys.executable):
+            probe = subprocess.run([candidate, "-c", "import importlib.metadata as m; m.version('pytest-elastic')"],
+                                   cwd="/", capture_output=True)
+            if probe.returncode != 0:
+                return candidate
+    pytest.skip("no interpreter without pytest-elastic on this machine")
+
+
+def test_the_version_check_names_the_host_and_the_fix(lab: SshdLab):
+    lab.start(0)
+    python = bare_python()
+    with pytest.raises(HostPythonError) as caught:
+        lab.ssh_host(lab.spec(0, python=python)).open()
+    message = one_line(caught.value)
+    assert message.startswith(f"host root@198.18.1.1:22: python={python!r}")
+    assert f"has no pytest-elastic; install pytest-elastic=={controller_version()} there" in message
+
+    with pytest.raises(HostPythonError) as caught:
+        lab.ssh_host(lab.spec(0, python="/no/such/python")).open()
+    assert "python='/no/such/python' could not run there (exit 127:" in one_line(caught.value)
+
+    with lab.ssh_host(lab.spec(0, python=python), check_version=False) as ssh:  # commands need no package
+        assert ssh.run(["true"]).returncode == 0
+
+
+def test_a_missing_work_dir_base_is_named(lab: SshdLab):
+    lab.start(0)
+    with pytest.raises(Exception, match=r"^host root@198.18.1.1:22: work_dir='/no/such/base' does not exist$"):
+        lab.ssh_host(lab.spec(0, work_dir="/no/such/base")).open()
+
+
+def test_signals_reach_the_remote_group(lab: SshdLab):
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
+        remote_pid(proc)
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(GONE_WITHIN_S) == 128 + signal.SIGKILL
+
+        proc = ssh.start(["sh", "-c", "sleep 1000 & echo $!; wait"])  # a child in the background
+        background = remote_pid(proc)
+        assert proc.terminate() == 128 + signal.SIGTERM
+        assert survivors([background], GONE_WITHIN_S) == []
+
+
+def test_close_leaves_nothing(lab: SshdLab, two_hosts: list[SshdHost]):
+    ssh = lab.ssh_host(lab.spec(0)).open()
+    proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
+    sleeper = remote_pid(proc)
+    ssh.run(["true"])
+    assert proc.poll() is None and psutil.Process(sleeper).status() != psutil.STATUS_ZOMBIE  # runs until let go
+    local = ssh.pids()
+    control_dir, work_dir = ssh.control_dir, ssh.work_dir
+    assert control_dir is not None and os.path.exists(os.path.join(control_dir, "m"))
+    assert len(local) == 2  # the master and the sleeper's client
+    host_side = [p.pid for p in lab.remote_processes(0)]  # sshd's sessions, the lease, the supervisor
+    ssh.close()
+    assert survivors([sleeper, *local, *host_side], GONE_WITHIN_S) == []
+    assert our_ssh_processes() == []
+    assert not os.path.exists(control_dir) and not os.path.exists(work_dir)
+    assert "closed" in repr(ssh) and "exited" in repr(proc)
+
+
+def test_a_forgotten_host_is_closed_by_the_garbage_collector(lab: SshdLab):
+    lab.start(0)
+    ssh = lab.ssh_host(lab.spec(0)).open()
+    sleeper = remote_pid(ssh.start(["sh", "-c", "echo $$; exec sleep 1000"]))
+    local, control_dir = ssh.pids(), ssh.control_dir
+    del ssh
+    gc.collect()
+    assert survivors([sleeper, *local], GONE_WITHIN_S) == []
+    assert control_dir is not None and not os.path.exists(control_dir)
+
+
+def test_a_dropped_connection_ends_the_remote_commands(lab: SshdLab):
+    """The host's side of the connection dies: the supervisor's stdin closes, the command
+    goes, and the next command says the connection is closed."""
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
+        sleeper = remote_pid(proc)
+        work_dir = ssh.work_dir
+        host_side = [p.pid for p in lab.remote_processes(0)]  # before they are orphaned
+        for session in lab.sessions(0):
+            session.kill()
+        assert survivors([sleeper, *host_side], GONE_WITHIN_S) == []  # the lease too: it removed the work dir
+        assert not os.path.exists(work_dir)
+        assert survivors(ssh.pids()[:1], GONE_WITHIN_S) == []  # the master noticed
+        with pytest.raises(HostUnreachable, match="the connection is closed"):
+            ssh.run(["true"])
+
+
+CONTROLLER = """
+import json, sys, time
+from harness.hosts import HostSpec, SshHost
+spec = HostSpec(**json.loads(sys.argv[1]))
+ssh = SshHost(spec, ssh_command=json.loads(sys.argv[2]), ssh_config="none").open()
+proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
+print(json.dumps({"sleeper": int(proc.stdout.readline()), "pids": ssh.pids(), "work_dir": ssh.work_dir,
+                  "control_dir": ssh.control_dir}), flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_killed_controller_leaves_nothing_behind(lab: SshdLab):
+    """SIGKILL: no close(), no finalizer. The kernel closes the controller's fds, so every
+    ssh client's stdin (the lifeline) and the master's reach EOF: the supervisor ends the
+    command, the lease removes the work dir, the clients and the master exit, and the master
+    removes its socket. Only the empty control dir stays, for the next SshHost to sweep."""
+    lab.start(0)
+    spec = lab.spec(0)
+    fields = {name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")}
+    controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, json.dumps(fields),
+                                   json.dumps(list(lab.ssh_command))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert controller.stdout is not None
+        seen = json.loads(controller.stdout.readline())
+        host_side = [p.pid for p in lab.remote_processes(0)]
+    finally:
+        controller.kill()
+        controller.wait()
+        if controller.stdout is not None:
+            controller.stdout.close()
+    assert survivors([seen["sleeper"], *seen["pids"], *host_side], GONE_WITHIN_S) == []
+    assert not os.path.exists(seen["work_dir"])
+    assert os.listdir(seen["control_dir"]) == ["master.log"]  # no socket
+    with lab.ssh_host(spec):
+        assert not os.path.exists(seen["control_dir"])  # swept: its owner is dead
