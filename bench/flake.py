@@ -47,6 +47,10 @@ sys.path.insert(0, str(HERE))
 
 from _common import isolate_tmpdir, median, print_table  # noqa: E402
 
+#: the temp root before ``isolate_tmpdir`` moves TMPDIR: a run's own temp dir goes straight
+#: under it, not two levels down (see ``run_tmpdir``)
+SYSTEM_TMP = tempfile.gettempdir()
+
 MAIN_JOB = ("scenarios", "--elastic-chaos", "-n", "2")  # README.md's main job, after "python -m pytest"
 SUITE = ("-n", "2")  # README.md's test command
 BENCH_ARGS = ("-rfE", "-p", "no:cacheprovider")
@@ -372,15 +376,26 @@ def names_paths(args: Sequence[str]) -> bool:
     return False
 
 
-def do_run(number: int, cmd: Sequence[str], timeout: float) -> Run:
-    """One run in a fresh temp dir of its own (removed after: what a run leaves does not pile
-    up over ``--runs``), read back into a ``Run``."""
+def run_tmpdir(number: int, suite: bool) -> str | None:
+    """The temp dir a run gets: the main job a fresh one of its own, straight under the system
+    temp root (what a run leaves does not pile up over ``--runs``); the suite none of ours
+    (None: the system's), as under CI: its conftest makes and removes private ones, and a
+    deeper TMPDIR pushed its AF_UNIX socket paths past the kernel's 108 bytes (the first
+    ``--suite`` run here: multiprocessing's forkserver "AF_UNIX path too long", chromium
+    aborting), a red that was the bench's, not the suite's."""
+    return None if suite else tempfile.mkdtemp(prefix=f"fl{number}-", dir=SYSTEM_TMP)
+
+
+def do_run(number: int, cmd: Sequence[str], timeout: float, suite: bool = False) -> Run:
+    """One run, in the temp dir ``run_tmpdir`` gives (removed after), read back into a ``Run``."""
     env = job_env()
-    env["TMPDIR"] = tempfile.mkdtemp(prefix=f"run{number}-")
+    tmpdir = run_tmpdir(number, suite)
+    env["TMPDIR"] = tmpdir or SYSTEM_TMP
     try:
         rc, wall, output, timed_out = run_once(cmd, env, timeout)
     finally:
-        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
     run = Run(number, rc, wall, output, timed_out, parse_seed(output))
     if timed_out:  # killed before its summary: the whole run is the red item
         run.items = [RedItem(WHOLE_RUN, f"killed after {timeout:g} s", cause="hang")]
@@ -506,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with busy_loops(args.busy):
         try:
             for number in range(1, args.runs + 1):
-                run = do_run(number, cmd, args.timeout)
+                run = do_run(number, cmd, args.timeout, args.suite)
                 if bad_setup(run):
                     print(run.output[-3000:], file=sys.stderr)
                     print(f"pytest exited {run.returncode} (usage error or nothing collected): stopping",

@@ -168,3 +168,19 @@ def test_a_red_runs_log_never_overwrites_an_earlier_benchs(tmp_path):
     second = keep_log(Run(1, 1, 12.0, "second"), tmp_path, ["pytest"])
     assert first != second
     assert first.read_text().endswith("first") and second.read_text().endswith("second")
+
+
+def test_a_suite_run_keeps_the_system_temp_root_and_a_main_job_run_gets_a_short_dir_under_it():
+    """A TMPDIR two levels down pushed the suite's AF_UNIX socket paths past 108 bytes."""
+    import os
+    import shutil
+
+    from bench.flake import SYSTEM_TMP, run_tmpdir
+
+    assert run_tmpdir(1, suite=True) is None
+    path = run_tmpdir(12, suite=False)
+    assert path is not None
+    try:
+        assert os.path.dirname(path) == SYSTEM_TMP and os.path.basename(path).startswith("fl12-")
+    finally:
+        shutil.rmtree(path)
