@@ -350,10 +350,15 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._start()
         reason = reason or f"closed by {self._name}"
         finished = self._node if self._finished else None
-        deadline = time.monotonic() + self._settings.close_timeout
+        self._transition(lambda state: closed_state(state, reason, finished), self._settings.close_timeout)
+
+    def _transition(self, change: Callable[[RendezvousState], RendezvousState | None], within: float) -> None:
+        """Write ``change(state)`` over the state read, compare-and-set, until it lands, there
+        is nothing to write (``change`` gave None), or ``within`` seconds have passed."""
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             raw, state = self._read()
-            new = closed_state(state, reason, finished)
+            new = change(state)
             if new is None or self._cas(raw, state, new):
                 return
 
@@ -473,12 +478,8 @@ class C10dRendezvousHandler(RendezvousHandler):
     def _withdraw(self, leaving: bool = False) -> None:
         """Remove this node from the state; a leaving participant of a running round
         opens the next round for the others at once."""
-        deadline = time.monotonic() + min(self._settings.close_timeout, 5.0)
-        while time.monotonic() < deadline:
-            raw, state = self._read()
-            new = withdrawn_state(state, self._node, leaving)
-            if new is None or self._cas(raw, state, new):
-                return
+        self._transition(lambda state: withdrawn_state(state, self._node, leaving),
+                         min(self._settings.close_timeout, 5.0))
 
     def announce_leave(self, grace: float) -> None:
         """Phase one of a graceful leave: this node is about to stop its workers (within
@@ -488,13 +489,9 @@ class C10dRendezvousHandler(RendezvousHandler):
         and best-effort: stopping the workers must not wait on the store."""
         if self._left or not self._started or self.fence_reason() is not None:
             return
-        deadline = time.monotonic() + min(self._settings.close_timeout, 2.0)
         try:
-            while time.monotonic() < deadline:
-                raw, state = self._read()
-                new = leaving_state(state, self._node, grace)
-                if new is None or self._cas(raw, state, new):
-                    return
+            self._transition(lambda state: leaving_state(state, self._node, grace),
+                             min(self._settings.close_timeout, 2.0))
         except (RendezvousError, StoreConnectionError, StoreTimeoutError) as e:
             log.warning("could not announce the leave from rendezvous %s: %s", self._run_id, e)
 
