@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["github_wanted", "one_line_cause", "annotation_place", "twin_verdict", "error_annotations",
+__all__ = ["github_wanted", "has_property", "one_line_cause", "annotation_place", "twin_verdict", "error_annotations",
            "step_summary", "escape_data", "escape_property", "write_step_summary"]
 
 #: the longest cause an annotation carries (GitHub folds long ones anyway)
@@ -37,6 +37,11 @@ def github_wanted(option: bool | None, env: dict[str, str] | os._Environ[str] = 
     if explicit is not None:
         return explicit.strip().lower() in ("1", "true", "yes", "on")
     return env.get("GITHUB_ACTIONS") == "true"
+
+
+def has_property(properties: list[Any], name: str) -> bool:
+    """Whether a test's ``user_properties`` already hold ``name`` (the first cause stands)."""
+    return any(isinstance(p, tuple) and p[0] == name for p in properties)
 
 
 def one_line_cause(exc: BaseException) -> str:
@@ -124,12 +129,12 @@ def _cell(text: Any) -> str:
 
 
 def _ms(values: list[float], q: float) -> str:
+    """The median (``q`` 0.5) or the ``q`` quantile, as the terminal summary computes them."""
+    from pytest_elastic.report.stats import percentile
+
     if not values:
         return "-"
-    ordered = sorted(values)
-    if q == 0.5:
-        return f"{statistics.median(ordered) * 1000:.0f} ms"
-    return f"{ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000:.0f} ms"
+    return f"{(statistics.median(values) if q == 0.5 else percentile(values, q)) * 1000:.0f} ms"
 
 
 def step_summary(stats: list[dict[str, Any]]) -> str:

@@ -337,8 +337,8 @@ def _resource_truth(expect: dict[str, Any], job: Any) -> list[str]:
     if ("straggler_node" in expect or "min_slowdown" in expect) and not windows:
         problems.append("no node was slowed (slow_node), so no straggler to name")
     for fault, start, end in windows:
-        during = rank_rates(steps, since=start, until=end)
-        unjudged = quota_cannot_bite(fault, rank_rates(steps, until=start))
+        during, earlier = rank_rates(steps, since=start, until=end), rank_rates(steps, until=start)
+        unjudged = quota_cannot_bite(fault, earlier)
         if unjudged:
             print(f"scenario: {unjudged}")  # in the report's captured output
             continue
@@ -351,7 +351,7 @@ def _resource_truth(expect: dict[str, Any], job: Any) -> list[str]:
         before, slowed = step_times(steps, until=start), step_times(steps, since=start, until=end)
         if "min_slowdown" in expect and before and slowed:
             slowdown = statistics.median(slowed) / statistics.median(before)
-            floor, waited = slowdown_floor(expect["min_slowdown"], rank_rates(steps, until=start))
+            floor, waited = slowdown_floor(expect["min_slowdown"], earlier)
             if slowdown < floor:
                 wanted = (f"{floor:.2f}x (scaled from {expect['min_slowdown']}x: the ranks waited {waited:.0%} "
                           "of the time for a CPU before)" if waited else f"{expect['min_slowdown']}x")

@@ -191,7 +191,7 @@ def _record_ci_properties(item: pytest.Item, record: ElasticRecord, failed: bool
     """What CI shows without the HTML report (JUnit properties per testcase, GitHub
     annotations, ``--lf`` replay; ``_ci``, ``_lastfailed``): the test, where its failure
     points, the twin's verdict, the line that replays it, and for a chaos run what it ran."""
-    from pytest_elastic._ci import annotation_place, twin_verdict
+    from pytest_elastic._ci import annotation_place, has_property, twin_verdict
     from pytest_elastic._replay import schedules_to_json
 
     props = item.user_properties
@@ -199,7 +199,7 @@ def _record_ci_properties(item: pytest.Item, record: ElasticRecord, failed: bool
     props.append(("elastic_where", annotation_place(item)))
     props.append(("elastic_twin", twin_verdict([job.timeline.events("golden") for job in record.cluster.jobs])))
     props.append(("elastic_replay", _rerun(item, record)))
-    if failed and record.problems and not any(p[0] == "elastic_cause" for p in props if isinstance(p, tuple)):
+    if failed and record.problems and not has_property(props, "elastic_cause"):
         props.append(("elastic_cause", record.problems[0].strip().splitlines()[0]))
     if record.chaos_seed is not None:
         ran = schedules_to_json(tuple(tuple(job.chaos_schedule) for job in record.cluster.jobs))

@@ -175,7 +175,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     from pytest_elastic._session import item_settings
 
     settings = item_settings(item)  # a --lf replay is not shrunk again
-    if not settings.chaos or not settings.shrink_budget or item.get_closest_marker("elastic") is None:
+    if not settings.chaos or not settings.shrink_budget:
         return None
     from pytest_elastic._shrink import run_with_shrinking, wants_shrinking
 
@@ -239,11 +239,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
         report.sections.append((SECTION, stacks))
         del item.stash[TIMEOUT_STACKS_KEY]
     record = item.stash.get(RECORD_KEY, None)
-    if record is not None and report.failed and call.excinfo is not None \
-            and not any(p[0] == "elastic_cause" for p in item.user_properties if isinstance(p, tuple)):
-        from pytest_elastic._ci import one_line_cause
+    if record is not None and report.failed and call.excinfo is not None:
+        from pytest_elastic._ci import has_property, one_line_cause
 
-        item.user_properties.append(("elastic_cause", one_line_cause(call.excinfo.value)))
+        if not has_property(item.user_properties, "elastic_cause"):
+            item.user_properties.append(("elastic_cause", one_line_cause(call.excinfo.value)))
     if record is not None and report.when in ("call", "teardown"):
         from pytest_elastic._session import add_report_sections
 

@@ -24,9 +24,10 @@ SUMMARY = "summary.json"
 def _latency(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"median": None, "p95": None, "n": 0}
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    return {"median": round(statistics.median(ordered), 4), "p95": round(p95, 4), "n": len(ordered)}
+    from pytest_elastic.report.stats import percentile
+
+    return {"median": round(statistics.median(values), 4), "p95": round(percentile(values, 0.95), 4),
+            "n": len(values)}
 
 
 def _minimal_replay(test: str, schedule: Any, settings: Any) -> str | None:

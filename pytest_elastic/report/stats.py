@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["job_stats", "sum_by_key", "session_summary"]
+__all__ = ["job_stats", "sum_by_key", "session_summary", "percentile"]
 
 
 def job_stats(job: Any) -> dict[str, Any]:
@@ -36,7 +36,9 @@ def sum_by_key(dicts: Iterable[dict[str, float]]) -> dict[str, float]:
     return total
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (non-empty), nearest rank: the p95 every report of
+    the session prints (terminal summary, index, GitHub step summary) is this one."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
@@ -54,7 +56,7 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
     for name, values in (("detection", detection), ("recovery", recovery), ("training resumed", resume)):
         if values:
             lines.append(f"{name} latency: median {statistics.median(values) * 1000:.0f} ms, "
-                         f"p95 {_percentile(values, 0.95) * 1000:.0f} ms (n={len(values)})")
+                         f"p95 {percentile(values, 0.95) * 1000:.0f} ms (n={len(values)})")
     productive = sum(s.get("elastic_productive_s", 0.0) for s in stats)
     wall = sum(s.get("elastic_wall_s", 0.0) for s in stats)
     if wall > 0:
