@@ -62,8 +62,11 @@ def test_run_path_worker_leads_its_group_in_the_agents_session(tmp_path):
     its own is also a scheduler autogroup of its own (``sched_autogroup_enabled``): with one
     per worker, 14 of 33 runs aborted here, 0 of 24 without (no_destroy.py)."""
     script = tmp_path / "ids.py"
+    # one write(2) of a line under PIPE_BUF: the two workers share the pipe and run unbuffered, so
+    # print()'s several writes interleaved ('IDSIDS True True\n True True') under load
     script.write_text("import os\n"
-                      "print('IDS', os.getpid() == os.getpgid(0), os.getsid(0) == os.getsid(os.getppid()))\n")
+                      "line = f'IDS {os.getpid() == os.getpgid(0)} {os.getsid(0) == os.getsid(os.getppid())}\\n'\n"
+                      "os.write(1, line.encode())\n")
     out = run_elastic("--standalone", "--run-path", "--nproc-per-node=2", str(script))
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("IDS True True") == 2, out.stdout
