@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from harness.agent import RunResult, WorkerState
     from harness.errors import ConfigError, ElasticError
     from harness.sim.cluster import Cluster, ClusterLeakError
+    from harness.sim.config import ClusterConfig
     from harness.sim.invariants import InvariantViolation
     from harness.sim.job import Job, JobResult
     from harness.sim.pool import WarmPool
@@ -39,13 +40,14 @@ if TYPE_CHECKING:
     from harness.sim.timeline import Timeline
 
 __all__ = [
-    "Cluster", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
+    "Cluster", "ClusterConfig", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
     "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_checkpoint", "report_step",
 ]
 
 #: where each public name lives; one line each, so the map is also the documentation
 _LAZY = {
     "Cluster": "harness.sim.cluster",
+    "ClusterConfig": "harness.sim.config",
     "ClusterLeakError": "harness.sim.cluster",
     "ConfigError": "harness.errors",
     "ElasticError": "harness.errors",

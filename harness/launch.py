@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL, LocalElasticAgent, RunResult, WorkerSpec
+from harness.agent import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MONITOR_INTERVAL,
+    MAX_RESTARTS_RULE,
+    MONITOR_INTERVAL_RULE,
+    LocalElasticAgent,
+    RunResult,
+    WorkerSpec,
+)
 from harness.errors import ChildFailedError, ConfigError, SignalException
 from harness.procs import LogsSpecs
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
@@ -24,8 +32,6 @@ __all__ = ["LaunchConfig", "build_agent", "elastic_launch", "launch_agent", "run
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
-#: the agent's wait between checks is at most this (1e28 or inf: OverflowError in poll())
-MAX_MONITOR_INTERVAL = 3600.0
 
 
 @dataclass
@@ -64,11 +70,8 @@ class LaunchConfig:
         if not isinstance(self.nproc_per_node, int) or self.nproc_per_node < 1:
             raise ConfigError("nproc_per_node", self.nproc_per_node, "must be >= 1",
                               "--nproc-per-node")
-        if self.max_restarts < 0:
-            raise ConfigError("max_restarts", self.max_restarts, "must be >= 0", "--max-restarts")
-        if not 0 < self.monitor_interval <= MAX_MONITOR_INTERVAL:
-            raise ConfigError("monitor_interval", self.monitor_interval,
-                              f"must be > 0 and at most {MAX_MONITOR_INTERVAL:g} (s)", "--monitor-interval")
+        MAX_RESTARTS_RULE.check(self.max_restarts, "--max-restarts")
+        MONITOR_INTERVAL_RULE.check(self.monitor_interval, "--monitor-interval")
         if not self.exit_barrier_timeout >= 0:  # not `< 0`: nan passed that
             raise ConfigError("exit_barrier_timeout", self.exit_barrier_timeout, "must be >= 0",
                               "--exit-barrier-timeout")

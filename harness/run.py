@@ -18,9 +18,9 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from harness.agent import DEFAULT_MONITOR_INTERVAL
+from harness.agent import DEFAULT_MONITOR_INTERVAL, MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE
 from harness.errors import ERROR_FILE_ENV, ChildFailedError, ConfigError, ElasticError, SignalException
-from harness.launch import MAX_MONITOR_INTERVAL, LaunchConfig, elastic_launch, launch_agent
+from harness.launch import LaunchConfig, elastic_launch, launch_agent
 
 __all__ = [
     "LaunchConfig", "NnodesFormatError", "cli", "configure_logging", "config_from_args",
@@ -282,11 +282,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, Callable[..., Any] 
         if parse_min_max_nnodes(args.nnodes)[1] == 1:
             args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     min_nodes, max_nodes = parse_min_max_nnodes(args.nnodes)
-    if args.max_restarts < 0:
-        raise ConfigError("max_restarts", args.max_restarts, "must be >= 0", "--max-restarts")
-    if not 0 < args.monitor_interval <= MAX_MONITOR_INTERVAL:  # 1e28: OverflowError in poll()
-        raise ConfigError("monitor_interval", args.monitor_interval,
-                          f"must be > 0 and at most {MAX_MONITOR_INTERVAL:g} (s)", "--monitor-interval")
+    # LaunchConfig checks them too, with the same rule: here before any side effect
+    MAX_RESTARTS_RULE.check(args.max_restarts, "--max-restarts")
+    MONITOR_INTERVAL_RULE.check(args.monitor_interval, "--monitor-interval")
     if args.module and args.no_python:
         raise ConfigError("no_python", True, "cannot be combined with --module", "--no-python")
     nproc = determine_local_world_size(args.nproc_per_node)

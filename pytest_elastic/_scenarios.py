@@ -158,6 +158,7 @@ class ScenarioItem(pytest.Item):
         self.add_marker(pytest.mark.elastic)
 
     def runtest(self) -> None:
+        from harness import ClusterConfig  # the facade, as the plugin takes Cluster and WarmPool
         from harness.agent import DEFAULT_MAX_RESTARTS
         from pytest_elastic._session import chaos_config, elastic_run, item_settings
 
@@ -177,7 +178,10 @@ class ScenarioItem(pytest.Item):
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
-        with elastic_run(self, job_spec, chaos, seed) as record:
+        # [job] was checked at collection (check_scenario: every problem at once); the frozen
+        # config the cluster is made from runs the same schema keys
+        config = ClusterConfig(**job_spec, chaos=chaos)
+        with elastic_run(self, config, seed) as record:
             job = launch.start(record.cluster)
             _schedule(job, [_fault(f) for f in faults])
             allow_unfired = expect.get("allow_unfired", False) or chaos is not None  # see the module doc

@@ -23,25 +23,25 @@ from pytest_elastic._settings import (
     ElasticRecord,
     SettingError,
     Settings,
+    marker_config,
     settings_of,
-    validate_marker,
 )
 
 if TYPE_CHECKING:
     from harness.sim.chaos import ChaosConfig
+    from harness.sim.config import ClusterConfig
     from harness.sim.pool import WarmPool
 
 __all__ = ["open_cluster", "elastic_run", "chaos_config", "item_settings", "record_properties",
-           "add_report_sections", "cluster_kwargs", "session_pool", "golden_cache", "judge_against_twins"]
+           "add_report_sections", "cluster_config", "session_pool", "golden_cache", "judge_against_twins"]
 
 
-def cluster_kwargs(test_id: str, marker: Any, settings: Settings) -> dict[str, Any]:
+def cluster_config(test_id: str, marker: Any, settings: Settings, chaos: ChaosConfig | None) -> ClusterConfig:
+    """The cluster settings of a marked test: the marker's, over the session's start method,
+    with ``chaos``; raises SettingError (``marker_config``)."""
     kwargs = dict(marker.kwargs) if marker is not None else {}
     args = tuple(marker.args) if marker is not None else ()
-    validate_marker(test_id, kwargs, args)
-    kwargs.pop("timeout", None)
-    kwargs.setdefault("start_method", settings.start_method)
-    return kwargs
+    return marker_config(test_id, kwargs, args, {"start_method": settings.start_method}, chaos)
 
 
 def item_settings(item: pytest.Item) -> Settings:
@@ -90,9 +90,8 @@ def golden_cache(config: pytest.Config) -> str | None:
 
 
 @contextmanager
-def elastic_run(item: pytest.Item, kwargs: dict[str, Any], chaos: ChaosConfig | None,
-                seed: int | None) -> Iterator[ElasticRecord]:
-    """The one cluster lifecycle: a ``Cluster(**kwargs)`` on the session's pool, remembered
+def elastic_run(item: pytest.Item, config: ClusterConfig, seed: int | None) -> Iterator[ElasticRecord]:
+    """The one cluster lifecycle: a cluster of ``config`` on the session's pool, remembered
     as ``item.stash[RECORD_KEY]``; on the way out it is closed (its invariants checked
     unless the test failed; a leak or a violation fails the test) and the run's figures
     become the test's properties (and pages, with ``--elastic-report``).
@@ -104,7 +103,7 @@ def elastic_run(item: pytest.Item, kwargs: dict[str, Any], chaos: ChaosConfig | 
     from harness.sim.cluster import ClusterLeakError
     from harness.sim.invariants import InvariantViolation
 
-    cluster = Cluster(**kwargs, chaos=chaos, pool=session_pool(item.config))
+    cluster = Cluster.from_config(config, pool=session_pool(item.config))
     cluster.golden_cache = golden_cache(item.config)
     record = item.stash[RECORD_KEY] = ElasticRecord(cluster, item_settings(item), seed)
     try:
@@ -130,17 +129,18 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The ``elastic_cluster`` fixture's cluster: from the test's marker and the settings."""
     item = request.node
     settings = item_settings(item)
+    chaos, seed = chaos_config(settings, item)
     try:
-        kwargs = cluster_kwargs(item.nodeid, item.get_closest_marker("elastic"), settings)
+        config = cluster_config(item.nodeid, item.get_closest_marker("elastic"), settings, chaos)
     except SettingError as e:
         pytest.fail(str(e), pytrace=False)
-    if kwargs.get("network") == "netns":
+    if config.network == "netns":
         from harness.sim.net import netns_missing
 
         missing = netns_missing()
         if missing:
             pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
-    with elastic_run(item, kwargs, *chaos_config(settings, item)) as record:
+    with elastic_run(item, config, seed) as record:
         yield record.cluster
 
 
@@ -236,7 +236,7 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
                    "\n".join(record.problems),
                    info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
                          "step_rates": rates_report(job.timeline.events())},
-                   failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.nproc_per_node)
+                   failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.config.nproc_per_node)
     item.user_properties.append(("elastic_pages", pages))
 
 

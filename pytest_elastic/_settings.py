@@ -19,14 +19,18 @@ import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.errors import ElasticError
 
+if TYPE_CHECKING:
+    from harness.sim.chaos import ChaosConfig
+    from harness.sim.config import ClusterConfig
+
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
-__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "validate_marker", "parse_schedule",
+__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse_schedule",
            "ElasticRecord", "settings_of", "SETTINGS_KEY", "STATS_KEY", "STACKS_CLEANUP_KEY", "POOL_KEY",
            "RECORD_KEY", "TIMEOUT_STACKS_KEY", "SCHEDULE_OVERRIDE_KEY"]
 
@@ -256,26 +260,31 @@ def _positive(value: Any) -> float:
     return number
 
 
-def validate_marker(test_id: str, kwargs: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Any]:
-    """The marker's keywords, checked against ``harness.sim.schema.MARKER_OPTIONS``;
-    raises SettingError naming the test, the keyword and what it must be."""
+def marker_config(test_id: str, kwargs: dict[str, Any], args: tuple[Any, ...],
+                  defaults: dict[str, Any] | None = None, chaos: ChaosConfig | None = None) -> ClusterConfig:
+    """The ``harness.ClusterConfig`` of a test's marker: its keywords but ``timeout`` over
+    ``defaults`` (the session's start method), with the plugin's ``chaos``; each value checked
+    once, by the config (the schema's keys). Raises SettingError naming the test, the keyword
+    and what it must be."""
+    from harness import ClusterConfig  # the facade, as the plugin takes Cluster and WarmPool
     from harness.errors import ConfigError
-    from harness.sim.schema import MARKER_OPTIONS
+    from harness.sim.schema import MARKER_OPTIONS, TIMEOUT
 
     if args:
         raise SettingError(f"{test_id}: @pytest.mark.elastic takes keywords only, got {args!r}")
-    known = {key.name: key for key in MARKER_OPTIONS}
+    known = [key.name for key in MARKER_OPTIONS]
     unknown = sorted(set(kwargs) - set(known))
     if unknown:
         raise SettingError(f"{test_id}: @pytest.mark.elastic got unknown keyword(s) {unknown}; "
                            f"known: {', '.join(known)}")
-    for name, value in kwargs.items():
-        try:
-            known[name].validate(value)
-        except ConfigError as e:
-            raise SettingError(f"{test_id}: @pytest.mark.elastic({name}={value!r}) is not valid: "
-                               f"{e.constraint}") from None
-    return kwargs
+    settings = {**(defaults or {}), **{k: v for k, v in kwargs.items() if k != TIMEOUT.name}}
+    try:
+        if TIMEOUT.name in kwargs:
+            TIMEOUT.validate(kwargs[TIMEOUT.name])  # the test's, not the cluster's
+        return ClusterConfig(**settings, chaos=chaos)
+    except ConfigError as e:
+        raise SettingError(f"{test_id}: @pytest.mark.elastic({e.name}={e.value!r}) is not valid: "
+                           f"{e.constraint}") from None
 
 
 # -- what a session and a test remember ------------------------------------------------------

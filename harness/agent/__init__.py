@@ -18,6 +18,7 @@ from harness.agent._local import (
     TORCHELASTIC_TIMER_FILE,
     LocalElasticAgent,
 )
+from harness.agent._rules import MAX_MONITOR_INTERVAL, MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE, SettingRule
 from harness.agent._simple import SimpleElasticAgent
 
 __all__ = [
@@ -28,7 +29,11 @@ __all__ = [
     "ElasticAgent",
     "HealthCheckServer",
     "LocalElasticAgent",
+    "MAX_MONITOR_INTERVAL",
+    "MAX_RESTARTS_RULE",
+    "MONITOR_INTERVAL_RULE",
     "RunResult",
+    "SettingRule",
     "SimpleElasticAgent",
     "TORCHELASTIC_HEALTH_CHECK_PORT",
     "TORCHELASTIC_TIMER_FILE",

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.agent._rules import MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE
 from harness.errors import ConfigError, ProcessFailure
 
 __all__ = [
@@ -62,10 +63,8 @@ class WorkerSpec:
             raise ConfigError("role", self.role, "must be a non-empty string")
         if not isinstance(self.local_world_size, int) or self.local_world_size < 1:
             raise ConfigError("local_world_size", self.local_world_size, "must be an int >= 1")
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise ConfigError("max_restarts", self.max_restarts, "must be an int >= 0")
-        if not (isinstance(self.monitor_interval, (int, float)) and self.monitor_interval > 0):
-            raise ConfigError("monitor_interval", self.monitor_interval, "must be a number > 0")
+        MAX_RESTARTS_RULE.check(self.max_restarts)
+        MONITOR_INTERVAL_RULE.check(self.monitor_interval)
         if self.master_port is not None and not 0 <= self.master_port < 65536:
             raise ConfigError("master_port", self.master_port, "must be in 0..65535")
         if self.fn is not None:

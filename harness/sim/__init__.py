@@ -5,20 +5,21 @@
 ``harness.events``, ``harness.endpoints``) through its public API, its CLI and the event stream
 only; the runtime never imports this package. ``tests/unit/test_layers.py`` enforces both.
 
-Modules: ``cluster`` (``Cluster``), ``job`` (``Job``, ``JobResult``), ``pool`` (``WarmPool``,
-the zygote and node server clusters share by choice), ``node_main`` (a node's agent
-process), ``node_forks`` (node agents forked from one interpreter that imported the
-runtime once), ``rendezvous_store`` (where the rendezvous store lives), ``scheduler`` (fires
-scheduled faults), ``faults`` (faults and triggers as data), ``fault_target`` (what a fault
-needs from a job), ``process_faults`` and ``network_faults`` (the job's parts that apply
-them: ``job.processes``, ``job.network``), ``node_ledger`` (what the harness did to each
-node and how its agent ended), ``schema`` and ``checks`` (the one definition of every
-option, fault kind and scenario key), ``chaos`` (seeded schedules), ``timeline``,
-``invariants``, ``gpus`` (GPU slices per node), ``net`` (nodes as network hosts: namespaces
-on a bridge, and the network's faults), ``labels`` (readable node labels), ``progress``
-(``report_step``, the line a worker adds) and ``bytecode`` (node agents import the runtime
-from bytecode), ``digest`` (training-state digests for the fault-free twin) and
-``projection`` (``project_goodput``: a job's measured fault cost at scale).
+Modules: ``cluster`` (``Cluster``), ``config`` (``ClusterConfig``: its settings, frozen),
+``job`` (``Job``, ``JobResult``), ``pool`` (``WarmPool``, the zygote and node server
+clusters share by choice), ``node_main`` (a node's agent process), ``node_forks`` (node
+agents forked from one interpreter that imported the runtime once), ``rendezvous_store``
+(where the rendezvous store lives), ``scheduler`` (fires scheduled faults), ``faults``
+(faults and triggers as data), ``fault_target`` (what a fault needs from a job),
+``process_faults`` and ``network_faults`` (the job's parts that apply them:
+``job.processes``, ``job.network``), ``node_ledger`` (what the harness did to each node and
+how its agent ended), ``schema`` and ``checks`` (the one definition of every option, fault
+kind and scenario key), ``chaos`` (seeded schedules), ``timeline``, ``invariants``, ``gpus``
+(GPU slices per node), ``net`` (nodes as network hosts: namespaces on a bridge, and the
+network's faults), ``labels`` (readable node labels), ``progress`` (``report_step``, the
+line a worker adds) and ``bytecode`` (node agents import the runtime from bytecode),
+``digest`` (training-state digests for the fault-free twin) and ``projection``
+(``project_goodput``: a job's measured fault cost at scale).
 """
 
 from __future__ import annotations

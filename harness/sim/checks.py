@@ -6,7 +6,7 @@ Standard library only (the pytest plugin loads the schema at configure time).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
@@ -73,10 +73,11 @@ def _nnodes_ok(value: Any) -> bool:
 
 BOOL = Check(lambda v: isinstance(v, bool), "must be true or false")
 TEXT = Check(lambda v: isinstance(v, str) and v != "", "must be a non-empty string")
-STR_TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str)
+# any Mapping: a frozen ClusterConfig holds its tables read-only (types.MappingProxyType)
+STR_TABLE = Check(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str)
                                                         for k, x in v.items()),
                   "must be a table of strings (name = value)")
-TABLE = Check(lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+TABLE = Check(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v),
               "must be a table (name = value)")
 NNODES = Check(_nnodes_ok, "must be N or 'MIN:MAX' with 1 <= MIN <= MAX")
 GPUS = Check(lambda v: v is None or (_is_int(v) and v >= 0)

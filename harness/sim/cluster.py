@@ -13,17 +13,19 @@ and ``close()`` proves it; a shared pool belongs to whoever created it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL
 from harness.errors import ConfigError, ElasticError
 from harness.procs import ZYGOTE_ENV
 from harness.sim.bytecode import ensure_compiled
+from harness.sim.config import ClusterConfig
 from harness.sim.invariants import InvariantViolation
 from harness.sim.job import Job, JobResult, fifos_under
 from harness.sim.labels import NameMaker
@@ -32,7 +34,10 @@ from harness.sim.net_invariants import unhealed_message
 from harness.sim.pool import WarmPool, resolve_pool
 from harness.sim.resources import unhealed_message as resources_unhealed
 
-__all__ = ["Cluster", "Job", "JobResult", "ClusterLeakError"]
+if TYPE_CHECKING:
+    from harness.sim.chaos import ChaosConfig
+
+__all__ = ["Cluster", "ClusterConfig", "Job", "JobResult", "ClusterLeakError"]
 
 
 class ClusterLeakError(ElasticError):
@@ -40,7 +45,8 @@ class ClusterLeakError(ElasticError):
 
 
 class Cluster:
-    """A simulated cluster. ``with Cluster(nnodes="1:4", nproc_per_node=2) as c: ...``"""
+    """A simulated cluster. ``with Cluster(nnodes="1:4", nproc_per_node=2) as c: ...``; its
+    settings are ``c.config`` (a frozen ``ClusterConfig``), what it owns is its own."""
 
     def __init__(self, nnodes: str | int = "1:1", nproc_per_node: int = 1, max_restarts: int = DEFAULT_MAX_RESTARTS,
                  rdzv_backend: str = "c10d", monitor_interval: float = DEFAULT_MONITOR_INTERVAL,
@@ -50,42 +56,35 @@ class Cluster:
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
                  pool: WarmPool | None = None, network: str = "auto", golden: bool = False,
                  golden_rtol: float = 0.0):
-        given = {name: value for name, value in locals().items() if name != "self"}  # the keywords
-        from harness.run import parse_min_max_nnodes
-        from harness.sim.schema import check_cluster_keywords
+        settings = {name: value for name, value in locals().items() if name not in ("self", "pool")}
+        self._open(ClusterConfig(**settings), pool)  # the config checks each keyword, named as written
 
-        check_cluster_keywords(given)  # each through the schema's check, named as written
-        self.min_nodes, self.max_nodes = parse_min_max_nnodes(str(nnodes))  # checked: cannot fail
-        self.nproc_per_node = nproc_per_node
-        self.max_restarts = max_restarts
-        self.rdzv_backend = rdzv_backend
-        self.monitor_interval = monitor_interval
-        self.start_method = start_method
-        self.env = dict(env or {})
-        self.rdzv_conf = dict(rdzv_conf or {})
-        self.shutdown_timeout = shutdown_timeout
-        self.store_host = store_host
-        self.seed = seed
-        self.exit_barrier_timeout = exit_barrier_timeout
-        self.check_invariants = check_invariants
-        self.chaos = chaos  # harness.sim.chaos.ChaosConfig: a seeded fault schedule per job
-        #: jobs will be judged against their fault-free twin: workers digest their final state
-        self.golden = golden
-        self.golden_rtol = golden_rtol
-        #: where twins' records are kept between runs (the plugin: pytest's cache dir)
-        self.golden_cache: str | None = None
-        self._gpus = gpus  # None: detect (no torch import); an int or ids: injected
-        self._gpu_plan: Any = None
+    @classmethod
+    def from_config(cls, config: ClusterConfig, pool: WarmPool | None = None) -> Cluster:
+        """A cluster of ``config``'s settings (checked when it was made), forking its workers
+        from ``pool`` (None: a pool of its own, closed with the cluster)."""
+        if not isinstance(config, ClusterConfig):
+            raise ConfigError("config", config, "must be a harness.ClusterConfig")
+        cluster = cls.__new__(cls)
+        cluster._open(config, pool)
+        return cluster
+
+    def _open(self, config: ClusterConfig, pool: WarmPool | None) -> None:
+        #: the settings, frozen (``cluster.config.max_restarts``...)
+        self.config = config
         from harness.sim.net import resolve_mode
 
-        #: "netns" or "loopback": what ``network`` ("auto" too) resolved to on this machine
-        self.network = resolve_mode(network)
+        #: "netns" or "loopback": what ``config.network`` ("auto" too) resolved to on this machine
+        self.network = resolve_mode(config.network)
+        #: where twins' records are kept between runs (the plugin: pytest's cache dir)
+        self.golden_cache: str | None = None
+        self._gpu_plan: Any = None
         # a private pool unless the caller shares one: either way, one owner closes it
         self.pool, self._owns_pool = resolve_pool(pool)
         # named for this process: a run killed before close() leaves it, the next removes it
         self.directory = owned_tempdir("elastic_cluster_")
         self.jobs: list[Job] = []
-        self._names = NameMaker(seed)
+        self._names = NameMaker(config.seed)
         self._closed = False
         if not self._owns_pool:  # a shared pool's next job mounts without waiting for a server
             self.pool.stand_by_storage()
@@ -103,16 +102,17 @@ class Cluster:
         or a picklable callable, on ``nodes`` agents (default: the maximum of nnodes)."""
         if self._closed:
             raise ElasticError("this cluster is closed")
-        count = self.max_nodes if nodes is None else nodes
-        if not 1 <= count <= self.max_nodes:
+        config = self.config
+        count = config.max_nodes if nodes is None else nodes
+        if not 1 <= count <= config.max_nodes:
             raise ConfigError("nodes", nodes,
-                              f"must be in 1..{self.max_nodes} (nnodes={self.min_nodes}:{self.max_nodes})")
+                              f"must be in 1..{config.max_nodes} (nnodes={config.min_nodes}:{config.max_nodes})")
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
         job = Job(self, entrypoint, list(args), module)
         job.launched_nodes = count
         self.jobs.append(job)
-        if self.start_method == "zygote":
+        if config.start_method == "zygote":
             self.pool.start()  # its torch import overlaps the store's start
         self.pool.node_server()  # so does the node fork server's runtime import
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
@@ -122,22 +122,22 @@ class Cluster:
         except BaseException:
             job.terminate()
             raise
-        if self.chaos is not None:
-            self._unleash_chaos(job, count)
+        if config.chaos is not None:
+            self._unleash_chaos(job, count, config.chaos)
         return job
 
-    def _unleash_chaos(self, job: Job, count: int) -> None:
+    def _unleash_chaos(self, job: Job, count: int, chaos: ChaosConfig) -> None:
         from harness.sim.chaos import derive_seed, generate_schedule
 
-        chaos = self.chaos
+        config = self.config
         index = len(self.jobs) - 1
         seed = derive_seed(chaos.seed, f"job{index}")
         given = getattr(chaos, "schedules", None)
         if given is not None and index < len(given):
             schedule = list(given[index])  # the same entries: callers match them by identity
         else:
-            schedule = generate_schedule(seed, chaos.kinds, self.min_nodes, self.max_nodes,
-                                         self.nproc_per_node, self.max_restarts, chaos.overload,
+            schedule = generate_schedule(seed, chaos.kinds, config.min_nodes, config.max_nodes,
+                                         config.nproc_per_node, config.max_restarts, chaos.overload,
                                          chaos.max_faults, chaos.horizon, initial_nodes=count,
                                          reserved_nodes=chaos.reserved_nodes)
         job.chaos_schedule = schedule
@@ -148,15 +148,11 @@ class Cluster:
             observer(job)
 
     def fault_free_copy(self) -> Cluster:
-        """A new cluster of this one's shape and settings, sharing its pool, for the
-        fault-free twin (``harness.sim.twin``): no chaos is configured on a cluster, and
-        ``golden`` is on so the twin's workers digest their final state."""
-        return type(self)(nnodes=f"{self.min_nodes}:{self.max_nodes}", nproc_per_node=self.nproc_per_node,
-                          max_restarts=self.max_restarts, rdzv_backend=self.rdzv_backend,
-                          monitor_interval=self.monitor_interval, start_method=self.start_method,
-                          env=self.env, rdzv_conf=self.rdzv_conf, shutdown_timeout=self.shutdown_timeout,
-                          seed=self.seed, exit_barrier_timeout=self.exit_barrier_timeout, pool=self.pool,
-                          network=self.network, golden=True)
+        """A new cluster of this one's settings, sharing its pool, for the fault-free twin
+        (``harness.sim.twin``): no chaos, ``golden`` on (the twin's workers digest their final
+        state), and the network this one resolved to; every other setting as this one's."""
+        twin = dataclasses.replace(self.config, chaos=None, golden=True, network=self.network)
+        return type(self).from_config(twin, pool=self.pool)
 
     def close(self, check_invariants: bool = True) -> None:
         """End every job (SIGKILL what is left), prove nothing survived (no process, no
@@ -180,7 +176,7 @@ class Cluster:
                 if index not in job.killed_nodes:
                     leaks.extend(f"FIFO {path}" for path in fifos_under(node.directory))
         violations = []
-        if check_invariants and self.check_invariants:
+        if check_invariants and self.config.check_invariants:
             for job in self.jobs:
                 problems = job.invariant_problems(finished[id(job)])
                 if problems:
@@ -228,8 +224,9 @@ class Cluster:
         if self._gpu_plan is None:
             from harness.sim.gpus import GpuPlan
 
-            self._gpu_plan = GpuPlan.resolve(self._gpus, self.max_nodes, self.nproc_per_node,
-                                             {**os.environ, **self.env})
+            config = self.config
+            self._gpu_plan = GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node,
+                                             {**os.environ, **config.env})
         return self._gpu_plan
 
     @property
@@ -246,7 +243,8 @@ class Cluster:
         return slot
 
     def __repr__(self) -> str:
-        return (f"Cluster(nnodes={self.min_nodes}:{self.max_nodes}, nproc_per_node={self.nproc_per_node}, "
+        config = self.config
+        return (f"Cluster(nnodes={config.min_nodes}:{config.max_nodes}, nproc_per_node={config.nproc_per_node}, "
                 f"network={self.network}, jobs={len(self.jobs)})")
 
 

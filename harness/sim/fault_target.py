@@ -45,7 +45,8 @@ __all__ = ["Ended", "FaultTarget", "LastingFaults", "end_every", "record_fault"]
 class FaultTarget(Protocol):
     """The job as its fault parts see it."""
 
-    #: the job's settings (``nproc_per_node``, ``store_host``, ``seed``, ``pool``...)
+    #: the job's cluster: its settings (``cluster.config``: ``nproc_per_node``, ``store_host``,
+    #: ``seed``...) and its ``pool``
     cluster: Cluster
     #: the job's id (its cgroups and its filesystem are named by it)
     run_id: str

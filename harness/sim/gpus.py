@@ -76,7 +76,7 @@ class GpuPlan:
     nproc_per_node: int
 
     @classmethod
-    def resolve(cls, gpus: int | Sequence[str] | None, max_nodes: int, nproc_per_node: int,
+    def resolve(cls, gpus: int | Sequence[str | int] | None, max_nodes: int, nproc_per_node: int,
                 env: Mapping[str, str] | None = None) -> GpuPlan:
         """``gpus``: None (detect), a count (ids 0..n-1, e.g. injected by a test) or ids."""
         if gpus is None:

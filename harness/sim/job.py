@@ -105,7 +105,7 @@ class Job:
     def start_node(self) -> int:
         """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
         if self.net is None:  # every node slot's host at once: joins find theirs ready
-            self.net = Network(self.cluster.max_nodes, mode=self.cluster.network)
+            self.net = Network(self.cluster.config.max_nodes, mode=self.cluster.network)
         if self._rdzv is None:  # the store lives in the network: after it
             self._rdzv, self.store = rendezvous_settings(self)
         node = start_agent(self, len(self.nodes), self._rdzv)

@@ -47,12 +47,12 @@ def rendezvous_settings(job: Job) -> tuple[dict[str, Any], StoreHandle | None]:
     """(what every node agent of ``job`` rendezvouses with, the store the harness runs for
     it: None where a one-node job's agent hosts its own). Made once, with the first node,
     inside the job's network."""
-    cluster = job.cluster
-    if cluster.max_nodes == 1 and cluster.rdzv_backend not in ("etcd", "etcd-v2"):
+    settings = job.cluster.config
+    if settings.max_nodes == 1 and settings.rdzv_backend not in ("etcd", "etcd-v2"):
         return {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}, None
     from harness.sim import rendezvous_store
 
-    return rendezvous_store.rendezvous_for(cluster, job)
+    return rendezvous_store.rendezvous_for(settings, job)
 
 
 def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
@@ -62,6 +62,7 @@ def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
     from harness.sim.node_main import NodeSpec
 
     cluster = job.cluster
+    settings = cluster.config
     name = cluster.new_node_label(index)
     while job.net.nnodes <= index:  # an extra node, past max_nodes
         job.net.add_node()
@@ -72,17 +73,17 @@ def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
     job.storage.ready()  # workers must find the filesystem served
     entrypoint, args = _command(job, index)
     config = LaunchConfig(
-        min_nodes=cluster.min_nodes, max_nodes=cluster.max_nodes,
-        nproc_per_node=cluster.nproc_per_node, run_id=job.run_id, role="default",
+        min_nodes=settings.min_nodes, max_nodes=settings.max_nodes,
+        nproc_per_node=settings.nproc_per_node, run_id=job.run_id, role="default",
         rdzv_endpoint=rdzv["endpoint"], rdzv_backend=rdzv["backend"],
         # the harness knows how many nodes it starts: no 30 s first-round last call
         # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
         rdzv_configs={"last_call_timeout": 1.0, **rdzv["configs"],
                       **(rdzv.get("host_configs", {}) if index == 0 else {}),
-                      **cluster.rdzv_conf}, max_restarts=cluster.max_restarts,
-        monitor_interval=cluster.monitor_interval, start_method=cluster.start_method,
-        local_addr=addr, shutdown_timeout=cluster.shutdown_timeout,
-        exit_barrier_timeout=cluster.exit_barrier_timeout, node_name=name,
+                      **settings.rdzv_conf}, max_restarts=settings.max_restarts,
+        monitor_interval=settings.monitor_interval, start_method=settings.start_method,
+        local_addr=addr, shutdown_timeout=settings.shutdown_timeout,
+        exit_barrier_timeout=settings.exit_barrier_timeout, node_name=name,
     )
     spec = NodeSpec(config=config, entrypoint=entrypoint, args=args,
                     result_path=os.path.join(directory, "result.pkl"))
@@ -110,23 +111,24 @@ def _environment(job: Job, index: int, directory: str, gpus: tuple[str, ...]) ->
     """Node ``index``'s agent's environment: the harness's own, the cluster's ``env``, and
     what the job tells its agents and workers (a user's value wins where one may)."""
     cluster = job.cluster
-    env = {**os.environ, **cluster.env, EVENTS_ENV: job.events_path, NODE_ENV: str(index),
+    settings = cluster.config
+    env = {**os.environ, **settings.env, EVENTS_ENV: job.events_path, NODE_ENV: str(index),
            WAKE_ENV: job.bus.wake_path, ORDERS_ENV: job.orders_dir,
            "TMPDIR": os.path.join(directory, "tmp"), SHARED_DIR_ENV: job.shared_dir,
            NODE_DISK_ENV: job.storage.disk_of(index), WORKER_TMPDIR_ENV: job.storage.tmp_of(index),
            **job.resources.node_env(index)}
-    if cluster.golden:
+    if settings.golden:
         env[DIGEST_ENV] = "1"  # final-state digests for the twin comparison
     env.pop(ERROR_FILE_ENV, None)
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    if cluster.nproc_per_node > 1:
+    if settings.nproc_per_node > 1:
         env.setdefault("OMP_NUM_THREADS", "1")
     # the agent runs before its own workers (its keep-alive must not starve behind their
     # imports or a slow_node quota: a live node taken for dead); a user's value wins
     env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
     env[STACKS_ENV] = job.stacks_dir  # a hang is named with its workers' stacks
-    if cluster.start_method == "zygote":
+    if settings.start_method == "zygote":
         env.update(cluster.zygote_env())
     if job.net.mode == "netns":
         env.setdefault("GLOO_SOCKET_IFNAME", NODE_INTERFACE)  # not whatever the hostname says
@@ -150,5 +152,6 @@ def _command(job: Job, index: int) -> tuple[Callable[..., Any] | str, list[Any]]
 def _free_slot(job: Job) -> int:
     """The lowest node slot (GPU slice) no live node of ``job`` holds."""
     held = {n.slot for n in job.nodes.values() if n.alive()}
-    free = [s for s in range(job.cluster.max_nodes) if s not in held]
-    return free[0] if free else len(job.nodes) % job.cluster.max_nodes
+    slots = job.cluster.config.max_nodes
+    free = [s for s in range(slots) if s not in held]
+    return free[0] if free else len(job.nodes) % slots

@@ -75,7 +75,7 @@ class ProcessFaults:
         target = self._target
         store = target.store
         if store is None:
-            raise ConfigError("store_host", target.cluster.store_host,
+            raise ConfigError("store_host", target.cluster.config.store_host,
                               "has no separate store process to lose in this job")
         host = store.node
         where = {"target_node": host} if host is not None else {}
@@ -173,7 +173,7 @@ class ProcessFaults:
 
     def _check_local_rank(self, node: int, local_rank: int) -> None:
         self._target.node(node)
-        n = self._target.cluster.nproc_per_node
+        n = self._target.cluster.config.nproc_per_node
         if not isinstance(local_rank, int) or not 0 <= local_rank < n:
             raise ConfigError("local_rank", local_rank, f"is not a worker of node {node} "
                               f"(local ranks: 0..{n - 1}, nproc_per_node={n})")

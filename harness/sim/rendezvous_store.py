@@ -1,6 +1,6 @@
 """Rendezvous for multi-node simulated jobs: where the store lives and how nodes reach it.
 
-``rendezvous_for(cluster, job)`` returns the settings every node agent gets (backend,
+``rendezvous_for(cluster_config, job)`` returns the settings every node agent gets (backend,
 endpoint, ``--rdzv-conf`` entries; ``host_configs`` are merged into node 0's only) and a
 handle on the store with ``close()`` (end of job) and ``kill()`` (store-host loss):
 
@@ -51,22 +51,24 @@ _STOP_GRACE = 5.0
 _ETCD_BACKENDS = ("etcd", "etcd-v2")
 
 
-def rendezvous_for(cluster: Any, job: Any) -> tuple[dict[str, Any], StoreHandle]:
-    """(settings for every node agent, a store handle with ``close()``/``kill()``)."""
-    backend = cluster.rdzv_backend
+def rendezvous_for(cluster_config: Any, job: Any) -> tuple[dict[str, Any], StoreHandle]:
+    """(settings for every node agent, a store handle with ``close()``/``kill()``), for a
+    job of a cluster of ``cluster_config`` (a ``ClusterConfig``)."""
+    settings = cluster_config
+    backend = settings.rdzv_backend
     if backend == "c10d":
-        if cluster.store_host == "node0":
+        if settings.store_host == "node0":
             return _node0_store(job)
         return _harness_store(job)
     if backend in _ETCD_BACKENDS:
-        if cluster.store_host != "harness":
-            raise ConfigError("store_host", cluster.store_host,
+        if settings.store_host != "harness":
+            raise ConfigError("store_host", settings.store_host,
                               f"must be 'harness' with rdzv_backend={backend!r} (the etcd server "
                               "is never hosted by a node)")
         return _etcd_store(job, backend)
     raise ConfigError("rdzv_backend", backend,
                       "must be 'c10d' or 'etcd'/'etcd-v2' for a multi-node cluster "
-                      f"(nnodes={cluster.min_nodes}:{cluster.max_nodes})")
+                      f"(nnodes={settings.min_nodes}:{settings.max_nodes})")
 
 
 # -- store handles ------------------------------------------------------------------------

@@ -119,11 +119,11 @@ class FaultScheduler:
     def _shape(self, joins: int) -> JobShape:
         """What a fault may target: the job's nodes (its maximum, or more if it grew, plus
         ``joins`` scheduled), local ranks and ranks."""
-        cluster = self._job.cluster
-        return JobShape(nodes=max(cluster.max_nodes, len(self._job.nodes)) + joins,
-                        nproc_per_node=cluster.nproc_per_node,
-                        world=cluster.max_nodes * cluster.nproc_per_node,
-                        nnodes=f"{cluster.min_nodes}:{cluster.max_nodes}")
+        settings = self._job.cluster.config
+        return JobShape(nodes=max(settings.max_nodes, len(self._job.nodes)) + joins,
+                        nproc_per_node=settings.nproc_per_node,
+                        world=settings.max_nodes * settings.nproc_per_node,
+                        nnodes=f"{settings.min_nodes}:{settings.max_nodes}")
 
     def add(self, entry: ScheduledFault) -> None:
         """Arm one entry, unchecked (``schedule`` checks); the thread starts with the first."""

@@ -5,7 +5,8 @@ list (they drifted: ``--elastic-schedule`` rejected ``after_previous``, which th
 was printed from contained). Now each door derives from the tables below:
 
 * ``harness.Cluster(...)`` keywords: ``CLUSTER_OPTIONS`` (a test compares them with
-  ``inspect.signature(Cluster.__init__)``, exceptions listed by name there);
+  ``inspect.signature(Cluster.__init__)``, exceptions listed by name there), frozen into a
+  ``harness.sim.config.ClusterConfig`` that these keys check once;
 * ``@pytest.mark.elastic(...)`` keywords: ``MARKER_OPTIONS`` = the cluster options the
   plugin does not own (``PLUGIN_OWNED``) + ``timeout``; the signature ``pytest --markers``
   shows is rendered from it (``marker_signature``);
@@ -36,16 +37,23 @@ in today's spelling (``RENAMED_EVENTS``, ``modern_event``). ``tests/unit/test_sc
 round-trips every row and fails if the class and the row disagree. A new trigger form is
 one ``TriggerForm`` row plus its ``Trigger`` subclass. A new ``Cluster`` keyword
 is one ``Key`` in ``CLUSTER_OPTIONS`` (put it in ``PLUGIN_OWNED`` if the plugin, not the
-test author, provides it, as it does ``chaos``).
+test author, provides it, as it does ``chaos``), plus one typed line, by hand, in
+``harness.sim.config.ClusterConfig`` (its default read from the Key; the config is checked
+by these keys when made) and its parameter in ``Cluster.__init__``:
+``tests/unit/test_cluster_config.py`` and ``tests/unit/test_schema.py`` fail until the
+three agree. A setting the runtime takes too is checked by the runtime's own rule
+(``runtime_rule(harness.agent.MAX_RESTARTS_RULE)``), never by a second copy of it here.
 
 **Import cost.** The pytest plugin must load without torch or the harness
 (``pytest --help`` stays fast), yet it needs this schema at configure time (the marker
 line, checking ``--elastic-faults`` and ``--elastic-schedule``). So this module imports
-only ``harness.errors`` and ``harness.agent.WorkerState``, which ``import harness`` loads
-anyway (about 0.1 s in all, no torch, no simulation), and ``harness.sim.checks`` (the
-standard library); the plugin imports it lazily, in ``pytest_addoption``/``pytest_configure``,
-never at its own import time (``tests/plugin/test_plugin.py`` pins that). Nothing here may
-import the rest of ``harness.sim`` (``tests/unit/test_schema.py`` pins that).
+only ``harness.errors`` and ``harness.agent`` (``WorkerState``, the defaults and the rules
+of the runtime's settings), which ``import harness`` loads anyway (about 0.1 s in all, no
+torch, no simulation), and ``harness.sim.checks`` (the standard library); the plugin
+imports it lazily, in ``pytest_addoption``/``pytest_configure``, never at its own import
+time (``tests/plugin/test_plugin.py`` pins that). Nothing here may import the rest of
+``harness.sim`` (``tests/unit/test_schema.py`` pins that): ``harness.sim.config`` imports
+this module, never the other way round.
 
 Bad input is reported as one line naming the key (or kind) and what is valid, in the
 ``ConfigError`` form: ``kind='meteor' must be one of kill_worker, ...``.
@@ -58,7 +66,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL, WorkerState
+from harness.agent import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MONITOR_INTERVAL,
+    MAX_RESTARTS_RULE,
+    MONITOR_INTERVAL_RULE,
+    SettingRule,
+    WorkerState,
+)
 from harness.errors import ConfigError
 from harness.sim.checks import (
     ARGS,
@@ -91,7 +106,7 @@ __all__ = [
     "deprecated", "modern_spec", "vocabulary_table", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
     "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
     "START_METHODS", "STATES",
-    "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
+    "runtime_rule", "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
     "check_cluster_keywords", "check_fields",
     "check_scenario", "marker_signature", "scenario_reference",
 ]
@@ -128,6 +143,13 @@ class Key:
         return self.example if self.example is not None else self.default
 
 
+def runtime_rule(rule: SettingRule) -> Check:
+    """The runtime's own rule of a setting (``harness.agent.MAX_RESTARTS_RULE``...), as the
+    check of its key: one rule, whichever door (``WorkerSpec``, ``LaunchConfig``, the CLI,
+    ``Cluster``, the marker, a scenario) the value came through."""
+    return Check(rule.test, rule.says)
+
+
 START_METHODS = ("zygote", "spawn", "fork", "forkserver")
 STATES = tuple(state.value for state in WorkerState)
 
@@ -138,11 +160,12 @@ STATES = tuple(state.value for state in WorkerState)
 CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("nnodes", "1:1", "nodes: N, or 'MIN:MAX' for an elastic job", NNODES, shown="'1'"),
     Key("nproc_per_node", 1, "workers per node", integer(1)),
-    Key("max_restarts", DEFAULT_MAX_RESTARTS, "restarts of the worker group before the job fails", integer(0)),
+    Key("max_restarts", DEFAULT_MAX_RESTARTS, "restarts of the worker group before the job fails",
+        runtime_rule(MAX_RESTARTS_RULE)),
     Key("rdzv_backend", "c10d", "rendezvous backend (etcd needs the etcd binary)",
         one_of("c10d", "etcd", "etcd-v2")),
     Key("monitor_interval", DEFAULT_MONITOR_INTERVAL, "seconds between the agent's health checks of its workers",
-        number(0, strict=True)),
+        runtime_rule(MONITOR_INTERVAL_RULE)),
     Key("start_method", "zygote", "how workers start (zygote: forked from a warm process)",
         one_of(*START_METHODS)),
     Key("env", None, "extra environment of every worker", optional(STR_TABLE),

@@ -60,12 +60,12 @@ def _entry_bytes(job: Job) -> bytes:
 
 def twin_key(job: Job) -> str:
     """The cache key of ``job``'s twin (module doc)."""
-    cluster = job.cluster
+    settings = job.cluster.config
     parts = {
         "entry": hashlib.sha256(_entry_bytes(job)).hexdigest(), "module": job.module,
         "args": [str(a) for a in job.args], "nodes": job.launched_nodes,
-        "nproc_per_node": cluster.nproc_per_node, "env": sorted(cluster.env.items()),
-        "start_method": cluster.start_method, "torch": _torch_version(), "python": platform.python_version(),
+        "nproc_per_node": settings.nproc_per_node, "env": sorted(settings.env.items()),
+        "start_method": settings.start_method, "torch": _torch_version(), "python": platform.python_version(),
         "digests": True,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]

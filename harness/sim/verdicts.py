@@ -14,7 +14,7 @@ from harness.rendezvous import MAX_LEASE_FACTOR
 from harness.sim.invariants import JobFacts, check_timeline
 
 if TYPE_CHECKING:
-    from harness.sim.cluster import Cluster
+    from harness.sim.config import ClusterConfig
     from harness.sim.golden import GoldenDiff
     from harness.sim.job import Job
 
@@ -24,22 +24,22 @@ __all__ = ["compare_golden", "fence_bound", "invariant_problems"]
 def invariant_problems(job: Job, finished: bool) -> list[str]:
     """The invariants ``job`` broke so far; ``finished``: judge it as a job that ended (its
     outcome, its restarts), else only what holds while it runs."""
-    cluster = job.cluster
-    facts = JobFacts(max_restarts=cluster.max_restarts, nproc_per_node=cluster.nproc_per_node,
+    settings = job.cluster.config
+    facts = JobFacts(max_restarts=settings.max_restarts, nproc_per_node=settings.nproc_per_node,
                      finished=finished,
                      succeeded=(job.result().state == WorkerState.SUCCEEDED) if finished else None,
-                     fence_bound=fence_bound(cluster))
+                     fence_bound=fence_bound(settings))
     return check_timeline(job.timeline, facts)
 
 
-def fence_bound(cluster: Cluster) -> float:
+def fence_bound(settings: ClusterConfig) -> float:
     """How long a node cut off from the store may keep its workers: the longest its
     lease may grow to (``rdzv_conf``'s ``max_lease``, else 5 x its heartbeat timeout,
     c10d's 0.8 s by default: a loaded host's), the workers' stop grace, and 3 s of
     slack for a loaded machine (the invariant is about fencing, not about speed)."""
-    heartbeat = float(cluster.rdzv_conf.get("heartbeat_timeout", 0.8))
-    lease = float(cluster.rdzv_conf.get("max_lease", MAX_LEASE_FACTOR * heartbeat))
-    return lease + cluster.shutdown_timeout + 3.0
+    heartbeat = float(settings.rdzv_conf.get("heartbeat_timeout", 0.8))
+    lease = float(settings.rdzv_conf.get("max_lease", MAX_LEASE_FACTOR * heartbeat))
+    return lease + settings.shutdown_timeout + 3.0
 
 
 def compare_golden(job: Job, rtol: float | None, timeout: float, cache_dir: str | None) -> GoldenDiff:
@@ -59,6 +59,6 @@ def compare_golden(job: Job, rtol: float | None, timeout: float, cache_dir: str 
     cache = cache_dir if cache_dir is not None else job.cluster.golden_cache
     twin, cached = twin_record(job, timeout, cache)
     run = job_record(job)
-    diff = compare(run, twin, job.cluster.golden_rtol if rtol is None else rtol)
+    diff = compare(run, twin, job.cluster.config.golden_rtol if rtol is None else rtol)
     job.harness_events.emit("golden", cached=cached, **event_fields(diff, run, twin))
     return diff

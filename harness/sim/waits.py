@@ -118,7 +118,7 @@ def wait_for_end(job: Job, timeout: float, allow_unfired: bool) -> JobResult:
 
     def over() -> bool:
         running = _running(job)
-        hang = find_hang(job.timeline, running, time.monotonic(), job.cluster.exit_barrier_timeout + GRACE_S,
+        hang = find_hang(job.timeline, running, time.monotonic(), job.cluster.config.exit_barrier_timeout + GRACE_S,
                          {n: job.worker_pids(n).values() for n in running}) if running else None
         if hang is not None:
             hangs.append(hang)
@@ -168,7 +168,7 @@ def _hang_report(job: Job, hang: Hang) -> str:
     head = (f"job {job.run_id} hung: node {hang.node} ({job.node_name(hang.node)}) is still "
             f"running {hang.waited:.1f}s after {hang.finished} succeeded (round "
             f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
-            f"gives a slower node {job.cluster.exit_barrier_timeout:g}s. {what}.")
+            f"gives a slower node {job.cluster.config.exit_barrier_timeout:g}s. {what}.")
     stacks = worker_stacks(job_workers(job, nodes=[hang.node]), job.stacks_dir)
     hint = teardown_hint(stacks) if finished else None
     return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),

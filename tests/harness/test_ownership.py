@@ -8,6 +8,7 @@ every test, which is why a cluster-lifetime zygote could never hide here).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import signal
@@ -67,6 +68,23 @@ def test_a_closed_or_foreign_pool_is_refused():
         Cluster(pool=pool)
     with pytest.raises(ConfigError, match="must be a harness.WarmPool"):
         Cluster(pool="warm")  # type: ignore[arg-type]
+
+
+def test_the_fault_free_copy_shares_the_pool_and_keeps_every_setting_but_chaos_and_golden():
+    """It re-typed 14 keywords and dropped two: the twin rendezvoused on a harness store
+    where the run used node 0's, and detected GPUs where the run was given ids."""
+    from harness.sim.chaos import ChaosConfig
+
+    chaos = ChaosConfig(seed=1, kinds=("kill_worker",))
+    with Cluster(nnodes="1:2", nproc_per_node=1, store_host="node0", gpus=["3", "4"], env={"A": "1"},
+                 seed=7, network="loopback", chaos=chaos) as cluster:
+        with cluster.fault_free_copy() as twin:
+            assert [twin.gpus_for(slot) for slot in (0, 1)] == [("3",), ("4",)]  # not detected (none here)
+            assert twin.pool is cluster.pool
+            assert twin.config == dataclasses.replace(cluster.config, chaos=None, golden=True)
+            assert (twin.config.store_host, twin.config.gpus) == ("node0", ("3", "4"))
+            assert twin.network == cluster.network == "loopback"
+        assert not cluster.pool.closed
 
 
 def test_an_abandoned_cluster_is_closed_by_the_garbage_collector_with_a_warning():

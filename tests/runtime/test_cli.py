@@ -112,8 +112,9 @@ def test_local_ranks_filter_hides_console_output():
     (["--nnodes=4:1"], "nnodes='4:1' must have MIN <= MAX (from --nnodes)"),
     (["--nproc-per-node=0"], "nproc_per_node=0 must be >= 1 (from --nproc-per-node)"),
     (["--rdzv-backend=bogus", "--rdzv-endpoint=localhost:0"], "rdzv_backend='bogus' is not one of"),
-    (["--max-restarts=-1"], "max_restarts=-1 must be >= 0 (from --max-restarts)"),
-    (["--monitor-interval=0"], "monitor_interval=0.0 must be > 0"),
+    (["--max-restarts=-1"], "max_restarts=-1 must be an int >= 0 (from --max-restarts)"),
+    (["--monitor-interval=0"], "monitor_interval=0.0 must be a number > 0 and at most 3600 (s) "
+                               "(from --monitor-interval)"),
     (["--redirects=7"], "redirects='7' must be 0"),
     (["--local-ranks-filter=a"], "local_ranks_filter='a' must be comma-separated"),
     (["--signals-to-handle=SIGNOPE"], "unknown signal 'SIGNOPE'"),

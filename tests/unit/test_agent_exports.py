@@ -12,8 +12,8 @@ from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
 
 PINNED = {
     "AgentEvent", "DEFAULT_MAX_RESTARTS", "DEFAULT_MONITOR_INTERVAL", "DEFAULT_ROLE", "ElasticAgent",
-    "HealthCheckServer", "LocalElasticAgent",
-    "RunResult", "SimpleElasticAgent", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE",
+    "HealthCheckServer", "LocalElasticAgent", "MAX_MONITOR_INTERVAL", "MAX_RESTARTS_RULE", "MONITOR_INTERVAL_RULE",
+    "RunResult", "SettingRule", "SimpleElasticAgent", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE",
     "Worker", "WorkerGroup", "WorkerSpec", "WorkerState", "create_healthcheck_server",
 }
 

@@ -83,7 +83,7 @@ def test_the_top_level_names_are_pinned_and_resolve():
     import harness
 
     assert set(harness.__all__) == {
-        "Cluster", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
+        "Cluster", "ClusterConfig", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
         "JobResult", "RunResult", "Timeline", "WarmPool", "WorkerState", "report_checkpoint", "report_step"}
     for name in harness.__all__:
         assert getattr(harness, name) is not None

@@ -224,6 +224,7 @@ class _StandInJob:
     def __init__(self, directory: str, worker_pid: int):
         from harness.events import EventWriter
         from harness.sim.bus import EventBus
+        from harness.sim.config import ClusterConfig
         from harness.sim.process_faults import ProcessFaults
 
         self.run_id = "fake"
@@ -231,7 +232,7 @@ class _StandInJob:
         self.timeline = Timeline(self.events_path)
         self.bus = EventBus(self.timeline, directory)
         self.harness_events = EventWriter(self.events_path, "harness", self.run_id, self.bus.wake_path)
-        self.cluster = type("Cluster", (), {"nproc_per_node": 1})()
+        self.cluster = type("Cluster", (), {"config": ClusterConfig(nproc_per_node=1)})()
         self.nodes = {0: object()}
         self._worker_pid = worker_pid
         self.scheduler = None

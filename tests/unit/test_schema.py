@@ -19,7 +19,7 @@ from harness.errors import ConfigError
 from harness.sim import chaos, faults, schema
 from harness.sim.faults import ScheduledFault, from_spec, to_spec
 from pytest_elastic import _scenarios, _settings
-from pytest_elastic._settings import SettingError, parse_schedule, validate_marker
+from pytest_elastic._settings import SettingError, marker_config, parse_schedule
 from pytest_elastic._shrink import schedules_from_json, schedules_to_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,13 +195,17 @@ def test_marker_keywords_are_the_cluster_options_the_plugin_does_not_own():
 ])
 def test_every_marker_keyword_is_checked(kwargs, message):
     with pytest.raises(SettingError, match=re.escape(message)):
-        validate_marker("t.py::test", kwargs, ())
+        marker_config("t.py::test", kwargs, ())
 
 
 def test_marker_accepts_every_cluster_keyword_at_its_default():
+    from harness.sim.config import ClusterConfig
+
     defaults = {k.name: k.default for k in schema.MARKER_OPTIONS}
-    assert validate_marker("t.py::test", defaults, ()) == defaults
-    validate_marker("t.py::test", {"nnodes": 2, "gpus": [0, 1], "seed": 3, "check_invariants": False}, ())
+    assert marker_config("t.py::test", defaults, ()) == ClusterConfig()
+    config = marker_config("t.py::test", {"nnodes": 2, "gpus": [0, 1], "seed": 3, "check_invariants": False}, (),
+                           {"start_method": "spawn", "seed": 1})
+    assert (config.max_nodes, config.gpus, config.seed, config.start_method) == (2, (0, 1), 3, "spawn")
 
 
 def test_settings_defaults_are_the_schema_defaults():
@@ -345,7 +349,8 @@ def test_every_expect_key_is_enforced(tmp_path):
                                 "(from Cluster(start_method=...))"),
     ({"rdzv_backend": "x"}, "rdzv_backend='x' must be one of c10d, etcd, etcd-v2 (from Cluster(rdzv_backend=...))"),
     ({"nnodes": "3:1"}, "nnodes='3:1' must be N or 'MIN:MAX' with 1 <= MIN <= MAX (from Cluster(nnodes=...))"),
-    ({"monitor_interval": 0}, "monitor_interval=0 must be a number > 0 (from Cluster(monitor_interval=...))"),
+    ({"monitor_interval": 0}, "monitor_interval=0 must be a number > 0 and at most 3600 (s) "
+                              "(from Cluster(monitor_interval=...))"),
     ({"env": {"A": 1}}, "env={'A': 1} must be a table of strings (name = value) (or None) (from Cluster(env=...))"),
     ({"network": "wifi"}, "network='wifi' must be one of auto, netns, loopback (from Cluster(network=...))"),
     ({"check_invariants": "yes"}, "check_invariants='yes' must be true or false (from Cluster(check_invariants=...))"),

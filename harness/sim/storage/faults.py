@@ -149,7 +149,7 @@ class StorageFaults:
             raise ConfigError("probability", probability, "must be a number in [0, 1]")
         if not isinstance(path, str) or not path:
             raise ConfigError("path", path, 'must be a glob, e.g. "*.distcp"')
-        seed = self._target.cluster.seed * 1_000_003 + sum(len(v) for v in self._open.values())
+        seed = self._target.cluster.config.seed * 1_000_003 + sum(len(v) for v in self._open.values())
         self._lasting("io_error", node, errno=errno, path=path, probability=float(probability), seed=seed)
 
     def end_lasting(self, node: int | None = None) -> Ended:

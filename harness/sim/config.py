@@ -1,0 +1,92 @@
+"""``ClusterConfig``: a cluster's settings, frozen, checked once by the schema.
+
+Every door that makes a cluster builds one: ``Cluster(**keywords)``, the pytest marker, a
+scenario's ``[job]``, and the fault-free twin (``Cluster.fault_free_copy``: the same config
+with chaos off and golden on, ``dataclasses.replace``). Its fields are ``CLUSTER_OPTIONS``
+(``harness.sim.schema``) in order, with the schema's defaults, but for ``pool``: a live
+object a cluster shares or owns, never a setting (``Cluster.from_config(config, pool=...)``).
+``tests/unit/test_cluster_config.py`` pins the fields and defaults to the schema.
+
+What the config holds is what was asked: ``network="auto"`` stays ``"auto"`` (the cluster
+resolves it on its machine: ``Cluster.network``); ``env`` and ``rdzv_conf`` are read-only
+copies (``types.MappingProxyType``: ``{**config.env}`` and ``.get()`` work as on a dict;
+None becomes empty), ``gpus`` a tuple when ids are given; ``min_nodes``/``max_nodes`` are
+derived from ``nnodes``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from harness.sim.schema import CLUSTER_OPTIONS, check_cluster_keywords
+
+if TYPE_CHECKING:
+    from harness.sim.chaos import ChaosConfig
+
+__all__ = ["ClusterConfig", "NOT_CONFIG"]
+
+#: ``Cluster`` keywords that are no setting of the config, and why
+NOT_CONFIG: dict[str, str] = {
+    "pool": "a live WarmPool the cluster shares or owns (Cluster.from_config(config, pool=...))",
+}
+
+_DEFAULTS = {key.name: key.default for key in CLUSTER_OPTIONS}
+
+
+def _default(name: str) -> Any:
+    return _DEFAULTS[name]
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A cluster's settings: ``harness.Cluster``'s keywords but ``pool``, checked when made
+    (``ConfigError``: ``nnodes='3:1' must be ... (from Cluster(nnodes=...))``). A new
+    ``Cluster`` keyword is a ``Key`` in ``CLUSTER_OPTIONS`` plus its one typed line here."""
+
+    nnodes: str | int = _default("nnodes")
+    nproc_per_node: int = _default("nproc_per_node")
+    max_restarts: int = _default("max_restarts")
+    rdzv_backend: str = _default("rdzv_backend")
+    monitor_interval: float = _default("monitor_interval")
+    start_method: str = _default("start_method")
+    #: extra environment of every worker (read-only; None given: empty)
+    env: Mapping[str, str] = _default("env")
+    #: extra rendezvous settings (read-only; None given: empty)
+    rdzv_conf: Mapping[str, Any] = _default("rdzv_conf")
+    shutdown_timeout: float = _default("shutdown_timeout")
+    store_host: str = _default("store_host")
+    seed: int = _default("seed")
+    exit_barrier_timeout: float = _default("exit_barrier_timeout")
+    check_invariants: bool = _default("check_invariants")
+    #: a seeded fault schedule per job (None: no chaos)
+    chaos: ChaosConfig | None = _default("chaos")
+    #: None: detect; a count; or device ids (a tuple)
+    gpus: int | Sequence[str | int] | None = _default("gpus")
+    #: as asked: "auto", "netns" or "loopback" (``Cluster.network``: what it resolved to)
+    network: str = _default("network")
+    golden: bool = _default("golden")
+    golden_rtol: float = _default("golden_rtol")
+    #: from ``nnodes``: the fewest and most nodes of a job
+    min_nodes: int = field(init=False, repr=False, compare=False)
+    max_nodes: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_cluster_keywords(self.keywords())  # each through its schema key, named as written
+        from harness.run import parse_min_max_nnodes
+
+        low, high = parse_min_max_nnodes(str(self.nnodes))  # checked above: cannot fail
+        frozen = {"min_nodes": low, "max_nodes": high,
+                  "env": MappingProxyType(dict(self.env or {})),
+                  "rdzv_conf": MappingProxyType(dict(self.rdzv_conf or {}))}
+        if isinstance(self.gpus, list):
+            frozen["gpus"] = tuple(self.gpus)
+        for name, value in frozen.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
+
+    def keywords(self) -> dict[str, Any]:
+        """The settings as ``Cluster`` keywords (``Cluster(**config.keywords(), pool=...)``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
