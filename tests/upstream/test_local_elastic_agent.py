@@ -11,7 +11,11 @@ a queue as upstream's do, log dirs live in pytest's ``tmp_path``, and the rendez
 our 0.8 s default an agent starved of the CPU for 0.7 s (seven agents and 25 spawned
 workers on two busy cores, once in five full runs) fenced itself mid-job. Torch's
 rendezvous has no fence at all (torch 2.13's ``dynamic_rendezvous.py``: a failed keep-alive
-is only logged) and its peers' bound is 15 s (5 s x 3 attempts).
+is only logged) and its peers' bound is 15 s (5 s x 3 attempts). And workers are forked
+from their agent (``start_method="fork"``, which torch's agent offers too) instead of
+spawned: these jobs are about ranks, roles and barriers, and 25 spawned workers each
+importing the test module cost 31 s of CPU per run of this file, 11 s forked (the
+spawn path is run by ``test_local_elastic_agent_single.py`` and ``tests/runtime``).
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ def _run_agent(conf: Conf, results: mp.Queue, endpoint: str, backend: str, run_i
                       entrypoint=conf.entrypoint, args=conf.args,
                       rdzv_handler=get_rendezvous_handler(params), max_restarts=0,
                       monitor_interval=0.01)
-    agent = LocalElasticAgent(spec, start_method="spawn", exit_barrier_timeout=exit_barrier_timeout,
+    agent = LocalElasticAgent(spec, start_method="fork", exit_barrier_timeout=exit_barrier_timeout,
                               logs_specs=LogsSpecs(log_dir=log_dir))
     result = agent.run()
     spec.rdzv_handler.shutdown()

@@ -35,6 +35,15 @@ from tests.upstream import workers
 
 pytestmark = pytest.mark.timeout(240)
 
+#: Upstream starts every worker with ``spawn``: each one imports torch (1.4 s of CPU here), and
+#: ``test_run_bipolar_function`` alone started 12 (16 s of CPU, the suite's slowest test). The
+#: agent's behaviour these cases check (restarts, return values, env, root cause) is the same
+#: for every start method, so they fork from the agent's zygote (one torch import a test);
+#: the cases that carry something back across the process boundary (a return value, a
+#: tensor, the error file) run under ``spawn`` as upstream does, and ``tests/runtime`` runs
+#: the restart cycle under both (``test_reliability``).
+START_METHOD = "zygote"
+
 
 @pytest.fixture(params=["c10d", pytest.param("etcd", marks=pytest.mark.slow)])
 def endpoint(request, etcd_endpoint):
@@ -46,7 +55,7 @@ def endpoint(request, etcd_endpoint):
 
 
 def make_agent(endpoint, tmp_path, entrypoint, lws, args=(), max_restarts=0, nnodes=(1, 1),
-               is_host=True, run_id=None, **spec_kw):
+               is_host=True, run_id=None, start_method=START_METHOD, **spec_kw):
     backend, ep = endpoint
     params = RendezvousParameters(backend=backend, endpoint=ep, run_id=run_id or uuid.uuid4().hex[:8],
                                   min_nodes=nnodes[0], max_nodes=nnodes[1], is_host=is_host)
@@ -54,7 +63,7 @@ def make_agent(endpoint, tmp_path, entrypoint, lws, args=(), max_restarts=0, nno
                       rdzv_handler=get_rendezvous_handler(params), max_restarts=max_restarts,
                       monitor_interval=0.01, **spec_kw)
     log_dir = tmp_path / f"logs-{uuid.uuid4().hex[:6]}"
-    return LocalElasticAgent(spec, start_method="spawn", exit_barrier_timeout=5,
+    return LocalElasticAgent(spec, start_method=start_method, exit_barrier_timeout=5,
                              logs_specs=LogsSpecs(log_dir=str(log_dir)))
 
 
@@ -72,7 +81,7 @@ def run_agent(endpoint, tmp_path, entrypoint, lws, args=(), **kw):
 
 
 def test_dummy_compute(endpoint, tmp_path):
-    res = run_agent(endpoint, tmp_path, workers.dummy_compute, 2)
+    res = run_agent(endpoint, tmp_path, workers.dummy_compute, 2, start_method="spawn")
     assert not res.is_failed()
     for value in res.return_values.values():
         assert isinstance(value, torch.Tensor) and value.shape == (100, 100)
@@ -120,7 +129,7 @@ def test_run_agent_setup(endpoint, tmp_path, monkeypatch, key, enabled):
 
 
 def test_run_function_with_return_value(endpoint, tmp_path):
-    res = run_agent(endpoint, tmp_path, workers.echo, 2, ("foo",))
+    res = run_agent(endpoint, tmp_path, workers.echo, 2, ("foo",), start_method="spawn")
     assert res.return_values == {0: "foo", 1: "foo"}
 
 
@@ -132,7 +141,7 @@ def test_run_sad_function(endpoint, tmp_path, monkeypatch):
     replyfile = tmp_path / "error.json"
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(replyfile))
     with pytest.raises(ChildFailedError) as info:
-        run_agent(endpoint, tmp_path, workers.sad, 2)
+        run_agent(endpoint, tmp_path, workers.sad, 2, start_method="spawn")
     rank, failure = info.value.get_first_failure()
     data = json.loads(replyfile.read_text())["message"]
     assert rank in {0, 1} and failure.local_rank in {0, 1}
