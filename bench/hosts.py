@@ -1,7 +1,10 @@
 """SSH hosts benchmark: one multiplexed OpenSSH connection vs a fresh connection per command
-(issue 29 part 1), and asyncssh beside them when it is importable.
+(issue 29 part 1), and asyncssh beside them when it is importable; then what a node on a
+host costs beyond commands (parts 2 and 4): the clock offset's error bound, an event's
+latency from the host's file to the controller, and how long a lost controller's things
+last on the host.
 
-    python bench/hosts.py [--runs 20] [--no-host-rc]
+    python bench/hosts.py [--runs 20] [--no-host-rc] [--no-strategies]
     PYTHONPATH=/path/to/asyncssh-lib python bench/hosts.py     # adds the asyncssh column
 
 The project's rule is that a bench compares ours against torchrun. torchrun has no SSH
@@ -24,6 +27,19 @@ Rows (medians of ``--runs`` runs, the strategies alternating so both see the sam
 Each table is run twice: with the hosts' root ``~/.bashrc`` emptied (the transport alone),
 and with this machine's own (bash sources it for every command sshd runs; here it runs
 ``pyenv init``), which a real host's rc file adds to every command whatever the strategy.
+
+The last table (hosts' ``~/.bashrc`` emptied):
+  clock offset     ``measure_offset(host)`` (8 pings over the lease) ``--runs`` times: the
+                   error bound it proves, and the offset itself (0 here: one kernel's clocks).
+  relay latency    ``EventWriter`` on the host appends ``--runs`` x 5 events, 10 ms apart,
+                   poking the relay; latency = our monotonic clock on arrival minus the
+                   event's ``mono`` moved onto ours (the offset's bound is ~0.05 ms of it).
+  SIGKILLed        a controller (a process with a command and an event relay on the host)
+  controller       is SIGKILLed; from the kill to the last of its processes on the host gone
+                   (the lease, the supervisors, the command, the relay: watched from the
+                   host over a connection of its own, times moved onto ours), 5 runs.
+  frozen           the same controller SIGSTOPped, lost_after=2 s: its link stays open, the
+  controller       host notices the silence; from the freeze to the last process gone, 3 runs.
 """
 
 from __future__ import annotations
@@ -32,6 +48,7 @@ import argparse
 import asyncio
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,8 +62,22 @@ from _common import fmt_ratio, isolate_tmpdir, median, print_table, ratio  # noq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.hosts import SshHost  # noqa: E402
+from harness.hosts import EventRelay, SshHost, measure_offset  # noqa: E402
+from tests.hosts.observe import end_controller, start_controller, watch_host  # noqa: E402
 from tests.hosts.sshd import SshdLab, sshd_missing  # noqa: E402
+
+#: a node's writer on the host: N events, INTERVAL s apart, each poking the relay
+WRITER = """
+import sys, time
+from harness.events import EventWriter
+path, wake, n, interval = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+writer = EventWriter(path, 0, "bench", wake=wake)
+for i in range(n):
+    writer.emit("step", seq=i)
+    time.sleep(interval)
+writer.close()
+"""
+LOST_AFTER_S = 2.0
 
 
 def fmt_ms(value: float | None) -> str:
@@ -126,19 +157,86 @@ def table(runs: int, clean_rc: bool) -> None:
     print_table(["", "ControlMaster", "fresh connection", "fresh / ControlMaster", "asyncssh"], rows)
 
 
+def relay_latencies(host: SshHost, events: int) -> list[float]:
+    """Seconds from each event's writing on the host to its arrival here (see the doc)."""
+    offset = measure_offset(host)
+    arrived: list[float] = []
+    with EventRelay(host, f"{host.work_dir}/events.jsonl",
+                    lambda event: arrived.append(time.monotonic() - event["mono"]), offset=offset) as relay:
+        host.run([host.spec.python, "-c", WRITER, relay.path, relay.wake_path, str(events), "0.01"], timeout=120)
+        deadline = time.monotonic() + 30
+        while len(arrived) < events and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return arrived
+
+
+def cleanup_after(lab: SshdLab, freeze: bool) -> float | None:
+    """Seconds from a controller's SIGKILL (or SIGSTOP) to its last process gone on the host."""
+    controller, seen = start_controller(lab, lost_after=LOST_AFTER_S if freeze else None)
+    try:
+        with lab.ssh_host(lab.spec(0)) as observer:
+            watch = watch_host(observer, seen["work_dir"], [seen["lease"], seen["sleeper"]], 60)
+            started = time.monotonic()
+            if freeze:
+                controller.send_signal(signal.SIGSTOP)
+            else:
+                end_controller(controller)
+            gone = watch.result(70)
+    finally:
+        end_controller(controller)
+    last = gone.last_gone()
+    if gone.left or gone.work_dir_left or last is None:
+        print(f"  left on the host: processes {gone.left}, work dir {gone.work_dir_left}", file=sys.stderr)
+        return None
+    return last - started
+
+
+def fmt_fine(value: float | None) -> str:
+    """Microseconds below a millisecond, else as ``fmt_ms``."""
+    return fmt_ms(value) if value is None or value >= 0.001 else f"{value * 1e6:.0f} us"
+
+
+def fmt_spread(values: list[float]) -> str:
+    return f"{fmt_fine(median(values))} (max {fmt_fine(max(values))})" if values else "n/a"
+
+
+def node_table(runs: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as root, SshdLab(Path(root), 1) as lab:
+        lab.start(0)
+        with lab.ssh_host(lab.spec(0)) as host:
+            offsets = [measure_offset(host) for _ in range(runs)]
+            latencies = relay_latencies(host, runs * 5)
+        kills = [cleanup_after(lab, freeze=False) for _ in range(5)]
+        freezes = [cleanup_after(lab, freeze=True) for _ in range(3)]
+    print(f"\nclock, events, cleanup; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cpus")
+    rows = [
+        ["clock offset: error bound (8 pings)", fmt_spread([o.error_bound_s for o in offsets])],
+        ["clock offset: |offset| (one kernel: 0)", fmt_spread([abs(o.mono_offset_s) for o in offsets])],
+        ["clock offset: shortest round trip", fmt_spread([o.rtt_s for o in offsets])],
+        [f"relay latency ({len(latencies)} of {runs * 5} events)", fmt_spread(latencies)],
+        ["SIGKILLed controller: all gone on the host", fmt_spread([k for k in kills if k is not None])],
+        [f"frozen controller (lost_after={LOST_AFTER_S:g} s): all gone",
+         fmt_spread([f for f in freezes if f is not None])],
+    ]
+    print_table(["", "median (max)"], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="commands per strategy (20)")
     parser.add_argument("--no-host-rc", action="store_true", help="skip the table with this machine's ~/.bashrc")
+    parser.add_argument("--no-strategies", action="store_true", help="only the clock, events and cleanup table")
     args = parser.parse_args()
     why = sshd_missing()
     if why:
         print(f"bench/hosts.py: real sshd hosts unavailable: {why}", file=sys.stderr)
         return 2
     isolate_tmpdir()
-    table(args.runs, clean_rc=True)
-    if not args.no_host_rc:
-        table(args.runs, clean_rc=False)
+    if not args.no_strategies:
+        table(args.runs, clean_rc=True)
+        if not args.no_host_rc:
+            table(args.runs, clean_rc=False)
+    node_table(args.runs)
     return 0
 
 

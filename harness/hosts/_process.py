@@ -24,7 +24,7 @@ from typing import IO
 
 from harness.hosts._errors import HostTimeout
 
-__all__ = ["CommandResult", "RemoteProcess", "stop_local"]
+__all__ = ["CommandResult", "RemoteProcess", "show_argv", "stop_local"]
 
 _log = logging.getLogger(__name__)
 
@@ -43,6 +43,13 @@ class CommandResult:
     returncode: int
     stdout: str
     stderr: str
+
+
+def show_argv(argv: Sequence[str]) -> str:
+    """``argv`` as one line for a message: an argument with a newline or over 80 characters
+    (a program given with ``-c``) is cut to its first 40."""
+    return shlex.join(arg if "\n" not in arg and len(arg) <= 80 else " ".join(arg.split())[:40] + "..."
+                      for arg in argv)
 
 
 def stop_local(popen: subprocess.Popen[str], grace: float) -> int:
@@ -133,7 +140,7 @@ class RemoteProcess:
                 pipe.close()
 
     def _shown(self) -> str:
-        return shlex.join(self.argv)
+        return show_argv(self.argv)
 
     def __repr__(self) -> str:
         code = self.popen.poll()

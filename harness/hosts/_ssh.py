@@ -6,7 +6,11 @@ private 0700 dir, ``ControlPersist=no`` (it ends with its own session). Its own 
 is the *lease* (``_remote.lease``): one JSON line with the host's interpreter, its
 pytest-elastic version and a fresh work dir, then it waits for EOF on stdin and removes
 the dir. That line is the readiness event (authenticated, socket listening, interpreter
-runs) and the version check in one round trip, with no polling for the socket.
+runs) and the version check in one round trip, with no polling for the socket. The lease
+stays the connection's line to the host: ``ping()`` takes a clock sample over it
+(``_clock``), and a heartbeat on it every few seconds tells the host the controller is
+alive: a host that hears nothing for ``lost_after`` seconds (a frozen controller, a link
+that hangs without closing) ends this connection's commands and work dir by itself.
 
 Commands go through the master (``ssh -o ControlMaster=no``: one channel each, no new
 handshake) under the remote supervisor (``_remote.run``), their lifeline the client's stdin
@@ -27,12 +31,10 @@ import functools
 import json
 import math
 import os
-import selectors
 import shlex
 import shutil
 import subprocess
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
+from harness.hosts._clock import ClockSample, LeaseChannel
 from harness.hosts._control import make_control_dir
 from harness.hosts._errors import (
     SSH_FAILED,
@@ -52,7 +55,7 @@ from harness.hosts._errors import (
     explain,
     last_line,
 )
-from harness.hosts._process import CommandResult, RemoteProcess, stop_local
+from harness.hosts._process import CommandResult, RemoteProcess, show_argv, stop_local
 from harness.hosts._spec import HostSpec
 
 __all__ = ["SshHost", "RemoteInfo"]
@@ -60,6 +63,8 @@ __all__ = ["SshHost", "RemoteInfo"]
 DIST = "pytest-elastic"
 _SOCKET = "m"
 _ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
+#: the default of how long a host waits, hearing nothing from us, before it ends our commands
+LOST_AFTER_S = 30.0
 _MASTER_LOG = "master.log"
 
 
@@ -86,6 +91,7 @@ class RemoteInfo:
     executable: str  # sys.executable there
     pytest_elastic: str | None  # the installed version, None when missing
     work_dir: str  # this connection's work dir (removed with the connection)
+    lease_pid: int | None = None  # the lease's pid on the host
 
 
 @dataclass
@@ -95,9 +101,16 @@ class _Owned:
     owner: int
     control_dir: str | None = None
     master: subprocess.Popen[str] | None = None
-    lease_fd: int | None = None  # the master's stdin: the lease ends at its EOF
+    lease: LeaseChannel | None = None  # the master's stdin and stdout: the lease ends at its EOF
+    beating: threading.Event = field(default_factory=threading.Event)  # set: the heartbeat stops
     processes: set[RemoteProcess] = field(default_factory=set)
     closed: bool = False
+
+
+def _heartbeat(lease: LeaseChannel, every: float, stop: threading.Event) -> None:
+    """A line on the lease every ``every`` s until ``stop`` (or the lease is gone)."""
+    while not stop.wait(every) and lease.beat():
+        pass
 
 
 def _teardown(owned: _Owned, grace: float) -> None:
@@ -111,9 +124,9 @@ def _teardown(owned: _Owned, grace: float) -> None:
     for proc in processes:
         proc.close()
     owned.processes.clear()
-    if owned.lease_fd is not None:
-        os.close(owned.lease_fd)
-        owned.lease_fd = None
+    owned.beating.set()
+    if owned.lease is not None:
+        owned.lease.close()
     if owned.master is not None:
         stop_local(owned.master, grace)
         if owned.master.stdout is not None:
@@ -127,13 +140,20 @@ class SshHost:
 
     ``ssh_command`` is the client's argv (another OpenSSH build, or a wrapper that execs
     it, such as ``nsenter --net=PATH ssh``); ``ssh_config`` is passed as ``-F`` ("none":
-    no config file at all; None: the user's, as ssh reads it).
+    no config file at all; None: the user's, as ssh reads it). ``lost_after``: how long the
+    host waits, hearing nothing from us, before it ends what we started there (None: only
+    when the connection closes); we send a heartbeat every ``min(5, lost_after / 4)`` s.
     """
 
     def __init__(self, spec: HostSpec, *, ssh_command: Sequence[str] = ("ssh",), ssh_config: str | None = None,
-                 connect_timeout: float = 10.0, multiplex: bool = True, check_version: bool = True):
+                 connect_timeout: float = 10.0, multiplex: bool = True, check_version: bool = True,
+                 lost_after: float | None = LOST_AFTER_S):
+        if lost_after is not None and not (isinstance(lost_after, (int, float)) and lost_after > 0):
+            raise ConfigError("lost_after", lost_after, "must be a number of seconds > 0, or None",
+                              f"host {spec.label}")
         self.spec, self.ssh_command, self.ssh_config = spec, tuple(ssh_command), ssh_config
         self.connect_timeout, self.multiplex, self.check_version = connect_timeout, multiplex, check_version
+        self.lost_after = lost_after
         self.info: RemoteInfo | None = None
         self._owned = _Owned(owner=os.getpid())
         self._finalizer = weakref.finalize(self, _teardown, self._owned, 5.0)
@@ -160,19 +180,22 @@ class SshHost:
     def _start_master(self) -> RemoteInfo:
         assert self._owned.control_dir is not None
         mux = ["-o", "ControlMaster=yes", "-o", "ControlPersist=no"] if self.multiplex else []
-        lease = ["lease"] + ([self.spec.work_dir] if self.spec.work_dir else [])
-        theirs, self._owned.lease_fd = os.pipe()  # ssh reads, we hold the write end (close() closes it)
+        lease = ["lease", repr(float(self.lost_after or 0))] + ([self.spec.work_dir] if self.spec.work_dir else [])
+        theirs, ours = os.pipe()  # ssh reads, we hold the write end (close() closes it)
         with open(os.path.join(self._owned.control_dir, _MASTER_LOG), "w") as log:
             try:
-                self._owned.master = subprocess.Popen(
+                master = self._owned.master = subprocess.Popen(
                     self._argv(mux, self._python(lease)), stdin=theirs, stdout=subprocess.PIPE, stderr=log,
                     text=True, start_new_session=True)  # a ^C to us must not cut the link before close()
             except FileNotFoundError:
+                os.close(ours)
                 raise HostError(f"host {self.spec.label}: no ssh client {self.ssh_command[0]!r} on this machine "
                                 "(OpenSSH's client: Debian/Ubuntu openssh-client)") from None
             finally:
                 os.close(theirs)
-        line = self._first_line(self._owned.master, self.connect_timeout * 2 + 10)
+        assert master.stdout is not None
+        self._owned.lease = LeaseChannel(ours, master.stdout.fileno(), self.spec.label)
+        line = self._first_line(self._owned.lease, self.connect_timeout * 2 + 10)
         if not line:
             raise self._master_failure("connecting")
         try:
@@ -182,27 +205,21 @@ class SshHost:
                                   "instead of the lease's report (does the login print to stdout?)") from None
         if report.get("problem"):
             raise HostError(f"host {self.spec.label}: {report['problem']}")
-        return RemoteInfo(report["python"], report["executable"], report["pytest_elastic"], report["work_dir"])
+        if self.lost_after is not None:
+            every = min(float(_ALIVE_INTERVAL_S), self.lost_after / 4)
+            threading.Thread(target=_heartbeat, args=(self._owned.lease, every, self._owned.beating),
+                             name=f"heartbeat {self.spec.label}", daemon=True).start()
+        return RemoteInfo(report["python"], report["executable"], report["pytest_elastic"], report["work_dir"],
+                          report.get("pid"))
 
-    def _first_line(self, master: subprocess.Popen[str], timeout: float) -> str:
+    def _first_line(self, lease: LeaseChannel, timeout: float) -> str:
         """The lease's report line; '' when the master exits first. Waits on the pipe."""
-        assert master.stdout is not None
-        fd = master.stdout.fileno()
-        data = b""
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            while b"\n" not in data:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise HostTimeout(f"host {self.spec.label}: no answer {timeout:g} s after connecting "
-                                      f"(ConnectTimeout={self._connect_timeout_s()})")
-                if sel.select(left):
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        return ""
-                    data += chunk
-        return data.split(b"\n", 1)[0].decode(errors="replace")
+        try:
+            line = lease.readline(timeout)
+        except HostTimeout:
+            raise HostTimeout(f"host {self.spec.label}: no answer {timeout:g} s after connecting "
+                              f"(ConnectTimeout={self._connect_timeout_s()})") from None
+        return "" if line is None else line.decode(errors="replace")
 
     def _master_failure(self, doing: str) -> HostError:
         """Why the master exited (it is reaped here)."""
@@ -239,11 +256,12 @@ class SshHost:
         if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
             raise TypeError(f"argv must be a non-empty sequence of str, not {argv!r}")
         with self._lock:
-            self._require_open()
+            work_dir = self._require_open().work_dir
             theirs, lifeline = os.pipe()  # ssh reads, we hold the write end
             try:
                 popen = subprocess.Popen(
-                    self._argv(self._client_options(), self._python(["run", repr(float(grace)), *argv], bare=True)),
+                    self._argv(self._client_options(),
+                               self._python(["run", repr(float(grace)), work_dir, *argv], bare=True)),
                     stdin=theirs, stdout=stdout, stderr=stderr, text=True, errors="replace",
                     start_new_session=True)
             except BaseException:
@@ -264,7 +282,7 @@ class SshHost:
             out, err = proc.communicate(timeout)
         finally:
             self._forget(proc)
-        shown = shlex.join(argv)
+        shown = show_argv(argv)
         code = proc.popen.returncode
         if code == SSH_FAILED:
             raise self._client_failure(err, f"running {shown}")
@@ -272,6 +290,12 @@ class SshHost:
             raise HostCommandError(f"host {self.spec.label}: {shown} exited {code}: {last_line(err)}",
                                    code, out, err)
         return CommandResult(self.spec.label, tuple(argv), code, out, err)
+
+    def ping(self, timeout: float = 10.0) -> ClockSample:
+        """One clock sample over the lease (``measure_offset(host)`` takes several)."""
+        self._require_open()
+        assert self._owned.lease is not None
+        return self._owned.lease.ping(timeout)
 
     def _forget(self, proc: RemoteProcess) -> None:
         proc.close()

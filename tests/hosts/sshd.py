@@ -12,6 +12,9 @@ sessions, by pid) and removes the namespaces; the keys and configs stay in ``roo
 
 sshd needs its privilege separation dir ``/run/sshd`` (compiled in). Rather than create it
 on this machine, each sshd runs in a private mount namespace with a fresh tmpfs on /run.
+The hosts share this machine's kernel, so its clocks: ``start(i, monotonic_offset=N)``
+puts host i in a time namespace whose ``CLOCK_MONOTONIC`` runs N seconds ahead, as a
+host booted N seconds earlier would (wall clocks cannot be shifted per namespace).
 Standard library, psutil and harness only (no pytest): ``bench/hosts.py`` uses it too.
 """
 
@@ -96,10 +99,12 @@ class SshdLab:
         assert self.net.store_namespace is not None
         self.ssh_command = ("nsenter", f"--net=/run/netns/{self.net.store_namespace}", "ssh")
 
-    def start(self, index: int, *, port: int = 22, password_only: bool = False, known: bool = True) -> SshdHost:
+    def start(self, index: int, *, port: int = 22, password_only: bool = False, known: bool = True,
+              monotonic_offset: int = 0) -> SshdHost:
         """Start host ``index``'s sshd and wait until it answers. ``password_only``: it
         offers password authentication and nothing else. ``known``: its key goes into
-        ``known_hosts``."""
+        ``known_hosts``. ``monotonic_offset``: its monotonic clock is this many seconds
+        ahead of ours (a time namespace)."""
         address = self.net.address(index)
         where = self.root / f"host{index}"
         where.mkdir()
@@ -123,9 +128,11 @@ class SshdLab:
         inner += "exec " + shlex.join([sshd, "-D", "-e", "-f", str(where / "sshd_config")])  # re-exec: a full path
         namespace = self.net.namespace_path(index)
         log = where / "sshd.log"
+        clock = (["--time", "--monotonic", str(monotonic_offset), "--boottime", str(monotonic_offset),
+                  "--fork", "--kill-child"] if monotonic_offset else [])
         with open(log, "wb") as out:
             process = subprocess.Popen(
-                ["nsenter", f"--net={namespace}", "unshare", "--mount", "--propagation", "private",
+                ["nsenter", f"--net={namespace}", "unshare", "--mount", "--propagation", "private", *clock,
                  "sh", "-c", inner], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         host = self.hosts[index] = SshdHost(index, address, port, host_key, process, log)
         self._wait_ready(host)

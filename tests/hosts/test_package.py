@@ -9,9 +9,10 @@ import harness.hosts
 from tests.unit.test_layers import ROOT, RUNTIME, imports, in_layer, module_name, private_part, sources
 
 PUBLIC = {
-    "FIELDS", "CommandResult", "HostAuthError", "HostCommandError", "HostError", "HostKeyError", "HostPythonError",
-    "HostSpec", "HostTimeout", "HostUnreachable", "RemoteInfo", "RemoteProcess", "SshHost", "controller_version",
-    "load_hosts", "parse_host",
+    "CAPABILITIES", "FIELDS", "ClockOffset", "ClockSample", "CommandResult", "EventRelay", "HostAuthError",
+    "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
+    "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
+    "parse_host", "place", "refusal",
 }
 #: what harness.hosts may import from the rest of harness (public names only)
 ALLOWED = ("harness.errors", "harness.procs", "harness.hosts")
