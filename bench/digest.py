@@ -31,8 +31,8 @@ def main() -> int:
 
     import torch
 
-    import harness.sim.progress as progress
-    from harness.sim.digest import state_digest
+    import harness.sim.truth.progress as progress
+    from harness.sim.truth.digest import state_digest
 
     width = int((args.params / 4) ** 0.5)  # 4 square layers of width^2 weights
     model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(4)])

@@ -65,7 +65,7 @@ CAUSES = ("false-liveness", "hang", "invariant", "timing", "other")
 
 # -- classifying one red item's text (pure; tests/unit/test_flake_classify.py) -------------
 
-#: harness.sim.invariants._check_no_overlap: a worker of an older round outlived the start
+#: harness.sim.truth.invariants._check_no_overlap: a worker of an older round outlived the start
 #: of a newer one. The check already excuses nodes a fault killed or cut off, so what is
 #: left is a node the others re-formed without while it was alive: a liveness misjudgement
 _OVERLAP = re.compile(r"started while .+ was still alive")

@@ -1,12 +1,14 @@
 """House figures of a package, read from the source (``ast``; nothing imported):
 
-    python bench/house.py [PACKAGE ...]     # default: pytest_elastic harness.sim
+    python bench/house.py [PACKAGE ...]     # default: pytest_elastic harness.sim harness
 
 Per package: its module count, its import cycles (strongly connected components of more
 than one module, lazy imports inside functions included, ``TYPE_CHECKING`` ones not: the
-graph ``tests/unit/test_layers.py`` checks), and its largest classes and functions in
-lines (decorators to last line; a method counts as a function). Issue 18 asked for these
-before and after its changes; they are figures, not targets.
+graph ``tests/unit/test_layers.py`` checks), its rooms (sub-packages; a loose module of a
+floor is a room of its own), their cycles and the ``TYPE_CHECKING`` imports that run back up
+a room, and its largest classes and functions in lines (decorators to last line; a method
+counts as a function). Issues 18 and 28 asked for these before and after their changes; they
+are figures, not targets.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.unit.test_layers import import_cycles, import_graph, module_name, package_sources  # noqa: E402
+from tests.unit.test_layers import (  # noqa: E402
+    FLOORS,
+    import_cycles,
+    import_graph,
+    module_name,
+    package_sources,
+    room_graph,
+    type_only_back,
+)
 
 TOP = 3
 
@@ -48,8 +58,13 @@ def describe(package: str) -> list[str]:
     graph = import_graph(package)
     cycles = import_cycles(graph)
     classes, functions = sizes(package)
-    lines = [f"{package}: {len(graph)} modules, {len(cycles)} import cycle(s)"]
-    lines += [f"  cycle of {len(c)}: {' '.join(sorted(c))}" for c in cycles]
+    floors = tuple(f for f in FLOORS if f == package or f.startswith(package + ".")) or (package,)
+    rooms = room_graph(package, floors)
+    room_cycles = import_cycles(rooms)
+    back = type_only_back(package, floors)
+    lines = [f"{package}: {len(graph)} modules, {len(cycles)} import cycle(s); {len(rooms)} rooms, "
+             f"{len(room_cycles)} room cycle(s), {len(back)} type-only import(s) back up a room"]
+    lines += [f"  cycle of {len(c)}: {' '.join(sorted(c))}" for c in cycles + room_cycles]
     lines += [f"  class {n} lines: {name}" for n, name in classes[:TOP]]
     lines += [f"  function {n} lines: {name}" for n, name in functions[:TOP]]
     return lines
@@ -57,7 +72,7 @@ def describe(package: str) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("packages", nargs="*", default=["pytest_elastic", "harness.sim"])
+    parser.add_argument("packages", nargs="*", default=["pytest_elastic", "harness.sim", "harness"])
     for package in parser.parse_args().packages:
         print("\n".join(describe(package)))
     return 0

@@ -67,7 +67,7 @@ def run_job(kind: str, cpu: float | None, steps: int, work: int, tmp: str) -> li
     """One 2-node job; the step intervals of its workers, or why it failed."""
     from harness.net import PortReservation
     from harness.sim.resources import JobCgroup, probe
-    from harness.sim.training import step_times
+    from harness.sim.truth.training import step_times
 
     support = probe()
     assert not isinstance(support, str)

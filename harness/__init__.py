@@ -2,6 +2,8 @@
 
 **The runtime** -- our torchelastic: what ``elastic-run`` runs, usable without the rest.
     ``harness.agent``       WorkerSpec, WorkerState, RunResult, the elastic agents, health check
+    ``harness.settings``, ``harness.states``   the settings' defaults and rules; WorkerState
+                            (leaves: the agent re-exports them)
     ``harness.rendezvous``  handler API; c10d (our TCPStore-wire store), static, etcd backends
     ``harness.timer``       expiration timers: local (queue) and file (FIFO) servers and clients
     ``harness.procs``       start/watch/stop worker processes, logs and tee, the zygote
@@ -29,15 +31,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.agent import RunResult, WorkerState
+    from harness.agent import RunResult
     from harness.errors import ConfigError, ElasticError
-    from harness.sim.cluster import Cluster, ClusterLeakError
+    from harness.sim.cluster import Cluster
     from harness.sim.config import ClusterConfig
-    from harness.sim.invariants import InvariantViolation
-    from harness.sim.job import Job, JobResult
-    from harness.sim.pool import WarmPool
-    from harness.sim.progress import report_checkpoint, report_step
-    from harness.sim.timeline import Timeline
+    from harness.sim.errors import ClusterLeakError, InvariantViolation
+    from harness.sim.job import Job
+    from harness.sim.nodes.pool import WarmPool
+    from harness.sim.truth.job_result import JobResult
+    from harness.sim.truth.progress import report_checkpoint, report_step
+    from harness.sim.truth.timeline import Timeline
+    from harness.states import WorkerState
 
 __all__ = [
     "Cluster", "ClusterConfig", "ClusterLeakError", "ConfigError", "ElasticError", "InvariantViolation", "Job",
@@ -48,18 +52,18 @@ __all__ = [
 _LAZY = {
     "Cluster": "harness.sim.cluster",
     "ClusterConfig": "harness.sim.config",
-    "ClusterLeakError": "harness.sim.cluster",
+    "ClusterLeakError": "harness.sim.errors",
     "ConfigError": "harness.errors",
     "ElasticError": "harness.errors",
-    "InvariantViolation": "harness.sim.invariants",
+    "InvariantViolation": "harness.sim.errors",
     "Job": "harness.sim.job",
-    "JobResult": "harness.sim.job",
+    "JobResult": "harness.sim.truth.job_result",
     "RunResult": "harness.agent",
-    "Timeline": "harness.sim.timeline",
-    "WarmPool": "harness.sim.pool",
-    "WorkerState": "harness.agent",
-    "report_checkpoint": "harness.sim.progress",
-    "report_step": "harness.sim.progress",
+    "Timeline": "harness.sim.truth.timeline",
+    "WarmPool": "harness.sim.nodes.pool",
+    "WorkerState": "harness.states",
+    "report_checkpoint": "harness.sim.truth.progress",
+    "report_step": "harness.sim.truth.progress",
 }
 
 

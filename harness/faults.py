@@ -13,6 +13,7 @@ the harness itself: ``harness.sim.faults``.
 from typing import Any
 
 from harness.sim import faults as _faults
+from harness.sim.errors import FaultError, FaultNotFired, TargetNotReady
 from harness.sim.faults import (
     After,
     AfterHealthy,
@@ -43,7 +44,6 @@ from harness.sim.faults import (
     WorkerHang,
     WorkerKill,
 )
-from harness.sim.scheduler import FaultError, FaultNotFired, TargetNotReady
 
 __all__ = [  # = harness.sim.faults.PUBLIC + the errors (tests/unit/test_exports.py)
     "Fault", "WorkerKill", "WorkerHang", "AgentKill", "NodeKill", "NodeRemove", "NodeAdd",

@@ -60,7 +60,7 @@ else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr  # what Item.repr_failure returns; not public API
 
-    from harness.sim.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
 __all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
 
@@ -159,7 +159,7 @@ class ScenarioItem(pytest.Item):
 
     def runtest(self) -> None:
         from harness import ClusterConfig  # the facade, as the plugin takes Cluster and WarmPool
-        from harness.agent import DEFAULT_MAX_RESTARTS
+        from harness.settings import DEFAULT_MAX_RESTARTS
         from pytest_elastic._session import chaos_config, elastic_run, item_settings
 
         settings = item_settings(self)
@@ -334,7 +334,7 @@ def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: in
 
 def _resource_truth(expect: dict[str, Any], job: Any) -> list[str]:
     """The expectations about resource faults: the straggler named, the slowdown, OOM kills."""
-    from harness.sim.training import rank_rates, rates_summary, slow_windows, step_times, straggler
+    from harness.sim.truth.training import rank_rates, rates_summary, slow_windows, step_times, straggler
 
     problems: list[str] = []
     steps, windows = job.timeline.steps(), slow_windows(job.timeline.events())

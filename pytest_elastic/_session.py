@@ -28,9 +28,9 @@ from pytest_elastic._settings import (
 )
 
 if TYPE_CHECKING:
-    from harness.sim.chaos import ChaosConfig
     from harness.sim.config import ClusterConfig
-    from harness.sim.pool import WarmPool
+    from harness.sim.faults.chaos import ChaosConfig
+    from harness.sim.nodes.pool import WarmPool
 
 __all__ = ["open_cluster", "elastic_run", "chaos_config", "item_settings", "record_properties",
            "add_report_sections", "cluster_config", "session_pool", "golden_cache", "judge_against_twins"]
@@ -59,7 +59,7 @@ def chaos_config(settings: Settings, item: pytest.Item) -> tuple[ChaosConfig | N
     schedules are the shrinking re-run's, else ``--elastic-schedule``'s, else drawn."""
     if not settings.chaos:
         return None, None
-    from harness.sim.chaos import ChaosConfig, derive_seed, parse_fault_kinds
+    from harness.sim.faults.chaos import ChaosConfig, derive_seed, parse_fault_kinds
 
     seed = derive_seed(settings.seed, item.nodeid)
     schedules = item.stash.get(SCHEDULE_OVERRIDE_KEY, None)
@@ -101,7 +101,7 @@ def elastic_run(item: pytest.Item, config: ClusterConfig, seed: int | None) -> I
     fixture's test body runs outside (pytest's report hooks mark it)."""
     from harness import Cluster
     from harness.sim.cluster import ClusterLeakError
-    from harness.sim.invariants import InvariantViolation
+    from harness.sim.truth.invariants import InvariantViolation
 
     cluster = Cluster.from_config(config, pool=session_pool(item.config))
     cluster.golden_cache = golden_cache(item.config)
@@ -215,7 +215,7 @@ def _rerun(item: pytest.Item, record: ElasticRecord) -> str:
 
 def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
     """One page per job, and what the session index needs in the test's properties."""
-    from harness.sim.training import rates_report
+    from harness.sim.truth.training import rates_report
     from pytest_elastic.report.failures import explain_job
     from pytest_elastic.report.page import write_html
 

@@ -26,8 +26,8 @@ import pytest
 from harness.errors import ElasticError
 
 if TYPE_CHECKING:
-    from harness.sim.chaos import ChaosConfig
     from harness.sim.config import ClusterConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
 __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse_schedule",

@@ -207,7 +207,7 @@ def _clusters(item: pytest.Item) -> list[Any]:
 
 def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
     """(label, pid) of every live worker of every job of ``cluster``."""
-    from harness.sim.stacks import job_workers
+    from harness.sim.truth.stacks import job_workers
 
     for j, job in enumerate(list(cluster.jobs)):
         yield from job_workers(job, f"job {j} ({job.run_id}) ")
@@ -216,8 +216,8 @@ def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
 def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
                   stacks_dir: str | None = None) -> str:
     """Ask every live worker for its Python stacks; the collected text, worker by worker
-    (``harness.sim.stacks``, which ``Job.wait`` uses to name a hang too)."""
-    from harness.sim import stacks
+    (``harness.sim.truth.stacks``, which ``Job.wait`` uses to name a hang too)."""
+    from harness.sim.truth import stacks
 
     stacks_dir = stacks_dir if stacks_dir is not None else os.environ.get(STACKS_ENV)
     workers: list[tuple[str, int]] = []

@@ -192,8 +192,8 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     try:
         outcome = yield
     except Exception as e:
-        net = sys.modules.get("harness.sim.net")
-        if net is not None and isinstance(e, net.NetworkUnavailable):
+        errors = sys.modules.get("harness.sim.errors")  # loaded by whatever raised it
+        if errors is not None and isinstance(e, errors.NetworkUnavailable):
             pytest.skip(str(e))
         raise
     record = item.stash.get(RECORD_KEY, None)

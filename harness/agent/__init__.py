@@ -1,8 +1,11 @@
-"""The elastic agent: worker specs, states, results and the agents that supervise workers."""
+"""The elastic agent: worker specs, states, results and the agents that supervise workers.
+
+``WorkerState`` lives in ``harness.states`` and the settings' defaults and rules in
+``harness.settings`` (leaves, so that what only names them need not load the agent); both are
+re-exported here, the names users import.
+"""
 
 from harness.agent._api import (
-    DEFAULT_MAX_RESTARTS,
-    DEFAULT_MONITOR_INTERVAL,
     DEFAULT_ROLE,
     AgentEvent,
     ElasticAgent,
@@ -10,7 +13,6 @@ from harness.agent._api import (
     Worker,
     WorkerGroup,
     WorkerSpec,
-    WorkerState,
 )
 from harness.agent._health import HealthCheckServer, create_healthcheck_server
 from harness.agent._local import (
@@ -18,8 +20,16 @@ from harness.agent._local import (
     TORCHELASTIC_TIMER_FILE,
     LocalElasticAgent,
 )
-from harness.agent._rules import MAX_MONITOR_INTERVAL, MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE, SettingRule
 from harness.agent._simple import SimpleElasticAgent
+from harness.settings import (
+    DEFAULT_MAX_RESTARTS,
+    DEFAULT_MONITOR_INTERVAL,
+    MAX_MONITOR_INTERVAL,
+    MAX_RESTARTS_RULE,
+    MONITOR_INTERVAL_RULE,
+    SettingRule,
+)
+from harness.states import WorkerState
 
 __all__ = [
     "AgentEvent",

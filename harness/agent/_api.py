@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import abc
-import enum
 import json
 import socket
 import time
@@ -11,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.agent._rules import MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE
 from harness.errors import ConfigError, ProcessFailure
+from harness.settings import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL, MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE
+from harness.states import WorkerState
 
 __all__ = [
     "DEFAULT_MAX_RESTARTS",
@@ -28,12 +28,6 @@ __all__ = [
 ]
 
 DEFAULT_ROLE = "default"
-#: restarts of the worker group a job may use when nobody says: the one default of
-#: ``WorkerSpec``, ``LaunchConfig``, ``Cluster`` and a scenario's ``[job]`` (``elastic-run``'s
-#: ``--max-restarts`` keeps torchrun's 0)
-DEFAULT_MAX_RESTARTS = 3
-#: seconds between the agent's looks at its workers when nobody says (torchrun's too)
-DEFAULT_MONITOR_INTERVAL = 0.1
 
 
 @dataclass
@@ -83,26 +77,6 @@ class WorkerSpec:
         if isinstance(self.entrypoint, str):
             return self.entrypoint
         return getattr(self.entrypoint, "__qualname__", repr(self.entrypoint))
-
-
-class WorkerState(str, enum.Enum):
-    """State of a worker group; the group changes state as a unit.
-
-    INIT -> HEALTHY|UNHEALTHY -> SUCCEEDED|FAILED, with STOPPED when the agent interrupts
-    the group to restart it; UNKNOWN when the agent lost track (unrecoverable).
-    """
-
-    UNKNOWN = "UNKNOWN"
-    INIT = "INIT"
-    HEALTHY = "HEALTHY"
-    UNHEALTHY = "UNHEALTHY"
-    STOPPED = "STOPPED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-
-    @staticmethod
-    def is_running(state: WorkerState) -> bool:
-        return state in (WorkerState.HEALTHY, WorkerState.UNHEALTHY)
 
 
 @dataclass

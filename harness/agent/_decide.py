@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from harness.agent._api import WorkerState
+from harness.states import WorkerState
 
 __all__ = ["Action", "Decision", "FenceClock", "RestartCount", "Tick", "decide",
            "exit_barrier_needed", "is_failure", "needs_membership_check"]

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.agent._api import RunResult, WorkerGroup, WorkerSpec, WorkerState
+from harness.agent._api import RunResult, WorkerGroup, WorkerSpec
 from harness.agent._simple import SimpleElasticAgent
 from harness.errors import ConfigError, ElasticError, ProcessFailure
 from harness.events import event_writer_from_env
@@ -18,6 +18,7 @@ from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
 from harness.rendezvous import SECRET_ENVS
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.states import WorkerState
 from harness.timer_env import ENABLE_FILE_TIMER_ENV
 from harness.timer_env import TIMER_FILE_ENV as TORCHELASTIC_TIMER_FILE
 

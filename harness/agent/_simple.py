@@ -19,7 +19,6 @@ from harness.agent._api import (
     RunResult,
     WorkerGroup,
     WorkerSpec,
-    WorkerState,
 )
 from harness.agent._decide import (
     Action,
@@ -36,6 +35,7 @@ from harness.errors import ElasticError, SignalException
 from harness.events import NullEventWriter
 from harness.rendezvous import RendezvousGracefulExitError
 from harness.rendezvous._liveness import MONOTONIC
+from harness.states import WorkerState
 
 __all__ = ["SimpleElasticAgent"]
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
 from harness.sim.leftovers import remove_dead_owners
-from harness.sim.timeline import Timeline
+from harness.sim.truth.timeline import Timeline
 
 __all__ = ["EventBus", "SAFETY_S"]
 

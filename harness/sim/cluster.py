@@ -1,6 +1,6 @@
 """Simulated multi-node elastic jobs on one machine.
 
-Each node is a real agent process (``python -m harness.sim.node_main``) in its own process
+Each node is a real agent process (``python -m harness.sim.nodes.main``) in its own process
 group, with its own loopback address (127.0.0.<n>), temp dir and readable name, and its
 own workers. Workers are forked from a zygote (``WarmPool``): the cluster's own, or one
 the caller shares across clusters so the second cluster costs no torch import.
@@ -21,27 +21,30 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.agent import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL
 from harness.errors import ConfigError, ElasticError
 from harness.procs import ZYGOTE_ENV
-from harness.sim.bytecode import ensure_compiled
+from harness.settings import DEFAULT_MAX_RESTARTS, DEFAULT_MONITOR_INTERVAL
 from harness.sim.config import ClusterConfig
-from harness.sim.invariants import InvariantViolation
+from harness.sim.errors import ClusterLeakError
 from harness.sim.job import Job, JobResult, fifos_under
-from harness.sim.labels import NameMaker
 from harness.sim.leftovers import owned_tempdir
-from harness.sim.net_invariants import unhealed_message
-from harness.sim.pool import WarmPool, resolve_pool
+from harness.sim.nodes.bytecode import ensure_compiled
+from harness.sim.nodes.labels import NameMaker
+from harness.sim.nodes.pool import WarmPool, resolve_pool
 from harness.sim.resources import unhealed_message as resources_unhealed
+from harness.sim.storage.mount import sweep
+from harness.sim.truth.invariants import InvariantViolation
+from harness.sim.truth.net_invariants import unhealed_message
 
 if TYPE_CHECKING:
-    from harness.sim.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
 __all__ = ["Cluster", "ClusterConfig", "Job", "JobResult", "ClusterLeakError"]
 
 
-class ClusterLeakError(ElasticError):
-    """Something the cluster started was still alive after ``close()`` tried to end it."""
+def _unmount_under(path: str) -> None:
+    """Detach the job filesystems a dead owner left mounted under ``path``."""
+    sweep(under=path)
 
 
 class Cluster:
@@ -82,7 +85,8 @@ class Cluster:
         # a private pool unless the caller shares one: either way, one owner closes it
         self.pool, self._owns_pool = resolve_pool(pool)
         # named for this process: a run killed before close() leaves it, the next removes it
-        self.directory = owned_tempdir("elastic_cluster_")
+        # (detaching first the jobs' filesystems it may still hold)
+        self.directory = owned_tempdir("elastic_cluster_", before_remove=_unmount_under)
         self.jobs: list[Job] = []
         self._names = NameMaker(config.seed)
         self._closed = False
@@ -127,7 +131,7 @@ class Cluster:
         return job
 
     def _unleash_chaos(self, job: Job, count: int, chaos: ChaosConfig) -> None:
-        from harness.sim.chaos import derive_seed, generate_schedule
+        from harness.sim.faults.chaos import derive_seed, generate_schedule
 
         config = self.config
         index = len(self.jobs) - 1
@@ -149,7 +153,7 @@ class Cluster:
 
     def fault_free_copy(self) -> Cluster:
         """A new cluster of this one's settings, sharing its pool, for the fault-free twin
-        (``harness.sim.twin``): no chaos, ``golden`` on (the twin's workers digest their final
+        (``harness.sim.truth.twin``): no chaos, ``golden`` on (the twin's workers digest their final
         state), and the network this one resolved to; every other setting as this one's."""
         twin = dataclasses.replace(self.config, chaos=None, golden=True, network=self.network)
         return type(self).from_config(twin, pool=self.pool)
@@ -220,9 +224,9 @@ class Cluster:
 
     @property
     def gpu_plan(self) -> Any:
-        """How this machine's GPUs are split between node slots (``harness.sim.gpus.GpuPlan``)."""
+        """How this machine's GPUs are split between node slots (``harness.sim.nodes.gpus.GpuPlan``)."""
         if self._gpu_plan is None:
-            from harness.sim.gpus import GpuPlan
+            from harness.sim.nodes.gpus import GpuPlan
 
             config = self.config
             self._gpu_plan = GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node,

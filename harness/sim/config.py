@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from harness.sim.schema import CLUSTER_OPTIONS, check_cluster_keywords
 
 if TYPE_CHECKING:
-    from harness.sim.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
 __all__ = ["ClusterConfig", "NOT_CONFIG"]
 

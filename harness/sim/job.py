@@ -1,15 +1,17 @@
 """A running simulated job: the face a test holds (``cluster.launch(...)`` returns one).
 
 ``Job`` holds the job's state and the logic of none of its acts: each lives in a module of
-its own (in ``harness.sim``) and a method here hands the call on, so that the face stays
-small enough to read and each piece can be read alone.
+its own (in the rooms of ``harness.sim``) and a method here hands the call on, so that the
+face stays small enough to read and each piece can be read alone.
 
-* nodes: ``node_start`` starts an agent; ``ledger`` (``node_ledger``) records what the
+* nodes: ``nodes.start`` starts an agent; ``ledger`` (``nodes.ledger``) records what the
   harness did to each node and how its agent ended (a killed node's states end in FAILED);
-* faults: the parts ``processes``, ``network``, ``storage`` and ``resources`` act on the job
-  as a ``FaultTarget``; the README's fault methods are theirs, handed on (``fault_methods``);
-  ``scheduler`` fires scheduled ones; ``heal`` ends the lasting ones of every part;
-* waits: ``waits``; verdicts: ``verdicts``; the result and the end: ``job_result``, ``teardown``.
+* faults: the parts ``processes``, ``network``, ``storage`` and ``resources`` (``nodes.faults``,
+  ``net.faults``, ``storage.faults``, ``resources.faults``) act on the job as a ``FaultTarget``
+  (``faults.target``); the README's fault methods are theirs, handed on (``faults.methods``);
+  ``faults.scheduler`` fires scheduled ones; ``heal`` ends the lasting ones of every part;
+* waits: ``waits``; verdicts: ``truth.verdicts``; the result and the end: ``truth.job_result``,
+  ``nodes.teardown``.
 
 A node is named by its integer index everywhere; its generated name is a display label.
 """
@@ -22,36 +24,38 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harness.agent import WorkerState
 from harness.errors import ConfigError
 from harness.events import EventWriter
 from harness.procs import STACKS_ENV, is_same_process
-from harness.sim import verdicts, waits
+from harness.sim import waits
 from harness.sim.bus import EventBus
-from harness.sim.fault_methods import hand_off
-from harness.sim.fault_target import end_every
+from harness.sim.errors import FaultError
 from harness.sim.faults import Fault, Immediately, ScheduledFault, Trigger
-from harness.sim.invariants import InvariantViolation
-from harness.sim.job_result import JobResult, merge_results
+from harness.sim.faults.methods import hand_off
+from harness.sim.faults.scheduler import FaultScheduler
+from harness.sim.faults.target import end_every
 from harness.sim.net import Network
-from harness.sim.network_faults import NetworkFaults
-from harness.sim.node_ledger import NodeLedger
-from harness.sim.node_process import NodeProcess
-from harness.sim.node_start import agent_log, rendezvous_settings, start_agent
-from harness.sim.process_faults import ProcessFaults
+from harness.sim.net.faults import NetworkFaults
+from harness.sim.nodes.faults import ProcessFaults
+from harness.sim.nodes.ledger import NodeLedger
+from harness.sim.nodes.process import NodeProcess
+from harness.sim.nodes.start import agent_log, rendezvous_settings, start_agent
+from harness.sim.nodes.teardown import fifos_under, kill_all, survivors
 from harness.sim.resources import ResourceFaults
-from harness.sim.scheduler import FaultError, FaultScheduler
 from harness.sim.schema import deprecated
 from harness.sim.storage.faults import StorageFaults
-from harness.sim.teardown import fifos_under, kill_all, survivors
-from harness.sim.timeline import HARNESS, Timeline
+from harness.sim.truth import verdicts
+from harness.sim.truth.invariants import InvariantViolation
+from harness.sim.truth.job_result import JobResult, merge_results
+from harness.sim.truth.timeline import HARNESS, Timeline
+from harness.states import WorkerState
 
 if TYPE_CHECKING:
     from harness.sim.cluster import Cluster
-    from harness.sim.fault_target import LastingFaults
-    from harness.sim.golden import GoldenDiff
-    from harness.sim.rendezvous_store import StoreHandle
-    from harness.sim.training import Goodput
+    from harness.sim.faults.target import LastingFaults
+    from harness.sim.nodes.rendezvous_store import StoreHandle
+    from harness.sim.truth.golden import GoldenDiff
+    from harness.sim.truth.training import Goodput
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 
@@ -73,7 +77,7 @@ class Job:
         self.nodes: dict[int, NodeProcess] = {}
         self.orders_dir = os.path.join(self.directory, "orders")
         os.makedirs(self.orders_dir)
-        #: where the workers dump their Python stacks on SIGUSR1 (``harness.sim.stacks``):
+        #: where the workers dump their Python stacks on SIGUSR1 (``harness.sim.truth.stacks``):
         #: the pytest session's directory, else the job's own
         self.stacks_dir = os.environ.get(STACKS_ENV) or os.path.join(self.directory, "stacks")
         os.makedirs(self.stacks_dir, exist_ok=True)
@@ -184,7 +188,7 @@ class Job:
     def heal(self, node: int | None = None) -> None:
         """End node ``node``'s lasting faults (every node's, every disk's and the shared
         filesystem's with None), of each part in ``lasting``; one ``heal`` event names what
-        ended (``harness.sim.fault_target.end_every``: loopback mode's network refuses)."""
+        ended (``harness.sim.faults.target.end_every``: loopback mode's network refuses)."""
         if node is not None:
             self.node(node)  # an unknown node raises first
         ended = end_every(self.lasting, node)
@@ -251,7 +255,7 @@ class Job:
         return bool(self.nodes) and all(not n.alive() for n in self.nodes.values())
 
     def result(self) -> JobResult:
-        """The nodes' results merged (``harness.sim.job_result``)."""
+        """The nodes' results merged (``harness.sim.truth.job_result``)."""
         return merge_results(self.nodes)
 
     def goodput(self) -> Goodput:
@@ -261,11 +265,11 @@ class Job:
     def compare_golden(self, rtol: float | None = None, timeout: float = 120,
                        cache_dir: str | None = None) -> GoldenDiff:
         """Compare this (finished) job with its fault-free twin, run or reused from ``cache_dir``
-        (``rtol``: default the cluster's ``golden_rtol``, 0: bitwise): ``harness.sim.verdicts``."""
+        (``rtol``: default the cluster's ``golden_rtol``, 0: bitwise): ``harness.sim.truth.verdicts``."""
         return verdicts.compare_golden(self, rtol, timeout, cache_dir)
 
     def invariant_problems(self, finished: bool | None = None) -> list[str]:
-        """The invariants this job broke so far (see harness.sim.invariants)."""
+        """The invariants this job broke so far (see harness.sim.truth.invariants)."""
         return verdicts.invariant_problems(self, self.finished() if finished is None else finished)
 
     def check_invariants(self) -> None:

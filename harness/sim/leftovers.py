@@ -5,8 +5,9 @@ here is named ``<prefix><owner pid>_<random>``, and the next one made with that 
 any process, first removes those whose owner is dead (a zombie too: it will never close
 anything) and never one whose owner still runs (a reused pid only delays the removal).
 The namespaces follow the same rule (``harness.sim.net.names``), and so do the jobs'
-filesystems (``harness.sim.storage.mount.sweep``: a dead owner's mounts are detached before
-its directory is removed).
+filesystems: a dir that may hold a dead owner's mounts is made with ``before_remove`` set to
+what detaches them (the cluster's: ``harness.sim.storage.mount.sweep``), so this module, below
+every room that uses it, knows nothing of storage.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 
 from harness.procs import process_state
 
@@ -25,8 +27,9 @@ def owner_alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z")
 
 
-def remove_dead_owners(prefix: str, parent: str) -> list[str]:
-    """Remove the dirs ``parent/<prefix><pid>_*`` whose owner pid is dead; their paths."""
+def remove_dead_owners(prefix: str, parent: str, before_remove: Callable[[str], object] | None = None) -> list[str]:
+    """Remove the dirs ``parent/<prefix><pid>_*`` whose owner pid is dead; their paths.
+    ``before_remove(path)`` runs first on each (what detaches a filesystem mounted in it)."""
     try:
         names = os.listdir(parent)
     except OSError:
@@ -39,20 +42,17 @@ def remove_dead_owners(prefix: str, parent: str) -> list[str]:
         if not pid.isdigit() or owner_alive(int(pid)):
             continue
         path = os.path.join(parent, name)
-        _unmount_under(path)  # a job filesystem its dead owner left mounted there
+        if before_remove is not None:
+            before_remove(path)  # e.g. a job filesystem its dead owner left mounted there
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
 
 
-def _unmount_under(path: str) -> None:
-    from harness.sim.storage.mount import sweep
-
-    sweep(under=path)
-
-
-def owned_tempdir(prefix: str, parent: str | None = None) -> str:
-    """A new temp dir named for this process, made after removing dead owners' ones."""
+def owned_tempdir(prefix: str, parent: str | None = None,
+                  before_remove: Callable[[str], object] | None = None) -> str:
+    """A new temp dir named for this process, made after removing dead owners' ones
+    (``before_remove``: as in ``remove_dead_owners``)."""
     parent = parent if parent is not None else tempfile.gettempdir()
-    remove_dead_owners(prefix, parent)
+    remove_dead_owners(prefix, parent, before_remove)
     return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}_", dir=parent)

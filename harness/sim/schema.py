@@ -19,7 +19,7 @@ was printed from contained). Now each door derives from the tables below:
   ``TRIGGERS`` (trigger key -> Trigger class and fields) and ``AFTER_PREVIOUS``;
   ``harness.sim.faults.from_spec``/``to_spec`` are written against these tables only;
 * chaos kinds (``--elastic-faults``): each ``FaultKind.chaos`` name, plus ``CHAOS_ALIASES``
-  (``scale`` = ``remove_node`` + ``add_node``); ``harness.sim.chaos`` generates faults from the row.
+  (``scale`` = ``remove_node`` + ``add_node``); ``harness.sim.faults.chaos`` generates faults from the row.
 
 **The fault row is the whole truth about a kind** (``FaultKind``): its name (the method of
 the job's part that applies it, the scenario and chaos kind, and the name its ``fault``
@@ -42,16 +42,16 @@ test author, provides it, as it does ``chaos``), plus one typed line, by hand, i
 by these keys when made) and its parameter in ``Cluster.__init__``:
 ``tests/unit/test_cluster_config.py`` and ``tests/unit/test_schema.py`` fail until the
 three agree. A setting the runtime takes too is checked by the runtime's own rule
-(``runtime_rule(harness.agent.MAX_RESTARTS_RULE)``), never by a second copy of it here.
+(``runtime_rule(harness.settings.MAX_RESTARTS_RULE)``), never by a second copy of it here.
 
 **Import cost.** The pytest plugin must load without torch or the harness
 (``pytest --help`` stays fast), yet it needs this schema at configure time (the marker
 line, checking ``--elastic-faults`` and ``--elastic-schedule``). So this module imports
-only ``harness.errors`` and ``harness.agent`` (``WorkerState``, the defaults and the rules
-of the runtime's settings), which ``import harness`` loads anyway (about 0.1 s in all, no
-torch, no simulation), and ``harness.sim.checks`` (the standard library); the plugin
-imports it lazily, in ``pytest_addoption``/``pytest_configure``, never at its own import
-time (``tests/plugin/test_plugin.py`` pins that). Nothing here may import the rest of
+only leaves: ``harness.errors``, ``harness.settings`` (the defaults and the rules of the
+runtime's settings), ``harness.states`` (``WorkerState``) and ``harness.sim.checks`` (the
+standard library), never the agent; the plugin imports it lazily, in
+``pytest_addoption``/``pytest_configure``, never at its own import time, and ``pytest
+--help`` loads no module of the engine (``tests/plugin/test_plugin.py`` pins both). Nothing here may import the rest of
 ``harness.sim`` (``tests/unit/test_schema.py`` pins that): ``harness.sim.config`` imports
 this module, never the other way round.
 
@@ -66,15 +66,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.agent import (
+from harness.errors import ConfigError
+from harness.settings import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_MONITOR_INTERVAL,
     MAX_RESTARTS_RULE,
     MONITOR_INTERVAL_RULE,
     SettingRule,
-    WorkerState,
 )
-from harness.errors import ConfigError
 from harness.sim.checks import (
     ARGS,
     BOOL,
@@ -94,6 +93,7 @@ from harness.sim.checks import (
     one_of,
     optional,
 )
+from harness.states import WorkerState
 
 __all__ = [
     "Key", "FaultKind", "TriggerForm", "KindSet",
@@ -179,7 +179,7 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("exit_barrier_timeout", 30.0, "seconds an agent waits for the others at exit",
         number(0)),
     Key("check_invariants", True, "check the timeline's invariants when the cluster closes", BOOL),
-    Key("chaos", None, "a seeded fault schedule per job (harness.sim.chaos.ChaosConfig)"),
+    Key("chaos", None, "a seeded fault schedule per job (harness.sim.faults.chaos.ChaosConfig)"),
     Key("gpus", None, "GPUs to split between nodes: a count, device ids, or None to detect",
         GPUS, example=0),
     Key("pool", None, "a harness.WarmPool shared across clusters (None: the cluster's own)"),

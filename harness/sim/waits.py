@@ -5,9 +5,9 @@ for as events arrive, never on a polling tick. Each also ends early, for a reaso
 must hear at once rather than at its timeout:
 
 * a scheduled fault that could not be applied: ``FaultError`` naming it and why;
-* a hang (``harness.sim.hangs``: a node still running past the exit barrier after its
+* a hang (``harness.sim.truth.hangs``: a node still running past the exit barrier after its
   peers' training succeeded): ``JobHung``, with what the hung node's workers last did and
-  their Python stacks (``harness.sim.stacks``);
+  their Python stacks (``harness.sim.truth.stacks``);
 * at the job's end, faults of the caller's that never fired: ``FaultNotFired``, saying why
   for each (chaos faults never count: they may not fire).
 
@@ -21,15 +21,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from harness.agent import WorkerState
 from harness.errors import ElasticError
-from harness.sim.hangs import GRACE_S, Hang, JobHung, describe_workers, find_hang, teardown_hint
-from harness.sim.scheduler import FaultError, FaultNotFired
-from harness.sim.timeline import Timeline
+from harness.sim.errors import FaultError, FaultNotFired, JobHung
+from harness.sim.truth.hangs import GRACE_S, Hang, describe_workers, find_hang, teardown_hint
+from harness.sim.truth.timeline import Timeline
+from harness.states import WorkerState
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
-    from harness.sim.job_result import JobResult
+    from harness.sim.truth.job_result import JobResult
 
 __all__ = ["first_healthy_time", "in_state", "wait_for_end", "wait_for_recovery", "wait_for_state"]
 
@@ -149,7 +149,7 @@ def _hang_report(job: Job, hang: Hang) -> str:
     """``JobHung``'s message: the hung node, what its workers last did, their stacks."""
     import psutil
 
-    from harness.sim.stacks import job_workers, worker_stacks
+    from harness.sim.truth.stacks import job_workers, worker_stacks
 
     alive = job.worker_pids(hang.node)
     status = {}

@@ -19,7 +19,7 @@ from operator import itemgetter
 from typing import Any, cast
 
 from harness.sim.schema import event_kind, kinds_where, modern_event
-from harness.sim.training import TrainingIndex
+from harness.sim.truth.training import TrainingIndex
 
 __all__ = ["Span", "Lane", "Fault", "Round", "Model", "build_model", "fault_latencies", "labeler",
            "fault_text", "events_of", "LASTING_FAULTS", "KILL_FAULTS", "LEAVE_FAULTS"]
@@ -78,7 +78,7 @@ class Fault:
     detection: float | None = None
     recovery: float | None = None
     resume: float | None = None  # fault -> the first training step of a later round
-    lost: dict[str, float] = field(default_factory=dict)  # seconds by category (harness.sim.training)
+    lost: dict[str, float] = field(default_factory=dict)  # seconds by category (harness.sim.truth.training)
     data_lost: list[str] = field(default_factory=list)  # a lose_unsynced crash: what each file lost
 
 

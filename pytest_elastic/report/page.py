@@ -234,7 +234,7 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
     goodput = info.get("goodput")
     if goodput:
         head.append(f"<span class='goodput'>{html.escape(goodput)}</span>")
-    if info.get("step_rates"):  # per rank: a straggler stands out (harness.sim.training.rank_rates)
+    if info.get("step_rates"):  # per rank: a straggler stands out (harness.sim.truth.training.rank_rates)
         head.append(f"<span class='rates'>{html.escape(info['step_rates']).replace(chr(10), '<br>')}</span>")
     if restarts is not None:
         head.insert(4, f"<span><b>{restarts}</b> restarts</span>")

@@ -80,7 +80,7 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
 def _projection_line(stats: list[dict[str, Any]], spec: str, resume: list[float]) -> str:
     """``--elastic-project``: the session's mean cost per fault and per checkpoint, at scale."""
     from harness.errors import ConfigError
-    from harness.sim.projection import project_goodput
+    from harness.sim.truth.projection import project_goodput
     from pytest_elastic._settings import parse_project
 
     kwargs = parse_project(spec)

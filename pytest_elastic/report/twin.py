@@ -2,7 +2,7 @@
 drawing here: ``twin_svg`` draws it).
 
 The verdict and the twin's side come from the job's last ``golden`` event
-(``harness.sim.golden.event_fields``: the twin's losses, thinned to a cap, and both runs'
+(``harness.sim.truth.golden.event_fields``: the twin's losses, thinned to a cap, and both runs'
 final digests); the run's side from its own ``step`` events, every report of every attempt,
 so the steps a resume redid show as that attempt's own curve over the same steps.
 
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.sim.golden import HINT, record_of, same_loss
+from harness.sim.truth.golden import HINT, record_of, same_loss
 
 __all__ = ["Attempt", "Resume", "RankCurves", "Divergence", "DigestRow", "TwinView", "twin_view", "twin_summary",
            "combine_verdicts", "relative_difference", "tolerance_text", "MAX_RANKS", "NOT_COMPARED"]

@@ -14,7 +14,7 @@ import html
 import math
 from collections.abc import Iterable
 
-from harness.sim.golden import EVENT_POINTS
+from harness.sim.truth.golden import EVENT_POINTS
 from pytest_elastic.report.twin import Attempt, Divergence, RankCurves, Resume, TwinView
 
 __all__ = ["render_twin", "TWIN_CSS", "ATTEMPT_COLOURS"]

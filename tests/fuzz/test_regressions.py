@@ -110,7 +110,7 @@ def test_nnodes_digit_that_int_refuses() -> None:
 def test_chaos_schedule_is_bounded_whatever_the_restart_budget() -> None:
     """A scenario with ``max_restarts = 9223372036854775807`` drew that many chaos faults
     (seed 2 of the scenario fuzz ran out of memory)."""
-    from harness.sim.chaos import MAX_FAULTS, generate_schedule
+    from harness.sim.faults.chaos import MAX_FAULTS, generate_schedule
 
     schedule = generate_schedule(1, ("kill_worker",), 1, 1, 1, 2**63 - 1)
     assert 1 <= len(schedule) <= MAX_FAULTS

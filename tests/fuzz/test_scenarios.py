@@ -126,8 +126,8 @@ def one_line(text: str) -> bool:
 
 def check_scenario_text(text: str) -> str:
     """What collection and the run do before launching; 'accepted', 'refused' or 'toml'."""
-    from harness.sim.chaos import ChaosConfig, generate_schedule
     from harness.sim.faults import from_spec
+    from harness.sim.faults.chaos import ChaosConfig, generate_schedule
     from pytest_elastic._scenarios import _chaos_around, _parse, _validate
 
     try:

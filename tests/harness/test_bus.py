@@ -19,7 +19,7 @@ from harness import Cluster, WorkerState
 from harness.errors import ConfigError
 from harness.events import EventWriter, event_writer_from_env
 from harness.sim.bus import EventBus
-from harness.sim.timeline import Timeline
+from harness.sim.truth.timeline import Timeline
 from tests.conftest import SCRIPTS
 
 SLEEPER = str(SCRIPTS / "sleeper.py")

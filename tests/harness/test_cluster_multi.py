@@ -106,7 +106,7 @@ def test_each_node_runs_in_its_own_process_group():
             assert os.getpgid(node.pid) == node.pid
             command = psutil.Process(node.pid).cmdline()
             # a node forked by the node fork server keeps the server's command line
-            assert command[1:3] in (["-m", "harness.sim.node_main"], ["-m", "harness.sim.node_forks"]), command
+            assert command[1:3] in (["-m", "harness.sim.nodes.main"], ["-m", "harness.sim.nodes.forks"]), command
         assert job.store.alive() and os.getpgid(job.store.pid) == job.store.pid
         store = job.store
     assert not store.alive()  # closed with the job
@@ -419,8 +419,8 @@ def _start(rank: int, world: int, rnd: int, pid: int) -> tuple[str, dict]:
 def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, exempt):
     """A frozen node (or node 0 lost with the store it hosted) cannot stop its workers, so
     the survivors' next round may start while they exist; any other node must stop its own."""
-    from harness.sim.invariants import JobFacts, check_timeline
-    from harness.sim.timeline import Timeline
+    from harness.sim.truth.invariants import JobFacts, check_timeline
+    from harness.sim.truth.timeline import Timeline
 
     path = tmp_path / "events.jsonl"
     _write_events(path, [

@@ -167,7 +167,7 @@ def test_kill_node_raises_when_the_agent_is_never_reaped():
     import os
 
     from harness.faults import FaultError
-    from harness.sim.node_forks import ForkedNode
+    from harness.sim.nodes.forks import ForkedNode
 
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))

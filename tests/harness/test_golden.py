@@ -25,7 +25,7 @@ def twin(tmp_path_factory):
     then pay for one twin, and the first test proves compare_golden reuses it."""
     import json
 
-    from harness.sim.twin import job_record, twin_key
+    from harness.sim.truth.twin import job_record, twin_key
 
     cache = tmp_path_factory.mktemp("golden")
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
@@ -67,8 +67,8 @@ def test_a_right_resume_is_its_fault_free_twin_and_says_what_the_fault_cost(twin
 
 @pytest.mark.timeout(300)
 def test_a_resume_that_forgets_the_optimizer_is_caught(twin):
-    from harness.sim.golden import compare
-    from harness.sim.twin import job_record
+    from harness.sim.truth.golden import compare
+    from harness.sim.truth.twin import job_record
 
     _, record = twin  # the twin of a --forget run is the plain run: forgetting matters only on resume
     with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:

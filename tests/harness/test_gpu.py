@@ -12,7 +12,7 @@ import pytest
 from harness import Cluster, WorkerState
 from harness.errors import ConfigError
 from harness.faults import NodeKill, OnState
-from harness.sim.gpus import GpuPlan, detect_gpus
+from harness.sim.nodes.gpus import GpuPlan, detect_gpus
 from tests.conftest import SCRIPTS
 
 

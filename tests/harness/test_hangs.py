@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from harness import Cluster
-from harness.sim.hangs import JobHung
+from harness.sim.truth.hangs import JobHung
 from tests.conftest import SCRIPTS
 
 HANG_AT_EXIT = str(SCRIPTS / "hang_at_exit.py")

@@ -1,5 +1,5 @@
-"""Node agents forked by the pool's node server (``harness.sim.node_forks``): each is what
-``python -m harness.sim.node_main`` would be (its own session, the node's environment,
+"""Node agents forked by the pool's node server (``harness.sim.nodes.forks``): each is what
+``python -m harness.sim.nodes.main`` would be (its own session, the node's environment,
 working directory and temp dir, the harness's stdout), its exit status reaches the
 harness, and the plain start stays the fallback where a fork could differ."""
 
@@ -14,7 +14,7 @@ import textwrap
 import psutil
 
 from harness import Cluster, WarmPool, WorkerState
-from harness.sim.node_forks import ForkedNode
+from harness.sim.nodes.forks import ForkedNode
 from tests.conftest import SCRIPTS, survivors
 
 SLEEPER = str(SCRIPTS / "sleeper.py")
@@ -95,7 +95,7 @@ def test_nodes_die_with_their_server_and_their_exits_are_still_recorded():
 
 
 def test_a_fork_answered_after_the_harness_gave_up_is_killed_not_run_twice(tmp_path, monkeypatch):
-    import harness.sim.node_forks as node_forks
+    import harness.sim.nodes.forks as node_forks
 
     spec = tmp_path / "spec.fifo"
     os.mkfifo(spec)  # a node that got this far would block here, reading its spec

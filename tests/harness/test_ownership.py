@@ -73,7 +73,7 @@ def test_a_closed_or_foreign_pool_is_refused():
 def test_the_fault_free_copy_shares_the_pool_and_keeps_every_setting_but_chaos_and_golden():
     """It re-typed 14 keywords and dropped two: the twin rendezvoused on a harness store
     where the run used node 0's, and detected GPUs where the run was given ids."""
-    from harness.sim.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
     chaos = ChaosConfig(seed=1, kinds=("kill_worker",))
     with Cluster(nnodes="1:2", nproc_per_node=1, store_host="node0", gpus=["3", "4"], env={"A": "1"},

@@ -5,7 +5,7 @@ records one ``heal`` event naming all that ended (real namespaces, real agents).
 from __future__ import annotations
 
 from harness import Cluster, WorkerState
-from harness.sim.fault_target import Ended
+from harness.sim.faults.target import Ended
 from tests.conftest import SCRIPTS
 
 

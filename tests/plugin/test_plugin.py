@@ -20,6 +20,27 @@ def test_plugin_import_is_light():
     assert out.stdout.strip() == "['harness', 'harness.errors']"
 
 
+#: what runs the jobs: ``pytest --help`` must load none of it (the plugin's schema reads leaves)
+ENGINE = ("torch", "harness.agent", "harness.rendezvous", "harness.procs", "harness.timer", "harness.launch",
+          "harness.run", "harness.sim.cluster", "harness.sim.job", "harness.sim.nodes", "harness.sim.faults")
+
+
+def test_pytest_help_loads_no_engine_module(tmp_path):
+    """``pytest --help``, with the plugin registered by its entry point (its options list the
+    schema's fault kinds, so ``pytest_addoption`` loads ``harness.sim.schema``), loads the
+    schema and the leaves it reads (``harness.settings``, ``harness.states``), never the
+    agent, the rendezvous, process control, a cluster or torch. Read from ``-X importtime``
+    (every module the interpreter imported), run where no conftest is."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "pytest", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    assert "--elastic-chaos" in out.stdout  # the plugin was loaded
+    loaded = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert sorted(m for m in loaded if m in ENGINE or m.startswith(tuple(f"{e}." for e in ENGINE))) == []
+    assert sorted(m for m in loaded if m == "harness" or m.startswith("harness.")) == [
+        "harness", "harness.errors", "harness.settings", "harness.sim", "harness.sim.checks", "harness.sim.schema",
+        "harness.states"]
+
+
 def test_marker_is_registered_with_its_signature(pytester):
     from harness.sim.schema import marker_signature
 

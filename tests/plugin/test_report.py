@@ -119,7 +119,7 @@ def test_labels_come_from_the_timeline_then_node_start_events_then_the_key():
 
 
 def test_fast_latencies_match_the_timeline_definition(tmp_path):
-    from harness.sim.timeline import Timeline
+    from harness.sim.truth.timeline import Timeline
 
     events = synthetic_events(nodes=5, nproc=2, duration=120, faults=12, seed=5)
     path = tmp_path / "events.jsonl"

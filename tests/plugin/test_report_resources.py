@@ -4,7 +4,7 @@ straggler named. Hand-made events, as agents, workers and ``Job`` write them."""
 
 from __future__ import annotations
 
-from harness.sim.training import rank_rates, rates_summary
+from harness.sim.truth.training import rank_rates, rates_summary
 from pytest_elastic.report.failures import explain_failures
 from pytest_elastic.report.model import build_model
 from pytest_elastic.report.page import build_page

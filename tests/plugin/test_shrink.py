@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from harness.faults import AtStep, Heal, NodeAdd, NodeKill, Partition, ScheduledFault, WorkerHang, WorkerKill
-from harness.sim.chaos import AfterHealthy
+from harness.sim.faults.chaos import AfterHealthy
 from pytest_elastic._replay import schedules_from_json, schedules_to_json
 from pytest_elastic._settings import SCHEDULE_FAULT_KINDS, SettingError, parse_schedule
 from pytest_elastic._shrink import Outcome, shrink, signature
@@ -211,7 +211,7 @@ def test_schedule_accepts_what_it_prints_chained_and_by_world_size():
 
 def test_cluster_runs_a_given_schedule(tmp_path):
     from harness import Cluster, WorkerState
-    from harness.sim.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig
 
     given = (crash(1, 0.1),)
     chaos = ChaosConfig(seed=1, schedules=(given,))

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import harness
-from harness.sim.bytecode import ensure_compiled
+from harness.sim.nodes.bytecode import ensure_compiled
 
 
 def test_every_harness_module_has_current_bytecode_after_ensure_compiled():

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from harness.errors import ConfigError
-from harness.sim import chaos
-from harness.sim.faults import Heal, PacketLoss, Partition, from_spec, to_spec
+from harness.sim.faults import Heal, PacketLoss, Partition, chaos, from_spec, to_spec
 
 
 @pytest.mark.parametrize("seed", range(40))

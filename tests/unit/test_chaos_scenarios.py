@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.sim import chaos
-from harness.sim.chaos import ChaosConfig
+from harness.sim.faults import chaos
+from harness.sim.faults.chaos import ChaosConfig
 from harness.sim.schema import FAULT_KINDS
 from pytest_elastic._scenarios import _chaos_around
 

@@ -14,7 +14,7 @@ import textwrap
 
 import torch
 
-from harness.sim.digest import state_digest
+from harness.sim.truth.digest import state_digest
 
 
 def _model_state(seed: int = 0) -> dict:

@@ -73,7 +73,7 @@ def test_importing_the_runtime_loads_neither_torch_nor_the_simulation():
 
 def test_the_errors_a_fault_ends_in_are_public_beside_the_faults():
     import harness.faults
-    from harness.sim.scheduler import FaultError, TargetNotReady
+    from harness.sim.faults.scheduler import FaultError, TargetNotReady
 
     assert harness.faults.FaultError is FaultError and harness.faults.TargetNotReady is TargetNotReady
     assert {"FaultError", "TargetNotReady", "NodeKill", "AtStep"} <= set(harness.faults.__all__)
@@ -92,9 +92,42 @@ def test_the_top_level_names_are_pinned_and_resolve():
 
 def test_every_error_raised_on_purpose_has_one_root():
     import harness
-    from harness.sim.scheduler import FaultError, TargetNotReady
+    from harness.sim.faults.scheduler import FaultError, TargetNotReady
     from pytest_elastic._settings import SettingError
 
     for error in (harness.ConfigError, harness.ClusterLeakError, harness.InvariantViolation, FaultError,
                   TargetNotReady, SettingError):
         assert issubclass(error, harness.ElasticError), error
+
+
+def test_the_simulations_errors_live_in_one_leaf_and_stay_where_they_were():
+    """``harness.sim.errors`` holds them all; each is still importable where it was defined
+    before (the same class), and ``harness``/``harness.faults`` hand on the same objects."""
+    import harness
+    import harness.faults
+    import harness.sim.errors as errors
+    from harness.sim import cluster, net
+    from harness.sim.faults import scheduler
+    from harness.sim.net import network
+    from harness.sim.truth import hangs, invariants, twin
+
+    homes = {cluster: ["ClusterLeakError"], invariants: ["InvariantViolation"], hangs: ["JobHung"],
+             scheduler: ["FaultError", "FaultNotFired", "TargetNotReady"], twin: ["TwinError"],
+             network: ["NetworkError", "NetworkUnavailable"], net: ["NetworkError", "NetworkUnavailable"],
+             harness.faults: ["FaultError", "FaultNotFired", "TargetNotReady"],
+             harness: ["ClusterLeakError", "InvariantViolation"]}
+    assert sorted({name for names in homes.values() for name in names}) == sorted(errors.__all__)
+    for module, names in homes.items():
+        for name in names:
+            assert getattr(module, name) is getattr(errors, name), f"{module.__name__}.{name}"
+
+
+def test_the_faults_package_exports_what_the_faults_module_did():
+    """``harness.sim.faults`` became a package; its face exports its ``data`` module's names,
+    and hands on any other (a class made from a row, an old class name)."""
+    from harness.sim import faults
+    from harness.sim.faults import data
+
+    assert faults.__all__ == data.__all__
+    assert all(getattr(faults, name) is getattr(data, name) for name in data.__all__)
+    assert faults.PUBLIC is data.PUBLIC and faults.WorkerState is data.WorkerState

@@ -17,8 +17,8 @@ from typing import Any
 from harness.events import EventWriter
 from harness.sim.bus import EventBus
 from harness.sim.faults import Fault, ScheduledFault, Trigger
-from harness.sim.scheduler import FaultScheduler
-from harness.sim.timeline import Timeline
+from harness.sim.faults.scheduler import FaultScheduler
+from harness.sim.truth.timeline import Timeline
 
 
 @dataclass(frozen=True, eq=False)

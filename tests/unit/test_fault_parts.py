@@ -11,17 +11,17 @@ import ast
 import inspect
 from pathlib import Path
 
-from harness.sim.fault_target import end_every
+from harness.sim.faults.target import end_every
 from harness.sim.job import Job
 
 SIM = Path(__file__).resolve().parents[2] / "harness" / "sim"
 #: the parts, and the protocol they see the job through
-PART_MODULES = sorted([SIM / "process_faults.py", SIM / "network_faults.py", SIM / "fault_target.py",
+PART_MODULES = sorted([SIM / "nodes" / "faults.py", SIM / "net" / "faults.py", SIM / "faults" / "target.py",
                        *(SIM / "storage").glob("*.py"), *(SIM / "resources").glob("*.py")])
 #: the job's face and the modules it hands its calls to
 JOB_MODULES = sorted(SIM / name for name in (
-    "job.py", "fault_methods.py", "job_result.py", "node_start.py", "teardown.py", "verdicts.py", "waits.py",
-    "scheduler.py"))
+    "job.py", "faults/methods.py", "truth/job_result.py", "nodes/start.py", "nodes/teardown.py", "truth/verdicts.py",
+    "waits.py", "faults/scheduler.py"))
 
 
 def _imported_modules(tree: ast.AST) -> set[str]:
@@ -85,5 +85,5 @@ def test_heal_asks_every_lasting_part():
 
 def test_no_part_is_mixed_into_the_job_nor_declares_stubs_for_it():
     assert Job.__bases__ == (object,)
-    for module in ("process_faults.py", "network_faults.py", "fault_target.py"):
+    for module in ("nodes/faults.py", "net/faults.py", "faults/target.py"):
         assert "NotImplementedError" not in (SIM / module).read_text(), module

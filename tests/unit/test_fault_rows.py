@@ -20,8 +20,9 @@ import pytest
 import tomllib
 
 from harness.errors import ConfigError
-from harness.sim import faults, invariants, schema
-from harness.sim.timeline import Timeline
+from harness.sim import faults, schema
+from harness.sim.truth import invariants
+from harness.sim.truth.timeline import Timeline
 from pytest_elastic import _scenarios
 from pytest_elastic.report import model
 
@@ -156,7 +157,7 @@ def test_every_retired_name_reads_as_a_kind():
 
 def test_the_process_part_records_no_retired_name():
     """Each process fault records its event (and tells the ledger) under its kind's name."""
-    source = (faults.__file__.rsplit("/", 1)[0] + "/process_faults.py")
+    source = (faults.__file__.rsplit("/", 2)[0] + "/nodes/faults.py")
     with open(source) as fp:
         text = fp.read()
     assert not [old for old in schema.RENAMED_EVENTS if f'"{old}"' in text]
@@ -179,14 +180,14 @@ def test_a_timeline_of_an_older_run_names_its_faults_by_kind(tmp_path):
 # -- a kind added from another module, no file of the project edited ------------------------------
 
 #: what an in-tree kind's row (harness/sim/schema.py) and its part's method
-#: (harness/sim/process_faults.py) would hold; here one module outside the project
+#: (harness/sim/nodes/faults.py) would hold; here one module outside the project
 FAKE_KIND = '''
 """A fault kind from outside the harness: a worker gets SIGTERM (a plain worker failure)."""
 import os
 import signal
 
 from harness.sim import faults, schema
-from harness.sim.fault_target import record_fault
+from harness.sim.faults.target import record_fault
 
 ROW = schema.FaultKind(
     "term_worker", "WorkerTerm", (schema.NODE, schema.LOCAL_RANK), "a worker is sent SIGTERM",
@@ -225,7 +226,7 @@ class _StandInJob:
         from harness.events import EventWriter
         from harness.sim.bus import EventBus
         from harness.sim.config import ClusterConfig
-        from harness.sim.process_faults import ProcessFaults
+        from harness.sim.nodes.faults import ProcessFaults
 
         self.run_id = "fake"
         self.events_path = f"{directory}/events.jsonl"
@@ -256,7 +257,7 @@ class _StandInJob:
 def fake_kind(tmp_path, monkeypatch):
     """The fake kind's module imported from ``tmp_path``, its mechanism put on the part;
     unregistered afterwards, so no other test sees it."""
-    from harness.sim.process_faults import ProcessFaults
+    from harness.sim.nodes.faults import ProcessFaults
 
     (tmp_path / "fake_fault_kind.py").write_text(textwrap.dedent(FAKE_KIND))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -271,10 +272,10 @@ def fake_kind(tmp_path, monkeypatch):
 
 def test_a_kind_added_from_another_module_is_scheduled_applied_recorded_skipped_and_reported(fake_kind, tmp_path,
                                                                                               monkeypatch):
-    from harness.sim.chaos import generate_schedule, parse_fault_kinds
     from harness.sim.faults import ScheduledFault, from_spec, to_spec
-    from harness.sim.invariants import JobFacts, check_timeline
-    from harness.sim.scheduler import FaultScheduler
+    from harness.sim.faults.chaos import generate_schedule, parse_fault_kinds
+    from harness.sim.faults.scheduler import FaultScheduler
+    from harness.sim.truth.invariants import JobFacts, check_timeline
     from pytest_elastic import _settings
     from pytest_elastic.report.index import index_rows
 

@@ -1,6 +1,6 @@
 """bench/flake.py's reading of a red run: the cause of each red item, the red items and
 their sections, the seed, and the replay lines, on hand-made excerpts of what the plugin and
-the harness print (the messages are the real ones: harness/sim/invariants.py, Job.wait,
+the harness print (the messages are the real ones: harness/sim/truth/invariants.py, Job.wait,
 FaultNotFired, the scenarios' expectations, pytest-timeout, the chaos section)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_what_did_not_finish_in_time_is_a_hang(text: str) -> None:
     "  - round 1: nodes ran with different restart counts [0, 1]; the count is the job's, one per round\n"
     f"timeline:\n{WORKER_KILL}",
     # a cut-off node that did not fence: "lost the store" is not a lost node
-    "harness.sim.invariants.InvariantViolation: 1 invariant(s) violated:\n"
+    "harness.sim.truth.invariants.InvariantViolation: 1 invariant(s) violated:\n"
     "  - node 1 lost the store but its worker pid 77 exited never (bound 8.80s): it did not fence itself\n"
     f"timeline:\n{PARTITION}",
 ])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.sim.golden import RESHARD_RTOL, GoldenRecord, compare, record_of
+from harness.sim.truth.golden import RESHARD_RTOL, GoldenRecord, compare, record_of
 
 
 def steps(losses, rank=0, attempt=0, start=0, digest=None):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from harness.agent import WorkerState as S
-from harness.sim.invariants import InvariantViolation, JobFacts, check_timeline
-from harness.sim.timeline import Timeline
+from harness.sim.truth.invariants import InvariantViolation, JobFacts, check_timeline
+from harness.sim.truth.timeline import Timeline
 
 FACTS = JobFacts(max_restarts=1, nproc_per_node=2)
 
@@ -194,7 +194,7 @@ def test_a_crash_that_cut_into_fsynced_data_is_caught(tmp_path):
                         "and has 100 after the crash"]
 
 
-# -- naming a hang: where the stack says it is (harness.sim.hangs) ---------------------------
+# -- naming a hang: where the stack says it is (harness.sim.truth.hangs) ---------------------------
 
 _MAIN_RETURNED = """--- node 1 (hunter-1) local_rank 1 rank 3 pid 3990
 Thread 0x00007f3e2e1ff6c0 (most recent call first):
@@ -211,7 +211,7 @@ _IN_THE_LOOP = _MAIN_RETURNED.replace("line 114 in <module>",
 
 def test_a_worker_blocked_after_its_main_returned_is_said_to_be_in_teardown():
     """The stack captured in the main job's hang (issue 26): only <module> under the runner."""
-    from harness.sim.hangs import TEARDOWN_HINT, teardown_hint
+    from harness.sim.truth.hangs import TEARDOWN_HINT, teardown_hint
 
     assert teardown_hint(_MAIN_RETURNED) == TEARDOWN_HINT
     assert teardown_hint(_IN_THE_LOOP) is None

@@ -2,7 +2,7 @@
 logic, and stays small enough to read (the house's rule: a class past ~300 lines or ~30
 public methods is two classes). Measured on the source with ``ast``, so it cannot grow back
 unnoticed; the README's fault methods are the parts' own methods, handed on
-(``harness.sim.fault_methods``), one declaration per public row of the schema."""
+(``harness.sim.faults.methods``), one declaration per public row of the schema."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness.sim import schema
-from harness.sim.fault_methods import FaultMethod, hand_off
+from harness.sim.faults.methods import FaultMethod, hand_off
 from harness.sim.job import Job
-from harness.sim.network_faults import NetworkFaults
-from harness.sim.process_faults import ProcessFaults
+from harness.sim.net.faults import NetworkFaults
+from harness.sim.nodes.faults import ProcessFaults
 from harness.sim.resources import ResourceFaults
 from harness.sim.storage.faults import StorageFaults
 

@@ -1,5 +1,7 @@
 """The layers docs/architecture.md draws, checked on the source: the runtime never imports the
-simulation or pytest; the simulation never imports pytest nor a private name of the runtime.
+simulation or pytest; the simulation never imports pytest nor a private name of the runtime;
+no import cycle anywhere in ``harness`` or ``pytest_elastic``, between modules or between the
+rooms (sub-packages) of ``harness``; and the leaves import only leaves.
 
 Imports are read with ``ast`` (every ``import``/``from`` anywhere in a module, lazy ones
 inside functions included), so a violation fails here before it ships.
@@ -18,7 +20,7 @@ HARNESS = ROOT / "harness"
 #: the runtime: what ``elastic-run`` needs, and nothing of the simulation
 RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.procs", "harness.errors",
            "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
-           "harness.launch", "harness.run")
+           "harness.settings", "harness.states", "harness.launch", "harness.run")
 SIMULATION = ("harness.sim",)
 #: hosts reached over SSH (issue 29): below the simulation, beside the runtime
 HOSTS = ("harness.hosts",)
@@ -144,10 +146,11 @@ def test_the_checker_catches_private_runtime_names(tmp_path, monkeypatch, source
 # import graph of each package below is built from the source with ``ast``, as above, and
 # its strongly connected components of more than one module are the cycles. Imports under
 # ``if TYPE_CHECKING:`` are left out: they never run, and they are how an annotation names a
-# type of a module above it.
+# type of a module above it (at the room level they are counted apart: see below).
 
-#: packages that must have no import cycle inside them
-ACYCLIC = ("pytest_elastic", "harness.sim", "harness.hosts")
+#: packages that must have no import cycle inside them (``harness``: all of it, the runtime,
+#: the simulation and the hosts together)
+ACYCLIC = ("pytest_elastic", "harness")
 
 #: cycles tolerated for now, each one cycle's modules (none: issue 18 removed the last ones).
 #: A cycle listed here that is gone fails the test too, so the list cannot go stale.
@@ -170,20 +173,26 @@ def package_sources(package: str) -> list[Path]:
     return sorted((ROOT / package.replace(".", "/")).rglob("*.py"))
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    """module -> the modules of ``package`` it imports (``from pkg import mod`` names a module)."""
+def import_graph(package: str, typing: bool = False) -> dict[str, set[str]]:
+    """module -> the modules of ``package`` it imports; ``typing``: the ``TYPE_CHECKING``
+    imports too. ``from pkg import mod`` names both ``pkg.mod`` and ``pkg``: it runs the
+    package's ``__init__`` first, so a module that takes a sibling through its package's face
+    is tied to whatever that face imports (issue 28: ``net/probe.py`` took ``names`` through
+    ``harness.sim.net``, whose ``__init__`` imports ``probe``). The implicit import of a
+    parent package (``import a.b.c`` runs ``a/b/__init__.py``) is no edge: every submodule
+    would then be tied to a face that re-exports it."""
     paths = package_sources(package)
     known = {module_name(p) for p in paths}
     graph: dict[str, set[str]] = {name: set() for name in known}
     for path in paths:
         me = module_name(path)
-        skip = _type_checking_only(ast.parse(path.read_text(), str(path)))
+        skip = set() if typing else _type_checking_only(ast.parse(path.read_text(), str(path)))
         for line, module, names in imports(path):
             if line in skip:
                 continue
             targets = {f"{module}.{n}" for n in names if f"{module}.{n}" in known}
-            if not targets and module in known:
-                targets = {module}
+            if module in known:
+                targets.add(module)
             graph[me] |= targets - {me}
     return graph
 
@@ -249,13 +258,182 @@ def test_known_cycles_still_exist():
     ({"a": "from pkg import b\n", "b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"},
      []),
     ({"a": "from pkg import b\n", "b": "x = 1\n"}, []),
+    ({"__init__": "from pkg.a import f\n", "a": "from pkg import b\n", "b": ""}, [{"pkg", "pkg.a"}]),
 ])
 def test_the_checker_catches_cycles(tmp_path, monkeypatch, files, expected):
-    """Plant a cycle (lazy, relative, or three modules long) and see it found; a
-    TYPE_CHECKING import and a plain dependency are not cycles."""
+    """Plant a cycle (lazy, relative, three modules long, or through the package's face) and
+    see it found; a TYPE_CHECKING import and a plain dependency are not cycles."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")
     for name, text in files.items():
         (tmp_path / "pkg" / f"{name}.py").write_text(text)
     monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
     assert [set(c) for c in import_cycles(import_graph("pkg"))] == expected
+
+
+# -- rooms: the sub-packages of ``harness`` read bottom-up too ----------------------------
+#
+# A room is a sub-package (``harness.agent``, ``harness.sim.nodes``, ``harness.sim.net``...);
+# a module that stands loose on a floor (``harness`` or ``harness.sim``: ``harness.errors``,
+# ``harness.sim.cluster``...) is a room of its own. Rooms import each other one way only:
+# the graph of rooms, built from the module graph above (imports that run, lazy ones
+# included), has no cycle. Without this, modules could each read bottom-up while their
+# rooms import each other (issue 28: ``harness/sim/net`` -> ``leftovers`` -> ``storage`` ->
+# the fault parts -> ... -> ``net``), and no room could be read, moved or tested alone.
+#
+# ``TYPE_CHECKING`` imports do not count here either: they never run. But they are not free:
+# one that names a type of a room above it (a room that imports, at run time, the room it
+# stands in) ties the two rooms for a reader. Those are pinned in ``TYPE_ONLY_BACK``, each
+# with why; a new one fails, and one that is gone must leave the list. A part, a trigger or a
+# helper typed against a protocol of its own room (``FaultTarget``, ``ScheduledJob``,
+# ``FinishedNode``) needs none.
+
+#: floors: packages whose loose modules are each a room (their sub-packages are rooms too)
+FLOORS = ("harness", "harness.sim")
+
+#: ``TYPE_CHECKING`` imports that name a type of a room above their own, and why each
+TYPE_ONLY_BACK = {
+    # the door of the fault room names the things its parts act on (the nodes, the network)
+    ("harness.sim.faults.target", "harness.sim.net"): "FaultTarget.net: the job's Network",
+    ("harness.sim.faults.target", "harness.sim.nodes.ledger"): "FaultTarget.ledger: harm, await_exit",
+    ("harness.sim.faults.target", "harness.sim.nodes.pool"): "FaultTarget.cluster.pool: a storage server",
+    ("harness.sim.faults.target", "harness.sim.nodes.process"): "FaultTarget.nodes: the node handles",
+    ("harness.sim.faults.target", "harness.sim.nodes.rendezvous_store"): "FaultTarget.store: the store's host",
+    # the face and the modules it hands its acts to (each takes the face)
+    ("harness.sim.job", "harness.sim.cluster"): "Job.cluster: the cluster that launched it",
+    ("harness.sim.nodes.start", "harness.sim.job"): "a node is started for its job (settings, dirs, store)",
+    ("harness.sim.truth.stacks", "harness.sim.job"): "the stacks of a job's live workers",
+    ("harness.sim.truth.twin", "harness.sim.job"): "the twin of a job: its script, args and shape",
+    ("harness.sim.truth.verdicts", "harness.sim.job"): "Job.invariant_problems and compare_golden hand over here",
+    ("harness.sim.waits", "harness.sim.job"): "Job.wait and its kin hand over here",
+}
+
+
+def room_of(module: str, packages: set[str], floors: tuple[str, ...] = FLOORS) -> str:
+    """The room ``module`` stands in: its outermost package below the floors, else itself."""
+    parts = module.split(".")
+    for i in range(1, len(parts) + 1):
+        prefix = ".".join(parts[:i])
+        if prefix in packages and prefix not in floors:
+            return prefix
+    return module
+
+
+def room_graph(package: str, floors: tuple[str, ...] = FLOORS, typing: bool = False) -> dict[str, set[str]]:
+    """room -> the rooms it imports (each module's imports, as ``import_graph`` reads them)."""
+    packages = {module_name(p) for p in package_sources(package) if p.name == "__init__.py"}
+    rooms: dict[str, set[str]] = {}
+    for module, targets in import_graph(package, typing).items():
+        mine = room_of(module, packages, floors)
+        rooms.setdefault(mine, set()).update(room_of(t, packages, floors) for t in targets)
+        rooms[mine].discard(mine)
+    return rooms
+
+
+def type_only_back(package: str, floors: tuple[str, ...] = FLOORS) -> set[tuple[str, str]]:
+    """(module, what it imports under ``TYPE_CHECKING``) where that names a room above its own:
+    one whose run-time imports reach the importer's room."""
+    packages = {module_name(p) for p in package_sources(package) if p.name == "__init__.py"}
+    running, typed, rooms = import_graph(package), import_graph(package, typing=True), room_graph(package, floors)
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            room = todo.pop()
+            if room == goal:
+                return True
+            if room not in seen:
+                seen.add(room)
+                todo.extend(rooms.get(room, ()))
+        return False
+
+    back = set()
+    for module, targets in typed.items():
+        mine = room_of(module, packages, floors)
+        for target in targets - running[module]:
+            theirs = room_of(target, packages, floors)
+            if theirs != mine and reaches(theirs, mine):
+                back.add((module, target))
+    return back
+
+
+def test_no_import_cycles_between_rooms():
+    cycles = import_cycles(room_graph("harness"))
+    assert [sorted(c) for c in cycles] == [], "rooms that import each other (move what is shared down a room)"
+
+
+def test_type_only_imports_back_up_are_the_known_ones():
+    """A new one fails (type it against a protocol of its own room, or add it here with why);
+    one that is gone must leave the list, so it cannot hide a new one."""
+    assert sorted(type_only_back("harness")) == sorted(TYPE_ONLY_BACK)
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in {"pkg/__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.mark.parametrize("files, expected", [
+    # modules read bottom-up (x -> y, z -> w), their rooms do not (a -> b -> a)
+    ({"pkg/a/__init__.py": "", "pkg/a/x.py": "from pkg.b import y\n", "pkg/a/w.py": "",
+      "pkg/b/__init__.py": "", "pkg/b/y.py": "", "pkg/b/z.py": "def f():\n    from pkg.a import w\n"},
+     [{"pkg.a", "pkg.b"}]),
+    # a loose module of the floor is a room of its own
+    ({"pkg/m.py": "from pkg.a import x\n", "pkg/a/__init__.py": "", "pkg/a/x.py": "",
+      "pkg/a/w.py": "import pkg.m\n"}, [{"pkg.a", "pkg.m"}]),
+    # one way only: no cycle; a TYPE_CHECKING import back is none either
+    ({"pkg/a/__init__.py": "", "pkg/a/x.py": "from pkg.b import y\n", "pkg/b/__init__.py": "",
+      "pkg/b/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n"}, []),
+])
+def test_the_checker_catches_cycles_between_rooms(tmp_path, monkeypatch, files, expected):
+    """A checker that cannot fail is no check: plant a cycle of rooms and see it found."""
+    _plant(tmp_path, files)
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    assert [set(c) for c in import_cycles(room_graph("pkg", floors=("pkg",)))] == expected
+
+
+def test_the_checker_sees_a_type_only_import_back_up(tmp_path, monkeypatch):
+    _plant(tmp_path, {"pkg/a/__init__.py": "", "pkg/a/x.py": "from pkg.b import y\n", "pkg/b/__init__.py": "",
+                      "pkg/b/y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import x\n",
+                      "pkg/b/z.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.c import v\n",
+                      "pkg/c/__init__.py": "", "pkg/c/v.py": ""})
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    # ``from pkg.a import x`` names the module and its package; b.z -> c runs down: not back
+    assert type_only_back("pkg", floors=("pkg",)) == {("pkg.b.y", "pkg.a"), ("pkg.b.y", "pkg.a.x")}
+
+
+# -- leaves: what the plugin's help and every error path load -----------------------------
+#
+# A leaf imports only leaves (and the standard library), ``TYPE_CHECKING`` imports included:
+# ``pytest --help`` loads the schema, which must not load the agent (``tests/plugin``); any
+# module may raise or catch the simulation's errors without importing the module that
+# raises them.
+
+#: leaf -> the only modules of ``harness`` it may import
+LEAVES = {
+    "harness.errors": set(),
+    "harness.settings": {"harness.errors"},
+    "harness.states": set(),
+    "harness.sim.errors": {"harness.errors"},
+    "harness.sim.checks": set(),
+    "harness.sim.schema": {"harness.errors", "harness.settings", "harness.states", "harness.sim.checks"},
+}
+
+
+def leaf_imports(module: str) -> set[str]:
+    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    return {name for _, name, _ in imports(path) if name == "harness" or name.startswith("harness.")}
+
+
+@pytest.mark.parametrize("module", sorted(LEAVES))
+def test_leaves_import_only_leaves(module):
+    assert leaf_imports(module) <= LEAVES[module], f"{module} must import no more of harness than {LEAVES[module]}"
+
+
+def test_the_checker_sees_what_a_leaf_imports(tmp_path, monkeypatch):
+    _plant(tmp_path, {"harness/sim/errors.py": "from harness.errors import ElasticError\n"
+                                               "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                               "    from harness.sim.truth.timeline import Timeline\n"})
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    assert leaf_imports("harness.sim.errors") == {"harness.errors", "harness.sim.truth.timeline"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.sim.net_invariants import cut_off_from_store, split_brain, unfenced_workers, unhealed_message
+from harness.sim.truth.net_invariants import cut_off_from_store, split_brain, unfenced_workers, unhealed_message
 
 
 def start(node, pid, round_, t):

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.errors import ConfigError
-from harness.sim.projection import (
+from harness.sim.truth.projection import (
     FAILURE_RATES,
     effective_ratio,
     project_goodput,

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.sim.timeline import Timeline
-from harness.sim.training import rank_rates, rates_report, rates_summary, slow_windows, straggler
+from harness.sim.truth.timeline import Timeline
+from harness.sim.truth.training import rank_rates, rates_report, rates_summary, slow_windows, straggler
 from pytest_elastic import _scenarios
 
 

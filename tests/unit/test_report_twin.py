@@ -1,5 +1,5 @@
 """The twin section's view model from hand-made step events: the real oracle
-(``harness.sim.golden``) makes the ``golden`` event, the report reads it back; no browser."""
+(``harness.sim.truth.golden``) makes the ``golden`` event, the report reads it back; no browser."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.sim.golden import HINT, RESHARD_RTOL, compare, event_fields, record_of
+from harness.sim.truth.golden import HINT, RESHARD_RTOL, compare, event_fields, record_of
 from pytest_elastic.report.twin import NOT_COMPARED, Resume, combine_verdicts, twin_summary, twin_view
 from pytest_elastic.report.twin_svg import render_twin
 

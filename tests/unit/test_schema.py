@@ -16,8 +16,8 @@ import pytest
 import tomllib
 
 from harness.errors import ConfigError
-from harness.sim import chaos, faults, schema
-from harness.sim.faults import ScheduledFault, from_spec, to_spec
+from harness.sim import faults, schema
+from harness.sim.faults import ScheduledFault, chaos, from_spec, to_spec
 from pytest_elastic import _scenarios, _settings
 from pytest_elastic._settings import SettingError, marker_config, parse_schedule
 from pytest_elastic._shrink import schedules_from_json, schedules_to_json
@@ -293,7 +293,7 @@ def _finished_job(tmp_path):
     recovered 3.2 s later; rank 0 did steps 0..4. (``_check_expectations`` reads only this.)"""
     from types import SimpleNamespace
 
-    from harness.sim.timeline import Timeline
+    from harness.sim.truth.timeline import Timeline
 
     events = [{"kind": "rendezvous", "run_id": "r", "round": r, "world_size": w, "mono": 1.0 + r, "node": "a"}
               for r, w in enumerate((2, 1, 2))]
@@ -419,8 +419,8 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     (if any) is the same word, and the class is the method's words turned round (kill_node ->
     NodeKill)."""
     from harness.sim.job import Job
-    from harness.sim.network_faults import NetworkFaults
-    from harness.sim.process_faults import ProcessFaults
+    from harness.sim.net.faults import NetworkFaults
+    from harness.sim.nodes.faults import ProcessFaults
     from harness.sim.resources import ResourceFaults
     from harness.sim.storage.faults import StorageFaults
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.sim.timeline import Timeline
+from harness.sim.truth.timeline import Timeline
 
 
 def test_every_event_but_the_steps_is_shown_and_only_the_last_steps(tmp_path):

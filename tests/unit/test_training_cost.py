@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.sim.training import LOST_CATEGORIES, annotate_steps, fault_cost, goodput, worker_rounds
+from harness.sim.truth.training import LOST_CATEGORIES, annotate_steps, fault_cost, goodput, worker_rounds
 
 
 def start(t, pid, rnd, attempt=0, rank=0):

@@ -27,15 +27,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from harness.errors import ConfigError, ElasticError
+from harness.errors import ConfigError
 from harness.procs import join_netns
-from harness.sim.net import names, rules
+from harness.sim.errors import NetworkError, NetworkUnavailable
+from harness.sim.net.names import NETNS_DIR, delete_namespaces, namespace_prefix, sweep_dead_owners
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
+from harness.sim.net.rules import WIRE, Loss, Partition, Rule, check_direction, check_probability, parse_rate, render
 
 T = TypeVar("T")
 
-__all__ = ["Network", "NetworkChange", "NetworkError", "NETNS_RANGE"]
+__all__ = ["Network", "NetworkChange", "NetworkError", "NetworkUnavailable", "NETNS_RANGE"]
 
 NETNS_RANGE = ipaddress.ip_network("198.18.0.0/15")
 _STORE_ADDRESS = ipaddress.ip_address("198.18.0.2")
@@ -46,15 +48,6 @@ _LOOPBACK_FIRST_NODE = ipaddress.ip_address("127.0.1.1")
 _BRIDGE = "br0"
 _TBF_LATENCY = "200ms"
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class NetworkError(ElasticError):
-    """A namespace, link or rule could not be created or changed (the tool's error attached)."""
-
-
-class NetworkUnavailable(ConfigError):
-    """A network fault asked of a cluster whose nodes are not network hosts (loopback mode);
-    the message names what is missing. Under pytest such a test is skipped with it."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +87,7 @@ def _teardown(owned: _Owned) -> None:
             pass
     owned.fds.clear()
     # the switch goes last: while it exists every node's veth peer is still plugged in
-    names.delete_namespaces(list(reversed(owned.namespaces)))
+    delete_namespaces(list(reversed(owned.namespaces)))
     owned.namespaces.clear()
 
 
@@ -116,19 +109,19 @@ class Network:
         self.requested = mode
         self.mode = resolve_mode(mode)
         self.nnodes = 0
-        self._prefix = names.namespace_prefix()
+        self._prefix = namespace_prefix()
         self._owned = _Owned(owner=os.getpid())
         self._finalizer = weakref.finalize(self, _teardown, self._owned)
         self._fds: dict[str, int] = {}  # host -> fd of its namespace
         self._hosts: list[tuple[str, str]] = []  # (host, address) of every host plugged in
         self._nft: dict[int, Nft] = {}  # node -> its nft runner, made at its first fault
         self._lock = threading.RLock()  # faults may come from the job's scheduler thread
-        self._rules: dict[int, list[rules.Rule]] = {}
+        self._rules: dict[int, list[Rule]] = {}
         self._shaped: set[int] = set()
         self._down: set[int] = set()
         if self.mode == "netns":
             try:
-                names.sweep_dead_owners()
+                sweep_dead_owners()
                 self._build(nnodes)
             except BaseException:
                 self.close()
@@ -148,7 +141,7 @@ class Network:
         (``harness.procs.join_netns(path)`` first thing, or ``nsenter --net=PATH``), which
         avoids the full fork a ``preexec_fn`` forces on a large parent."""
         name = self.namespace(node)
-        return os.path.join(names.NETNS_DIR, name) if name else None
+        return os.path.join(NETNS_DIR, name) if name else None
 
     @property
     def store_namespace(self) -> str | None:
@@ -235,7 +228,7 @@ class Network:
         _check(subprocess.run(["ip", "-batch", "-"], input="".join(f"netns add {n}\n" for n in full),
                               capture_output=True, text=True), "creating namespaces")
         for host, name in zip(hosts, full, strict=True):
-            fd = os.open(os.path.join(names.NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY | os.O_CLOEXEC)
             self._owned.fds.append(fd)
             self._fds[host] = fd
 
@@ -258,13 +251,13 @@ class Network:
         bridge = (f"link add {_BRIDGE} type bridge\nlink set {_BRIDGE} addrgenmode none\n"
                   f"link set {_BRIDGE} up\n") if switch else ""
         self._ip("sw", bridge + "".join(
-            f"link add p{h} type veth peer name {rules.WIRE} address {_mac(a)} netns {self._prefix}{h}\n"
+            f"link add p{h} type veth peer name {WIRE} address {_mac(a)} netns {self._prefix}{h}\n"
             f"link set p{h} addrgenmode none\nlink set p{h} master {_BRIDGE}\nlink set p{h} up\n"
             for h, a in hosts))
         prefix_len = NETNS_RANGE.prefixlen
         everyone = dict(self._hosts)
-        scripts = {h: (f"link set lo up\naddr add {addr}/{prefix_len} dev {rules.WIRE}\n"
-                       f"link set {rules.WIRE} addrgenmode none\nlink set {rules.WIRE} up\n"
+        scripts = {h: (f"link set lo up\naddr add {addr}/{prefix_len} dev {WIRE}\n"
+                       f"link set {WIRE} addrgenmode none\nlink set {WIRE} up\n"
                        + _neighbours(everyone, but=h)) for h, addr in hosts}
         scripts.update({h: _neighbours(dict(hosts)) for h in known})
         procs = [(h, subprocess.Popen(
@@ -290,10 +283,10 @@ class Network:
         """Silently drop node ``node``'s packets to/from ``peers`` ("all", "store" or a list
         of nodes), both ways or only ``"in"`` (to the node) or ``"out"`` (from it)."""
         self._check_node(node)
-        rules.check_direction(direction)
+        check_direction(direction)
         addresses, shown = self._peer_addresses(node, peers)
         self._require_netns("partition")
-        self._rules.setdefault(node, []).append(rules.Partition(addresses, direction))
+        self._rules.setdefault(node, []).append(Partition(addresses, direction))
         self._apply_rules(node)
         return _change("partition", node, peers=shown, direction=direction)
 
@@ -302,10 +295,10 @@ class Network:
         """Drop each packet crossing node ``node``'s wire, either way, with ``probability``
         (0 removes the loss; replaces an earlier loss on this node)."""
         self._check_node(node)
-        p = rules.check_probability(probability)
+        p = check_probability(probability)
         self._require_netns("packet_loss")
-        kept = [r for r in self._rules.get(node, []) if not isinstance(r, rules.Loss)]
-        self._rules[node] = kept + ([rules.Loss(p)] if p > 0 else [])
+        kept = [r for r in self._rules.get(node, []) if not isinstance(r, Loss)]
+        self._rules[node] = kept + ([Loss(p)] if p > 0 else [])
         self._apply_rules(node)
         return _change("packet_loss", node, probability=p)
 
@@ -314,12 +307,12 @@ class Network:
         """Limit node ``node``'s link to ``rate`` ("1mbit", "500kbit", "2mbps"), each way: a
         token bucket on its interface (out) and on its switch port (in)."""
         self._check_node(node)
-        bits = rules.parse_rate(rate)
+        bits = parse_rate(rate)
         self._require_netns("bandwidth")
         burst = max(16 * 1024, bits // 8 // 100)
         qdisc = f"root tbf rate {bits}bit burst {burst} latency {_TBF_LATENCY}"
         self._shaped.add(node)
-        self._tc(f"n{node}", f"qdisc replace dev {rules.WIRE} {qdisc}")
+        self._tc(f"n{node}", f"qdisc replace dev {WIRE} {qdisc}")
         self._tc("sw", f"qdisc replace dev pn{node} {qdisc}")
         return _change("bandwidth", node, rate=rate, bits_per_second=bits)
 
@@ -348,7 +341,7 @@ class Network:
             if n in self._shaped:
                 self._shaped.discard(n)
                 healed.add("bandwidth")
-                self._tc(f"n{n}", f"qdisc del dev {rules.WIRE} root", missing_ok=True)
+                self._tc(f"n{n}", f"qdisc del dev {WIRE} root", missing_ok=True)
                 self._tc("sw", f"qdisc del dev pn{n} root", missing_ok=True)
             if n in self._down:
                 self._down.discard(n)
@@ -361,7 +354,7 @@ class Network:
         out: dict[int, list[str]] = {}
         for n, rs in self._rules.items():
             for r in rs:
-                out.setdefault(n, []).append("partition" if isinstance(r, rules.Partition) else "packet_loss")
+                out.setdefault(n, []).append("partition" if isinstance(r, Partition) else "packet_loss")
         for n in self._shaped:
             out.setdefault(n, []).append("bandwidth")
         for n in self._down:
@@ -385,7 +378,7 @@ class Network:
         if nft is None:
             nft = self._nft[node] = open_nft(self._fds[f"n{node}"])
             self._owned.nft.append(nft)
-        error = nft.run(rules.render(self._rules.get(node, [])))
+        error = nft.run(render(self._rules.get(node, [])))
         if error is not None:
             lines = error.strip().splitlines()
             raise NetworkError(f"nft in node {node} failed: {lines[0] if lines else 'no output'}")
@@ -434,7 +427,7 @@ def _mac(address: str) -> str:
 
 def _neighbours(hosts: dict[str, str], but: str | None = None) -> str:
     """``ip -batch`` lines that make every host of ``hosts`` (but one) a permanent neighbour."""
-    return "".join(f"neigh replace {addr} lladdr {_mac(addr)} dev {rules.WIRE} nud permanent\n"
+    return "".join(f"neigh replace {addr} lladdr {_mac(addr)} dev {WIRE} nud permanent\n"
                    for host, addr in hosts.items() if host != but)
 
 

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 
 from harness.errors import ConfigError
-from harness.sim.net import names
+from harness.sim.net.names import delete_namespaces, namespace_prefix
 
 __all__ = ["MODES", "netns_missing", "resolve_mode"]
 
@@ -72,9 +72,9 @@ def _can_unshare_net() -> bool:
 def _named_namespace_error() -> str | None:
     """Make and remove one named namespace, as a Network will (bind mounts under /run/netns
     can fail where unshare works, e.g. in a container); None when that works."""
-    name = f"{names.namespace_prefix()}probe"
+    name = f"{namespace_prefix()}probe"
     out = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    names.delete_namespaces([name])
+    delete_namespaces([name])
     lines = out.stderr.strip().splitlines()
     return None if out.returncode == 0 else (lines[-1] if lines else f"exit {out.returncode}")
 

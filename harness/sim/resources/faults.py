@@ -1,7 +1,7 @@
 """A job's resource faults: a slow node (a CPU quota) and a memory limit (the kernel's OOM killer).
 
 Every node of a job gets its own cgroup where the machine allows it (``cgroups``): its
-agent joins it first thing (``node_main.settle``), so every worker it spawns inherits it,
+agent joins it first thing (``harness.sim.nodes.main.settle``), so every worker it spawns inherits it,
 and the zygote moves the workers it forks for that agent in too. A fault is then a write to
 the node's cgroup: ``slow_node`` sets a CFS quota (the node gets ``cpu`` CPUs' worth of
 time, a straggler: every collective waits for it), ``memory_limit`` caps the memory its
@@ -11,7 +11,7 @@ recorded as a ``fault`` event when it starts and a ``heal`` event (``healed=[...
 it ends, and one still in place when the job ends is reported by ``Cluster.close``.
 
 A job holds one ``ResourceFaults`` as ``job.resources``, which sees the job only as a
-``FaultTarget`` (``harness.sim.fault_target``); ``job.slow_node`` and ``job.memory_limit``
+``FaultTarget`` (``harness.sim.faults.target``); ``job.slow_node`` and ``job.memory_limit``
 are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``).
 """
 
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.procs import WORKER_CGROUP_ENV
-from harness.sim.fault_target import Ended, record_fault
-from harness.sim.node_main import CGROUP_ENV
+from harness.sim.errors import FaultError
+from harness.sim.faults.target import Ended, record_fault
+from harness.sim.nodes.main import CGROUP_ENV
 from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, parse_bytes, probe
-from harness.sim.scheduler import FaultError
 
 if TYPE_CHECKING:
-    from harness.sim.fault_target import FaultTarget
+    from harness.sim.faults.target import FaultTarget
 
 __all__ = ["ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
 

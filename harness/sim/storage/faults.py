@@ -5,7 +5,7 @@
 (``harness.sim.storage.mount``): ``fs/shared`` is the shared filesystem every node sees
 (checkpoints), ``fs/node<i>`` node i's local disk (``disk``: the job's ``node_disk(i)``,
 ``tmp``: its workers' TMPDIR; the agent keeps its own temp files, its timer FIFOs and logs,
-off it: ``harness.sim.node_main``). The faults:
+off it: ``harness.sim.nodes.main``). The faults:
 
 * ``disk_full(node=None)``: writes, fsyncs and mkdirs there fail with ENOSPC (None: the
   shared filesystem), until healed;
@@ -40,12 +40,11 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.sim.fault_target import Ended, record_fault
+from harness.sim.faults.target import Ended, record_fault
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
-    from harness.sim.fault_target import FaultTarget
-    from harness.sim.faults import Trigger
+    from harness.sim.faults.target import FaultTarget
 
 __all__ = ["StorageFaults", "HOLD_LIMIT"]
 
@@ -69,7 +68,7 @@ class StorageFaults:
         os.makedirs(os.path.join(self.mount.root, "shared"))
         self._open: dict[int | None, list[str]] = {}  # device -> lasting faults in place
         self._watch_ids = itertools.count(1)
-        self._watches: dict[int, Trigger] = {}  # watch id -> its trigger (held strongly)
+        self._watches: dict[int, object] = {}  # watch id -> its trigger (held strongly)
         self._watch_of: dict[int, int] = {}  # id(trigger) -> watch id
         self._seen: dict[int, float] = {}  # watch id -> monotonic time its file was seen
         self._lock = threading.Lock()
@@ -194,7 +193,7 @@ class StorageFaults:
 
     # -- OnFile ---------------------------------------------------------------------------
 
-    def file_seen(self, trigger: Trigger, glob: str, node: int | None) -> bool:
+    def file_seen(self, trigger: object, glob: str, node: int | None) -> bool:
         """Whether a file matching ``glob`` was created or renamed (by ``node``) since the
         trigger was armed; the first call arms the watch in the server."""
         self.require("on_file")

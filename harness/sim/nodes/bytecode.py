@@ -21,7 +21,8 @@ __all__ = ["ensure_compiled"]
 def ensure_compiled() -> bool:
     """Compile what is stale under ``harness/`` (a stat per file when nothing is); False
     when the directory is not writable (then agents compile in memory, as before)."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))  # harness/sim/nodes
+    package = os.path.dirname(os.path.dirname(here))  # harness/
     if not os.access(package, os.W_OK):
         return False
     try:

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from harness.sim.fault_target import Ended, record_fault
+from harness.sim.faults.target import Ended, record_fault
 
 if TYPE_CHECKING:
-    from harness.sim.fault_target import FaultTarget
-    from harness.sim.net import NetworkChange
+    from harness.sim.faults.target import FaultTarget
+    from harness.sim.net.network import NetworkChange
 
 __all__ = ["NetworkFaults"]
 

@@ -34,40 +34,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.errors import ElasticError
 from harness.sim.bus import SAFETY_S
-from harness.sim.faults import AtStep, JobShape, NodeAdd, ScheduledFault, Trigger, WorkerKill, check_targets
+from harness.sim.errors import FaultError, FaultNotFired, TargetNotReady
+from harness.sim.faults.data import AtStep, JobShape, NodeAdd, ScheduledFault, Trigger, WorkerKill, check_targets
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.faults.target import ScheduledJob
 
 __all__ = ["FaultScheduler", "FaultError", "FaultNotFired", "TargetNotReady"]
-
-
-class FaultError(ElasticError):
-    """A scheduled fault could not be applied; the message names it and says why."""
-
-
-class FaultNotFired(FaultError):
-    """The job ended with scheduled faults that never fired (``Job.wait``); the message
-    names each and says why; ``unfired`` holds their descriptions."""
-
-    def __init__(self, reasons: list[tuple[str, str]]):
-        self.unfired = [what for what, _ in reasons]
-        lines = "; ".join(f"{what} never fired: {why}" for what, why in reasons)
-        super().__init__(f"{len(reasons)} scheduled fault(s) never fired before the job ended: {lines} "
-                         "(wait(allow_unfired=True), or [expect] allow_unfired = true in a scenario, "
-                         "if that is expected)")
-
-
-class TargetNotReady(FaultError):
-    """The fault's target exists but cannot take it now (a worker between rounds, a node
-    that already exited); a scheduled fault stays pending and is retried. Not bad input
-    (no ``ConfigError``/``ValueError``): the same call may succeed a moment later."""
-
-    def __init__(self, name: str, value: object, constraint: str):
-        self.name, self.value, self.constraint = name, value, constraint
-        super().__init__(f"{name}={value!r} {constraint}")
 
 
 @dataclass(eq=False)
@@ -86,7 +60,7 @@ class FaultScheduler:
     """Fires scheduled faults when their triggers are met (one thread per job, from its
     first entry on)."""
 
-    def __init__(self, job: Job):
+    def __init__(self, job: ScheduledJob):
         self._job = job
         self._entries: list[_Pending] = []
         self._last: _Pending | None = None
@@ -183,7 +157,7 @@ class FaultScheduler:
         with self._lock:
             return self._in_flight(trigger)
 
-    def await_applied(self, trigger: Trigger, timeout: float) -> bool:
+    def await_applied(self, trigger: object, timeout: float) -> bool:
         """The caller has just met ``trigger`` (a file operation the filesystem holds): wake
         the thread to evaluate it now, and sleep until its fault is no longer in flight
         (applied, failed, or none: ``fault_in_flight``), at most ``timeout`` s, or until
@@ -193,7 +167,7 @@ class FaultScheduler:
             self._settled.wait_for(lambda: self._stop.is_set() or not self._in_flight(trigger), timeout)
             return not self._in_flight(trigger)
 
-    def _in_flight(self, trigger: Trigger) -> bool:
+    def _in_flight(self, trigger: object) -> bool:
         """``fault_in_flight``, under ``_lock``."""
         applying = self._applying
         return (any(p.entry.trigger is trigger for p in self._entries)

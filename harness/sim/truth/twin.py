@@ -1,6 +1,6 @@
 """The fault-free twin: the same job, run again with nothing broken, to judge the faulted one.
 
-``Job.compare_golden`` asks here for the twin's record (``harness.sim.golden.GoldenRecord``):
+``Job.compare_golden`` asks here for the twin's record (``harness.sim.truth.golden.GoldenRecord``):
 from a cache when one is given and holds it, else by running the twin on a fresh cluster of
 the same shape, with no faults and no chaos, sharing the caller's warm pool. The twin is a new
 ``Job``, so it gets its own fresh ``{shared}`` and ``{node_disk}``: it can never resume from
@@ -23,17 +23,13 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
-from harness.errors import ElasticError
-from harness.sim.golden import GoldenRecord, record_of
+from harness.sim.errors import TwinError
+from harness.sim.truth.golden import GoldenRecord, record_of
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
 
 __all__ = ["TwinError", "twin_key", "twin_record", "job_record"]
-
-
-class TwinError(ElasticError):
-    """The fault-free twin did not succeed: nothing to compare against."""
 
 
 def _torch_version() -> str:
@@ -97,7 +93,7 @@ def twin_record(job: Job, timeout: float, cache_dir: str | None) -> tuple[Golden
 
 
 def _run_twin(job: Job, timeout: float) -> GoldenRecord:
-    from harness.agent import WorkerState
+    from harness.states import WorkerState
 
     with job.cluster.fault_free_copy() as twin_cluster:
         twin = twin_cluster.launch(job.entrypoint, *job.args, nodes=job.launched_nodes, module=job.module)

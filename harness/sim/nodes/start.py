@@ -3,11 +3,11 @@ its process (``Job.start_node`` for ``launch``'s nodes and for ``add_node``'s).
 
 The agent gets the cluster's settings and the rendezvous the job's first node set up
 (``rendezvous_settings``: c10d on localhost for a one-node job, else the store the harness
-runs: ``harness.sim.rendezvous_store``); the job's entrypoint with ``{shared}`` and
+runs: ``harness.sim.nodes.rendezvous_store``); the job's entrypoint with ``{shared}`` and
 ``{node_disk}`` filled in; an environment that names the job's event file, exit-code orders,
 disks, stacks dir and cgroup, and the GPUs of the lowest node slot no live node holds. It is
 forked by the pool's node server where it can be, in the node's network namespace
-(``harness.sim.node_process.start_node``), its stdout and stderr going to ``agent.log`` in
+(``harness.sim.nodes.process.start_node``), its stdout and stderr going to ``agent.log`` in
 the node's directory (``agent_log`` reads it back). The job keeps the handle, records
 ``node_start`` and has its ledger watch the agent.
 """
@@ -23,16 +23,15 @@ from typing import TYPE_CHECKING, Any
 from harness.errors import ERROR_FILE_ENV
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
-from harness.sim.faults import ORDERS_ENV
 from harness.sim.net import NODE_INTERFACE
-from harness.sim.node_main import WORKER_TMPDIR_ENV
-from harness.sim.node_process import NodeProcess
-from harness.sim.node_process import start_node as start_agent_process
-from harness.sim.progress import DIGEST_ENV
+from harness.sim.nodes.main import WORKER_TMPDIR_ENV
+from harness.sim.nodes.process import NodeProcess
+from harness.sim.nodes.process import start_node as start_agent_process
+from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 
 if TYPE_CHECKING:
     from harness.sim.job import Job
-    from harness.sim.rendezvous_store import StoreHandle
+    from harness.sim.nodes.rendezvous_store import StoreHandle
 
 __all__ = ["NODE_DISK_ENV", "SHARED_DIR_ENV", "WORKER_NICE", "agent_log", "rendezvous_settings", "start_agent"]
 
@@ -50,7 +49,7 @@ def rendezvous_settings(job: Job) -> tuple[dict[str, Any], StoreHandle | None]:
     settings = job.cluster.config
     if settings.max_nodes == 1 and settings.rdzv_backend not in ("etcd", "etcd-v2"):
         return {"backend": "c10d", "endpoint": "localhost:0", "configs": {}}, None
-    from harness.sim import rendezvous_store
+    from harness.sim.nodes import rendezvous_store
 
     return rendezvous_store.rendezvous_for(settings, job)
 
@@ -59,7 +58,7 @@ def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
     """Start node ``index``'s agent (its disk made and served first: its workers must find
     it); its handle, not yet in ``job.nodes``."""
     from harness.launch import LaunchConfig
-    from harness.sim.node_main import NodeSpec
+    from harness.sim.nodes.main import NodeSpec
 
     cluster = job.cluster
     settings = cluster.config

@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass, field, make_dataclass
 from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from harness.agent import WorkerState
 from harness.errors import ConfigError
 from harness.sim import schema
 from harness.sim.checks import number
-from harness.sim.progress import ORDERS_ENV
+from harness.sim.truth.progress import ORDERS_ENV
+from harness.states import WorkerState
 
 if TYPE_CHECKING:
-    from harness.sim.cluster import Job
+    from harness.sim.faults.target import ScheduledJob
 
 #: what ``harness.faults`` shows users (the rest of ``__all__`` serves the harness itself)
 PUBLIC = [
@@ -64,7 +64,7 @@ class Fault:
         if row is not None and row.cls == type(self).__name__:
             schema.check_fields(row.cls, ((p.name, p, getattr(self, p.name)) for p in row.params))
 
-    def apply(self, job: Job) -> None:
+    def apply(self, job: ScheduledJob) -> None:
         """Hand the fault to the part of the job its row names, as the method of its kind's
         name with the row's parameters: ``WorkerKill(node=1)`` calls
         ``job.processes.kill_worker(node=1, local_rank=0, sig=9, exit_code=None)``. One
@@ -162,7 +162,7 @@ class Heal(Fault):
     kind: ClassVar[str] = "heal"
     node: int | None = None
 
-    def apply(self, job: Job) -> None:
+    def apply(self, job: ScheduledJob) -> None:
         """Not a part's: ``job.heal`` asks every part whose faults last (``job.lasting``)."""
         job.heal(self.node)
 
@@ -261,15 +261,15 @@ class Trigger:
         fields = _TRIGGER_FIELDS.get(name, ())
         schema.check_fields(name, ((attr, key, getattr(self, attr)) for key, attr in fields))
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         raise NotImplementedError
 
-    def deadline(self, job: Job, armed_at: float) -> float | None:
+    def deadline(self, job: ScheduledJob, armed_at: float) -> float | None:
         """The monotonic time at which ``ready`` turns true if no event arrives before
         (None: only an event can make it ready)."""
         return None
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         """Why this trigger, armed at ``armed_at``, was not met by the end of the job (one
         clause, for ``Job.wait``'s "never fired" error)."""
         return "its trigger was never met"
@@ -277,10 +277,10 @@ class Trigger:
 
 @dataclass(frozen=True)
 class Immediately(Trigger):
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         return True
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         return "it was due at once"
 
 
@@ -288,13 +288,13 @@ class Immediately(Trigger):
 class After(Trigger):
     seconds: float = 0.0
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         return now - armed_at >= self.seconds
 
-    def deadline(self, job: Job, armed_at: float) -> float | None:
+    def deadline(self, job: ScheduledJob, armed_at: float) -> float | None:
         return armed_at + self.seconds
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         return f"the job ended before {self.seconds:g}s had passed since it was scheduled"
 
 
@@ -310,10 +310,10 @@ class OnState(Trigger):
         if not isinstance(self.state, WorkerState):  # "HEALTHY": the state of that name
             object.__setattr__(self, "state", WorkerState(self.state))
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         return job.in_state(self.state, self.node)
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         who = "every running node" if self.node is None else f"node {self.node}"
         live = " with live workers" if self.state == WorkerState.HEALTHY else ""
         return f"{who} was never {self.state.value}{live} while it was armed"
@@ -326,7 +326,7 @@ class AtStep(Trigger):
     step: int = 0
     rank: int = 0
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         for event in reversed(job.timeline.steps(self.rank)):  # newest first: stop at arming
             if event.get("mono", 0) < armed_at:
                 return False
@@ -334,7 +334,7 @@ class AtStep(Trigger):
                 return True
         return False
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         steps = [e.get("step", -1) for e in job.timeline.steps(self.rank) if e.get("mono", 0) >= armed_at]
         if steps:
             return f"rank {self.rank} reported steps up to {max(steps)} only, none >= {self.step}"
@@ -346,15 +346,15 @@ class AtStep(Trigger):
 class AfterHealthy(After):
     """``seconds`` after the job was first seen HEALTHY (so the fault meets live workers)."""
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         first = job.first_healthy_time()
         return first is not None and now - max(first, armed_at) >= self.seconds
 
-    def deadline(self, job: Job, armed_at: float) -> float | None:
+    def deadline(self, job: ScheduledJob, armed_at: float) -> float | None:
         first = job.first_healthy_time()
         return None if first is None else max(first, armed_at) + self.seconds
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         if job.first_healthy_time() is None:
             return "the job was never HEALTHY"
         return f"the job ended less than {self.seconds:g}s after it was first HEALTHY"
@@ -366,11 +366,11 @@ class OnWorldSize(Trigger):
 
     size: int = 1
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         return any(e["world_size"] == self.size and e.get("mono", 0) >= armed_at
                    for e in job.timeline.events("rendezvous"))
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         return (f"no rendezvous round of WORLD_SIZE {self.size} formed while it was armed "
                 f"(rounds: {job.timeline.world_sizes()})")
 
@@ -385,10 +385,10 @@ class OnFile(Trigger):
     path_glob: str = "*"
     node: int | None = None
 
-    def ready(self, job: Job, armed_at: float, now: float) -> bool:
+    def ready(self, job: ScheduledJob, armed_at: float, now: float) -> bool:
         return bool(job.storage.file_seen(self, self.path_glob, self.node))
 
-    def never_met(self, job: Job, armed_at: float) -> str:
+    def never_met(self, job: ScheduledJob, armed_at: float) -> str:
         who = "" if self.node is None else f" by node {self.node}"
         return f"no file matching {self.path_glob!r} was created or renamed{who} while it was armed"
 

@@ -5,10 +5,10 @@ does anything; a 32-node cluster pays that 32 times, ~1.6 s of wall time on two 
 the biggest single cost of starting it. The server imports the runtime once and forks a
 node per request (~2 ms each), as the worker zygote does for workers.
 
-The server is its own program, ``python -m harness.sim.node_forks FD [--parent PID]``;
-it imports ``node_main`` (what each forked child runs), never the other way round.
+The server is its own program, ``python -m harness.sim.nodes.forks FD [--parent PID]``;
+it imports ``nodes.main`` (what each forked child runs), never the other way round.
 
-A forked node is what ``python -m harness.sim.node_main SPEC`` would be: its own session
+A forked node is what ``python -m harness.sim.nodes.main SPEC`` would be: its own session
 and process group, the harness's stdout, its ``agent.log`` as stderr, the node's
 environment, working directory (first on ``sys.path``, as ``-m`` puts it) and network
 namespace, dying with the server, which dies with the harness. Its exit status reaches
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.selfpipe import drain_pipe, self_pipe
-from harness.sim import node_main
+from harness.sim.nodes import main as node_main
 
 __all__ = ["ForkedNode", "NodeForkServer", "serve"]
 
@@ -89,7 +89,7 @@ class NodeForkServer:
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.sim.node_forks", str(theirs.fileno()),
+                [sys.executable, "-m", "harness.sim.nodes.forks", str(theirs.fileno()),
                  "--parent", str(os.getpid())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, start_new_session=True,
             )
@@ -128,7 +128,7 @@ class NodeForkServer:
         ``OSError`` when the server cannot (the caller starts the node the plain way)."""
         if not self._ready.wait(_START_TIMEOUT_S) or self._gone:
             raise OSError("the node fork server did not start")
-        args = [sys.executable, "-m", "harness.sim.node_main", spec_path]
+        args = [sys.executable, "-m", "harness.sim.nodes.main", spec_path]
         request = {"spec_path": spec_path, "netns": netns, "env": env, "cwd": cwd, "argv": args[2:]}
         with self._request_lock, open(os.devnull, "rb") as stdin:
             self._next_ident += 1
@@ -256,7 +256,7 @@ def _await_gone(pid: int, timeout: float = 10.0) -> None:
 
 
 def serve(fd: int, parent: int | None) -> int:
-    """The server's loop (``python -m harness.sim.node_forks FD --parent PID``)."""
+    """The server's loop (``python -m harness.sim.nodes.forks FD --parent PID``)."""
     import selectors
 
     from harness.procs import die_with_parent
@@ -308,7 +308,7 @@ def serve(fd: int, parent: int | None) -> int:
 
 
 def _become_node(request: dict[str, Any], fds: list[int], server: int, server_handles: list[Any]) -> None:
-    """In the forked child: become what ``python -m harness.sim.node_main SPEC`` would be,
+    """In the forked child: become what ``python -m harness.sim.nodes.main SPEC`` would be,
     run the node, exit. Never returns."""
     code = 1
     try:
@@ -327,7 +327,7 @@ def _become_node(request: dict[str, Any], fds: list[int], server: int, server_ha
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.path[0] = request["cwd"]  # what -m puts first: the working directory
-        sys.argv = [node_main.__file__, *request["argv"][1:]]  # as -m harness.sim.node_main sets it
+        sys.argv = [node_main.__file__, *request["argv"][1:]]  # as -m harness.sim.nodes.main sets it
         import tempfile
 
         tempfile.tempdir = None  # the node's TMPDIR, not whatever the server computed
@@ -344,7 +344,7 @@ def _become_node(request: dict[str, Any], fds: list[int], server: int, server_ha
 
 
 def _cli(argv: list[str]) -> int:
-    """``node_forks FD [--parent PID]`` (started by ``NodeForkServer``)."""
+    """``python -m harness.sim.nodes.forks FD [--parent PID]`` (started by ``NodeForkServer``)."""
     options = dict(zip(argv[1::2], argv[2::2], strict=True))
     parent = options.get("--parent")
     return serve(int(argv[0]), int(parent) if parent else None)

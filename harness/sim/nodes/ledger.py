@@ -20,15 +20,15 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from harness.agent import WorkerState
-from harness.sim.scheduler import FaultError
-from harness.sim.timeline import HARNESS
+from harness.sim.errors import FaultError
+from harness.sim.truth.timeline import HARNESS
+from harness.states import WorkerState
 
 if TYPE_CHECKING:
     from harness.events import EventWriter
     from harness.sim.bus import EventBus
-    from harness.sim.node_process import NodeProcess
-    from harness.sim.timeline import Timeline
+    from harness.sim.nodes.process import NodeProcess
+    from harness.sim.truth.timeline import Timeline
 
 __all__ = ["NodeLedger"]
 

@@ -38,7 +38,7 @@ from typing import Any
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
 from harness.rendezvous import SECRET_ENV
-from harness.sim.node_process import job_secret_env
+from harness.sim.nodes.process import job_secret_env
 
 __all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "STORE_ADDR"]
 

@@ -10,11 +10,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from harness.agent import WorkerState
-from harness.errors import ElasticError
-from harness.sim.net_invariants import cut_off_from_store, split_brain, unfenced_workers
+from harness.sim.errors import InvariantViolation
 from harness.sim.schema import kinds_where
-from harness.sim.timeline import HARNESS, Timeline
+from harness.sim.truth.net_invariants import cut_off_from_store, split_brain, unfenced_workers
+from harness.sim.truth.timeline import HARNESS, Timeline
+from harness.states import WorkerState
 
 __all__ = ["InvariantViolation", "JobFacts", "check_timeline", "LEGAL_TRANSITIONS"]
 
@@ -37,16 +37,6 @@ LEGAL_TRANSITIONS: dict[WorkerState, frozenset[WorkerState]] = {
 _AGENT_LOSING_FAULTS = kinds_where(lambda row: row.agent_losing, "agent-losing")
 #: faults that are plain worker failures: each costs exactly one restart
 _WORKER_FAILURES = kinds_where(lambda row: row.worker_failure, "worker failures")
-
-
-class InvariantViolation(ElasticError):
-    """An elastic invariant was broken; the message carries the timeline."""
-
-    def __init__(self, violations: list[str], timeline: Timeline):
-        self.violations = violations
-        text = "\n".join(f"  - {v}" for v in violations)
-        super().__init__(f"{len(violations)} invariant(s) violated:\n{text}\n"
-                         f"timeline:\n{timeline.format()}")
 
 
 @dataclass(frozen=True)

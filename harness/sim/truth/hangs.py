@@ -10,7 +10,7 @@ finished agent waits for slower ones, torch's rule) — a node still running pas
 barrier, yet its training is over as soon as one worker of the round exited 0): a worker
 still alive that long after a worker of its own round exited 0 is hung. ``Job.wait`` then
 raises ``JobHung`` with what each of the hung node's workers last reported and their
-Python stacks (``harness.sim.stacks``), and says whether the workers finished training
+Python stacks (``harness.sim.truth.stacks``), and says whether the workers finished training
 and did not exit (torch's teardown, or the script's end) or stopped short of the steps
 their peers completed (a collective that cannot complete, the script's own wait).
 
@@ -26,19 +26,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from harness.agent import WorkerState
-from harness.sim.timeline import Timeline
+from harness.sim.errors import JobHung
+from harness.sim.truth.timeline import Timeline
+from harness.states import WorkerState
 
 __all__ = ["GRACE_S", "Hang", "JobHung", "find_hang", "describe_workers", "teardown_hint"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
 GRACE_S = 5.0
-
-
-class JobHung(TimeoutError):
-    """A node outlived its peers' finished training by more than the exit barrier; the
-    message says which, what its workers last did, and their stacks."""
 
 
 @dataclass(frozen=True)

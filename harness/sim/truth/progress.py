@@ -84,7 +84,7 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
     if loss is not None:
         fields["loss"] = _as_float(loss)
     if state is not None and os.environ.get(DIGEST_ENV):
-        from harness.sim.digest import state_digest
+        from harness.sim.truth.digest import state_digest
 
         fields["digest"] = state_digest(state)
     times = _cpu_times()
@@ -126,7 +126,7 @@ def _cpu_times() -> tuple[float, float] | None:
     """Seconds this worker's main thread has run, and has been runnable but not running
     (the kernel's run delay; a CPU quota's throttling counts): the wait names a straggler in
     step-rate terms, the run says whether a quota could slow it at all on a loaded machine
-    (``harness.sim.training.rank_rates``). None where /proc has no schedstat."""
+    (``harness.sim.truth.training.rank_rates``). None where /proc has no schedstat."""
     global _schedstat, _schedstat_pid
     try:
         if _schedstat is None or _schedstat_pid != os.getpid():  # the fd names one thread: reopen after a fork

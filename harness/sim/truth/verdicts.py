@@ -1,6 +1,6 @@
 """What a job is judged by, beyond its result: the invariants its timeline must keep
-(``harness.sim.invariants``) and, for training, its fault-free twin (``harness.sim.twin``,
-``harness.sim.golden``). ``Job.invariant_problems`` and ``Job.compare_golden`` hand their
+(``harness.sim.truth.invariants``) and, for training, its fault-free twin (``harness.sim.truth.twin``,
+``harness.sim.truth.golden``). ``Job.invariant_problems`` and ``Job.compare_golden`` hand their
 calls here; ``Cluster.close`` asks the first of every job.
 """
 
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harness.agent import WorkerState
 from harness.errors import ElasticError
 from harness.rendezvous import MAX_LEASE_FACTOR
-from harness.sim.invariants import JobFacts, check_timeline
+from harness.sim.truth.invariants import JobFacts, check_timeline
+from harness.states import WorkerState
 
 if TYPE_CHECKING:
     from harness.sim.config import ClusterConfig
-    from harness.sim.golden import GoldenDiff
     from harness.sim.job import Job
+    from harness.sim.truth.golden import GoldenDiff
 
 __all__ = ["compare_golden", "fence_bound", "invariant_problems"]
 
@@ -44,15 +44,15 @@ def fence_bound(settings: ClusterConfig) -> float:
 
 def compare_golden(job: Job, rtol: float | None, timeout: float, cache_dir: str | None) -> GoldenDiff:
     """``Job.compare_golden``: ``job`` (finished) against its fault-free twin, the same
-    script, args and cluster shape with no faults and no chaos (``harness.sim.twin``: its
+    script, args and cluster shape with no faults and no chaos (``harness.sim.truth.twin``: its
     record reused from ``cache_dir``, else the cluster's ``golden_cache``, when it holds
     it). ``rtol``: default the cluster's ``golden_rtol`` (0: bitwise); final digests compare
     when the cluster was made with ``golden=True`` (the workers then digest their final
     state). The verdict goes on the timeline as a ``golden`` event, with the twin's losses
     and both runs' digests: the job page draws the comparison from it
-    (``harness.sim.golden.event_fields``)."""
-    from harness.sim.golden import compare, event_fields
-    from harness.sim.twin import job_record, twin_record
+    (``harness.sim.truth.golden.event_fields``)."""
+    from harness.sim.truth.golden import compare, event_fields
+    from harness.sim.truth.twin import job_record, twin_record
 
     if not job.finished():
         raise ElasticError(f"job {job.run_id} is still running: wait() for it before compare_golden()")

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.procs import signal_process_group
-from harness.sim.fault_target import record_fault
+from harness.sim.errors import TargetNotReady
 from harness.sim.faults import write_exit_order
-from harness.sim.scheduler import TargetNotReady
+from harness.sim.faults.target import record_fault
 
 if TYPE_CHECKING:
-    from harness.sim.fault_target import FaultTarget
-    from harness.sim.node_process import NodeProcess
+    from harness.sim.faults.target import FaultTarget
+    from harness.sim.nodes.process import NodeProcess
 
 __all__ = ["ProcessFaults"]
 

@@ -1,6 +1,6 @@
 """``WarmPool``: warm interpreters shared across clusters: a zygote that has imported torch
 (workers are forked from it), a node fork server that has imported the runtime (node
-agents are forked from it, ``node_forks``) and a filesystem server standing by for the next
+agents are forked from it, ``nodes.forks``) and a filesystem server standing by for the next
 job's mount (``harness.sim.storage.standby``).
 
 Forking workers from an interpreter that has already imported torch is what makes a
@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.errors import ElasticError
 from harness.procs import ZygoteServerProcess
-from harness.sim.node_forks import NodeForkServer
+from harness.sim.nodes.forks import NodeForkServer
 from harness.sim.storage.mount import fuse_missing
 from harness.sim.storage.standby import StandbyServer
 

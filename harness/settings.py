@@ -1,8 +1,14 @@
-"""The one rule of each setting every door of the runtime takes: ``WorkerSpec``,
-``LaunchConfig``, ``elastic-run``'s flags and (through ``harness.sim.schema``) ``Cluster``,
-the marker and scenario files. Each door used to say it in its own words (``max_restarts``
-was checked four times, three ways; the CLI refused a ``monitor_interval`` the schema let
-through to every node agent, which then died on it).
+"""The runtime's settings that more than one door takes: their defaults and their one rule.
+
+``WorkerSpec``, ``LaunchConfig``, ``elastic-run``'s flags and (through ``harness.sim.schema``)
+``Cluster``, the marker and scenario files take ``max_restarts`` and ``monitor_interval``. Each
+door used to say the rule in its own words (``max_restarts`` was checked four times, three
+ways; the CLI refused a ``monitor_interval`` the schema let through to every node agent, which
+then died on it); now each applies the one ``SettingRule`` here, with the one default here.
+
+A leaf: it imports nothing of the harness but ``harness.errors``, so the pytest plugin's
+schema reads it without loading the agent (``pytest --help`` stays free of the engine).
+``harness.agent`` re-exports every name (``harness.agent.MAX_RESTARTS_RULE``...).
 """
 
 from __future__ import annotations
@@ -13,10 +19,17 @@ from typing import Any, TypeVar
 
 from harness.errors import ConfigError
 
-__all__ = ["SettingRule", "MAX_MONITOR_INTERVAL", "MAX_RESTARTS_RULE", "MONITOR_INTERVAL_RULE"]
+__all__ = ["SettingRule", "DEFAULT_MAX_RESTARTS", "DEFAULT_MONITOR_INTERVAL", "MAX_MONITOR_INTERVAL",
+           "MAX_RESTARTS_RULE", "MONITOR_INTERVAL_RULE"]
 
 T = TypeVar("T")
 
+#: restarts of the worker group a job may use when nobody says: the one default of
+#: ``WorkerSpec``, ``LaunchConfig``, ``Cluster`` and a scenario's ``[job]`` (``elastic-run``'s
+#: ``--max-restarts`` keeps torchrun's 0)
+DEFAULT_MAX_RESTARTS = 3
+#: seconds between the agent's looks at its workers when nobody says (torchrun's too)
+DEFAULT_MONITOR_INTERVAL = 0.1
 #: the agent's wait between checks is at most this (1e28 or inf: OverflowError in poll())
 MAX_MONITOR_INTERVAL = 3600.0
 

@@ -1,4 +1,4 @@
-"""One simulated node: an agent process started by ``Cluster`` (``python -m harness.sim.node_main``).
+"""One simulated node: an agent process started by ``Cluster`` (``python -m harness.sim.nodes.main``).
 
 It runs the same agent as ``elastic-run`` (same signals, same exit codes) but takes its
 configuration as a pickle, so the entrypoint may be a picklable callable, and writes its
@@ -97,8 +97,8 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
 
 
 def _cli(argv: list[str]) -> int:
-    """``node_main SPEC [--parent PID] [--netns PATH]`` (written by ``start_node``). The
-    node fork server is its own program (``python -m harness.sim.node_forks``)."""
+    """``python -m harness.sim.nodes.main SPEC [--parent PID] [--netns PATH]`` (written by ``start_node``). The
+    node fork server is its own program (``python -m harness.sim.nodes.forks``)."""
     options = dict(zip(argv[1::2], argv[2::2], strict=True))  # flag, value pairs
     parent = options.get("--parent")
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))

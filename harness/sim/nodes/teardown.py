@@ -22,9 +22,9 @@ from harness.procs import is_same_process, signal_process_group
 if TYPE_CHECKING:
     import psutil
 
-    from harness.sim.node_ledger import NodeLedger
-    from harness.sim.node_process import NodeProcess
-    from harness.sim.timeline import Timeline
+    from harness.sim.nodes.ledger import NodeLedger
+    from harness.sim.nodes.process import NodeProcess
+    from harness.sim.truth.timeline import Timeline
 
 __all__ = ["fifos_under", "kill_all", "survivors"]
 

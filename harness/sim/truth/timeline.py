@@ -29,10 +29,9 @@ import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-from harness.agent import WorkerState
 from harness.errors import ConfigError
 from harness.sim.schema import modern_event
-from harness.sim.training import (
+from harness.sim.truth.training import (
     LOST_CATEGORIES,
     FaultCost,
     Goodput,
@@ -43,6 +42,7 @@ from harness.sim.training import (
     rank_rates,
     round_of,
 )
+from harness.states import WorkerState
 
 __all__ = ["Timeline", "FaultRecord", "HARNESS"]
 
@@ -85,7 +85,7 @@ class FaultRecord(dict[str, Any]):
 
     @property
     def lost(self) -> dict[str, float]:
-        """Seconds this fault cost, by category (``harness.sim.training.LOST_CATEGORIES``)."""
+        """Seconds this fault cost, by category (``harness.sim.truth.training.LOST_CATEGORIES``)."""
         lost: dict[str, float] = self.get("lost") or dict.fromkeys(LOST_CATEGORIES, 0.0)
         return lost
 
@@ -276,7 +276,7 @@ class Timeline:
         """Faults fired, each with detection latency (fault -> first agent reaction: a
         state change, worker exit or membership change on any node), recovery latency
         (fault -> every live node HEALTHY again or finished), and what the training saw:
-        resume latency and the seconds lost by category (``harness.sim.training``).
+        resume latency and the seconds lost by category (``harness.sim.truth.training``).
         Entries the harness wrote on a node's behalf are not reactions."""
         self.refresh()
         with self._lock:
@@ -300,7 +300,7 @@ class Timeline:
         return records
 
     def rank_rates(self, since: float | None = None, until: float | None = None) -> dict[int, RankRate]:
-        """rank -> its step rate and CPU wait (``harness.sim.training.rank_rates``), over the
+        """rank -> its step rate and CPU wait (``harness.sim.truth.training.rank_rates``), over the
         steps reported between the monotonic times ``since`` and ``until`` (default: all)."""
         return rank_rates(self.steps(), since, until)
 

@@ -1,6 +1,7 @@
 """A job's outcome: its node agents' results merged into one ``JobResult``.
 
-Each node agent pickles its ``RunResult`` when it finishes (``NodeProcess.result``); a node
+Each node agent pickles its ``RunResult`` when it finishes (``NodeProcess.result``, seen here
+as a ``FinishedNode``: all merging needs of a node's process); a node
 the harness killed, or one still running, has none, and so does not count. The job
 succeeded when some node's workers succeeded and no node's failed: one node that ran out of
 restarts fails the whole job, whatever the others saw.
@@ -10,15 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from harness.agent import RunResult, WorkerState
+from harness.agent import RunResult
 from harness.errors import ProcessFailure
+from harness.states import WorkerState
 
-if TYPE_CHECKING:
-    from harness.sim.node_process import NodeProcess
+__all__ = ["FinishedNode", "JobResult", "merge_results"]
 
-__all__ = ["JobResult", "merge_results"]
+
+class _Exits(Protocol):
+    def poll(self) -> int | None: ...
+
+
+class FinishedNode(Protocol):
+    """A node's agent as merging sees it (``harness.sim.nodes.process.NodeProcess``)."""
+
+    @property
+    def popen(self) -> _Exits: ...
+
+    def result(self) -> RunResult | None:
+        """The agent's ``RunResult``; None while it runs, or when it was killed."""
+        ...
 
 
 @dataclass
@@ -35,7 +49,7 @@ class JobResult:
         return self.state == WorkerState.FAILED
 
 
-def merge_results(nodes: Mapping[int, NodeProcess]) -> JobResult:
+def merge_results(nodes: Mapping[int, FinishedNode]) -> JobResult:
     """One ``JobResult`` from every node's: the return values and failures of all ranks,
     each agent's exit code (None: still running)."""
     run_results = {i: r for i, n in nodes.items() if (r := n.result()) is not None}

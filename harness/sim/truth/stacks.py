@@ -8,7 +8,7 @@ collect it. A stopped worker (``hang_worker``, ``freeze_node``) is continued for
 and stopped again, so the job stays as it was. Workers without the handler are listed with
 their state only, never signalled: SIGUSR1's default action would kill them.
 
-Used by ``Job.wait`` when it names a hang (``harness.sim.hangs``) and by the pytest plugin
+Used by ``Job.wait`` when it names a hang (``harness.sim.truth.hangs``) and by the pytest plugin
 when a test times out (``pytest_elastic._timeout``).
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.sim import schema
-from harness.sim.faults import AfterHealthy, Fault, Heal, ScheduledFault, fault_class
+from harness.sim.faults.data import AfterHealthy, Fault, Heal, ScheduledFault, fault_class
 
 __all__ = ["FAULT_KINDS", "ChaosConfig", "AfterHealthy", "derive_seed", "generate_schedule",  # noqa: F822
            "parse_fault_kinds"]  # (FAULT_KINDS: made at each use by the module's __getattr__)

@@ -1,8 +1,8 @@
 """What a fault needs from the job it acts on: the ``FaultTarget`` protocol.
 
 A job's faults live in parts, one per kind of thing they break: ``job.processes``
-(``harness.sim.process_faults``: signals to workers, agents, whole nodes and the store's
-host), ``job.network`` (``harness.sim.network_faults``: cut, thinned and healed links),
+(``harness.sim.nodes.faults``: signals to workers, agents, whole nodes and the store's
+host), ``job.network`` (``harness.sim.net.faults``: cut, thinned and healed links),
 ``job.storage`` (``harness.sim.storage``: the job's filesystem) and ``job.resources``
 (``harness.sim.resources``: the nodes' cgroups). Each part is a class constructed with the
 job, typed as this protocol (no part module imports ``Job``), so that a part sees the few
@@ -19,6 +19,11 @@ that cannot hit anything is never recorded as fired; then records its ``fault`` 
 its kind's name (``record_fault``); then acts. A part whose faults last until healed is also a
 ``LastingFaults``: ``Job.heal`` ends every such part's faults (``end_every``) and records one
 ``heal`` event.
+
+The rest of this room sees the job through this door too: ``ScheduledJob`` is the job as the
+scheduler, a trigger and ``Fault.apply`` see it (a ``FaultTarget``, plus its timeline, its
+bus and the few questions a trigger asks). Neither names ``Job`` or ``Cluster``, so the fault
+room stands below the job and the rooms whose parts it feeds (``tests/unit/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -31,23 +36,81 @@ from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.events import EventWriter
-    from harness.sim.cluster import Cluster
+    from harness.sim.bus import EventBus
     from harness.sim.net import Network
-    from harness.sim.node_ledger import NodeLedger
-    from harness.sim.node_process import NodeProcess
-    from harness.sim.rendezvous_store import StoreHandle
-    from harness.sim.scheduler import FaultScheduler
-    from harness.sim.storage.faults import StorageFaults
+    from harness.sim.nodes.ledger import NodeLedger
+    from harness.sim.nodes.pool import WarmPool
+    from harness.sim.nodes.process import NodeProcess
+    from harness.sim.nodes.rendezvous_store import StoreHandle
+    from harness.sim.truth.timeline import Timeline
+    from harness.states import WorkerState
 
-__all__ = ["Ended", "FaultTarget", "LastingFaults", "end_every", "record_fault"]
+__all__ = ["ClusterOfJob", "Ended", "ExitOrders", "FaultTarget", "FaultsInFlight", "LastingFaults", "ScheduledJob",
+           "SettingsOfJob", "StorageOfJob", "end_every", "record_fault"]
+
+
+class SettingsOfJob(Protocol):
+    """The cluster's settings a fault reads (``harness.sim.config.ClusterConfig``)."""
+
+    @property
+    def nproc_per_node(self) -> int: ...
+
+    @property
+    def min_nodes(self) -> int: ...
+
+    @property
+    def max_nodes(self) -> int: ...
+
+    @property
+    def store_host(self) -> str: ...
+
+    @property
+    def seed(self) -> int: ...
+
+
+class ClusterOfJob(Protocol):
+    """The job's cluster as a fault sees it (``harness.sim.cluster.Cluster``)."""
+
+    @property
+    def config(self) -> SettingsOfJob:
+        """The settings (``nproc_per_node``, ``store_host``, ``seed``, the nodes' range)."""
+        ...
+
+    @property
+    def pool(self) -> WarmPool:
+        """The warm pool (a storage fault's filesystem server comes from it)."""
+        ...
+
+
+class StorageOfJob(Protocol):
+    """The job's storage part as the rest of its faults see it (``StorageFaults``)."""
+
+    def require(self, what: str) -> None:
+        """``ConfigError`` naming what is missing, where the filesystem is a plain directory."""
+        ...
+
+    def crash(self, node: int, torn: bool = False) -> list[dict[str, Any]]:
+        """Roll back what node ``node`` wrote and never fsynced; what was lost, per file."""
+        ...
+
+    def file_seen(self, trigger: object, glob: str, node: int | None) -> bool:
+        """Whether a file matching ``glob`` was created or renamed (by ``node``) since
+        ``trigger`` (an ``OnFile``, known by its identity) was armed."""
+        ...
+
+
+class FaultsInFlight(Protocol):
+    """The job's scheduler as a part sees it (``FaultScheduler``)."""
+
+    def await_applied(self, trigger: object, timeout: float) -> bool:
+        """Sleep until the fault of ``trigger`` (just met; known by its identity) is no
+        longer in flight, at most ``timeout`` s; whether it settled."""
+        ...
 
 
 class FaultTarget(Protocol):
     """The job as its fault parts see it."""
 
-    #: the job's cluster: its settings (``cluster.config``: ``nproc_per_node``, ``store_host``,
-    #: ``seed``...) and its ``pool``
-    cluster: Cluster
     #: the job's id (its cgroups and its filesystem are named by it)
     run_id: str
     #: the job's own temp dir (its filesystem's backing store lives in it)
@@ -69,12 +132,24 @@ class FaultTarget(Protocol):
     #: stops a node says so first (``ledger.harm(i, kind)``), then waits for the end it
     #: caused (``ledger.await_exit(i)``, ``ledger.await_frozen(i)``)
     ledger: NodeLedger
-    #: the job's filesystem and storage faults (``harness.sim.storage``): a node crash that
-    #: loses unsynced writes asks it
-    storage: StorageFaults
-    #: fires the job's scheduled faults: a file operation that meets an ``OnFile`` trigger
-    #: is held until its fault was applied (``scheduler.await_applied``)
-    scheduler: FaultScheduler
+
+    @property
+    def cluster(self) -> ClusterOfJob:
+        """The job's cluster: its settings (``cluster.config``: ``nproc_per_node``,
+        ``store_host``, ``seed``...) and its ``pool``."""
+        ...
+
+    @property
+    def storage(self) -> StorageOfJob:
+        """The job's filesystem and storage faults (``harness.sim.storage``): a node crash
+        that loses unsynced writes asks it."""
+        ...
+
+    @property
+    def scheduler(self) -> FaultsInFlight:
+        """Fires the job's scheduled faults: a file operation that meets an ``OnFile``
+        trigger is held until its fault was applied (``scheduler.await_applied``)."""
+        ...
 
     def node(self, node: int) -> NodeProcess:
         """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
@@ -95,6 +170,47 @@ class FaultTarget(Protocol):
 
     def start_node(self) -> int:
         """Start one more node agent (a join); its index."""
+        ...
+
+
+class ExitOrders(Protocol):
+    """The process part as the scheduler sees it (``ProcessFaults``)."""
+
+    def order_exit_at(self, rank: int, step: int, exit_code: int, what: str) -> None:
+        """Rank ``rank`` exits with ``exit_code`` when it reports step ``step``."""
+        ...
+
+
+class ScheduledJob(FaultTarget, Protocol):
+    """The job as its scheduler, the triggers and ``Fault.apply`` see it: what its parts
+    see, plus what a trigger waits on. ``Fault.apply`` reaches the part its row names by
+    that name (``job.processes``...), as data, not through this type."""
+
+    @property
+    def timeline(self) -> Timeline:
+        """The job's events (steps, rendezvous rounds: what triggers wait for)."""
+        ...
+
+    @property
+    def bus(self) -> EventBus:
+        """The job's event bus: the scheduler sleeps on it."""
+        ...
+
+    @property
+    def processes(self) -> ExitOrders:
+        """The process part: an exact (rank, step) crash is an order a worker obeys."""
+        ...
+
+    def in_state(self, state: WorkerState, node: int | None = None) -> bool:
+        """Whether ``node`` (None: every running node) is in ``state`` with live workers."""
+        ...
+
+    def first_healthy_time(self) -> float | None:
+        """When the job was first seen HEALTHY (monotonic); None: not yet."""
+        ...
+
+    def heal(self, node: int | None = None) -> None:
+        """End node ``node``'s lasting faults (every node's with None), one ``heal`` event."""
         ...
 
 

@@ -1,7 +1,7 @@
 """A node agent's process, as the harness holds it, and how it is started.
 
-A node is started by the pool's node fork server where it can be (``node_forks``), else
-as ``python -m harness.sim.node_main``: either way a session leader that dies with its
+A node is started by the pool's node fork server where it can be (``nodes.forks``), else
+as ``python -m harness.sim.nodes.main``: either way a session leader that dies with its
 parent and lives in its network namespace, whose ``RunResult`` lands in a file.
 """
 
@@ -20,7 +20,7 @@ from harness.agent import RunResult
 from harness.rendezvous import SECRET_ENV, SECRET_FILE_ENV
 
 if TYPE_CHECKING:
-    from harness.sim.node_forks import ForkedNode, NodeForkServer
+    from harness.sim.nodes.forks import ForkedNode, NodeForkServer
 
 __all__ = ["NodeHandle", "NodeProcess", "job_secret_env", "start_node"]
 
@@ -78,7 +78,7 @@ def job_secret_env(job_directory: str) -> dict[str, str]:
 def start_node(server: NodeForkServer | None, spec_path: str, netns: str | None,
                 env: dict[str, str], log: IO[bytes]) -> NodeHandle:
     """A node agent: forked by the pool's node server where it can be (a tenth of a second
-    of imports saved per node), else ``python -m harness.sim.node_main``. Either way it is
+    of imports saved per node), else ``python -m harness.sim.nodes.main``. Either way it is
     a session leader, dies with its parent, lives in its network namespace. It gets its
     job's rendezvous secret (the job's directory holds its nodes' directories, and the
     spec sits in one of them). A ``HARNESS_RDZV_SECRET`` from the caller is dropped:
@@ -95,6 +95,6 @@ def start_node(server: NodeForkServer | None, spec_path: str, netns: str | None,
     if netns is not None:
         settle += ["--netns", netns]
     return subprocess.Popen(
-        [sys.executable, "-m", "harness.sim.node_main", spec_path, *settle], env=env,
+        [sys.executable, "-m", "harness.sim.nodes.main", spec_path, *settle], env=env,
         cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
     )
