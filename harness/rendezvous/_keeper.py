@@ -40,6 +40,7 @@ from harness.rendezvous._state import RendezvousState, StoreKeys
 from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
 from harness.rendezvous._store_host import NoAnswer, StoreHost
 from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.thread_cpu import ThreadCpu, cpu_span
 
 __all__ = ["Keeper", "KeeperSettings"]
 
@@ -78,6 +79,10 @@ class Keeper:
         self._store_lost: str | None = None
         self._state_error: RendezvousStateError | None = None
         self._fence_reason: str | None = None
+        #: the keeper thread's CPU clock (set when it starts), and its mark at the last
+        #: answer: a fence says where the silence since went (a CPU it waited for, or sleep)
+        self._cpu: ThreadCpu | None = None
+        self._answered_mark: tuple[float, float, float] | None = None
         # a fence stays visible until the agent has read it once (fence_reason), even if
         # the store answers first: a lapsed lease must stop the workers all the same
         self._fence_seen = False
@@ -296,6 +301,8 @@ class Keeper:
         client: Any = None
         assert self._contact is not None
         self._contact.ok()  # the handler just reached the store: the lease starts now
+        self._cpu = ThreadCpu(threading.get_native_id())  # read by any thread that checks the lease
+        self._answered_mark = self._cpu_mark()
         try:
             while not self._stopped.is_set():
                 self._check_lease()
@@ -332,6 +339,9 @@ class Keeper:
         finally:
             if client is not None:
                 client.close()
+            cpu, self._cpu = self._cpu, None  # no other thread reads it from now on
+            if cpu is not None:
+                cpu.close()
 
     def _op_timeout(self) -> float:
         """How long the keeper waits for one answer: half the keep-alive bound (a slow
@@ -389,11 +399,19 @@ class Keeper:
         silent = contact.silent_for()
         if not contact.lapsed():
             return False
+        span = cpu_span(self._answered_mark, self._cpu_mark())
+        where = f"; of that, {span.describe('its keep-alive thread')}" if span is not None else ""
         self._fence(f"fenced: no answer from the rendezvous store at {self._keys.endpoint} "
                     f"for {silent:.1f}s, past this node's lease of {contact.bound:g}s (the store "
                     f"did not answer, or this node was not scheduled in time on an overloaded "
-                    f"host; its peers go on without it after {self._peers_bound():g}s of silence)")
+                    f"host; its peers go on without it after {self._peers_bound():g}s of silence)"
+                    f"{where}")
         return True
+
+    def _cpu_mark(self) -> tuple[float, float, float] | None:
+        """(monotonic now, seconds run, seconds waited for a CPU) of the keeper thread."""
+        times = None if self._cpu is None else self._cpu.times()
+        return None if times is None else (time.monotonic(), *times)
 
     def _peers_bound(self) -> float:
         """The silence after which this node's peers declare it dead (``PeerWatch.bound``
@@ -430,7 +448,9 @@ class Keeper:
         assert self._contact is not None
         self._check_lease()  # an answer that came after the lease ran out ends it all the same
         silent = self._contact.silent_for()
-        if self._contact.ok():
+        ended_a_fence = self._contact.ok()
+        self._answered_mark = self._cpu_mark()
+        if ended_a_fence:
             with self._lock:
                 if self._fence_seen:
                     self._end_fence_locked()

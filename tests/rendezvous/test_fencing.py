@@ -182,6 +182,12 @@ def test_a_node_not_scheduled_past_its_lease_fences_itself_the_moment_it_runs_ag
     kinds = [e["kind"] for e in events(tmp_path / "b.jsonl")]
     assert "fenced" in kinds, kinds
     assert "membership_change" not in kinds[:kinds.index("fenced")]  # the fence came first
+    # and it says where the silence went: stopped is asleep (not runnable), not starved
+    reason = next(e["reason"] for e in events(tmp_path / "b.jsonl") if e["kind"] == "fenced")
+    split = re.search(r"its keep-alive thread waited ([\d.]+)s for a CPU, ran ([\d.]+)s and slept ([\d.]+)s", reason)
+    assert split is not None, reason
+    waited, _, slept = map(float, split.groups())
+    assert slept > 0.7 > waited, reason
 
 
 def test_a_node_whose_keep_alive_stalled_before_gets_a_longer_lease_and_is_not_taken_for_dead(nodes, tmp_path):

@@ -20,7 +20,7 @@ HARNESS = ROOT / "harness"
 #: the runtime: what ``elastic-run`` needs, and nothing of the simulation
 RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.procs", "harness.errors",
            "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
-           "harness.settings", "harness.states", "harness.launch", "harness.run")
+           "harness.settings", "harness.states", "harness.thread_cpu", "harness.launch", "harness.run")
 SIMULATION = ("harness.sim",)
 #: hosts reached over SSH (issue 29): below the simulation, beside the runtime
 HOSTS = ("harness.hosts",)
@@ -415,6 +415,7 @@ LEAVES = {
     "harness.errors": set(),
     "harness.settings": {"harness.errors"},
     "harness.states": set(),
+    "harness.thread_cpu": set(),
     "harness.sim.errors": {"harness.errors"},
     "harness.sim.checks": set(),
     "harness.sim.schema": {"harness.errors", "harness.settings", "harness.states", "harness.sim.checks"},

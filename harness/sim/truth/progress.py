@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter, node_key
 from harness.procs import share_imports
+from harness.thread_cpu import ThreadCpu
 
 #: dir where exit-code orders for report_step are left (defined here, the import-light end
 #: a worker loads; ``harness.sim.faults`` re-exports it)
@@ -27,8 +28,7 @@ __all__ = ["report_checkpoint", "report_step"]
 _writer: EventWriter | None = None
 _writer_pid: int | None = None
 _taught_pid: int | None = None  # this process told its zygote what it imported (first step)
-_schedstat: int | None = None  # fd of the reporting thread's /proc schedstat
-_schedstat_pid: int | None = None
+_reporting_thread = ThreadCpu()  # the CPU times of the thread that reports a step
 
 
 def _obey_orders(writer: EventWriter, rank: int, step: int) -> None:
@@ -127,15 +127,7 @@ def _cpu_times() -> tuple[float, float] | None:
     (the kernel's run delay; a CPU quota's throttling counts): the wait names a straggler in
     step-rate terms, the run says whether a quota could slow it at all on a loaded machine
     (``harness.sim.truth.training.rank_rates``). None where /proc has no schedstat."""
-    global _schedstat, _schedstat_pid
-    try:
-        if _schedstat is None or _schedstat_pid != os.getpid():  # the fd names one thread: reopen after a fork
-            _schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
-            _schedstat_pid = os.getpid()
-        fields = os.pread(_schedstat, 128, 0).split()
-        return int(fields[0]) / 1e9, int(fields[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
+    return _reporting_thread.times()
 
 
 def _as_float(loss: object) -> float:
