@@ -74,23 +74,14 @@ def annotation_place(item: Any) -> str:
 
 def twin_verdict(golden_events: list[list[dict[str, Any]]]) -> str:
     """One word or phrase per test for what the fault-free twin said, from each job's
-    ``golden`` events (the last one counts): ``same``, ``diverged at rank R step S``,
-    ``diverged: final state differs`` or ``not compared``; jobs named when several."""
-    verdicts = []
-    for events in golden_events:
-        if not events:
-            verdicts.append("not compared")
-            continue
-        last = events[-1]
-        first = last.get("first")
-        if not last.get("diverged"):
-            verdicts.append("same")
-        elif isinstance(first, (list, tuple)) and len(first) >= 2:
-            verdicts.append(f"diverged at rank {first[0]} step {first[1]}")
-        else:
-            verdicts.append("diverged: final state differs")
+    ``golden`` events (the last one counts; worded by ``report.stats.job_twin_verdict``): ``same``,
+    ``diverged at rank R step S``, ``diverged: final state differs`` or ``not compared``;
+    jobs named when several."""
+    from pytest_elastic.report.stats import NOT_COMPARED, job_twin_verdict
+
+    verdicts = [job_twin_verdict(events[-1] if events else None, detail=False) for events in golden_events]
     if not verdicts:
-        return "not compared"
+        return NOT_COMPARED
     if len(set(verdicts)) == 1:
         return verdicts[0]
     return "; ".join(f"job {i}: {v}" for i, v in enumerate(verdicts))

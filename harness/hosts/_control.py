@@ -9,12 +9,10 @@ pid: a reused pid is not mistaken for the owner (``harness.procs.is_same_process
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import tempfile
 
-from harness.procs import is_same_process, process_start_time
+from harness.procs import is_same_process, process_start_time, remove_dead_owned
 
 __all__ = ["PREFIX", "make_control_dir", "sweep_dead_owners"]
 
@@ -24,20 +22,17 @@ PREFIX = "pe-ssh-"
 _MAX_SOCKET_PATH = 104 - 17
 
 
-def _owner(name: str) -> tuple[int, int] | None:
-    fields = name[len(PREFIX):].split("-")
-    if not name.startswith(PREFIX) or len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
-        return None
-    return int(fields[0]), int(fields[1])
+def _owner_gone(rest: str) -> bool:
+    """``rest``: a dir's name after the prefix, ``<owner pid>-<owner start time>-<random>``."""
+    fields = rest.split("-")
+    if len(fields) != 3 or not (fields[0].isdigit() and fields[1].isdigit()):
+        return False
+    return not is_same_process(int(fields[0]), int(fields[1]))
 
 
 def sweep_dead_owners(parent: str) -> list[str]:
     """Remove the control dirs in ``parent`` whose owner process is gone; their paths."""
-    dead = [path for path in glob.glob(os.path.join(glob.escape(parent), PREFIX + "*"))
-            if (owner := _owner(os.path.basename(path))) is not None and not is_same_process(*owner)]
-    for path in dead:
-        shutil.rmtree(path, ignore_errors=True)
-    return dead
+    return remove_dead_owned(parent, PREFIX, _owner_gone)
 
 
 def make_control_dir(socket_name: str) -> str:

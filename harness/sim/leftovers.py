@@ -13,11 +13,10 @@ every room that uses it, knows nothing of storage.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 
-from harness.procs import process_state
+from harness.procs import process_state, remove_dead_owned
 
 __all__ = ["owner_alive", "owned_tempdir", "remove_dead_owners"]
 
@@ -27,26 +26,16 @@ def owner_alive(pid: int) -> bool:
     return process_state(pid) not in (None, "Z")
 
 
+def _pid_gone(rest: str) -> bool:
+    pid = rest.split("_", 1)[0]
+    return pid.isdigit() and not owner_alive(int(pid))
+
+
 def remove_dead_owners(prefix: str, parent: str, before_remove: Callable[[str], object] | None = None) -> list[str]:
     """Remove the dirs ``parent/<prefix><pid>_*`` whose owner pid is dead; their paths.
-    ``before_remove(path)`` runs first on each (what detaches a filesystem mounted in it)."""
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return []
-    removed = []
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix):].split("_", 1)[0]
-        if not pid.isdigit() or owner_alive(int(pid)):
-            continue
-        path = os.path.join(parent, name)
-        if before_remove is not None:
-            before_remove(path)  # e.g. a job filesystem its dead owner left mounted there
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
+    ``before_remove(path)`` runs first on each (e.g. what detaches a job filesystem its dead
+    owner left mounted there)."""
+    return remove_dead_owned(parent, prefix, _pid_gone, before_remove)
 
 
 def owned_tempdir(prefix: str, parent: str | None = None,

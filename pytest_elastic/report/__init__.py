@@ -6,6 +6,7 @@
 * ``failures``: why ranks failed, root cause first;
 * ``twin`` and ``twin_svg``: what a job's fault-free twin said, drawn under the run's losses;
 * ``svg`` and ``page``: one job's self-contained HTML page (``--elastic-report``);
+* ``legend``: the markup of a drawing's legend (the page's and the twin's);
 * ``index``: the session's pages tied together (``index.html``, ``summary.json``).
 
 Nothing is imported here: a test run without ``--elastic-report`` loads only what it uses

@@ -13,6 +13,7 @@ import statistics
 from typing import Any
 
 from pytest_elastic.report.chart import draw_chart
+from pytest_elastic.report.legend import legend, shape_item, swatch_item
 from pytest_elastic.report.model import Model, build_model, events_of, fault_text
 from pytest_elastic.report.svg import (
     LABEL_W,
@@ -145,22 +146,18 @@ def page_figures(model: Model) -> dict[str, Any]:
 
 
 def _legend() -> str:
-    items = [f'<span><i class="sw" style="background:{c}"></i>{html.escape(s)}</span>'
-             for s, c in STATE_COLOURS.items()]
-    items += [f'<span><i class="sw" style="background:{c};height:5px"></i>worker {html.escape(n)}</span>'
-              for n, c in WORKER_COLOURS.items()]
-    items += ['<span><svg width="12" height="10"><path d="M6 10l-5 -9h10z" fill="#d62f2f"/></svg>fault</span>',
-              '<span><i class="sw" style="background:#d62f2f;opacity:.55"></i>'
-              'lasting fault (partition, freeze, ...)</span>',
-              '<span><i class="sw" style="background:rgba(240,140,0,.35)"></i>fault → detected</span>',
-              '<span><i class="sw" style="background:rgba(245,197,66,.35)"></i>detected → recovered</span>',
-              '<span><i class="sw" style="background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)">'
-              '</i>node dead (killed by the harness; paler: left)</span>',
-              '<span><svg width="12" height="10"><path d="M6 1l-5 9h10z" fill="#2e9e4f"/></svg>heal (a lasting '
-              'fault ended)</span>',
-              '<span><svg width="12" height="10"><line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" '
-              'stroke-dasharray="2 2"/></svg>rendezvous round (ws = world size)</span>']
-    return f'<div class="legend" id="legend">{"".join(items)}</div>'
+    items = [swatch_item(f"background:{c}", html.escape(s)) for s, c in STATE_COLOURS.items()]
+    items += [swatch_item(f"background:{c};height:5px", f"worker {html.escape(n)}") for n, c in WORKER_COLOURS.items()]
+    items += [shape_item('<path d="M6 10l-5 -9h10z" fill="#d62f2f"/>', "fault"),
+              swatch_item("background:#d62f2f;opacity:.55", "lasting fault (partition, freeze, ...)"),
+              swatch_item("background:rgba(240,140,0,.35)", "fault → detected"),
+              swatch_item("background:rgba(245,197,66,.35)", "detected → recovered"),
+              swatch_item("background:repeating-linear-gradient(45deg,#444 0 3px,#999 3px 5px)",
+                          "node dead (killed by the harness; paler: left)"),
+              shape_item('<path d="M6 1l-5 9h10z" fill="#2e9e4f"/>', "heal (a lasting fault ended)"),
+              shape_item('<line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" stroke-dasharray="2 2"/>',
+                         "rendezvous round (ws = world size)")]
+    return legend(items, ident="legend")
 
 
 def _fault_table(model: Model) -> str:

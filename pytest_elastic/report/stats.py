@@ -7,10 +7,13 @@ Loaded by every elastic test (its properties); nothing here draws.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["job_stats", "sum_by_key", "session_summary", "percentile"]
+__all__ = ["job_stats", "job_twin_verdict", "sum_by_key", "session_summary", "percentile", "NOT_COMPARED"]
+
+#: the verdict of a job (or a test) that never ran its fault-free twin
+NOT_COMPARED = "not compared"
 
 
 def job_stats(job: Any) -> dict[str, Any]:
@@ -25,6 +28,25 @@ def job_stats(job: Any) -> dict[str, Any]:
             "productive_s": goodput.productive_s, "wall_s": goodput.wall_s, "badput": goodput.badput,
             "goodput_summary": goodput.summary(), "checkpoint_cost_s": goodput.checkpoint_cost_s,
             "checkpoint_interval_s": goodput.checkpoint_interval_s}
+
+
+def job_twin_verdict(golden: Mapping[str, Any] | None, detail: bool = True) -> str:
+    """One job's twin verdict in a phrase, from its last ``golden`` event (None: it never ran
+    its twin): ``not compared``, ``same``, ``diverged at rank R step S``, else for a divergence
+    no step shows ``diverged: rank R's final state`` or ``diverged: nothing to compare``
+    (``detail``: the report's, ``twin.twin_view``) or only ``diverged: final state differs``
+    (the junit property ``elastic_twin``, ``pytest_elastic._ci.twin_verdict``)."""
+    if golden is None:
+        return NOT_COMPARED
+    if not golden.get("diverged"):
+        return "same"
+    first = golden.get("first")
+    if first and len(first) >= 4:  # (rank, step, got, expected), as ``twin.Divergence`` reads it
+        return f"diverged at rank {int(first[0])} step {int(first[1])}"
+    if not detail:
+        return "diverged: final state differs"
+    mismatch = golden.get("digest_mismatch")
+    return f"diverged: rank {mismatch[0]}'s final state" if mismatch else "diverged: nothing to compare"
 
 
 def sum_by_key(dicts: Iterable[dict[str, float]]) -> dict[str, float]:

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.sim.truth.golden import HINT, record_of, same_loss
+from pytest_elastic.report.stats import NOT_COMPARED, job_twin_verdict
 
 __all__ = ["Attempt", "Resume", "RankCurves", "Divergence", "DigestRow", "TwinView", "twin_view", "twin_summary",
            "combine_verdicts", "relative_difference", "tolerance_text", "MAX_RANKS", "NOT_COMPARED"]
 
 #: ranks drawn on the page (the divergent rank always is); the others are named, not drawn
 MAX_RANKS = 8
-#: the index's verdict for a test none of whose jobs ran a twin
-NOT_COMPARED = "not compared"
 
 Point = tuple[int, float]  # (step, loss)
 
@@ -200,21 +199,19 @@ def _digest_rows(golden: Mapping[str, Any]) -> list[DigestRow]:
     return rows
 
 
-def _headline(golden: Mapping[str, Any], first: Divergence | None, tolerance: str) -> tuple[str, str]:
-    """(the index's verdict, the page's headline)."""
+def _headline(golden: Mapping[str, Any], first: Divergence | None, tolerance: str) -> str:
+    """The page's first line about the twin (its verdict in a phrase: ``stats.job_twin_verdict``)."""
     compared = int(golden.get("steps_compared") or 0)
     if not golden.get("diverged"):
-        return "same", (f"same as its fault-free twin: {compared} (rank, step) losses compared, "
-                        f"{tolerance if tolerance == 'bitwise' else 'with ' + tolerance}")
+        return (f"same as its fault-free twin: {compared} (rank, step) losses compared, "
+                f"{tolerance if tolerance == 'bitwise' else 'with ' + tolerance}")
     if first is not None:
-        return (f"diverged at rank {first.rank} step {first.step}",
-                f"diverged from its fault-free twin at {first.text()}, compared {tolerance}")
+        return f"diverged from its fault-free twin at {first.text()}, compared {tolerance}"
     mismatch = golden.get("digest_mismatch")
     if mismatch:
-        return (f"diverged: rank {mismatch[0]}'s final state",
-                f"every one of {compared} (rank, step) losses matched its fault-free twin's, but rank "
+        return (f"every one of {compared} (rank, step) losses matched its fault-free twin's, but rank "
                 f"{mismatch[0]}'s final state differs (digest {str(mismatch[1])[:12]}… vs {str(mismatch[2])[:12]}…)")
-    return "diverged: nothing to compare", f"not the same as its fault-free twin: {golden.get('note') or 'no losses'}"
+    return f"not the same as its fault-free twin: {golden.get('note') or 'no losses'}"
 
 
 def twin_view(events: Iterable[Mapping[str, Any]], test_passed: bool | None = None,
@@ -232,7 +229,7 @@ def twin_view(events: Iterable[Mapping[str, Any]], test_passed: bool | None = No
     note = str(golden.get("note") or "")
     tolerance, why = tolerance_text(rtol, changed, note)
     first = _first(golden)
-    verdict, headline = _headline(golden, first, tolerance)
+    verdict, headline = job_twin_verdict(golden), _headline(golden, first, tolerance)
     diverged = bool(golden.get("diverged"))
     twin: dict[int, list[Point]] = {}
     for rank, step, loss in golden.get("twin_losses") or []:

@@ -15,6 +15,7 @@ import math
 from collections.abc import Iterable
 
 from harness.sim.truth.golden import EVENT_POINTS
+from pytest_elastic.report.legend import legend, shape_item, swatch_item
 from pytest_elastic.report.twin import Attempt, Divergence, RankCurves, Resume, TwinView
 
 __all__ = ["render_twin", "TWIN_CSS", "ATTEMPT_COLOURS"]
@@ -207,20 +208,20 @@ def _short(value: float | None) -> str:
 
 def _legend(view: TwinView) -> str:
     attempts = max((len(r.attempts) for r in view.ranks), default=0)
-    items = ['<span><i class="sw" style="background:#9aa5b1;opacity:.6;height:6px"></i>the fault-free twin</span>']
-    items += [f'<span><i class="sw" style="background:{_colour(i)};height:3px"></i>'
-              f'this run, {"first attempt" if i == 0 else f"attempt {i} (a later worker process)"}</span>'
+    items = [swatch_item("background:#9aa5b1;opacity:.6;height:6px", "the fault-free twin")]
+    items += [swatch_item(f"background:{_colour(i)};height:3px",
+                          f'this run, {"first attempt" if i == 0 else f"attempt {i} (a later worker process)"}')
               for i in range(max(attempts, 1))]
     if any(r.resumes for r in view.ranks):
-        items += ['<span><svg width="12" height="10"><line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" '
-                  'stroke-dasharray="3 2"/></svg>an attempt resumed here</span>',
-                  '<span><i class="sw" style="background:#6c63ff;opacity:.15"></i>steps it redid</span>']
+        items += [shape_item('<line x1="6" x2="6" y1="0" y2="10" stroke="#6c63ff" stroke-dasharray="3 2"/>',
+                             "an attempt resumed here"),
+                  swatch_item("background:#6c63ff;opacity:.15", "steps it redid")]
     if view.diverged:
-        items += ['<span><svg width="12" height="10"><line x1="6" x2="6" y1="3" y2="10" stroke="#d62f2f" '
-                  'stroke-width="2"/></svg>loss differs from the twin\'s</span>',
-                  '<span><svg width="12" height="10"><circle cx="6" cy="5" r="4" fill="#d62f2f"/></svg>'
-                  'first divergence: this run (filled), the twin (ring)</span>']
-    return f'<div class="legend twin-legend">{"".join(items)}</div>'
+        items += [shape_item('<line x1="6" x2="6" y1="3" y2="10" stroke="#d62f2f" stroke-width="2"/>',
+                             "loss differs from the twin's"),
+                  shape_item('<circle cx="6" cy="5" r="4" fill="#d62f2f"/>',
+                             "first divergence: this run (filled), the twin (ring)")]
+    return legend(items, "legend twin-legend")
 
 
 def _digest_table(view: TwinView) -> str:
