@@ -51,11 +51,11 @@ from harness.sim.truth.timeline import HARNESS, Timeline
 from harness.states import WorkerState
 
 if TYPE_CHECKING:
-    from harness.sim.cluster import Cluster
     from harness.sim.faults.target import LastingFaults
     from harness.sim.nodes.rendezvous_store import StoreHandle
     from harness.sim.truth.golden import GoldenDiff
     from harness.sim.truth.training import Goodput
+    from harness.sim.views import LaunchingCluster
 
 __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 
@@ -63,8 +63,8 @@ __all__ = ["Job", "JobResult", "NodeProcess", "FaultError", "fifos_under"]
 class Job:
     """A running job: its nodes, its faults, its waits, its verdicts and its end (module doc)."""
 
-    def __init__(self, cluster: Cluster, entrypoint: Callable[..., Any] | str, args: list[Any], module: bool):
-        self.cluster: Cluster = cluster
+    def __init__(self, cluster: LaunchingCluster, entrypoint: Callable[..., Any] | str, args: list[Any], module: bool):
+        self.cluster: LaunchingCluster = cluster
         self.entrypoint = entrypoint
         self.args = args
         self.module = module

@@ -18,23 +18,104 @@ scheduled faults ask) is read here from the timeline too.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from harness.errors import ElasticError
 from harness.sim.errors import FaultError, FaultNotFired, JobHung
 from harness.sim.truth.hangs import GRACE_S, Hang, describe_workers, find_hang, teardown_hint
+from harness.sim.truth.subject import Configured, StackedJob
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.bus import EventBus
     from harness.sim.truth.job_result import JobResult
 
-__all__ = ["first_healthy_time", "in_state", "wait_for_end", "wait_for_recovery", "wait_for_state"]
+__all__ = ["WaitedJob", "first_healthy_time", "in_state", "wait_for_end", "wait_for_recovery", "wait_for_state"]
 
 
-def _until(job: Job, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
+# -- what a wait needs of the job (``harness.sim.job.Job`` is the implementation) -------------
+
+
+class _Described(Protocol):
+    """A scheduled fault as a wait names it (``ScheduledFault``)."""
+
+    def describe(self) -> str: ...
+
+
+class _Faults(Protocol):
+    """The job's scheduler as a wait asks it (``FaultScheduler``)."""
+
+    def pending(self) -> Sequence[_Described]: ...
+
+    def failures(self) -> Sequence[tuple[_Described, str]]: ...
+
+    def never_fired(self) -> Sequence[tuple[_Described, str]]: ...
+
+
+class _Orders(Protocol):
+    """The process part as the end of a wait asks it (``ProcessFaults``)."""
+
+    def unobeyed(self) -> list[tuple[str, str]]: ...
+
+
+class _Live(Protocol):
+    """A node's handle as a wait asks it (``NodeProcess``)."""
+
+    def alive(self) -> bool: ...
+
+
+class _Frozen(Protocol):
+    """The node ledger as a wait asks it (``NodeLedger``)."""
+
+    @property
+    def frozen(self) -> Collection[int]:
+        """The nodes the harness stopped (they never end on their own)."""
+        ...
+
+
+class WaitedJob(StackedJob, Protocol):
+    """The job as a wait sees it: its bus, its timeline, its nodes and their workers, its
+    scheduler's faults, its result; what ``stacks.job_workers`` reads too (a hang's report)."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def stacks_dir(self) -> str: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    @property
+    def cluster(self) -> Configured: ...
+
+    @property
+    def nodes(self) -> Mapping[int, _Live]: ...
+
+    @property
+    def ledger(self) -> _Frozen: ...
+
+    @property
+    def scheduler(self) -> _Faults: ...
+
+    @property
+    def processes(self) -> _Orders: ...
+
+    @property
+    def chaos_schedule(self) -> Sequence[object]:
+        """Chaos's faults (known by identity: they may never fire)."""
+        ...
+
+    def node(self, node: int) -> object:
+        """Node ``node``'s handle; ``ConfigError`` naming the valid nodes if it has none."""
+        ...
+
+    def result(self) -> JobResult: ...
+
+
+def _until(job: WaitedJob, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
     """Sleep on the bus until ``predicate()`` or a fault failure (raised); False on timeout.
     ``lifecycle``: the predicate depends on agent exits only (wake on nothing else)."""
     done = job.bus.wait_until(lambda: bool(job.scheduler.failures()) or predicate(), timeout, lifecycle)
@@ -48,7 +129,7 @@ def _until(job: Job, predicate: Callable[[], bool], timeout: float, lifecycle: b
 # -- states ---------------------------------------------------------------------------------
 
 
-def _latest_state(job: Job, node: int) -> WorkerState | None:
+def _latest_state(job: WaitedJob, node: int) -> WorkerState | None:
     job.node(node)
     states = job.timeline.states(node)
     return states[-1] if states else None
@@ -63,7 +144,7 @@ def first_healthy_time(timeline: Timeline) -> float | None:
     return None
 
 
-def in_state(job: Job, state: WorkerState, node: int | None = None) -> bool:
+def in_state(job: WaitedJob, state: WorkerState, node: int | None = None) -> bool:
     """Is ``node`` (None: every running node) in ``state`` now, with live workers when the
     state is HEALTHY (an agent's HEALTHY outlives a worker killed a moment ago)?"""
     targets = [node] if node is not None else [i for i, n in job.nodes.items() if n.alive()]
@@ -72,7 +153,7 @@ def in_state(job: Job, state: WorkerState, node: int | None = None) -> bool:
     return state != WorkerState.HEALTHY or all(job.worker_pids(i) for i in targets)
 
 
-def wait_for_state(job: Job, state: WorkerState, timeout: float, node: int | None) -> None:
+def wait_for_state(job: WaitedJob, state: WorkerState, timeout: float, node: int | None) -> None:
     """Until ``node`` (None: every running node) is in ``state``; ``TimeoutError`` with
     every node's state and the timeline."""
     if node is not None:
@@ -83,7 +164,7 @@ def wait_for_state(job: Job, state: WorkerState, timeout: float, node: int | Non
                            f"(now {current})\n{job.timeline.format()}")
 
 
-def wait_for_recovery(job: Job, timeout: float) -> float:
+def wait_for_recovery(job: WaitedJob, timeout: float) -> float:
     """Until the last fault's recovery (its scheduled faults fired first); its latency."""
     deadline = time.monotonic() + timeout
     if not _until(job, lambda: not job.scheduler.pending(), timeout):
@@ -106,13 +187,13 @@ def wait_for_recovery(job: Job, timeout: float) -> float:
 # -- the end ----------------------------------------------------------------------------------
 
 
-def _running(job: Job) -> list[int]:
+def _running(job: WaitedJob) -> list[int]:
     """Nodes whose agents still run, the frozen ones left out (they never end on their own).
     A snapshot: the fault thread may add a node (a join) while the caller waits."""
     return [i for i, n in list(job.nodes.items()) if i not in job.ledger.frozen and n.alive()]
 
 
-def wait_for_end(job: Job, timeout: float, allow_unfired: bool) -> JobResult:
+def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResult:
     """Until every running node's agent ended (``Job.wait``); the merged result."""
     hangs: list[Hang] = []
 
@@ -136,7 +217,7 @@ def wait_for_end(job: Job, timeout: float, allow_unfired: bool) -> JobResult:
     return job.result()
 
 
-def _never_fired(job: Job) -> list[tuple[str, str]]:
+def _never_fired(job: WaitedJob) -> list[tuple[str, str]]:
     """(fault, why) of every fault of the caller's own still not fired: scheduled ones
     pending (chaos faults excepted: they may not fire), and exit-code orders no worker
     obeyed (no ``report_step`` at that step)."""
@@ -145,7 +226,7 @@ def _never_fired(job: Job) -> list[tuple[str, str]]:
     return reasons + job.processes.unobeyed()
 
 
-def _hang_report(job: Job, hang: Hang) -> str:
+def _hang_report(job: WaitedJob, hang: Hang) -> str:
     """``JobHung``'s message: the hung node, what its workers last did, their stacks."""
     import psutil
 

@@ -286,7 +286,9 @@ def test_the_checker_catches_cycles(tmp_path, monkeypatch, files, expected):
 # stands in) ties the two rooms for a reader. Those are pinned in ``TYPE_ONLY_BACK``, each
 # with why; a new one fails, and one that is gone must leave the list. A part, a trigger or a
 # helper typed against a protocol of its own room (``FaultTarget``, ``ScheduledJob``,
-# ``FinishedNode``) needs none.
+# ``FinishedNode``; the job's helpers: ``truth.subject``'s ``StackedJob`` and ``JudgedJob``,
+# ``nodes.start.StartingJob``, ``waits.WaitedJob``; the job's own ``LaunchingCluster``) needs
+# none: below ``job.py`` and ``cluster.py``, no module of ``harness.sim`` imports either.
 
 #: floors: packages whose loose modules are each a room (their sub-packages are rooms too)
 FLOORS = ("harness", "harness.sim")
@@ -299,13 +301,6 @@ TYPE_ONLY_BACK = {
     ("harness.sim.faults.target", "harness.sim.nodes.pool"): "FaultTarget.cluster.pool: a storage server",
     ("harness.sim.faults.target", "harness.sim.nodes.process"): "FaultTarget.nodes: the node handles",
     ("harness.sim.faults.target", "harness.sim.nodes.rendezvous_store"): "FaultTarget.store: the store's host",
-    # the face and the modules it hands its acts to (each takes the face)
-    ("harness.sim.job", "harness.sim.cluster"): "Job.cluster: the cluster that launched it",
-    ("harness.sim.nodes.start", "harness.sim.job"): "a node is started for its job (settings, dirs, store)",
-    ("harness.sim.truth.stacks", "harness.sim.job"): "the stacks of a job's live workers",
-    ("harness.sim.truth.twin", "harness.sim.job"): "the twin of a job: its script, args and shape",
-    ("harness.sim.truth.verdicts", "harness.sim.job"): "Job.invariant_problems and compare_golden hand over here",
-    ("harness.sim.waits", "harness.sim.job"): "Job.wait and its kin hand over here",
 }
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ERROR_FILE_ENV
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
@@ -28,12 +28,16 @@ from harness.sim.nodes.main import WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess
 from harness.sim.nodes.process import start_node as start_agent_process
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
+from harness.sim.truth.subject import Launched
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.bus import EventBus
+    from harness.sim.config import ClusterConfig
+    from harness.sim.nodes.pool import WarmPool
     from harness.sim.nodes.rendezvous_store import StoreHandle
 
-__all__ = ["NODE_DISK_ENV", "SHARED_DIR_ENV", "WORKER_NICE", "agent_log", "rendezvous_settings", "start_agent"]
+__all__ = ["NODE_DISK_ENV", "SHARED_DIR_ENV", "WORKER_NICE", "NodesCluster", "StartingJob", "agent_log",
+           "rendezvous_settings", "start_agent"]
 
 SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
 NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
@@ -42,7 +46,100 @@ WORKER_NICE = 10
 AGENT_LOG = "agent.log"  # in the node's directory: the agent's stdout and stderr
 
 
-def rendezvous_settings(job: Job) -> tuple[dict[str, Any], StoreHandle | None]:
+# -- what starting a node needs of its job (``harness.sim.job.Job`` is the implementation) ----
+
+
+class NodesCluster(Protocol):
+    """The job's cluster as a node's start sees it (``harness.sim.cluster.Cluster``)."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+    @property
+    def pool(self) -> WarmPool:
+        """The warm pool (its node server forks the agent)."""
+        ...
+
+    def new_node_label(self, index: int) -> str: ...
+
+    def gpus_for(self, node: int) -> tuple[str, ...]: ...
+
+    def zygote_env(self) -> dict[str, str]: ...
+
+
+class _Hosts(Protocol):
+    """The job's network as a node's start sees it (``harness.sim.net.Network``)."""
+
+    @property
+    def nnodes(self) -> int: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    def add_node(self) -> int: ...
+
+    def address(self, node: int) -> str: ...
+
+    def namespace_path(self, node: int) -> str | None: ...
+
+
+class _Disks(Protocol):
+    """The job's storage part as a node's start sees it (``StorageFaults``)."""
+
+    def add_node(self, node: int) -> None: ...
+
+    def ready(self) -> None: ...
+
+    def disk_of(self, node: int) -> str: ...
+
+    def tmp_of(self, node: int) -> str: ...
+
+
+class _Cgroups(Protocol):
+    """The job's resource part as a node's start sees it (``ResourceFaults``)."""
+
+    def node_env(self, node: int) -> dict[str, str]: ...
+
+
+class StartingJob(Launched, Protocol):
+    """The job as a node's start sees it: what it runs (``Launched``), its directories and
+    event file, its cluster, network, disks and cgroups, and the nodes it has."""
+
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def events_path(self) -> str: ...
+
+    @property
+    def orders_dir(self) -> str: ...
+
+    @property
+    def shared_dir(self) -> str: ...
+
+    @property
+    def stacks_dir(self) -> str: ...
+
+    @property
+    def nodes(self) -> Mapping[int, NodeProcess]: ...
+
+    @property
+    def cluster(self) -> NodesCluster: ...
+
+    @property
+    def net(self) -> _Hosts: ...
+
+    @property
+    def storage(self) -> _Disks: ...
+
+    @property
+    def resources(self) -> _Cgroups: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+
+def rendezvous_settings(job: StartingJob) -> tuple[dict[str, Any], StoreHandle | None]:
     """(what every node agent of ``job`` rendezvouses with, the store the harness runs for
     it: None where a one-node job's agent hosts its own). Made once, with the first node,
     inside the job's network."""
@@ -54,7 +151,7 @@ def rendezvous_settings(job: Job) -> tuple[dict[str, Any], StoreHandle | None]:
     return rendezvous_store.rendezvous_for(settings, job)
 
 
-def start_agent(job: Job, index: int, rdzv: dict[str, Any]) -> NodeProcess:
+def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProcess:
     """Start node ``index``'s agent (its disk made and served first: its workers must find
     it); its handle, not yet in ``job.nodes``."""
     from harness.launch import LaunchConfig
@@ -106,7 +203,7 @@ def agent_log(node: NodeProcess) -> str:
         return ""
 
 
-def _environment(job: Job, index: int, directory: str, gpus: tuple[str, ...]) -> dict[str, str]:
+def _environment(job: StartingJob, index: int, directory: str, gpus: tuple[str, ...]) -> dict[str, str]:
     """Node ``index``'s agent's environment: the harness's own, the cluster's ``env``, and
     what the job tells its agents and workers (a user's value wins where one may)."""
     cluster = job.cluster
@@ -134,7 +231,7 @@ def _environment(job: Job, index: int, directory: str, gpus: tuple[str, ...]) ->
     return env
 
 
-def _command(job: Job, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
+def _command(job: StartingJob, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
     """What node ``index``'s agent runs: the callable, or ``python -u [-m] entrypoint``, with
     ``{shared}`` and ``{node_disk}`` in the args filled in for this job and node."""
     def expand(arg: Any) -> Any:
@@ -148,7 +245,7 @@ def _command(job: Job, index: int) -> tuple[Callable[..., Any] | str, list[Any]]
     return sys.executable, [*head, job.entrypoint, *(expand(str(a)) for a in job.args)]
 
 
-def _free_slot(job: Job) -> int:
+def _free_slot(job: StartingJob) -> int:
     """The lowest node slot (GPU slice) no live node of ``job`` holds."""
     held = {n.slot for n in job.nodes.values() if n.alive()}
     slots = job.cluster.config.max_nodes

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 from harness.procs import STACKS_ENV
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.truth.subject import StackedJob
 
 __all__ = ["DUMP_WAIT_S", "job_workers", "worker_stacks"]
 
 DUMP_WAIT_S = 3.0
 
 
-def job_workers(job: Job, label: str = "", nodes: Iterable[int] | None = None) -> Iterator[tuple[str, int]]:
+def job_workers(job: StackedJob, label: str = "", nodes: Iterable[int] | None = None) -> Iterator[tuple[str, int]]:
     """(label, pid) of every live worker of ``job`` (of ``nodes`` only, when given)."""
     for index in sorted(job.nodes if nodes is None else nodes):
         name = job.node_name(index)

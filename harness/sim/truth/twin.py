@@ -27,7 +27,7 @@ from harness.sim.errors import TwinError
 from harness.sim.truth.golden import GoldenRecord, record_of
 
 if TYPE_CHECKING:
-    from harness.sim.job import Job
+    from harness.sim.truth.subject import JudgedJob, Traced
 
 __all__ = ["TwinError", "twin_key", "twin_record", "job_record"]
 
@@ -41,7 +41,7 @@ def _torch_version() -> str:
         return "none"
 
 
-def _entry_bytes(job: Job) -> bytes:
+def _entry_bytes(job: JudgedJob) -> bytes:
     entry = job.entrypoint
     if callable(entry):
         try:
@@ -54,7 +54,7 @@ def _entry_bytes(job: Job) -> bytes:
         return fp.read()
 
 
-def twin_key(job: Job) -> str:
+def twin_key(job: JudgedJob) -> str:
     """The cache key of ``job``'s twin (module doc)."""
     settings = job.cluster.config
     parts = {
@@ -67,12 +67,12 @@ def twin_key(job: Job) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def job_record(job: Job) -> GoldenRecord:
+def job_record(job: Traced) -> GoldenRecord:
     """What the oracle compares of a finished job: its counted losses and final digests."""
     return record_of(job.timeline.steps(), job.timeline.world_sizes())
 
 
-def twin_record(job: Job, timeout: float, cache_dir: str | None) -> tuple[GoldenRecord, bool]:
+def twin_record(job: JudgedJob, timeout: float, cache_dir: str | None) -> tuple[GoldenRecord, bool]:
     """The twin's record and whether it came from the cache."""
     key = twin_key(job)
     path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
@@ -92,7 +92,7 @@ def twin_record(job: Job, timeout: float, cache_dir: str | None) -> tuple[Golden
     return record, False
 
 
-def _run_twin(job: Job, timeout: float) -> GoldenRecord:
+def _run_twin(job: JudgedJob, timeout: float) -> GoldenRecord:
     from harness.states import WorkerState
 
     with job.cluster.fault_free_copy() as twin_cluster:

@@ -15,13 +15,13 @@ from harness.states import WorkerState
 
 if TYPE_CHECKING:
     from harness.sim.config import ClusterConfig
-    from harness.sim.job import Job
     from harness.sim.truth.golden import GoldenDiff
+    from harness.sim.truth.subject import JudgedJob
 
 __all__ = ["compare_golden", "fence_bound", "invariant_problems"]
 
 
-def invariant_problems(job: Job, finished: bool) -> list[str]:
+def invariant_problems(job: JudgedJob, finished: bool) -> list[str]:
     """The invariants ``job`` broke so far; ``finished``: judge it as a job that ended (its
     outcome, its restarts), else only what holds while it runs."""
     settings = job.cluster.config
@@ -42,7 +42,7 @@ def fence_bound(settings: ClusterConfig) -> float:
     return lease + settings.shutdown_timeout + 3.0
 
 
-def compare_golden(job: Job, rtol: float | None, timeout: float, cache_dir: str | None) -> GoldenDiff:
+def compare_golden(job: JudgedJob, rtol: float | None, timeout: float, cache_dir: str | None) -> GoldenDiff:
     """``Job.compare_golden``: ``job`` (finished) against its fault-free twin, the same
     script, args and cluster shape with no faults and no chaos (``harness.sim.truth.twin``: its
     record reused from ``cache_dir``, else the cluster's ``golden_cache``, when it holds

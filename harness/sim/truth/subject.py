@@ -1,0 +1,122 @@
+"""What the truth room needs of a job: the protocols its helpers are typed against.
+
+``stacks`` (a hang's worker stacks), ``twin`` (the fault-free twin) and ``verdicts`` (the
+invariants, the twin's comparison) each take the job; each sees it through a protocol here,
+of exactly what it reads, so that no module of this room imports ``harness.sim.job`` or
+``harness.sim.cluster`` (not even for an annotation): the room stands below the job, and the
+job's face hands its calls down (``tests/unit/test_layers.py``). ``harness.sim.job.Job`` and
+``harness.sim.cluster.Cluster`` are the implementations; mypy checks them where the job hands
+itself over. A helper that needs more of the job adds it here (and to ``Job``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from harness.events import EventWriter
+    from harness.sim.config import ClusterConfig
+    from harness.sim.truth.job_result import JobResult
+    from harness.sim.truth.timeline import Timeline
+
+__all__ = ["Configured", "JudgedCluster", "JudgedJob", "Launched", "StackedJob", "Traced", "TwinCluster", "TwinRun"]
+
+
+class Traced(Protocol):
+    """A job as far as its events go (``twin.job_record``: its losses and digests)."""
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+
+class StackedJob(Traced, Protocol):
+    """The job as ``stacks.job_workers`` sees it: its nodes, their labels, their workers."""
+
+    @property
+    def nodes(self) -> Mapping[int, object]:
+        """node index -> its handle (only the indices are read)."""
+        ...
+
+    def node_name(self, node: int) -> str:
+        """Node ``node``'s display label."""
+        ...
+
+    def worker_pids(self, node: int) -> dict[int, int]:
+        """local_rank -> pid of node ``node``'s current workers (alive)."""
+        ...
+
+
+class TwinRun(Traced, Protocol):
+    """The twin job as ``twin`` runs it: waited for, then read."""
+
+    def wait(self, timeout: float = ...) -> JobResult: ...
+
+
+class TwinCluster(Protocol):
+    """The fault-free copy of the job's cluster: it launches the twin."""
+
+    def launch(self, entrypoint: Callable[..., Any] | str, *args: Any, nodes: int | None = ...,
+               module: bool = ...) -> TwinRun: ...
+
+
+class Configured(Protocol):
+    """A cluster as far as its settings go."""
+
+    @property
+    def config(self) -> ClusterConfig: ...
+
+
+class JudgedCluster(Configured, Protocol):
+    """The job's cluster as ``verdicts`` and ``twin`` see it."""
+
+    @property
+    def golden_cache(self) -> str | None:
+        """Where twins' records are kept between runs (None: nowhere)."""
+        ...
+
+    def fault_free_copy(self) -> AbstractContextManager[TwinCluster]:
+        """A cluster of the same settings, no chaos, ``golden`` on (closed by its ``with``)."""
+        ...
+
+
+class Launched(Protocol):
+    """What a job runs: its id, its entrypoint (a script, a module or a callable) and args."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def entrypoint(self) -> Callable[..., Any] | str: ...
+
+    @property
+    def args(self) -> Sequence[Any]: ...
+
+    @property
+    def module(self) -> bool: ...
+
+
+class JudgedJob(Traced, Launched, Protocol):
+    """The job as ``verdicts`` and ``twin`` see it: what it ran, on what, and how it ended."""
+
+    @property
+    def launched_nodes(self) -> int:
+        """The nodes ``launch`` started (the twin starts as many)."""
+        ...
+
+    @property
+    def cluster(self) -> JudgedCluster: ...
+
+    @property
+    def harness_events(self) -> EventWriter:
+        """The harness's own events (the ``golden`` verdict goes there)."""
+        ...
+
+    def finished(self) -> bool:
+        """Every node agent ended on its own."""
+        ...
+
+    def result(self) -> JobResult:
+        """The nodes' results merged."""
+        ...
