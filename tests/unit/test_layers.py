@@ -302,6 +302,7 @@ TYPE_ONLY_BACK = {
     # the face and the modules it hands its acts to (each takes the face)
     ("harness.sim.job", "harness.sim.cluster"): "Job.cluster: the cluster that launched it",
     ("harness.sim.nodes.start", "harness.sim.job"): "a node is started for its job (settings, dirs, store)",
+    ("harness.sim.nodes.remote", "harness.sim.job"): "a job's nodes are placed on its hosts (settings, dirs, events)",
     ("harness.sim.truth.stacks", "harness.sim.job"): "the stacks of a job's live workers",
     ("harness.sim.truth.twin", "harness.sim.job"): "the twin of a job: its script, args and shape",
     ("harness.sim.truth.verdicts", "harness.sim.job"): "Job.invariant_problems and compare_golden hand over here",
