@@ -5,15 +5,16 @@ authors rely on (README.md); the implementation lives in the simulation layer. E
 has one name: its class here, its ``Job`` method, its scenario kind and its chaos kind
 (README.md's table; ``harness.sim.schema.FAULT_KINDS``). The errors a fault can end in
 come from here too: ``FaultError`` (a scheduled fault could not be applied; ``Job.wait``
-raises it), ``FaultNotFired`` (the job ended with it still pending) and ``TargetNotReady``
-(its target is not running now). The spec helpers (``from_spec``, ``to_spec``...) serve
+raises it), ``FaultNotFired`` (the job ended with it still pending), ``TargetNotReady``
+(its target is not running now) and ``FaultRefused`` (its node's host cannot carry it out:
+a ``ConfigError`` raised when it is scheduled). The spec helpers (``from_spec``, ``to_spec``...) serve
 the harness itself: ``harness.sim.faults``.
 """
 
 from typing import Any
 
 from harness.sim import faults as _faults
-from harness.sim.errors import FaultError, FaultNotFired, TargetNotReady
+from harness.sim.errors import FaultError, FaultNotFired, FaultRefused, TargetNotReady
 from harness.sim.faults import (
     After,
     AfterHealthy,
@@ -50,7 +51,7 @@ __all__ = [  # = harness.sim.faults.PUBLIC + the errors (tests/unit/test_exports
     "NodeFreeze", "StoreHostKill", "Partition", "Heal", "PacketLoss", "Bandwidth", "LinkDown",
     "SlowNode", "MemoryLimit", "DiskFull", "SlowIO", "IoError",
     "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize", "OnFile",
-    "ScheduledFault", "FaultError", "FaultNotFired", "TargetNotReady",
+    "ScheduledFault", "FaultError", "FaultNotFired", "TargetNotReady", "FaultRefused",
 ]
 #: internal names this module used to export: still reachable, with a DeprecationWarning
 _MOVED = ("ORDERS_ENV", "SPEC_KEYS", "to_spec", "from_spec", "fault_class")

@@ -7,8 +7,9 @@ supervisor (``_remote.run``) ends the command's process group when the pipe reac
 and the pipe reaches EOF when we close it *or when this process dies*, however it dies:
 the kernel closes its fds. So a controller killed with SIGKILL still ends its remote
 commands, with no PDEATHSIG (which would fire when the *thread* that started ssh exits,
-not the process) and no timer. Lines written to it (``signal N``) ask the supervisor to
-signal the group: faults carried out on the host.
+not the process) and no timer. Lines written to it (``signal N``, ``tree N``) ask the
+supervisor to signal the group, or every process below the command: faults carried out on
+the host.
 """
 
 from __future__ import annotations
@@ -118,6 +119,15 @@ class RemoteProcess:
             try:
                 os.write(self._lifeline, f"signal {int(sig)}\n".encode())
             except BrokenPipeError:  # the client is gone: so is the command
+                pass
+
+    def signal_tree(self, sig: int) -> None:
+        """Signal every process the command started on the host, each one whatever its
+        process group, then the command's group (a no-op once it was let go)."""
+        if self._lifeline is not None:
+            try:
+                os.write(self._lifeline, f"tree {int(sig)}\n".encode())
+            except BrokenPipeError:
                 pass
 
     def let_go(self) -> None:

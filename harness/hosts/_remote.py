@@ -20,13 +20,21 @@ connection that drops closes the channel too):
     command writes there outlives it.
 ``run GRACE WORK_DIR ARGV...``
     Runs ARGV in a session of its own (its process group), its stdin /dev/null and its
-    stdout/stderr the channel's. A stdin line ``signal N`` sends N to the group; EOF, or
+    stdout/stderr the channel's. A stdin line ``signal N`` sends N to the group, ``tree N``
+    to every descendant of ARGV's process (each one, whatever its group: an agent's
+    workers lead groups of their own) and then to the group; EOF, or
     the lease of WORK_DIR ending, sends SIGTERM, waits GRACE seconds, then SIGKILL. Exits
     with ARGV's status (128+N when a signal N killed it, as a shell says). The group is
     swept with SIGKILL before ARGV is reaped, so nothing it started outlives it (an
     unreaped leader pins the group id, so the sweep cannot hit a stranger). It holds a
     shared lock on WORK_DIR's ``.running`` until then, and does not start ARGV at all
     when the lease has ended already.
+``put PATH``
+    Writes its stdin, to EOF, to the new file PATH (mode 0600, made with ``O_EXCL``: never
+    over another file; its missing dirs made 0700). For what must reach the host without
+    being on a command line (a secret) or in a form it would have to unpickle (a node's
+    JSON spec). The controller puts files in the connection's work dir only, so they go
+    with it.
 
 Locks, not pids, tie the sessions of one connection together: the kernel drops a
 ``flock`` when its holder dies however it dies, and a lock names no process, so nothing
@@ -190,6 +198,38 @@ def _end(pid: int, grace: float) -> None:
         threading.Timer(grace, _signal_group, (pid, signal.SIGKILL)).start()
 
 
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` now (one pass over /proc), parents before children."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    """``sig`` to every descendant of the command, then to its group (before the reap:
+    its pid, and so its descendants' parent links, cannot be reused meanwhile)."""
+    if _reaped.is_set():
+        return
+    for child in _descendants(pid):
+        try:
+            os.kill(child, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    _signal_group(pid, sig)
+
+
 def _watch_stdin(pid: int, grace: float) -> None:
     """Signals asked for on stdin; at EOF, the end."""
     pending = b""
@@ -206,6 +246,8 @@ def _watch_stdin(pid: int, grace: float) -> None:
             words = line.split()
             if len(words) == 2 and words[0] == b"signal" and words[1].isdigit():
                 _signal_group(pid, int(words[1]))
+            elif len(words) == 2 and words[0] == b"tree" and words[1].isdigit():
+                _signal_tree(pid, int(words[1]))
     _end(pid, grace)
 
 
@@ -261,13 +303,32 @@ def run(grace: float, work_dir: str, argv: list[str]) -> int:
     return code if code >= 0 else 128 - code
 
 
+def put(path: str) -> int:
+    """Stdin to the new file ``path`` (0600, exclusive); its missing dirs made 0700."""
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        sys.stderr.write(f"cannot write {path}: {e.strerror or e}\n")
+        return 1
+    with os.fdopen(fd, "wb") as out:
+        while True:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                break
+            out.write(chunk)
+    return 0
+
+
 def main(args: list[str]) -> int:
     if args[:1] == ["lease"] and len(args) in (2, 3):
         lease(float(args[1]), args[2] if len(args) > 2 else None)
         return 0
     if args[:1] == ["run"] and len(args) >= 4:
         return run(float(args[1]), args[2], args[3:])
-    sys.stderr.write("usage: lease LOST_AFTER [BASE] | run GRACE WORK_DIR ARGV...\n")
+    if args[:1] == ["put"] and len(args) == 2:
+        return put(args[1])
+    sys.stderr.write("usage: lease LOST_AFTER [BASE] | run GRACE WORK_DIR ARGV... | put PATH\n")
     return 2
 
 

@@ -291,6 +291,56 @@ class SshHost:
                                    code, out, err)
         return CommandResult(self.spec.label, tuple(argv), code, out, err)
 
+    def put(self, relative: str, data: bytes, *, timeout: float = 30.0) -> str:
+        """Write ``data`` to the new file ``relative`` (to the work dir) on the host, mode
+        0600, its missing dirs made; its path there. The bytes travel on the channel's
+        stdin, never on a command line (every user of the host can read those): a secret
+        may go this way. The file goes with the work dir."""
+        work_dir = self._require_open().work_dir
+        parts = relative.split("/")
+        if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"relative={relative!r} must be a plain relative path inside the work dir")
+        path = f"{work_dir}/{relative}"
+        argv = self._argv(self._client_options(), self._python(["put", path], bare=True))
+        try:
+            done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostTimeout(f"host {self.spec.label}: writing {path} did not finish within {timeout:g} s") from None
+        err = done.stderr.decode(errors="replace")
+        if done.returncode == SSH_FAILED:
+            raise self._client_failure(err, f"writing {path}")
+        if done.returncode != 0:
+            raise HostCommandError(f"host {self.spec.label}: writing {path} exited {done.returncode}: "
+                                   f"{last_line(err)}", done.returncode, "", err)
+        return path
+
+    def forward_remote(self, local_socket: str, *, timeout: float = 30.0) -> int:
+        """Forward a port on the host's loopback, picked there, over this connection to the
+        Unix socket ``local_socket`` on this machine (``ssh -O forward -R 127.0.0.1:0:PATH``
+        to the master); that port. A process on the host reaches what listens at
+        ``local_socket`` at ``127.0.0.1:PORT``; it ends with the connection. The host's
+        sshd must allow it (``AllowTcpForwarding yes`` or ``remote``, its default ``yes``).
+        A Unix socket, not a TCP address, on our side: ssh connects to it from wherever
+        it runs (another network namespace too), and only this machine's users can."""
+        self._require_open()
+        if not self.multiplex:
+            raise HostError(f"host {self.spec.label}: forward_remote() needs the multiplexed connection")
+        config = ["-F", self.ssh_config] if self.ssh_config is not None else []
+        argv = [*self.ssh_command, *config, "-o", f"ControlPath={self._socket()}", "-o", "LogLevel=ERROR",
+                "-O", "forward", "-R", f"127.0.0.1:0:{local_socket}", "-p", str(self.spec.port),
+                "-l", self.spec.user, "--", self.spec.address]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostTimeout(f"host {self.spec.label}: the port forward to {local_socket} not set up "
+                              f"within {timeout:g} s") from None
+        words = done.stdout.split()
+        if done.returncode != 0 or len(words) != 1 or not words[0].isdigit():
+            raise HostError(f"host {self.spec.label}: cannot forward a port there to {local_socket} "
+                            f"(ssh -O forward exited {done.returncode}: {last_line(done.stderr or done.stdout)}); "
+                            "the host's sshd must allow it: AllowTcpForwarding yes (or remote)")
+        return int(words[0])
+
     def ping(self, timeout: float = 10.0) -> ClockSample:
         """One clock sample over the lease (``measure_offset(host)`` takes several)."""
         self._require_open()

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 __all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
-           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE", "SIZE"]
+           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE", "SIZE", "HOSTS",
+           "PLACEMENT"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,17 @@ RATE = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v[:1].i
              'must be a rate like "1mbit", "500kbit" or bits per second (an int > 0)')
 SIZE = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v[:1].isdigit()),
              'must be a size like "300M", "1G" or a number of bytes')
+
+
+def _is_host(value: Any) -> bool:
+    """A host as written: its URL, or a ``harness.hosts.HostSpec`` (known by its fields:
+    this module imports no harness package)."""
+    if isinstance(value, str):
+        return value.startswith("ssh://")
+    return all(hasattr(value, name) for name in ("address", "user", "port", "label"))
+
+
+HOSTS = Check(lambda v: isinstance(v, (list, tuple)) and bool(v) and all(_is_host(x) for x in v),
+              'must be a non-empty list of hosts: "ssh://user@address[:port]" or harness.hosts.HostSpec')
+PLACEMENT = Check(lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x >= 0 for x in v),
+                  "must be a list of host indexes (ints >= 0), one per node")

@@ -3,7 +3,9 @@
 Each node is a real agent process (``python -m harness.sim.nodes.main``) in its own process
 group, with its own loopback address (127.0.0.<n>), temp dir and readable name, and its
 own workers. Workers are forked from a zygote (``WarmPool``): the cluster's own, or one
-the caller shares across clusters so the second cluster costs no torch import.
+the caller shares across clusters so the second cluster costs no torch import. With
+``hosts=[...]`` each node's agent runs on a host over SSH instead (``harness.sim.nodes.remote``;
+docs/hosts.md), a script or module only.
 
 Ownership is explicit: everything the cluster starts (node agents, workers, the store
 server or etcd, its private pool, temp dirs, FIFOs) ends with ``close()`` (or the end of
@@ -18,7 +20,7 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, ElasticError
@@ -58,7 +60,8 @@ class Cluster:
                  store_host: str = "harness", seed: int = 0, exit_barrier_timeout: float = 30.0,
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
                  pool: WarmPool | None = None, network: str = "auto", golden: bool = False,
-                 golden_rtol: float = 0.0):
+                 golden_rtol: float = 0.0, hosts: Sequence[Any] | None = None,
+                 placement: Sequence[int] | None = None):
         settings = {name: value for name, value in locals().items() if name not in ("self", "pool")}
         self._open(ClusterConfig(**settings), pool)  # the config checks each keyword, named as written
 
@@ -113,12 +116,16 @@ class Cluster:
                               f"must be in 1..{config.max_nodes} (nnodes={config.min_nodes}:{config.max_nodes})")
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
+        if config.remote and not isinstance(entrypoint, str):
+            raise ConfigError("entrypoint", entrypoint, "must be a script path or a module (module=True) with "
+                              "hosts: a node on a host gets its entrypoint as JSON, never a pickled callable")
         job = Job(self, entrypoint, list(args), module)
         job.launched_nodes = count
         self.jobs.append(job)
-        if config.start_method == "zygote":
-            self.pool.start()  # its torch import overlaps the store's start
-        self.pool.node_server()  # so does the node fork server's runtime import
+        if not config.remote:  # a node on a host forks its workers there (the agent's own zygote)
+            if config.start_method == "zygote":
+                self.pool.start()  # its torch import overlaps the store's start
+            self.pool.node_server()  # so does the node fork server's runtime import
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):

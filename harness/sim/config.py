@@ -10,8 +10,9 @@ object a cluster shares or owns, never a setting (``Cluster.from_config(config, 
 What the config holds is what was asked: ``network="auto"`` stays ``"auto"`` (the cluster
 resolves it on its machine: ``Cluster.network``); ``env`` and ``rdzv_conf`` are read-only
 copies (``types.MappingProxyType``: ``{**config.env}`` and ``.get()`` work as on a dict;
-None becomes empty), ``gpus`` a tuple when ids are given; ``min_nodes``/``max_nodes`` are
-derived from ``nnodes``.
+None becomes empty), ``gpus`` a tuple when ids are given; ``hosts`` a tuple of
+``harness.hosts.HostSpec`` (a URL given is parsed: one ``ConfigError`` line naming it) and
+``placement`` a tuple; ``min_nodes``/``max_nodes`` are derived from ``nnodes``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import ConfigError
 from harness.sim.schema import CLUSTER_OPTIONS, check_cluster_keywords
 
 if TYPE_CHECKING:
@@ -70,6 +72,10 @@ class ClusterConfig:
     network: str = _default("network")
     golden: bool = _default("golden")
     golden_rtol: float = _default("golden_rtol")
+    #: the hosts nodes run on, each a ``harness.hosts.HostSpec`` (a URL given is parsed); None: this machine
+    hosts: Sequence[Any] | None = _default("hosts")
+    #: node i's host index (None: round robin over ``hosts``)
+    placement: Sequence[int] | None = _default("placement")
     #: from ``nnodes``: the fewest and most nodes of a job
     min_nodes: int = field(init=False, repr=False, compare=False)
     max_nodes: int = field(init=False, repr=False, compare=False)
@@ -84,9 +90,58 @@ class ClusterConfig:
                   "rdzv_conf": MappingProxyType(dict(self.rdzv_conf or {}))}
         if isinstance(self.gpus, list):
             frozen["gpus"] = tuple(self.gpus)
+        if self.hosts is not None:
+            frozen["hosts"] = specs = _host_specs(self.hosts)
+            frozen["placement"] = _placement(specs, self.placement, high, self.store_host, self.rdzv_backend)
+        elif self.placement is not None:
+            raise ConfigError("placement", self.placement, "places nodes on hosts: give hosts= too",
+                              "Cluster(placement=...)")
         for name, value in frozen.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
+
+    @property
+    def remote(self) -> bool:
+        """Whether the nodes run on hosts (``hosts`` given)."""
+        return self.hosts is not None
 
     def keywords(self) -> dict[str, Any]:
         """The settings as ``Cluster`` keywords (``Cluster(**config.keywords(), pool=...)``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+
+def _host_specs(hosts: Sequence[Any]) -> tuple[Any, ...]:
+    """Each host as a ``HostSpec`` (``parse_host`` for a URL: one ``ConfigError`` line naming it)."""
+    from harness.hosts import HostSpec, parse_host
+
+    specs = []
+    for index, host in enumerate(hosts):
+        if isinstance(host, str):
+            host = parse_host(host, source=f"Cluster(hosts=...)[{index}]")  # one line naming the field
+        elif not isinstance(host, HostSpec):
+            raise ConfigError(f"hosts[{index}]", host, "must be a harness.hosts.HostSpec or an ssh:// URL",
+                              "Cluster(hosts=...)")
+        specs.append(host)
+    return tuple(specs)
+
+
+def _placement(hosts: tuple[Any, ...], placement: Sequence[int] | None, nodes: int, store_host: str,
+               backend: str) -> tuple[int, ...] | None:
+    """``placement`` checked against the hosts and the job's most nodes; what this slice of
+    issue 29 does not do yet (another store, a node here beside nodes on hosts) is refused
+    here, in one line."""
+    from harness.hosts import place
+
+    where = "Cluster(placement=...)"
+    if store_host != "harness" or backend != "c10d":
+        raise ConfigError("store_host" if store_host != "harness" else "rdzv_backend",
+                          store_host if store_host != "harness" else backend,
+                          "must be 'harness' and 'c10d' with hosts (the store the harness runs, reached "
+                          "through each host's connection; docs/hosts.md)", "Cluster(hosts=...)")
+    if placement is None:
+        return None
+    for node, index in enumerate(placement):  # the schema took ints >= 0 (a node here beside hosts: not yet)
+        if index >= len(hosts):
+            raise ConfigError(f"placement[{node}]", index, f"must be a host index in [0, {len(hosts) - 1}] "
+                              f"({len(hosts)} hosts)", where)
+    place(nodes, hosts, placement, where)  # one index per node
+    return tuple(placement)

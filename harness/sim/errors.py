@@ -15,8 +15,8 @@ from typing import Protocol
 
 from harness.errors import ConfigError, ElasticError
 
-__all__ = ["ClusterLeakError", "FaultError", "FaultNotFired", "InvariantViolation", "JobHung", "NetworkError",
-           "NetworkUnavailable", "TargetNotReady", "TwinError"]
+__all__ = ["ClusterLeakError", "FaultError", "FaultNotFired", "FaultRefused", "InvariantViolation", "JobHung",
+           "NetworkError", "NetworkUnavailable", "TargetNotReady", "TwinError"]
 
 
 class ClusterLeakError(ElasticError):
@@ -68,6 +68,14 @@ class TargetNotReady(FaultError):
     def __init__(self, name: str, value: object, constraint: str):
         self.name, self.value, self.constraint = name, value, constraint
         super().__init__(f"{name}={value!r} {constraint}")
+
+
+class FaultRefused(ConfigError):
+    """A fault the host of its node cannot carry out, refused when it is scheduled
+    (``inject()``): one line naming the fault, the host and what it lacks."""
+
+    def __init__(self, fault: str, why: str):
+        super().__init__("fault", fault, f"is refused: {why}")
 
 
 class TwinError(ElasticError):

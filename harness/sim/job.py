@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.events import EventWriter
-from harness.procs import STACKS_ENV, is_same_process
+from harness.procs import STACKS_ENV
 from harness.sim import waits
 from harness.sim.bus import EventBus
 from harness.sim.errors import FaultError
@@ -39,6 +39,7 @@ from harness.sim.net.faults import NetworkFaults
 from harness.sim.nodes.faults import ProcessFaults
 from harness.sim.nodes.ledger import NodeLedger
 from harness.sim.nodes.process import NodeProcess
+from harness.sim.nodes.remote import RemoteNodes
 from harness.sim.nodes.start import agent_log, rendezvous_settings, start_agent
 from harness.sim.nodes.teardown import fifos_under, kill_all, survivors
 from harness.sim.resources import ResourceFaults
@@ -103,19 +104,21 @@ class Job:
         self.resources = ResourceFaults(self)  # the nodes' cgroups
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
+        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
 
     # -- nodes ---------------------------------------------------------------------------
 
     def start_node(self) -> int:
         """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
-        if self.net is None:  # every node slot's host at once: joins find theirs ready
-            self.net = Network(self.cluster.config.max_nodes, mode=self.cluster.network)
+        if self.net is None:  # every node slot's host at once (on hosts: the store's, on loopback)
+            self.net = Network(self.cluster.config.max_nodes, mode="loopback" if self.remote else self.cluster.network)
         if self._rdzv is None:  # the store lives in the network: after it
             self._rdzv, self.store = rendezvous_settings(self)
-        node = start_agent(self, len(self.nodes), self._rdzv)
+        index = len(self.nodes)
+        node = self.remote.start(index, self._rdzv) if self.remote else start_agent(self, index, self._rdzv)
         self.nodes[node.index] = node
         self.harness_events.emit("node_start", target_node=node.index, label=node.name, pid=node.pid,
-                                 addr=node.addr, slot=node.slot)
+                                 addr=node.addr, slot=node.slot, **node.placed())
         self.ledger.watch(node.index)
         return node.index
 
@@ -136,8 +139,8 @@ class Job:
         return self.storage.disk_of(node)
 
     def node_address(self, node: int) -> str:
-        """Node ``node``'s IP address (inside 198.18.0.0/15 with ``network="netns"``)."""
-        return self.network.address(node)
+        """Node ``node``'s IP address (inside 198.18.0.0/15 with ``network="netns"``; its host's on one)."""
+        return self.remote.address(node) if self.remote else self.network.address(node)
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """The ``CUDA_VISIBLE_DEVICES`` ids node ``node`` was given (empty without GPUs)."""
@@ -157,8 +160,7 @@ class Job:
 
     def worker_pids(self, node: int) -> dict[int, int]:
         """local_rank -> pid of the node's current workers (alive, same process as started)."""
-        return {rank: s["worker_pid"] for rank, s in self.worker_starts(node).items()
-                if is_same_process(s["worker_pid"], s.get("start_time"))}
+        return self.node(node).live_workers(self.worker_starts(node))
 
     # -- faults: the README's are the parts' own methods, handed on (one line per public row) --
 
@@ -207,8 +209,8 @@ class Job:
 
     def schedule(self, entries: list[ScheduledFault]) -> None:
         """Arm a list of scheduled faults, fired in the background when due: all, or none
-        (``ConfigError`` for one naming a node or rank this job can never have). One that
-        cannot be applied makes the waits raise ``FaultError``; one never fired, ``wait``."""
+        (``ConfigError`` for one naming a node or rank this job can never have, or a host cannot
+        do). One that cannot be applied makes the waits raise ``FaultError``; one never fired, ``wait``."""
         self.scheduler.schedule(entries)
 
     def pending_faults(self) -> list[ScheduledFault]:
@@ -291,7 +293,7 @@ class Job:
             self.store = None
         if self.net is not None:  # a live process pins a namespace
             self.net.close()
-        leftovers = self.resources.close()
+        leftovers = self.resources.close() + (self.remote.close() if self.remote else [])  # the hosts' too
         return survivors(alive) + leftovers
 
     def __repr__(self) -> str:

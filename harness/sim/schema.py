@@ -78,8 +78,10 @@ from harness.sim.checks import (
     ARGS,
     BOOL,
     GPUS,
+    HOSTS,
     NNODES,
     PEERS,
+    PLACEMENT,
     PROBABILITY,
     RATE,
     SIZE,
@@ -189,6 +191,11 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
     Key("golden", False, "judge each job against its fault-free twin (workers digest their final state; "
         "the plugin fails a test whose run diverges)", BOOL),
     Key("golden_rtol", 0.0, "relative tolerance of the twin comparison (0: bitwise)", number(0)),
+    Key("hosts", None, 'hosts the nodes run on, over SSH: ["ssh://user@address[:port]", ...] or '
+        "harness.hosts.HostSpec (None: every node on this machine; docs/hosts.md)", optional(HOSTS),
+        example=["ssh://ci@10.0.0.5:2222"]),
+    Key("placement", None, "node i runs on hosts[placement[i]] (None: round robin over hosts)",
+        optional(PLACEMENT), example=[0]),
 )
 
 #: cluster options the plugin provides itself, so neither the marker nor a scenario takes them

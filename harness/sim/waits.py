@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 from harness.errors import ElasticError
 from harness.sim.errors import FaultError, FaultNotFired, JobHung
 from harness.sim.truth.hangs import GRACE_S, Hang, describe_workers, find_hang, teardown_hint
-from harness.sim.truth.subject import Configured, StackedJob
+from harness.sim.truth.subject import Configured, PlacedNode, StackedJob
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
 
@@ -60,7 +60,7 @@ class _Orders(Protocol):
     def unobeyed(self) -> list[tuple[str, str]]: ...
 
 
-class _Live(Protocol):
+class _Live(PlacedNode, Protocol):
     """A node's handle as a wait asks it (``NodeProcess``)."""
 
     def alive(self) -> bool: ...

@@ -3,7 +3,8 @@
 ``SshdLab(root_dir, nhosts)`` builds a ``harness.sim.net.Network`` (a namespace per host on
 a bridge, addresses from 198.18.0.0/15; this machine's own interfaces and routes are never
 touched) and starts, per host, ``sshd -D`` inside the host's namespace with a host key and
-an authorized user key made here by ``ssh-keygen``; the only login is root with that key.
+an authorized user key made here by ``ssh-keygen``; the only login is root with that key
+(remote port forwards allowed: a job's store is reached through one).
 The client side lives in the network's store namespace: ``lab.ssh_command`` is
 ``nsenter --net=<it> ssh`` (nsenter execs, so the pid stays ssh's), and ``lab.spec(i)``
 the ``HostSpec`` to reach host i. ``close()`` ends every sshd process (listeners and their
@@ -118,7 +119,7 @@ class SshdLab:
             f"AuthorizedKeysFile {where / 'authorized_keys'}\n{methods}KbdInteractiveAuthentication no\n"
             "PermitRootLogin yes\nAllowUsers root\nUsePAM no\n"
             # StrictModes would refuse the keys under /tmp (world-writable, if sticky)
-            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding no\nLogLevel ERROR\n")
+            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding remote\nLogLevel ERROR\n")
         sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:" + os.environ.get("PATH", ""))
         assert sshd is not None
         inner = "mount -t tmpfs -o mode=0755 pe-sshd /run && mkdir -m 0755 /run/sshd && "

@@ -197,6 +197,74 @@ def test_signals_reach_the_remote_group(lab: SshdLab):
         assert survivors([background], GONE_WITHIN_S) == []
 
 
+def test_a_tree_signal_reaches_processes_that_left_the_group(lab: SshdLab):
+    """``signal_tree``: every process below the command, a child in a session of its own
+    too (an agent's workers lead their own groups), which the group signal misses."""
+    lab.start(0)
+    spec = lab.spec(0)
+    leave = "import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(1000)"
+    with lab.ssh_host(spec) as ssh:
+        proc = ssh.start(["sh", "-c", '"$0" -c "$1" & wait', spec.python, leave])
+        apart = remote_pid(proc)
+        assert os.getsid(apart) == apart  # not in the command's group: `signal N` misses it
+        proc.signal_tree(signal.SIGKILL)
+        assert survivors([apart], GONE_WITHIN_S) == []
+        proc.wait(GONE_WITHIN_S)  # the shell too (killed, or done waiting: the child went first)
+
+
+def test_put_writes_a_private_file_without_a_command_line(lab: SshdLab):
+    """``put``: the bytes travel on the channel's stdin into a new 0600 file in the work
+    dir; an existing file is never overwritten, a path out of the work dir is refused."""
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        path = ssh.put("node0/rdzv.secret", b"s3cret\n")
+        assert path == f"{ssh.work_dir}/node0/rdzv.secret"
+        assert ssh.run(["stat", "-c", "%a", path]).stdout == "600\n"
+        assert ssh.run(["stat", "-c", "%a", os.path.dirname(path)]).stdout.strip() in ("700", "755")
+        assert ssh.run(["cat", path]).stdout == "s3cret\n"
+        with pytest.raises(HostCommandError) as info:
+            ssh.put("node0/rdzv.secret", b"other")
+        assert one_line(info.value).endswith(f"writing {path} exited 1: cannot write {path}: File exists")
+        assert ssh.run(["cat", path]).stdout == "s3cret\n"
+        for bad in ("../x", "/etc/x", "a//b", "a/./b"):
+            with pytest.raises(ValueError, match="must be a plain relative path inside the work dir"):
+                ssh.put(bad, b"")
+
+
+def test_a_remote_forward_reaches_a_unix_socket_here(lab: SshdLab):
+    """``forward_remote``: a port on the host's loopback, picked there, whose connections
+    come back over the connection to a Unix socket here (how a job's hosts reach its store)."""
+    import shutil
+    import socket
+    import tempfile
+    import threading
+
+    lab.start(0)
+    short = tempfile.mkdtemp(prefix="fw")  # pytest's tmp_path under xdist passes a socket path's 107 bytes
+    path = os.path.join(short, "here.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.sendall(b"hello from here: " + conn.recv(64))
+
+    threading.Thread(target=answer, daemon=True).start()
+    spec = lab.spec(0)
+    probe = ("import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10); "
+             "s.sendall(b'host'); print(s.recv(64).decode())")
+    try:
+        with lab.ssh_host(spec) as ssh:
+            port = ssh.forward_remote(path)
+            assert 0 < port < 65536
+            assert ssh.run([spec.python, "-c", probe, str(port)]).stdout == "hello from here: host\n"
+    finally:
+        server.close()
+        shutil.rmtree(short, ignore_errors=True)
+
+
 def test_close_leaves_nothing(lab: SshdLab, two_hosts: list[SshdHost]):
     ssh = lab.ssh_host(lab.spec(0)).open()
     proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])

@@ -125,3 +125,57 @@ def test_the_schema_keys_are_the_runtime_rules():
     for rule in (MAX_RESTARTS_RULE, MONITOR_INTERVAL_RULE):
         assert keys[rule.name].check is not None
         assert (keys[rule.name].check.test, keys[rule.name].check.says) == (rule.test, rule.says)
+
+
+# -- hosts and placement (issue 29) -------------------------------------------------------
+
+
+def test_hosts_are_parsed_once_into_specs_and_placement_frozen():
+    from harness.hosts import HostSpec
+
+    spec = HostSpec(address="10.0.0.7", user="ci", python="/opt/py")
+    config = ClusterConfig(nnodes="1:3", hosts=["ssh://ci@10.0.0.5:2222", spec], placement=[1, 0, 1])
+    assert [h.label for h in config.hosts] == ["ci@10.0.0.5:2222", "ci@10.0.0.7:22"]
+    assert config.hosts[1] is spec and config.placement == (1, 0, 1)
+    assert config.remote and not ClusterConfig().remote
+    assert dataclasses.replace(config, golden=True).hosts == config.hosts  # the twin: checked again, the same
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"hosts": "ssh://ci@10.0.0.5"},
+     "hosts='ssh://ci@10.0.0.5' must be a non-empty list of hosts: \"ssh://user@address[:port]\" or "
+     "harness.hosts.HostSpec (or None) (from Cluster(hosts=...))"),
+    ({"hosts": []}, "hosts=[] must be a non-empty list of hosts: "),
+    ({"hosts": ["ci@10.0.0.5"]}, "hosts=['ci@10.0.0.5'] must be a non-empty list of hosts: "),
+    ({"hosts": ["ssh://ci@10.0.0.5:x"]},
+     "host='ssh://ci@10.0.0.5:x' must be ssh://user@address[:port] (bad port) (from Cluster(hosts=...)[0])"),
+    ({"hosts": ["ssh://10.0.0.5"]},
+     "host='ssh://10.0.0.5' must be ssh://user@address[:port] (no user) (from Cluster(hosts=...)[0])"),
+    ({"nnodes": 2, "hosts": ["ssh://ci@a", "ssh://ci@b"], "placement": [0, 2]},
+     "placement[1]=2 must be a host index in [0, 1] (2 hosts) (from Cluster(placement=...))"),
+    ({"nnodes": 2, "hosts": ["ssh://ci@a"], "placement": [0]},
+     "placement=[0] must give one host index per node: 2 nodes, 1 given (from Cluster(placement=...))"),
+    ({"nnodes": 2, "hosts": ["ssh://ci@a"], "placement": [0, None]},
+     "placement=[0, None] must be a list of host indexes (ints >= 0), one per node (or None) "
+     "(from Cluster(placement=...))"),
+    ({"placement": [0]}, "placement=[0] places nodes on hosts: give hosts= too (from Cluster(placement=...))"),
+    ({"nnodes": 2, "hosts": ["ssh://ci@a"], "store_host": "node0"},
+     "store_host='node0' must be 'harness' and 'c10d' with hosts (the store the harness runs, reached through "
+     "each host's connection; docs/hosts.md) (from Cluster(hosts=...))"),
+])
+def test_bad_hosts_or_placement_is_one_line_naming_the_keyword(keywords, message):
+    with pytest.raises(ConfigError) as info:
+        ClusterConfig(**keywords)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_only_a_script_or_a_module_runs_on_hosts():
+    """A callable would have to be pickled to the host: refused at launch, in one line,
+    before any host is reached (none is reachable here)."""
+    from harness import Cluster
+
+    with Cluster(nnodes=2, hosts=["ssh://ci@198.18.255.254"], network="loopback") as cluster:
+        with pytest.raises(ConfigError) as info:
+            cluster.launch(print)
+    assert str(info.value) == (f"entrypoint={print!r} must be a script path or a module (module=True) with hosts: "
+                               "a node on a host gets its entrypoint as JSON, never a pickled callable")

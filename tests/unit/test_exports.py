@@ -109,12 +109,14 @@ def test_the_simulations_errors_live_in_one_leaf_and_stay_where_they_were():
     from harness.sim import cluster, net
     from harness.sim.faults import scheduler
     from harness.sim.net import network
+    from harness.sim.nodes import remote
     from harness.sim.truth import hangs, invariants, twin
 
     homes = {cluster: ["ClusterLeakError"], invariants: ["InvariantViolation"], hangs: ["JobHung"],
              scheduler: ["FaultError", "FaultNotFired", "TargetNotReady"], twin: ["TwinError"],
              network: ["NetworkError", "NetworkUnavailable"], net: ["NetworkError", "NetworkUnavailable"],
-             harness.faults: ["FaultError", "FaultNotFired", "TargetNotReady"],
+             remote: ["FaultRefused"],
+             harness.faults: ["FaultError", "FaultNotFired", "TargetNotReady", "FaultRefused"],
              harness: ["ClusterLeakError", "InvariantViolation"]}
     assert sorted({name for names in homes.values() for name in names}) == sorted(errors.__all__)
     for module, names in homes.items():

@@ -84,6 +84,10 @@ class FaultMethod(Generic[P, R]):
         if job is None:
             return self._function
         bound: Callable[P, R] = getattr(getattr(job, self._part), self._kind)
+        hosts = getattr(job, "remote", None)  # nodes on hosts: what a host cannot do is refused first
+        if hosts is not None:
+            guarded: Callable[P, R] = hosts.guarded(self._kind, bound)
+            return guarded
         return bound
 
 

@@ -75,7 +75,11 @@ class FaultScheduler:
 
     def schedule(self, entries: list[ScheduledFault]) -> None:
         """Arm ``entries``: all of them, or (``ConfigError``, naming the first that names a
-        node, local rank or rank the job can never have) none."""
+        node, local rank or rank the job can never have, or that its node's host cannot
+        carry out: ``FaultRefused``) none."""
+        hosts = getattr(self._job, "remote", None)  # the job's nodes on hosts (harness.sim.nodes.remote)
+        if hosts is not None:
+            hosts.refuse(entries)
         joins = self._joins
         for entry in entries:
             joins += isinstance(entry.fault, NodeAdd)

@@ -2,7 +2,10 @@
 
 * ``start``: how a job starts one node agent (its config, command, environment);
 * ``process``: ``NodeProcess``, an agent's process as the harness holds it;
-* ``main``: the node agent's program (``python -m harness.sim.nodes.main``);
+* ``main``: the node agent's program (``python -m harness.sim.nodes.main``; ``--json SPEC``
+  on a host);
+* ``remote``: ``RemoteNodes`` (``job.remote``), a job's nodes placed on hosts over SSH
+  (``Cluster(hosts=[...])``): their agents, events, store and faults there;
 * ``forks``: ``NodeForkServer``, node agents forked from one interpreter that imported the
   runtime (``python -m harness.sim.nodes.forks``);
 * ``pool``: ``WarmPool``, the zygote, the node fork server and a standing-by filesystem

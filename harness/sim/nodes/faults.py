@@ -23,6 +23,7 @@ from harness.procs import signal_process_group
 from harness.sim.errors import TargetNotReady
 from harness.sim.faults import write_exit_order
 from harness.sim.faults.target import record_fault
+from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
@@ -111,7 +112,10 @@ class ProcessFaults:
         agent = self._live_node(node)
         self._target.ledger.harm(node, "kill_agent")
         record_fault(self._target, "kill_agent", target_node=node)
-        _kill(agent.pid, signal.SIGKILL)
+        if isinstance(agent, RemoteNodeProcess):  # the agent's group, on its host
+            signal_remote_node(agent, signal.SIGKILL, workers=False)
+        else:
+            _kill(agent.pid, signal.SIGKILL)
         self._target.ledger.await_exit(node)
 
     def kill_node(self, node: int, lose_unsynced: bool = False, torn: bool = False) -> None:
@@ -134,7 +138,10 @@ class ProcessFaults:
         agent = self._live_node(node)
         self._target.ledger.harm(node, "remove_node")
         record_fault(self._target, "remove_node", target_node=node)
-        _kill(agent.pid, signal.SIGTERM)
+        if isinstance(agent, RemoteNodeProcess):
+            signal_remote_node(agent, signal.SIGTERM, workers=False)
+        else:
+            _kill(agent.pid, signal.SIGTERM)
 
     def freeze_node(self, node: int) -> None:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
@@ -151,6 +158,9 @@ class ProcessFaults:
         """``sig`` to node ``node``'s agent and each of its workers, each with its process
         group (no fault recorded: the caller records what it stands for)."""
         agent = self._target.node(node)
+        if isinstance(agent, RemoteNodeProcess):  # on its host: the agent and every process below it
+            signal_remote_node(agent, sig, workers=True)
+            return
         pids = self._target.worker_pids(node)
         signal_process_group(agent.pid, sig)
         for pid in pids.values():

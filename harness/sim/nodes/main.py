@@ -3,6 +3,12 @@
 It runs the same agent as ``elastic-run`` (same signals, same exit codes) but takes its
 configuration as a pickle, so the entrypoint may be a picklable callable, and writes its
 ``RunResult`` (return values included) to a file the harness reads.
+
+A node on a host (``harness.sim.nodes.remote``) is started as ``... main --json SPEC``
+instead: nothing that crossed the network is unpickled, so its spec is JSON (the
+``LaunchConfig`` fields, the command's argv, the environment, the dirs to make), and its
+``RunResult`` is written as JSON beside it (the controller reads the agent's ``result``
+event, relayed with the others).
 """
 
 from __future__ import annotations
@@ -96,9 +102,71 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
     return 1 if result.is_failed() else 0
 
 
+#: the keys of a remote node's JSON spec (``harness.sim.nodes.remote`` writes it)
+JSON_SPEC_KEYS = ("config", "entrypoint", "args", "env", "dirs", "result_path")
+
+
+def interface_of(address: str) -> str | None:
+    """The name of this machine's interface that holds the IPv4 ``address`` (None: none
+    does), for ``GLOO_SOCKET_IFNAME``: gloo would otherwise take whatever the hostname
+    resolves to, which peers on other hosts may not reach."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                answer = fcntl.ioctl(sock.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(answer[20:24]) == address:
+                return name
+    return None
+
+
+def main_json(spec_path: str) -> int:
+    """A node on a host: its spec is JSON (``JSON_SPEC_KEYS``), its result JSON too."""
+    import json
+
+    with open(spec_path) as fp:
+        spec = json.load(fp)
+    missing = [key for key in JSON_SPEC_KEYS if key not in spec]
+    if missing or not isinstance(spec["entrypoint"], str):
+        print(f"[node] {spec_path}: not a node spec (missing {missing or 'a str entrypoint'})", file=sys.stderr)
+        return 2
+    os.environ.update({str(k): str(v) for k, v in spec["env"].items()})
+    for directory in spec["dirs"]:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    local_addr = spec["config"].get("local_addr")
+    if local_addr and "GLOO_SOCKET_IFNAME" not in os.environ:
+        interface = interface_of(local_addr)
+        if interface is not None:
+            os.environ["GLOO_SOCKET_IFNAME"] = interface
+    settle(None, None)  # the host's supervisor ends it with the controller (PDEATHSIG, the channel)
+    split_tmpdir()
+    from harness.launch import LaunchConfig
+    from harness.run import configure_logging, run_with_signal_handlers
+
+    configure_logging()
+    config = LaunchConfig(**spec["config"])
+    result = run_with_signal_handlers(config, spec["entrypoint"], [str(a) for a in spec["args"]], "node")
+    if result is None:
+        return 1
+    tmp = spec["result_path"] + ".tmp"
+    with open(tmp, "w") as fp:
+        json.dump(result.to_json(), fp)
+    os.replace(tmp, spec["result_path"])
+    return 1 if result.is_failed() else 0
+
+
 def _cli(argv: list[str]) -> int:
-    """``python -m harness.sim.nodes.main SPEC [--parent PID] [--netns PATH]`` (written by ``start_node``). The
-    node fork server is its own program (``python -m harness.sim.nodes.forks``)."""
+    """``python -m harness.sim.nodes.main SPEC [--parent PID] [--netns PATH]`` (written by ``start_node``),
+    or ``... main --json SPEC`` (a node on a host). The node fork server is its own program
+    (``python -m harness.sim.nodes.forks``)."""
+    if argv[:1] == ["--json"] and len(argv) == 2:
+        return main_json(argv[1])
     options = dict(zip(argv[1::2], argv[2::2], strict=True))  # flag, value pairs
     parent = options.get("--parent")
     return main(argv[0], int(parent) if parent else None, options.get("--netns"))

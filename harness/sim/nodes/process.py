@@ -13,10 +13,12 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, TypeAlias
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
 
 from harness.agent import RunResult
+from harness.procs import is_same_process
 from harness.rendezvous import SECRET_ENV, SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -24,8 +26,29 @@ if TYPE_CHECKING:
 
 __all__ = ["NodeHandle", "NodeProcess", "job_secret_env", "start_node"]
 
-#: a node agent's process: forked by the node server, or started the plain way
-NodeHandle: TypeAlias = "subprocess.Popen[bytes] | ForkedNode"
+#: a node agent's process: forked by the node server, started the plain way, or on a host
+NodeHandle: TypeAlias = "subprocess.Popen[bytes] | ForkedNode | HostedAgent"
+
+
+class HostedAgent(Protocol):
+    """An agent on a host, held as a local agent's ``Popen`` is (``nodes.remote.RemoteAgent``):
+    named here by what it offers, so this module need not import the hosts' side."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def signal_group(self, sig: int) -> None: ...
+
+    def signal_tree(self, sig: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -38,6 +61,8 @@ class NodeProcess:
     result_path: str
     slot: int = 0
     gpus: tuple[str, ...] = ()
+    #: its agent runs on a host (``harness.sim.nodes.remote``): its pids are the host's
+    remote: ClassVar[bool] = False
 
     @property
     def pid(self) -> int:
@@ -45,6 +70,16 @@ class NodeProcess:
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def placed(self) -> dict[str, str]:
+        """Where the node runs, for its ``node_start`` event (nothing: on this machine)."""
+        return {}
+
+    def live_workers(self, starts: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
+        """local_rank -> pid of the workers of ``starts`` (each rank's latest ``worker_start``)
+        still running: the same process as started, never a reused pid."""
+        return {rank: s["worker_pid"] for rank, s in starts.items()
+                if is_same_process(s["worker_pid"], s.get("start_time"))}
 
     def result(self) -> RunResult | None:
         try:

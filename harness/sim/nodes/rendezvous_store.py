@@ -22,15 +22,22 @@ Where nodes are network hosts (``Cluster(network="netns")``) the store server an
 in the network's store namespace at its own address, and node 0's store listens on node 0's
 address; a fresh namespace has every port free, so fixed ports replace the reservations
 loopback needs.
+
+Where nodes run on hosts over SSH (``Cluster(hosts=...)``: ``harness.sim.nodes.remote``)
+the store server runs here, on loopback, and each host reaches it through a port forward
+of its connection that ends at a ``StoreBridge``: a Unix socket here relayed to the store.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -38,9 +45,10 @@ from typing import Any
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
 from harness.rendezvous import SECRET_ENV
+from harness.sim.leftovers import owned_tempdir
 from harness.sim.nodes.process import job_secret_env
 
-__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "STORE_ADDR"]
+__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "StoreBridge", "STORE_ADDR"]
 
 #: the loopback address every store the harness runs listens on in loopback mode
 STORE_ADDR = "127.0.0.1"
@@ -278,3 +286,86 @@ def _tail(path: str, lines: int = 10) -> str:
     except OSError:
         return ""
     return f"; its log ({path}) ends:\n{text}" if text else ""
+
+
+# -- reached from hosts -----------------------------------------------------------------
+
+_log = logging.getLogger(__name__)
+
+
+class StoreBridge:
+    """A Unix socket (0600) whose every connection is relayed to the TCP ``target`` (the
+    store's ``host:port``): what each host's port forward ends at. It lives in a temp dir
+    of its own, named for this process (a dead owner's is removed by the next), because a
+    socket path may not pass 107 bytes and a job's directory can be deeper than that."""
+
+    def __init__(self, target: str):
+        host, _, port = target.rpartition(":")
+        self._dir = owned_tempdir("elastic_bridge_")
+        path = os.path.join(self._dir, "store.sock")
+        self.path, self.target = path, (host, int(port))
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)  # 0600 from the start: only this user's processes (ssh) connect
+        try:
+            self._listener.bind(path)
+        finally:
+            os.umask(old)
+        self._listener.listen(64)
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, name=f"store bridge {path}", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:  # closed: the job ends
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+                upstream.settimeout(None)
+                upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as e:
+                _log.warning("store bridge %s: cannot reach the store at %s:%d: %s", self.path, *self.target, e)
+                conn.close()
+                continue
+            with self._lock:
+                if self._closed:
+                    conn.close()
+                    upstream.close()
+                    return
+                self._open |= {conn, upstream}
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(a, b), name="store bridge pump", daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        """Bytes from ``source`` to ``sink`` until ``source`` ends; then half-close ``sink``."""
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        try:
+            sink.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conns, self._open = list(self._open), set()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept
+        except OSError:
+            pass
+        self._listener.close()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+        self._thread.join(5)
+        shutil.rmtree(self._dir, ignore_errors=True)

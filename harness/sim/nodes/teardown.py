@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from harness.procs import is_same_process, signal_process_group
+from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
 
 if TYPE_CHECKING:
     import psutil
@@ -41,6 +42,15 @@ def kill_all(nodes: Mapping[int, NodeProcess], timeline: Timeline,
     killed: set[int] = set()
     victims: list[psutil.Process] = []
     for index, node in nodes.items():
+        if isinstance(node, RemoteNodeProcess):  # on its host: every process below the agent
+            if node.alive():
+                killed.add(index)
+                ledger.harm(index, "close")
+                signal_remote_node(node, signal.SIGCONT, workers=True)
+                signal_remote_node(node, signal.SIGKILL, workers=True)
+            node.popen.wait()
+            ledger.record_exit(index)
+            continue
         for start in timeline.events("worker_start", index):
             pid = start["worker_pid"]
             if is_same_process(pid, start.get("start_time")):  # never a reused pid

@@ -33,6 +33,8 @@ DUMP_WAIT_S = 3.0
 def job_workers(job: StackedJob, label: str = "", nodes: Iterable[int] | None = None) -> Iterator[tuple[str, int]]:
     """(label, pid) of every live worker of ``job`` (of ``nodes`` only, when given)."""
     for index in sorted(job.nodes if nodes is None else nodes):
+        if job.nodes[index].remote:  # its workers are the host's processes: not signalled from here
+            continue
         name = job.node_name(index)
         ranks = {e["local_rank"]: e.get("rank") for e in job.timeline.events("worker_start", index)}
         for local_rank, pid in sorted(job.worker_pids(index).items()):

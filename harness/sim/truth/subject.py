@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from harness.sim.truth.job_result import JobResult
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["Configured", "JudgedCluster", "JudgedJob", "Launched", "StackedJob", "Traced", "TwinCluster", "TwinRun"]
+__all__ = ["Configured", "JudgedCluster", "JudgedJob", "Launched", "PlacedNode", "StackedJob", "Traced",
+           "TwinCluster", "TwinRun"]
 
 
 class Traced(Protocol):
@@ -31,12 +32,19 @@ class Traced(Protocol):
     def timeline(self) -> Timeline: ...
 
 
+class PlacedNode(Protocol):
+    """A node's handle as far as the room reads it: whether its agent runs on a host."""
+
+    @property
+    def remote(self) -> bool: ...
+
+
 class StackedJob(Traced, Protocol):
     """The job as ``stacks.job_workers`` sees it: its nodes, their labels, their workers."""
 
     @property
-    def nodes(self) -> Mapping[int, object]:
-        """node index -> its handle (only the indices are read)."""
+    def nodes(self) -> Mapping[int, PlacedNode]:
+        """node index -> its handle (whether it is on a host: its workers are not ours to signal)."""
         ...
 
     def node_name(self, node: int) -> str:

@@ -1,0 +1,471 @@
+"""A job's nodes on hosts over SSH (issue 29, ``Cluster(hosts=[...])``; docs/hosts.md).
+
+``RemoteNodes`` (``job.remote``) is the glue between a job and ``harness.hosts``: it places
+the nodes (``place``: round robin, or ``placement``), opens one ``SshHost`` per host the job
+uses (the host's clock offset measured once it is open), and starts each node's agent
+there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's supervisor:
+
+* **Spec.** Nothing that crosses the network is unpickled: the agent's spec is JSON (the
+  ``LaunchConfig`` fields, the command's argv, its environment, the dirs to make), written
+  0600 into the connection's work dir with ``SshHost.put`` (on the channel's stdin).
+* **Secret.** The job's rendezvous secret goes the same way, into a 0600 file there named
+  by ``HARNESS_RDZV_SECRET_FILE`` in the spec's environment: never on a command line, never
+  in a log.
+* **Store.** The store the harness runs listens on this machine. Each host reaches it
+  through its own connection: a remote port forward on the host's loopback
+  (``SshHost.forward_remote``) to a Unix socket here (``rendezvous_store.StoreBridge``),
+  which relays to the store's TCP address. The agents rendezvous at ``127.0.0.1:PORT`` on
+  their host. Only the SSH port must be open between this machine and a host; the store
+  is never exposed on a network.
+* **Workers.** The node's ``local_addr`` is the host's address (its peers on other hosts
+  reach its workers there; ``MASTER_ADDR`` is node 0's), gloo's interface the one that
+  holds it. Workers start as the cluster's ``start_method`` says, a zygote being the
+  agent's own (the warm pool is this machine's).
+* **Events.** An ``EventRelay`` per node follows its events file on the host; each line,
+  checked and moved onto our clocks, is appended to the job's events file (the bus and
+  the timeline see it as a local node's). A node's exit is taken only once its relay has
+  delivered the last line (``RemoteAgent.poll``), so its ``result`` event, from which its
+  ``RunResult`` is read, precedes its ``node_exit``.
+* **Faults.** Process faults signal the agent's group, or every process below it, on the
+  host (the supervisor's ``signal N`` and ``tree N``). Faults a host cannot do are refused
+  when they are scheduled (``refuse``), in one line naming the host and what it lacks.
+* **The end.** ``close()`` ends each node (on the host), its relay, then each connection:
+  the work dir and everything started there go with it (``SshHost.close``).
+
+``connector`` opens a host's connection: ``SshHost(spec)`` by default; a caller whose
+``ssh`` must run otherwise (tests: inside a network namespace) sets its own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from harness.agent import RunResult
+from harness.errors import ProcessFailure
+from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
+from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset, place, refusal
+from harness.procs import STACKS_ENV, WORKER_NICE_ENV
+from harness.rendezvous import SECRET_FILE_ENV
+from harness.sim.errors import FaultRefused
+from harness.sim.nodes.main import WORKER_TMPDIR_ENV
+from harness.sim.nodes.process import NodeProcess, job_secret_env
+from harness.sim.nodes.rendezvous_store import StoreBridge
+from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
+from harness.sim.truth.subject import Launched
+from harness.states import WorkerState
+
+if TYPE_CHECKING:
+    from harness.hosts import RemoteProcess
+    from harness.sim.bus import EventBus
+    from harness.sim.faults import ScheduledFault
+    from harness.sim.nodes.rendezvous_store import StoreHandle
+    from harness.sim.nodes.start import NodesCluster
+    from harness.sim.truth.timeline import Timeline
+
+__all__ = ["HOST_FAULTS", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json",
+           "signal_remote_node"]
+
+_log = logging.getLogger(__name__)
+
+#: what a job opens a host's connection with (replace it to run ``ssh`` otherwise)
+connector: Callable[[HostSpec], SshHost] = SshHost
+
+#: process faults carried out on a host in this slice; every other kind is refused there
+HOST_FAULTS = ("kill_node", "kill_agent", "remove_node", "add_node", "kill_store_host", "heal")
+_PART_OF_LATER_SLICE = "faults on hosts beyond killing and removing nodes are issue 29 part 4"
+_RELAY_CLOSE_S = 10.0
+
+
+# -- the events of a node on a host ------------------------------------------------------
+
+
+class _EventSink:
+    """Appends relayed events to the job's events file and pokes the job's bus, as an
+    ``EventWriter`` of a local node would (one ``os.write`` per line, ``O_APPEND``)."""
+
+    def __init__(self, path: str, wake: str | None):
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._wake_path = wake
+        self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._wake.setblocking(False)
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            if self._fd is None:
+                return
+            try:
+                os.write(self._fd, line)
+            except OSError:
+                return
+        if self._wake_path:
+            try:
+                self._wake.sendto(b".", self._wake_path)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+        self._wake.close()
+
+
+# -- a node's agent on a host ------------------------------------------------------------
+
+
+def _as_popen_code(code: int) -> int:
+    """The supervisor's status (128+N: signal N) as ``Popen.returncode`` says it (-N)."""
+    return -(code - 128) if 128 < code < 128 + 65 else code
+
+
+class RemoteAgent:
+    """A node's agent on a host, as the job holds a local agent's ``Popen``: ``pid`` is
+    the local ssh client's (the bus watches it), ``poll()`` says the agent's status once
+    it ended *and* its relay delivered every line it wrote."""
+
+    def __init__(self, proc: RemoteProcess, relay: EventRelay):
+        self.proc, self.relay = proc, relay
+        self._lock = threading.Lock()
+        self._drained = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.poll()
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is None:
+            return None
+        self._drain()
+        return _as_popen_code(code)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Like ``Popen.wait`` (``subprocess.TimeoutExpired`` past ``timeout``)."""
+        self.proc.popen.wait(timeout)
+        code = self.poll()
+        assert code is not None
+        return code
+
+    def _drain(self) -> None:
+        """The relay's last lines in (once): the host side forwards what the file holds."""
+        with self._lock:
+            if self._drained:
+                return
+            self._drained = True
+            try:
+                self.relay.close(_RELAY_CLOSE_S)
+            except HostError as e:
+                _log.warning("%s", e)
+
+    def signal_group(self, sig: int) -> None:
+        """``sig`` to the agent's process group on the host (its workers lead their own)."""
+        self.proc.send_signal(sig)
+
+    def signal_tree(self, sig: int) -> None:
+        """``sig`` to the agent and every process below it on the host."""
+        self.proc.signal_tree(sig)
+
+    def close(self) -> None:
+        """End it on the host (SIGTERM, grace, SIGKILL), reap the client, close the relay."""
+        self.proc.close()
+        self._drain()
+
+    def __repr__(self) -> str:
+        return f"<RemoteAgent {self.proc!r}>"
+
+
+def run_result_from_json(data: Any) -> RunResult | None:
+    """A ``RunResult`` from its JSON (``RunResult.to_json``, the agent's ``result`` event);
+    None when it is not one. Failures keep their message and time; their error files are
+    the host's (not readable here)."""
+    try:
+        state = WorkerState(data["state"])
+        values = {int(rank): value for rank, value in data.get("return_values", {}).items()}
+        failures = {}
+        for rank, item in data.get("failures", {}).items():
+            failure = ProcessFailure(local_rank=int(item["local_rank"]), pid=int(item["pid"]),
+                                     exitcode=int(item["exitcode"]), error_file="")
+            failure.message = str(item.get("message", failure.message))
+            failure.timestamp_ns = int(item.get("timestamp_ns", failure.timestamp_ns))
+            failure.timestamp = failure.timestamp_ns // 1_000_000_000
+            failures[int(rank)] = failure
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return RunResult(state, values, failures)
+
+
+@dataclass
+class RemoteNodeProcess(NodeProcess):
+    """A node whose agent runs on a host (``popen`` is its ``RemoteAgent``; ``directory``
+    is its local dir, holding ``agent.log``: the agent's stdout and stderr)."""
+
+    remote: ClassVar[bool] = True
+    host: str = ""  # the host's label
+    remote_directory: str = ""  # the node's dir on the host
+    timeline: Timeline | None = None  # the job's: the node's relayed events are there
+
+    @property
+    def agent(self) -> RemoteAgent:
+        assert isinstance(self.popen, RemoteAgent)
+        return self.popen
+
+    def placed(self) -> dict[str, str]:
+        return {"host": self.host}
+
+    def result(self) -> RunResult | None:
+        """From the agent's ``result`` event (relayed before its exit is taken)."""
+        data = self.timeline.results().get(self.index) if self.timeline is not None else None
+        return None if data is None else run_result_from_json(data)
+
+    def live_workers(self, starts: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
+        """local_rank -> pid, on the host, of the workers of ``starts`` not reported gone
+        (a ``worker_exit`` of that pid) while the agent runs: the host's processes cannot
+        be asked from here."""
+        if not self.alive() or self.timeline is None:
+            return {}
+        gone = {(e.get("local_rank"), e.get("worker_pid")) for e in self.timeline.events("worker_exit", self.index)}
+        return {rank: s["worker_pid"] for rank, s in starts.items() if (rank, s["worker_pid"]) not in gone}
+
+
+# -- the job's hosts ---------------------------------------------------------------------
+
+
+@dataclass
+class _Link:
+    """One host's connection for one job: its clock offset and the store's port there
+    (None: the job has no store of the harness's, its one node hosts its own)."""
+
+    host: SshHost
+    offset: ClockOffset
+    store_port: int | None
+
+
+class PlacedJob(Launched, Protocol):
+    """The job as its hosts' placement sees it: what it runs (``Launched``), its directory,
+    event file and bus, its cluster, its store, its nodes and timeline."""
+
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def events_path(self) -> str: ...
+
+    @property
+    def bus(self) -> EventBus: ...
+
+    @property
+    def cluster(self) -> NodesCluster: ...
+
+    @property
+    def store(self) -> StoreHandle | None: ...
+
+    @property
+    def nodes(self) -> Mapping[int, NodeProcess]: ...
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+
+class RemoteNodes:
+    """A job's hosts and the nodes it places on them (``job.remote``)."""
+
+    def __init__(self, job: PlacedJob):
+        self._job = job
+        settings = job.cluster.config
+        self.hosts: tuple[HostSpec, ...] = tuple(settings.hosts or ())
+        self.placement = settings.placement
+        self._links: dict[HostSpec, _Link] = {}
+        self._bridge: StoreBridge | None = None
+        self._sink: _EventSink | None = None
+        self._lock = threading.Lock()
+
+    def host_of(self, node: int) -> HostSpec:
+        """Node ``node``'s host: ``placement`` for the nodes it names, round robin past them."""
+        if self.placement is not None and node < len(self.placement):
+            return self.hosts[self.placement[node]]
+        placed = place(node + 1, self.hosts)[node]
+        assert placed is not None
+        return placed
+
+    def address(self, node: int) -> str:
+        """Node ``node``'s address: its host's."""
+        return self.host_of(node).address
+
+    def _link(self, spec: HostSpec, store_endpoint: str | None) -> _Link:
+        """The job's connection to ``spec`` (opened on first use), the store forwarded there."""
+        with self._lock:
+            link = self._links.get(spec)
+            if link is not None:
+                return link
+            if self._bridge is None and store_endpoint is not None:
+                self._bridge = StoreBridge(store_endpoint)
+            host = connector(spec)
+            try:
+                host.open()
+                port = host.forward_remote(self._bridge.path) if self._bridge is not None else None
+                link = _Link(host, measure_offset(host), port)
+            except BaseException:
+                host.close()
+                raise
+            self._links[spec] = link
+            return link
+
+    def _events(self) -> _EventSink:
+        if self._sink is None:
+            self._sink = _EventSink(self._job.events_path, self._job.bus.wake_path)
+        return self._sink
+
+    def start(self, index: int, rdzv: Mapping[str, Any]) -> RemoteNodeProcess:
+        """Start node ``index``'s agent on its host; its handle, not yet in ``job.nodes``."""
+        job = self._job
+        spec = self.host_of(index)
+        link = self._link(spec, rdzv["endpoint"] if job.store is not None else None)
+        host = link.host
+        name = job.cluster.new_node_label(index)
+        directory = os.path.join(job.directory, f"node{index}")
+        os.makedirs(directory)
+        there = f"{host.work_dir}/node{index}"
+        relay = EventRelay(host, f"{there}/events.jsonl", self._events(), offset=link.offset, node=index)
+        try:
+            proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory)
+        except BaseException:
+            relay.close()
+            raise
+        agent = RemoteAgent(proc, relay)
+        return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=index, gpus=(),
+                                 host=spec.label, remote_directory=there, timeline=job.timeline)
+
+    def _start_agent(self, index: int, name: str, spec: HostSpec, link: _Link, there: str, relay: EventRelay,
+                     rdzv: Mapping[str, Any], directory: str) -> RemoteProcess:
+        job = self._job
+        settings = job.cluster.config
+        host = link.host
+        with open(job_secret_env(job.directory)[SECRET_FILE_ENV], "rb") as fp:
+            secret = host.put(f"node{index}/rdzv.secret", fp.read())
+        config = {
+            "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
+            "nproc_per_node": settings.nproc_per_node, "run_id": job.run_id, "role": "default",
+            "rdzv_endpoint": rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
+            "rdzv_backend": rdzv["backend"],
+            "rdzv_configs": {"last_call_timeout": 1.0, **rdzv["configs"],
+                             **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
+            "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
+            "start_method": settings.start_method, "local_addr": spec.address,
+            "shutdown_timeout": settings.shutdown_timeout, "exit_barrier_timeout": settings.exit_barrier_timeout,
+            "node_name": name,
+        }
+        shared, disk = f"{host.work_dir}/shared", f"{there}/disk"
+        env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
+               WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
+               "HARNESS_SHARED_DIR": shared, "HARNESS_NODE_DISK": disk, WORKER_TMPDIR_ENV: f"{disk}/tmp",
+               STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret}
+        if settings.golden:
+            env[DIGEST_ENV] = "1"
+        if settings.nproc_per_node > 1:
+            env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault(WORKER_NICE_ENV, "10")
+
+        def expand(arg: Any) -> str:
+            return str(arg).replace("{shared}", shared).replace("{node_disk}", disk)
+
+        entry = job.entrypoint
+        assert isinstance(entry, str)  # launch refuses a callable with hosts
+        head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
+        node_spec = {"config": config, "entrypoint": spec.python, "args": [*head, *map(expand, job.args)],
+                     "env": env, "dirs": [f"{there}/tmp", f"{disk}/tmp", f"{there}/stacks", f"{there}/orders",
+                                          shared],
+                     "result_path": f"{there}/result.json"}
+        spec_path = host.put(f"node{index}/spec.json", json.dumps(node_spec).encode())
+        with open(os.path.join(directory, "agent.log"), "wb") as log:
+            return host.start([spec.python, "-m", "harness.sim.nodes.main", "--json", spec_path],
+                              stdout=log.fileno(), stderr=log.fileno())
+
+    # -- faults ----------------------------------------------------------------------
+
+    def refuse(self, entries: Sequence[ScheduledFault]) -> None:
+        """``FaultRefused`` for the first entry whose node's host cannot carry it out."""
+        from harness.sim.faults import OnFile
+        from harness.sim.schema import FAULT_KINDS, FUSE
+
+        for entry in entries:
+            fault = entry.fault
+            row = FAULT_KINDS.get(fault.kind)
+            needs = set(row.needs if row is not None else ())
+            if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
+                    isinstance(entry.trigger, OnFile):
+                needs.add(FUSE)
+            node = getattr(fault, "node", None)
+            if not isinstance(node, int):
+                if needs or fault.kind not in HOST_FAULTS:
+                    raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
+                                       f"{', '.join(sorted(needs)) or 'the nodes on this machine'}: "
+                                       f"{_PART_OF_LATER_SLICE}")
+                continue
+            spec = self.host_of(node)
+            why = refusal(spec, needs)
+            if why is None and fault.kind not in HOST_FAULTS:
+                why = f"host {spec.label} cannot do it yet: {_PART_OF_LATER_SLICE}"
+            if why is not None:
+                raise FaultRefused(entry.describe(), why)  # the description names the node
+
+    def guarded(self, kind: str, act: Callable[..., Any]) -> Callable[..., Any]:
+        """``act`` (the part's method of fault ``kind``, as ``job.<kind>`` calls it), refused
+        first as a scheduled fault of the same fields would be (``refuse``)."""
+        from harness.sim.faults import Immediately, ScheduledFault, fault_class
+
+        @functools.wraps(act)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                fault = fault_class(kind)(*args, **kwargs)
+            except (TypeError, ValueError):  # not the row's fields: the part's own error says why
+                return act(*args, **kwargs)
+            self.refuse([ScheduledFault(fault, Immediately())])
+            return act(*args, **kwargs)
+
+        return call
+
+    # -- the end ---------------------------------------------------------------------
+
+    def close(self) -> list[str]:
+        """Every node's agent and relay, then every connection (what each started on its
+        host goes, its work dir last), the bridge, the sink; what could not be ended."""
+        problems = []
+        for link in self._links.values():
+            try:
+                link.host.close()
+            except (HostError, OSError, subprocess.SubprocessError) as e:
+                problems.append(f"host {link.host.spec.label}: {e}")
+        self._links.clear()
+        if self._bridge is not None:
+            self._bridge.close()
+            self._bridge = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+        return problems
+
+
+def signal_remote_node(node: RemoteNodeProcess, sig: int, workers: bool) -> None:
+    """``sig`` on the host to the node's agent, and with ``workers`` to every process
+    below it (its workers lead groups of their own)."""
+    if workers:
+        node.agent.signal_tree(sig)
+    else:
+        node.agent.signal_group(sig)
+

@@ -1,0 +1,182 @@
+"""Issue 29 part 1: a job's nodes on real sshd hosts (``Cluster(hosts=[...])``).
+
+Two hosts (``SshdLab``: an sshd per network namespace, on one bridge); the job's store runs
+here and each host reaches it through its own connection (a remote port forward). The
+hosts' interpreter is this one, started with this checkout first on its path (a shell
+wrapper: the hosts share this machine's files), so the hosts run the code under test.
+
+What is checked, each from where it can be seen: the job's timeline (events relayed from
+the hosts, node_start naming each host), the agents' logs (the workers' output came back
+over the channel), and the hosts themselves, over a fresh connection of their own, after
+``close()``: no process and no file of the job left there.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness import Cluster
+from harness.errors import ConfigError
+from harness.faults import FaultRefused, Partition
+from harness.hosts import HostSpec
+from harness.sim.nodes import remote
+from harness.sim.truth.timeline import HARNESS
+from harness.states import WorkerState
+from tests.conftest import survivors
+from tests.hosts.sshd import SshdLab
+
+#: each test starts agents and workers on two hosts of this (loaded, 2-core) machine
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "scripts"
+
+#: run on a host: what of a job's is left there (a process whose command line or
+#: environment names one of the given dirs, or the dirs themselves), this watcher and its
+#: ancestors (its supervisor names the dirs too) aside, and any process that carries this
+#: program (the lab's hosts share this machine's /proc: the observer's own ssh client)
+_LEFT = r"""
+# pe-left-watch
+import json, os, sys
+dirs = [d.encode() for d in json.loads(sys.argv[1])]
+mine, pid = set(), os.getpid()
+while pid > 1:
+    mine.add(pid)
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+procs = []
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) not in mine:
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if name == "cmdline" and b"# pe-left-watch" in data:
+                break
+            if any(d in data for d in dirs):
+                procs.append(int(entry))
+                break
+print(json.dumps({"procs": procs, "dirs": [d.decode() for d in dirs if os.path.exists(d)]}))
+"""
+
+
+@pytest.fixture
+def hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[HostSpec]]:
+    """Two hosts (ports 22 and 2222); the job reaches them with the lab's client."""
+    lab.start(0)
+    lab.start(1, port=2222)
+    python = tmp_path / "host-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                      f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(remote, "connector", lambda spec: lab.ssh_host(spec))
+    yield [lab.spec(0, python=str(python)), lab.spec(1, python=str(python))]
+
+
+def _work_dirs(job) -> dict[str, str]:
+    """host label -> the job's work dir there (the connection's)."""
+    assert job.remote is not None
+    return {spec.label: link.host.work_dir for spec, link in job.remote._links.items()}
+
+
+def _left_on(lab: SshdLab, spec: HostSpec, dirs: list[str]) -> dict[str, list]:
+    """What is left on ``spec`` of ``dirs``, seen over a fresh connection of its own."""
+    with lab.ssh_host(spec) as observer:
+        out = observer.run([spec.python, "-c", _LEFT, json.dumps(dirs)]).stdout
+    return json.loads(out)
+
+
+def test_a_two_node_job_runs_on_two_hosts(lab, hosts):
+    """Round robin: node 0 on host 0, node 1 on host 1; gloo between them; both nodes'
+    events in the timeline, the workers' output in the agents' logs; nothing left after."""
+    with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "allreduce.py"))
+        result = job.wait(timeout=150)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        starts = {e["target_node"]: e for e in job.timeline.events("node_start", HARNESS)}
+        assert {i: (e["host"], e["addr"]) for i, e in starts.items()} == {
+            0: (hosts[0].label, hosts[0].address), 1: (hosts[1].label, hosts[1].address)}
+        for node in (0, 1):  # the agents' and the workers' own events, relayed
+            assert job.timeline.states(node)[-1] == WorkerState.SUCCEEDED
+            assert len(job.timeline.events("worker_start", node)) == 1
+            assert "SUM rank=" in job.agent_log(node) and "world=2 value=3" in job.agent_log(node)
+        assert job.timeline.world_sizes() == [2]
+        assert {e["master_addr"] for e in job.timeline.events("rendezvous")} == {hosts[0].address}
+        assert [job.node_address(i) for i in (0, 1)] == [hosts[0].address, hosts[1].address]
+        assert set(result.run_results) == {0, 1}
+        assert all(r.state == WorkerState.SUCCEEDED for r in result.run_results.values())
+        work_dirs = _work_dirs(job)
+        assert set(work_dirs) == {h.label for h in hosts}
+    for spec in hosts:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+
+
+def test_a_node_killed_on_its_host_leaves_the_survivor_going(lab, hosts):
+    """kill_node on a host: the agent and its workers die there (SIGKILL, on the host), the
+    harness sees the exit, the survivor re-forms alone and finishes."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, hosts=hosts, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "120", "0.05")
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        victims = job.worker_pids(1)
+        assert list(victims) == [0]
+        job.kill_node(1)  # the host's processes are this machine's (one kernel): watched from here
+        assert survivors(list(victims.values()), 15) == []  # the worker leads its own group: the tree reached it
+        exit_of_1 = [e for e in job.timeline.events("node_exit", HARNESS) if e["target_node"] == 1]
+        assert [(e["cause"], e["signal"]) for e in exit_of_1] == [("kill_node", 9)]
+        assert job.timeline.states(1)[-1] == WorkerState.FAILED
+        result = job.wait(timeout=120)
+        assert result.state == WorkerState.SUCCEEDED, job.agent_log(0)
+        assert job.timeline.world_sizes() == [2, 1]
+        assert job.worker_pids(1) == {}
+
+
+def test_close_leaves_nothing_on_the_hosts(lab, hosts):
+    """A job still running when the cluster closes: every process it started on each
+    host and its work dir there are gone, seen from the host."""
+    with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        work_dirs = _work_dirs(job)
+        secret = Path(job.directory, "rdzv.secret").read_text()
+        for spec in hosts:  # the watch sees the job's processes while they run
+            left = _left_on(lab, spec, [work_dirs[spec.label]])
+            assert len(left["procs"]) >= 2 and left["dirs"] == [work_dirs[spec.label]]
+            # the secret reached the host in a 0600 file, on no command line and in no environment
+            assert _left_on(lab, spec, [secret])["procs"] == []
+            path = f"{work_dirs[spec.label]}/node{hosts.index(spec)}/rdzv.secret"
+            with lab.ssh_host(spec) as observer:
+                assert observer.run(["stat", "-c", "%a", path]).stdout == "600\n"
+    for spec in hosts:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+
+
+def test_faults_a_host_cannot_do_are_refused_in_one_line(lab, hosts):
+    """A network fault on a node of a host without ``netns``: refused when injected and
+    when called, naming the host and what it lacks; nothing was done."""
+    with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        with pytest.raises(FaultRefused) as info:
+            job.inject(Partition(node=1))
+        message = str(info.value)
+        assert message.startswith("fault='Partition(node=1, peers=all, direction=both) @ Immediately()' is "
+                                  f"refused: host {hosts[1].label} cannot do it: it needs netns, which the host's "
+                                  "capabilities (none) do not list")
+        assert "\n" not in message and job.pending_faults() == []
+        with pytest.raises(FaultRefused, match=rf"Partition\(node=0.* refused: host {hosts[0].label} cannot do it: "
+                                               "it needs netns"):
+            job.partition(0)
+        with pytest.raises(FaultRefused, match="cannot do it yet: faults on hosts beyond killing"):
+            job.kill_worker(0, 0)
+        assert not [e for e in job.timeline.events("fault", HARNESS)]
+        with pytest.raises(ConfigError, match=r"^entrypoint=.* must be a script path or a module"):
+            cluster.launch(print)
