@@ -33,19 +33,34 @@ def _kinds(test) -> set[str]:
     return set(schema.kinds_where(test))
 
 
+#: the kinds there were when the sets below were written by hand (a kind added since is in
+#: them or not by its row alone: docs/architecture.md's recipe edits no test's list)
+_HAND_WRITTEN_KINDS = frozenset({
+    "kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
+    "kill_store_host", "partition", "heal", "packet_loss", "bandwidth", "link_down", "slow_node",
+    "memory_limit", "disk_full", "slow_io", "io_error"})
+
+
+def _then(kinds: object) -> set[str]:
+    return set(kinds) & _HAND_WRITTEN_KINDS  # type: ignore[call-overload]
+
+
 def test_the_derived_kind_sets_are_the_ones_once_written_by_hand():
-    assert set(model.LASTING_FAULTS) == {"partition", "packet_loss", "bandwidth", "link_down", "freeze_node",
+    assert _HAND_WRITTEN_KINDS <= set(schema.FAULT_KINDS)
+    assert _then(model.LASTING_FAULTS) == {"partition", "packet_loss", "bandwidth", "link_down", "freeze_node",
                                          "hang_worker", "slow_node", "memory_limit", "disk_full", "slow_io",
                                          "io_error"}
-    assert set(model.KILL_FAULTS) == {"kill_node", "kill_agent"}
-    assert set(model.LEAVE_FAULTS) == {"remove_node"}
-    assert set(invariants._AGENT_LOSING_FAULTS) == {"kill_agent", "kill_node", "freeze_node", "kill_store_host"}
-    assert set(invariants._WORKER_FAILURES) == {"kill_worker"}
-    assert _kinds(lambda row: schema.NETNS in row.needs) == {"partition", "packet_loss", "bandwidth", "link_down"}
-    assert _kinds(lambda row: schema.CGROUPS in row.needs) == {"slow_node", "memory_limit"}
-    assert _kinds(lambda row: schema.FUSE in row.needs) == {"disk_full", "slow_io", "io_error"}
+    assert _then(model.KILL_FAULTS) == {"kill_node", "kill_agent"}
+    assert _then(model.LEAVE_FAULTS) == {"remove_node"}
+    assert _then(invariants._AGENT_LOSING_FAULTS) == {"kill_agent", "kill_node", "freeze_node", "kill_store_host"}
+    assert _then(invariants._WORKER_FAILURES) == {"kill_worker"}
+    assert _then(_kinds(lambda row: schema.NETNS in row.needs)) == {"partition", "packet_loss", "bandwidth",
+                                                                    "link_down"}
+    assert _then(_kinds(lambda row: schema.CGROUPS in row.needs)) == {"slow_node", "memory_limit"}
+    assert _then(_kinds(lambda row: schema.FUSE in row.needs)) == {"disk_full", "slow_io", "io_error"}
     # the classes' old ``is_failure``: a failure uses a restart, a membership change none
-    assert _kinds(lambda row: row.failure) == {"kill_worker", "hang_worker", "memory_limit", "disk_full", "io_error"}
+    assert _then(_kinds(lambda row: row.failure)) == {"kill_worker", "hang_worker", "memory_limit", "disk_full",
+                                                      "io_error"}
     assert _kinds(lambda row: row.heal_after is not None) <= _kinds(lambda row: row.lasts == schema.UNTIL_HEALED)
 
 

@@ -104,9 +104,10 @@ def test_rows_match_their_classes():
         cls = faults.fault_class(kind)
         assert cls.__name__ == row.cls and cls.kind == kind
         assert [(f.name, f.default) for f in dataclasses.fields(cls)] == [(p.name, p.default) for p in row.params]
-    classes = {cls for cls in vars(faults).values()
+    written = {cls for cls in vars(faults).values()
                if isinstance(cls, type) and issubclass(cls, faults.Fault) and cls is not faults.Fault}
-    assert {faults.fault_class(kind) for kind in schema.FAULT_KINDS} == classes
+    # every class written out has its row; a row without one gets its class made from it
+    assert written <= {faults.fault_class(kind) for kind in schema.FAULT_KINDS}
     for form in schema.TRIGGERS:
         cls = getattr(faults, form.cls)
         defaults = {f.name: f.default for f in dataclasses.fields(cls)}

@@ -597,14 +597,16 @@ def to_spec(entry: ScheduledFault) -> dict[str, Any] | None:
     return data
 
 
-#: the built-in kinds' classes, each registered with its row (other modules: ``register``)
-BUILT_IN: tuple[type[Fault], ...] = (
+#: the classes written out above, each registered with its row (other modules: ``register``)
+_WRITTEN_OUT: tuple[type[Fault], ...] = (
     WorkerKill, WorkerHang, AgentKill, NodeKill, NodeRemove, NodeAdd, NodeFreeze, StoreHostKill,
     Partition, Heal, PacketLoss, Bandwidth, LinkDown, SlowNode, MemoryLimit, DiskFull, SlowIO, IoError)
-for _cls in BUILT_IN:
+for _cls in _WRITTEN_OUT:
     register(schema.FAULT_KINDS[_cls.kind], _cls)
 for _row in list(schema.FAULT_KINDS.values()):  # a row written without its class: one made from it
     register(_row)
+#: the built-in kinds' classes: every row of the schema's table, written out or made from it
+BUILT_IN: tuple[type[Fault], ...] = tuple(_CLASSES[kind] for kind in schema.FAULT_KINDS)
 
 
 def __getattr__(name: str) -> Any:
