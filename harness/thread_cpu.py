@@ -13,6 +13,7 @@ store or the network.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 __all__ = ["ThreadCpu", "CpuSpan", "cpu_span"]
@@ -31,8 +32,6 @@ class ThreadCpu:
     def times(self) -> tuple[float, float] | None:
         """(seconds run, seconds runnable but waiting for a CPU) of the thread; None where
         /proc has no schedstat (or the thread is gone)."""
-        import threading
-
         owner = (os.getpid(), self._tid if self._tid is not None else threading.get_native_id())
         try:
             if self._fd is None or self._owner != owner:

@@ -59,6 +59,7 @@ from harness.sim.errors import FaultRefused
 from harness.sim.nodes.main import WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
+from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, launch_fields
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 from harness.sim.truth.subject import Launched
 from harness.states import WorkerState
@@ -358,28 +359,18 @@ class RemoteNodes:
         host = link.host
         with open(job_secret_env(job.directory)[SECRET_FILE_ENV], "rb") as fp:
             secret = host.put(f"node{index}/rdzv.secret", fp.read())
-        config = {
-            "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
-            "nproc_per_node": settings.nproc_per_node, "run_id": job.run_id, "role": "default",
-            "rdzv_endpoint": rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
-            "rdzv_backend": rdzv["backend"],
-            "rdzv_configs": {"last_call_timeout": 1.0, **rdzv["configs"],
-                             **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
-            "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
-            "start_method": settings.start_method, "local_addr": spec.address,
-            "shutdown_timeout": settings.shutdown_timeout, "exit_barrier_timeout": settings.exit_barrier_timeout,
-            "node_name": name,
-        }
+        config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
+                               rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}")
         shared, disk = f"{host.work_dir}/shared", f"{there}/disk"
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
-               "HARNESS_SHARED_DIR": shared, "HARNESS_NODE_DISK": disk, WORKER_TMPDIR_ENV: f"{disk}/tmp",
+               SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: f"{disk}/tmp",
                STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret}
         if settings.golden:
             env[DIGEST_ENV] = "1"
         if settings.nproc_per_node > 1:
             env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault(WORKER_NICE_ENV, "10")
+        env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
 
         def expand(arg: Any) -> str:
             return str(arg).replace("{shared}", shared).replace("{node_disk}", disk)

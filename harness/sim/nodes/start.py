@@ -168,19 +168,7 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
     job.storage.add_node(index)
     job.storage.ready()  # workers must find the filesystem served
     entrypoint, args = _command(job, index)
-    config = LaunchConfig(
-        min_nodes=settings.min_nodes, max_nodes=settings.max_nodes,
-        nproc_per_node=settings.nproc_per_node, run_id=job.run_id, role="default",
-        rdzv_endpoint=rdzv["endpoint"], rdzv_backend=rdzv["backend"],
-        # the harness knows how many nodes it starts: no 30 s first-round last call
-        # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
-        rdzv_configs={"last_call_timeout": 1.0, **rdzv["configs"],
-                      **(rdzv.get("host_configs", {}) if index == 0 else {}),
-                      **settings.rdzv_conf}, max_restarts=settings.max_restarts,
-        monitor_interval=settings.monitor_interval, start_method=settings.start_method,
-        local_addr=addr, shutdown_timeout=settings.shutdown_timeout,
-        exit_barrier_timeout=settings.exit_barrier_timeout, node_name=name,
-    )
+    config = LaunchConfig(**launch_fields(settings, job.run_id, index, rdzv, name, addr, rdzv["endpoint"]))
     spec = NodeSpec(config=config, entrypoint=entrypoint, args=args,
                     result_path=os.path.join(directory, "result.pkl"))
     spec_path = os.path.join(directory, "spec.pkl")
@@ -192,6 +180,25 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
     with open(os.path.join(directory, AGENT_LOG), "wb") as log:
         popen = start_agent_process(cluster.pool.node_server(), spec_path, job.net.namespace_path(index), env, log)
     return NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
+
+
+def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
+                  local_addr: str, endpoint: str) -> dict[str, Any]:
+    """The ``LaunchConfig`` fields of node ``index``'s agent: here they make its config, on
+    a host its JSON spec (``nodes.remote``). ``endpoint``: the store as the agent reaches it."""
+    return {
+        "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
+        "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
+        "rdzv_endpoint": endpoint, "rdzv_backend": rdzv["backend"],
+        # the harness knows how many nodes it starts: no 30 s first-round last call
+        # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
+        "rdzv_configs": {"last_call_timeout": 1.0, **rdzv["configs"],
+                         **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
+        "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
+        "start_method": settings.start_method, "local_addr": local_addr,
+        "shutdown_timeout": settings.shutdown_timeout, "exit_barrier_timeout": settings.exit_barrier_timeout,
+        "node_name": name,
+    }
 
 
 def agent_log(node: NodeProcess) -> str:
