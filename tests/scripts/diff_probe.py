@@ -9,6 +9,8 @@ argv, cwd and executable) and prints one line to stdout and one to stderr. Then:
   --fail-code=C       ... with ``sys.exit(C)`` (default 3)
   --raise             ... by raising under torch's own ``@record`` (an error file is written)
   --allreduce         gloo ``all_reduce`` of (rank + 1); the sum goes into a second record
+  --nccl              ... over NCCL instead, on GPU ``LOCAL_RANK`` (the record adds the device's
+                      name and ``CUDA_VISIBLE_DEVICES``)
 
 Peers of a failing rank sleep in that attempt until the launcher stops them. No torch import
 unless ``--raise`` or ``--allreduce``. Standard library only otherwise, so it starts fast.
@@ -26,6 +28,7 @@ parser.add_argument("--fail-attempts", type=int, default=None)
 parser.add_argument("--fail-code", type=int, default=3)
 parser.add_argument("--raise", dest="raise_", action="store_true")
 parser.add_argument("--allreduce", action="store_true")
+parser.add_argument("--nccl", action="store_true")
 opts, _extra = parser.parse_known_args()
 
 out_dir = os.environ["DIFF_PROBE_DIR"]
@@ -88,9 +91,18 @@ if opts.allreduce:
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo")
-    t = torch.ones(1) * (dist.get_rank() + 1)
+    record: dict = {}
+    if opts.nccl:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+        record.update(gpu=torch.cuda.get_device_name(device),
+                      visible=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
+    t = torch.ones(1, device=device) * (dist.get_rank() + 1)
     dist.all_reduce(t)
-    write_record(f"sum_attempt{attempt}_rank{rank}.json",
-                 {"rank": dist.get_rank(), "world": dist.get_world_size(), "sum": t.item()})
+    record.update(rank=dist.get_rank(), world=dist.get_world_size(), sum=t.item())
+    write_record(f"sum_attempt{attempt}_rank{rank}.json", record)
     dist.destroy_process_group()
