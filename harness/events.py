@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -65,31 +66,42 @@ class EventWriter:
         if self._wake_path:
             self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._wake.setblocking(False)
+        self._lock = threading.Lock()
 
     def emit(self, kind: str, **fields: Any) -> None:
-        if self._fd is None:
-            return
         event = {"ts": time.time(), "mono": time.monotonic(), "node": self.node,
                  "pid": self._pid, "run_id": self.run_id, "kind": kind}
         event.update(fields)
-        line = json.dumps(event, default=repr, separators=(",", ":")) + "\n"
-        try:
-            os.write(self._fd, line.encode())
-        except OSError:
-            return  # a full disk must not take the agent down
-        if self._wake is not None and self._wake_path:  # the socket exists only with a path
+        self.write(event)
+
+    def write(self, event: Mapping[str, Any]) -> None:
+        """Append ``event`` as it is: ``emit`` stamps its own; a node on a host's relay
+        (``harness.sim.nodes.remote``) hands on events stamped there. One ``os.write`` per
+        line, so concurrent writers (threads, processes: ``O_APPEND``) never interleave; the
+        lock keeps a write off a descriptor ``close`` has given back (and the kernel may
+        have handed to another file)."""
+        line = (json.dumps(event, default=repr, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            if self._fd is None:
+                return
             try:
-                self._wake.sendto(b".", self._wake_path)
+                os.write(self._fd, line)
             except OSError:
-                pass  # no reader, a full queue: the file still has the line
+                return  # a full disk must not take the agent down
+            if self._wake is not None and self._wake_path:  # the socket exists only with a path
+                try:
+                    self._wake.sendto(b".", self._wake_path)
+                except OSError:
+                    pass  # no reader, a full queue: the file still has the line
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self._wake is not None:
-            self._wake.close()
-            self._wake = None
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            if self._wake is not None:
+                self._wake.close()
+                self._wake = None
 
 
 def event_writer_from_env(env: Mapping[str, str], run_id: str, default_node: str) -> EventWriter | NullEventWriter:

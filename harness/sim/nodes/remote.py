@@ -42,7 +42,6 @@ import functools
 import json
 import logging
 import os
-import socket
 import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -51,7 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.agent import RunResult
 from harness.errors import ProcessFailure
-from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
+from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset, place, refusal
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
@@ -62,6 +61,7 @@ from harness.sim.nodes.rendezvous_store import StoreBridge
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, launch_fields
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 from harness.sim.truth.subject import Launched
+from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 
 if TYPE_CHECKING:
@@ -87,40 +87,6 @@ _RELAY_CLOSE_S = 10.0
 
 
 # -- the events of a node on a host ------------------------------------------------------
-
-
-class _EventSink:
-    """Appends relayed events to the job's events file and pokes the job's bus, as an
-    ``EventWriter`` of a local node would (one ``os.write`` per line, ``O_APPEND``)."""
-
-    def __init__(self, path: str, wake: str | None):
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        self._wake_path = wake
-        self._wake = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-        self._wake.setblocking(False)
-        self._lock = threading.Lock()
-
-    def __call__(self, event: dict[str, Any]) -> None:
-        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
-        with self._lock:
-            if self._fd is None:
-                return
-            try:
-                os.write(self._fd, line)
-            except OSError:
-                return
-        if self._wake_path:
-            try:
-                self._wake.sendto(b".", self._wake_path)
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-        self._wake.close()
 
 
 # -- a node's agent on a host ------------------------------------------------------------
@@ -293,7 +259,7 @@ class RemoteNodes:
         self.placement = settings.placement
         self._links: dict[HostSpec, _Link] = {}
         self._bridge: StoreBridge | None = None
-        self._sink: _EventSink | None = None
+        self._sink: EventWriter | None = None
         self._lock = threading.Lock()
 
     def host_of(self, node: int) -> HostSpec:
@@ -327,9 +293,9 @@ class RemoteNodes:
             self._links[spec] = link
             return link
 
-    def _events(self) -> _EventSink:
-        if self._sink is None:
-            self._sink = _EventSink(self._job.events_path, self._job.bus.wake_path)
+    def _events(self) -> EventWriter:
+        if self._sink is None:  # the job's events file, as a local node's agent appends to it
+            self._sink = EventWriter(self._job.events_path, HARNESS, wake=self._job.bus.wake_path)
         return self._sink
 
     def start(self, index: int, rdzv: Mapping[str, Any]) -> RemoteNodeProcess:
@@ -342,7 +308,7 @@ class RemoteNodes:
         directory = os.path.join(job.directory, f"node{index}")
         os.makedirs(directory)
         there = f"{host.work_dir}/node{index}"
-        relay = EventRelay(host, f"{there}/events.jsonl", self._events(), offset=link.offset, node=index)
+        relay = EventRelay(host, f"{there}/events.jsonl", self._events().write, offset=link.offset, node=index)
         try:
             proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory)
         except BaseException:
@@ -373,7 +339,8 @@ class RemoteNodes:
         env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
 
         def expand(arg: Any) -> str:
-            return str(arg).replace("{shared}", shared).replace("{node_disk}", disk)
+            text = str(arg).replace("{shared}", shared).replace("{node_disk}", disk)
+            return text.replace("{backend}", job.cluster.backend) if "{backend}" in text else text
 
         entry = job.entrypoint
         assert isinstance(entry, str)  # launch refuses a callable with hosts
