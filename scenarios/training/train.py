@@ -29,6 +29,17 @@ every rank finished the save.
 and its directory fsynced. A node crash that loses unsynced writes
 (``kill_node(lose_unsynced=True)``) leaves the naive file empty and the safe one whole
 (``scenarios/storage``).
+
+``--device auto|cpu|cuda`` (``auto``: cuda when torch sees a GPU) picks where the model, the
+data and the optimizer live: ``cuda:LOCAL_RANK`` (modulo the devices the node sees: the
+harness gives each simulated node its own ``CUDA_VISIBLE_DEVICES``, and workers of a node
+with fewer devices than workers share them). The dataset, the permutation and every step's
+noise are still drawn on the CPU, from the same generator, and only then moved: the same
+numbers on either device. ``--backend`` is the process group's: pass the harness's
+``{backend}`` (``nccl`` when every worker has a GPU of its own, else ``gloo``, which carries
+CUDA tensors too: NCCL refuses two ranks on one device). Without it: ``gloo`` on the CPU,
+``nccl`` on cuda when this node has a device per worker, else ``gloo`` (the trainer cannot
+see that simulated *nodes* share a device: only ``{backend}`` says so).
 """
 
 from __future__ import annotations
@@ -73,7 +84,21 @@ def parse() -> argparse.Namespace:
                    help="on resume, forget this state (a classic bug, for the oracle to catch)")
     p.add_argument("--save", choices=("dcp", "naive", "safe"), default="dcp",
                    help="checkpoint with DCP, or one torch.save file written naively or safely")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to train (auto: cuda when torch.cuda.is_available())")
+    p.add_argument("--backend", default=None,
+                   help="process-group backend (pass the harness's {backend}); default: nccl on cuda "
+                        "when the node has a device per worker, else gloo")
     args = p.parse_args()
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch sees no CUDA device")
+    if args.backend is None:
+        own = args.device == "cuda" and int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= torch.cuda.device_count()
+        args.backend = "nccl" if own else "gloo"
+    if args.backend == "nccl" and args.device != "cuda":
+        p.error("--backend nccl needs --device cuda (torch sees no CUDA device, or --device cpu was asked)")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if args.global_batch % world:
         p.error(f"--global-batch={args.global_batch} must divide by WORLD_SIZE={world}")
@@ -90,15 +115,26 @@ def dataset(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, torch.tanh(x @ w) + 0.05 * torch.randn(SAMPLES, 1, generator=g)
 
 
-def build(args: argparse.Namespace) -> torch.nn.Module:
+def device_of(args: argparse.Namespace) -> torch.device:
+    """``cpu``, or this worker's GPU: ``cuda:LOCAL_RANK`` among the devices its node sees
+    (modulo their count: a node's workers share its devices when it has fewer than them)."""
+    if args.device != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+
+
+def build(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(args.seed)  # the same initial weights on every rank and every run
     model = torch.nn.Sequential(torch.nn.Linear(FEATURES, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    model.to(device)  # made on the CPU (the same weights on either device), then moved
     if args.parallel == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        fully_shard(model, mesh=init_device_mesh("cpu", (dist.get_world_size(),)))
+        fully_shard(model, mesh=init_device_mesh(device.type, (dist.get_world_size(),)))
         return model
+    if device.type == "cuda":
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
     return torch.nn.parallel.DistributedDataParallel(model)
 
 
@@ -167,25 +203,26 @@ def save_file(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim
 
 
 def resume_file(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
-                data: Data) -> tuple[int, str]:
+                data: Data, device: torch.device) -> tuple[int, str]:
     path = os.path.join(args.ckpt_dir, "ckpt.pt")
     if not os.path.exists(path):
         return 0, ""
-    state = torch.load(path, weights_only=False)  # lost: EOFError (empty), or "failed finding central directory"
+    # lost: EOFError (empty), or "failed finding central directory"
+    state = torch.load(path, map_location=device, weights_only=False)
     model.module.load_state_dict(state["model"])  # type: ignore[operator]
     opt.load_state_dict(state["optim"])
     train = state["train"]
-    data.gen.set_state(train["rng"])
-    data.perm, data.offset = train["perm"], int(train["offset"])
+    data.gen.set_state(train["rng"].cpu())  # the data's RNG and permutation stay on the CPU
+    data.perm, data.offset = train["perm"].cpu(), int(train["offset"])
     sched.load_state_dict(train["sched"])  # type: ignore[attr-defined]
     return int(train["step"]), "ckpt.pt"
 
 
 def resume(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Optimizer, sched: object,
-           data: Data) -> tuple[int, str]:
+           data: Data, device: torch.device) -> tuple[int, str]:
     """Load the newest complete checkpoint, minus what ``--forget`` says; the step to go on from."""
     if args.save != "dcp":
-        return resume_file(args, model, opt, sched, data)
+        return resume_file(args, model, opt, sched, data, device)
     try:
         with open(os.path.join(args.ckpt_dir, "latest")) as fp:
             name = fp.read().strip()
@@ -207,21 +244,28 @@ def resume(args: argparse.Namespace, model: torch.nn.Module, opt: torch.optim.Op
 
 def main() -> int:
     args = parse()
-    dist.init_process_group("gloo")
+    device = device_of(args)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if args.backend == "nccl":
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     os.makedirs(args.ckpt_dir, exist_ok=True)
-    x, y = dataset(args.seed)
-    model = build(args)
+    x, y = (t.to(device) for t in dataset(args.seed))  # drawn on the CPU, then moved
+    model = build(args, device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 4) * 0.97 ** s)
     data = Data(args.seed)
-    start, resumed_from = resume(args, model, opt, sched, data)
+    start, resumed_from = resume(args, model, opt, sched, data, device)
     local = args.global_batch // world
-    loss_global = torch.zeros(())
+    loss_global = torch.zeros((), device=device)
     for step in range(start, args.steps):
-        idx, noise = data.next_batch(args.global_batch)
+        idx, noise = data.next_batch(args.global_batch)  # on the CPU, from the data's generator
         mine = slice(rank * local, (rank + 1) * local)
-        loss = torch.nn.functional.mse_loss(model(x[idx[mine]] + noise[mine]), y[idx[mine]])
+        idx, noise = idx[mine].to(device), noise[mine].to(device)
+        loss = torch.nn.functional.mse_loss(model(x[idx] + noise), y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -243,7 +287,8 @@ def main() -> int:
                     save_file(args, model, opt, sched, data, done)
     if rank == 0:
         print(json.dumps({"steps": args.steps, "resumed_from": resumed_from, "world_size": world,
-                          "loss": float(loss_global), "forgot": args.forget}), flush=True)
+                          "loss": float(loss_global), "forgot": args.forget, "device": str(device),
+                          "backend": args.backend}), flush=True)
     return 0
 
 

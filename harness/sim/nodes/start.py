@@ -3,13 +3,13 @@ its process (``Job.start_node`` for ``launch``'s nodes and for ``add_node``'s).
 
 The agent gets the cluster's settings and the rendezvous the job's first node set up
 (``rendezvous_settings``: c10d on localhost for a one-node job, else the store the harness
-runs: ``harness.sim.nodes.rendezvous_store``); the job's entrypoint with ``{shared}`` and
-``{node_disk}`` filled in; an environment that names the job's event file, exit-code orders,
-disks, stacks dir and cgroup, and the GPUs of the lowest node slot no live node holds. It is
-forked by the pool's node server where it can be, in the node's network namespace
-(``harness.sim.nodes.process.start_node``), its stdout and stderr going to ``agent.log`` in
-the node's directory (``agent_log`` reads it back). The job keeps the handle, records
-``node_start`` and has its ledger watch the agent.
+runs: ``harness.sim.nodes.rendezvous_store``); the job's entrypoint with ``{shared}``,
+``{node_disk}`` and ``{backend}`` (``Cluster.backend``: ``nccl`` or ``gloo``) filled in; an
+environment that names the job's event file, exit-code orders, disks, stacks dir and cgroup,
+and the GPUs of the lowest node slot no live node holds. It is forked by the pool's node
+server where it can be, in the node's network namespace (``harness.sim.nodes.process.start_node``),
+its stdout and stderr going to ``agent.log`` in the node's directory (``agent_log`` reads it
+back). The job keeps the handle, records ``node_start`` and has its ledger watch the agent.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ class NodesCluster(Protocol):
     def new_node_label(self, index: int) -> str: ...
 
     def gpus_for(self, node: int) -> tuple[str, ...]: ...
+
+    @property
+    def backend(self) -> str:
+        """The process-group backend that fits its GPUs: ``{backend}`` in the args."""
+        ...
 
     def zygote_env(self) -> dict[str, str]: ...
 
@@ -240,11 +245,13 @@ def _environment(job: StartingJob, index: int, directory: str, gpus: tuple[str, 
 
 def _command(job: StartingJob, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
     """What node ``index``'s agent runs: the callable, or ``python -u [-m] entrypoint``, with
-    ``{shared}`` and ``{node_disk}`` in the args filled in for this job and node."""
+    ``{shared}``, ``{node_disk}`` and ``{backend}`` (the cluster's process-group backend) in the
+    args filled in for this job and node."""
     def expand(arg: Any) -> Any:
         if not isinstance(arg, str):
             return arg
-        return arg.replace("{shared}", job.shared_dir).replace("{node_disk}", job.storage.disk_of(index))
+        arg = arg.replace("{shared}", job.shared_dir).replace("{node_disk}", job.storage.disk_of(index))
+        return arg.replace("{backend}", job.cluster.backend) if "{backend}" in arg else arg
 
     if callable(job.entrypoint):
         return job.entrypoint, [expand(a) for a in job.args]

@@ -88,6 +88,15 @@ class JudgedCluster(Configured, Protocol):
         """A cluster of the same settings, no chaos, ``golden`` on (closed by its ``with``)."""
         ...
 
+    @property
+    def backend(self) -> str:
+        """The process-group backend its workers are given (``{backend}``)."""
+        ...
+
+    def gpus_for(self, node: int) -> tuple[str, ...]:
+        """The GPU ids node slot ``node`` gets (empty without GPUs)."""
+        ...
+
 
 class Launched(Protocol):
     """What a job runs: its id, its entrypoint (a script, a module or a callable) and args."""

@@ -9,7 +9,9 @@ the faulted run's checkpoint.
 The cache key is everything that changes what the script computes: the script's bytes (or a
 callable's source), its args as written (placeholders unexpanded), module or script, the
 nodes it starts and workers per node, the worker environment the cluster adds, the start
-method, the torch and Python versions. The cache is a directory of JSON files (the plugin
+method, the torch and Python versions, and where it computes: the backend and each node's
+GPUs (a trainer on ``--device auto`` computes on CUDA where a GPU is, and floating-point
+results differ from the CPU's) and the hosts it is placed on. The cache is a directory of JSON files (the plugin
 uses pytest's cache dir): a key's file is written whole, then renamed, so concurrent xdist
 workers never read half a record.
 """
@@ -62,7 +64,9 @@ def twin_key(job: JudgedJob) -> str:
         "args": [str(a) for a in job.args], "nodes": job.launched_nodes,
         "nproc_per_node": settings.nproc_per_node, "env": sorted(settings.env.items()),
         "start_method": settings.start_method, "torch": _torch_version(), "python": platform.python_version(),
-        "digests": True,
+        "digests": True, "backend": job.cluster.backend,
+        "gpus": [list(job.cluster.gpus_for(node)) for node in range(job.launched_nodes)],
+        "hosts": [host.url for host in settings.hosts or ()],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
