@@ -253,7 +253,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     cgroups: a ``[[fault]]`` its node's host cannot carry out (the refusal ``inject()``
     would give: ``harness.sim.nodes.remote.refuse_faults``), or a ``[job]`` setting not
     done with hosts (``store_host = "node0"``). Where the scenario names its own hosts,
-    such a setting fails it instead (it asked for what cannot be)."""
+    either fails it instead (it asked for what cannot be)."""
     if job.get("hosts") is None:
         return None
     from harness import ClusterConfig
@@ -272,7 +272,9 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
         try:
             refuse_faults([_fault(spec)], hosts, config.placement)
         except FaultRefused as e:
-            pytest.skip(f"the nodes are on hosts, and [[fault]] kind={spec['kind']!r} {e.constraint}")
+            if from_option:
+                pytest.skip(f"the nodes are on hosts, and [[fault]] kind={spec['kind']!r} {e.constraint}")
+            raise ScenarioFailure(f"[[fault]] kind={spec['kind']!r} {e.constraint}") from None
     return hosts
 
 

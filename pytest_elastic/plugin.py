@@ -221,10 +221,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
 
 def _hosts_from_option(item: pytest.Item) -> bool:
-    """Whether ``item``'s nodes were put on hosts by ``--elastic-hosts`` (not by its own ``hosts=``)."""
+    """Whether ``item``'s nodes were put on hosts by ``--elastic-hosts``, not by its own
+    ``hosts`` (the marker's keyword, a scenario's ``[job]`` key)."""
+    if settings_of(item.config).hosts is None:
+        return False
     marker = item.get_closest_marker("elastic")
-    own = "hosts" in marker.kwargs if marker is not None else False
-    return settings_of(item.config).hosts is not None and not own
+    if marker is not None and "hosts" in marker.kwargs:
+        return False
+    from pytest_elastic._scenarios import ScenarioItem
+
+    return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -294,3 +294,20 @@ def test_chaos_kinds_the_hosts_cannot_do_are_a_usage_error(pytester):
         "elastic: chaos=on seed=3 faults=kill_worker,scale * hosts=hosts.toml network=*",
         "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws remove_node,add_node there, "
         "not kill_worker (host ci@10.0.0.5:22 cannot do it yet: *)"])
+
+
+def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
+    """A scenario's own [job] hosts win over --elastic-hosts; a fault they cannot carry
+    out, or a [job] setting not done with hosts, then fails it (it asked for what cannot
+    be) in one line, before anything connects."""
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.9"\nuser = "ci"\n')
+    scenarios = pytester.mkdir("scenarios")
+    job = ('[job]\nscript = "train.py"\nnnodes = "1:2"\nhosts = ["ssh://ci@10.0.0.5", "ssh://ci@10.0.0.6"]\n')
+    (scenarios / "cut.toml").write_text(job + '\n[[fault]]\nkind = "partition"\nnode = 1\n')
+    (scenarios / "store.toml").write_text(job.replace("[job]\n", '[job]\nstore_host = "node0"\n'))
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "-p", "no:cacheprovider", "scenarios")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*scenario cut: [[][[]fault[]][]] kind='partition' is refused: host ci@10.0.0.6:22 "
+                                 "cannot do it: it needs netns*",
+                                 "*scenario store: [[]job[]] store_host='node0' must be 'harness' and 'c10d' with "
+                                 "hosts*"], consecutive=False)
