@@ -2,9 +2,10 @@
 (issue 29 part 1), and asyncssh beside them when it is importable; then what a node on a
 host costs beyond commands (parts 2 and 4): the clock offset's error bound, an event's
 latency from the host's file to the controller, and how long a lost controller's things
-last on the host.
+last on the host; last, a training job with its nodes on two hosts beside the same job here.
 
-    python bench/hosts.py [--runs 20] [--no-host-rc] [--no-strategies]
+    python bench/hosts.py [--runs 20] [--no-host-rc] [--no-strategies] [--no-jobs] [--job-runs 5]
+    python bench/hosts.py --jobs [--job-runs 5]                 # the job table alone
     PYTHONPATH=/path/to/asyncssh-lib python bench/hosts.py     # adds the asyncssh column
 
 The project's rule is that a bench compares ours against torchrun. torchrun has no SSH
@@ -40,6 +41,18 @@ The last table (hosts' ``~/.bashrc`` emptied):
                    host over a connection of its own, times moved onto ours), 5 runs.
   frozen           the same controller SIGSTOPped, lost_after=2 s: its link stays open, the
   controller       host notices the silence; from the freeze to the last process gone, 3 runs.
+
+The job table (issue 29's "done means"): ``bench/resume.py``'s node-loss run (``fault_run``:
+``scenarios/training/train.py``, DDP on gloo with DCP checkpoints, ``NodeKill(node=1)`` at
+step 6 of rank 0) on 2 nodes x 2 workers, ``Cluster(nnodes="1:2", nproc_per_node=2)`` at its
+defaults, once with the nodes on two ``SshdLab`` hosts (round robin: node i on host i; their
+python the checkout's, ``checkout_python``) and once here, alternating, ``--job-runs`` each:
+  launch -> first   ``cluster.launch()`` to the first step event (``resume._first_step``);
+  step              a host's events are moved onto our clock by its relay
+  fault -> resume   the kill (on its host: the agent's tree SIGKILLed there) to the first
+                    step of the re-formed world (``Timeline.faults()``' ``resume_latency``)
+Medians, hosts/local and the goal: hosts <= 1.5x local. The checkpoints go to a bench dir
+every host sees (a host's ``{shared}`` is its own).
 """
 
 from __future__ import annotations
@@ -57,14 +70,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import fmt_ratio, isolate_tmpdir, median, print_table, ratio  # noqa: E402
+from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio, stdout_to  # noqa: E402
+from resume import fault_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.hosts import EventRelay, SshHost, measure_offset  # noqa: E402
+from harness.hosts import EventRelay, HostSpec, SshHost, measure_offset  # noqa: E402
+from harness.sim.nodes import remote  # noqa: E402
 from tests.hosts.observe import end_controller, start_controller, watch_host  # noqa: E402
-from tests.hosts.sshd import SshdLab, sshd_missing  # noqa: E402
+from tests.hosts.sshd import SshdLab, checkout_python, sshd_missing  # noqa: E402
 
 #: a node's writer on the host: N events, INTERVAL s apart, each poking the relay
 WRITER = """
@@ -78,6 +93,8 @@ for i in range(n):
 writer.close()
 """
 LOST_AFTER_S = 2.0
+#: issue 29: a job with its nodes on hosts takes at most this many times the same job here
+JOB_GOAL = 1.5
 
 
 def fmt_ms(value: float | None) -> str:
@@ -221,22 +238,77 @@ def node_table(runs: int) -> None:
     print_table(["", "median (max)"], rows)
 
 
+def job_run(hosts: list[HostSpec] | None, where: Path) -> dict:
+    """One run of ``bench/resume.py``'s node loss on 2 nodes x 2 workers, on ``hosts`` or here
+    (the workers' lines, which local ones write to our stdout, dropped on either side)."""
+    from harness import Cluster
+
+    ckpt = tempfile.mkdtemp(prefix="ckpt-", dir=where)
+    with stdout_to(os.devnull), Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=3, hosts=hosts) as cluster:
+        return {**fault_run(cluster, "node", ckpt_dir=ckpt), "network": cluster.network,
+                "start_method": cluster.config.start_method}
+
+
+def describe(sample: dict) -> str:
+    """A job run in one progress line: its two figures and the lost time's breakdown (s)."""
+    if not sample["ok"]:
+        return "FAILED " + sample["detail"][-300:]
+    lost = ", ".join(f"{k} {v:.2f}" for k, v in sample["lost"].items())
+    return f"first step {fmt_s(sample['first_step'])}, resume {fmt_s(sample['resume'])} ({lost})"
+
+
+def job_table(runs: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as root, SshdLab(Path(root), 2) as lab:
+        lab.start(0)
+        lab.start(1, port=2222)
+        python = str(checkout_python(Path(root) / "host-python"))
+        hosts = [lab.spec(0, python=python), lab.spec(1, python=python)]
+        samples: dict[str, list[dict]] = {"local": [], "hosts": []}
+        saved, remote.connector = remote.connector, lab.ssh_host  # the client runs in the lab's namespace
+        try:
+            for i in range(runs):
+                for side in ("local", "hosts") if i % 2 == 0 else ("hosts", "local"):
+                    sample = job_run(hosts if side == "hosts" else None, Path(root))
+                    samples[side].append(sample)
+                    print(f"job {side} run {i}: {describe(sample)}", file=sys.stderr)
+        finally:
+            remote.connector = saved
+    print(f"\n2 nodes x 2 workers (nnodes=1:2), kill_node(1) at step 6, median of {runs} runs each "
+          f"(failed: local {sum(not s['ok'] for s in samples['local'])}, "
+          f"hosts {sum(not s['ok'] for s in samples['hosts'])}); local nodes: {samples['local'][0]['network']}, "
+          f"workers: {samples['local'][0]['start_method']}; load average {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} cpus")
+    rows = []
+    for name, key in (("launch -> first step", "first_step"), ("fault -> resume (kill_node 1)", "resume")):
+        here, there = ([s[key] for s in samples[side] if s["ok"]] for side in ("local", "hosts"))
+        times = ratio(median(there), median(here))
+        verdict = "n/a" if times is None else "PASS" if times <= JOB_GOAL else "FAIL"
+        rows.append([name, fmt_s(median(here)), fmt_s(median(there)), fmt_ratio(times), f"<= {JOB_GOAL}x", verdict])
+    print_table(["", "local", "2 hosts", "hosts / local", "target", "verdict"], rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="commands per strategy (20)")
     parser.add_argument("--no-host-rc", action="store_true", help="skip the table with this machine's ~/.bashrc")
-    parser.add_argument("--no-strategies", action="store_true", help="only the clock, events and cleanup table")
+    parser.add_argument("--no-strategies", action="store_true", help="skip the SSH strategy tables")
+    parser.add_argument("--jobs", action="store_true", help="only the job table (local beside hosts)")
+    parser.add_argument("--no-jobs", action="store_true", help="skip the job table")
+    parser.add_argument("--job-runs", type=int, default=5, help="runs of the job per side (5)")
     args = parser.parse_args()
     why = sshd_missing()
     if why:
         print(f"bench/hosts.py: real sshd hosts unavailable: {why}", file=sys.stderr)
         return 2
     isolate_tmpdir()
-    if not args.no_strategies:
-        table(args.runs, clean_rc=True)
-        if not args.no_host_rc:
-            table(args.runs, clean_rc=False)
-    node_table(args.runs)
+    if not args.jobs:
+        if not args.no_strategies:
+            table(args.runs, clean_rc=True)
+            if not args.no_host_rc:
+                table(args.runs, clean_rc=False)
+        node_table(args.runs)
+    if not args.no_jobs:
+        job_table(args.job_runs)
     return 0
 
 

@@ -63,37 +63,48 @@ OURS = ("warm pool", "zygote", "spawn")
 
 
 def ours(scenario: str, start_method: str, pool: object = None) -> dict:
-    from harness import Cluster, WorkerState
-    from harness.faults import AtStep, NodeKill, Partition, WorkerKill
+    from harness import Cluster
 
     shape = {"crash": dict(nnodes=1, nproc_per_node=2, max_restarts=3),
              "node": dict(nnodes="1:2", nproc_per_node=1, max_restarts=3),
              "partition": dict(nnodes="1:2", nproc_per_node=1, max_restarts=3, network="netns")}[scenario]
+    with Cluster(start_method=start_method, pool=pool, **shape) as cluster:
+        return fault_run(cluster, scenario)
+
+
+def fault_run(cluster, scenario: str, ckpt_dir: str = "{shared}/ckpt") -> dict:  # type: ignore[no-untyped-def]
+    """One job of the trainer on ``cluster`` with ``scenario``'s fault at ``FAULT_STEP``:
+    ``{"ok": True, "resume": fault -> resumed, "lost": the breakdown, "first_step": launch ->
+    first step}`` or ``{"ok": False, "detail": the timeline's tail}``. ``bench/hosts.py``
+    runs the ``node`` scenario on a cluster whose nodes are on hosts (``ckpt_dir``: a path
+    every host sees, as ``{shared}`` is each host's own there)."""
+    from harness import WorkerState
+    from harness.faults import AtStep, NodeKill, Partition, WorkerKill
+
     # a partition takes a few ms to apply (nft rules): give the steps time so it lands mid-run;
     # the first step after the resume then includes one such sleep (0.1 s, in "startup")
     pace = ["--step-time", "0.1"] if scenario == "partition" else []
-    with Cluster(start_method=start_method, pool=pool, **shape) as cluster:
-        launched = time.monotonic()
-        job = cluster.launch(TRAINER, *ARGS, *pace, "--ckpt-dir", "{shared}/ckpt")
-        if scenario == "crash":
-            job.inject(WorkerKill(node=0, local_rank=1), AtStep(step=FAULT_STEP, rank=1))
-        elif scenario == "node":
-            job.inject(NodeKill(node=1), AtStep(step=FAULT_STEP, rank=0))
-        else:
-            job.inject(Partition(node=1, peers="store"), AtStep(step=FAULT_STEP, rank=0))
-        if scenario == "partition":  # heal once the survivor trained on: node 1 rejoins
-            deadline = time.monotonic() + 120
-            while (time.monotonic() < deadline and not job.finished()
-                   and not any(f.resume_latency for f in job.timeline.faults())):
-                time.sleep(0.1)
-            job.heal()
-        result = job.wait(timeout=180)
-        ok = result.state == WorkerState.SUCCEEDED
-        [fault] = job.timeline.faults()[:1] or [None]
-        if not ok or fault is None or fault.resume_latency is None:
-            return {"ok": False, "detail": job.timeline.format(40)}
-        return {"ok": True, "resume": fault.resume_latency, "lost": dict(fault.lost),
-                "first_step": _first_step(job, launched)}
+    launched = time.monotonic()
+    job = cluster.launch(TRAINER, *ARGS, *pace, "--ckpt-dir", ckpt_dir)
+    if scenario == "crash":
+        job.inject(WorkerKill(node=0, local_rank=1), AtStep(step=FAULT_STEP, rank=1))
+    elif scenario == "node":
+        job.inject(NodeKill(node=1), AtStep(step=FAULT_STEP, rank=0))
+    else:
+        job.inject(Partition(node=1, peers="store"), AtStep(step=FAULT_STEP, rank=0))
+    if scenario == "partition":  # heal once the survivor trained on: node 1 rejoins
+        deadline = time.monotonic() + 120
+        while (time.monotonic() < deadline and not job.finished()
+               and not any(f.resume_latency for f in job.timeline.faults())):
+            time.sleep(0.1)
+        job.heal()
+    result = job.wait(timeout=180)
+    ok = result.state == WorkerState.SUCCEEDED
+    [fault] = job.timeline.faults()[:1] or [None]
+    if not ok or fault is None or fault.resume_latency is None:
+        return {"ok": False, "detail": job.timeline.format(40)}
+    return {"ok": True, "resume": fault.resume_latency, "lost": dict(fault.lost),
+            "first_step": _first_step(job, launched)}
 
 
 def _first_step(job, launched: float) -> float | None:  # type: ignore[no-untyped-def]

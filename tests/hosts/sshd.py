@@ -9,7 +9,8 @@ The client side lives in the network's store namespace: ``lab.ssh_command`` is
 ``nsenter --net=<it> ssh`` (nsenter execs, so the pid stays ssh's), and ``lab.spec(i)``
 the ``HostSpec`` to reach host i. ``close()`` ends every sshd process (listeners and their
 sessions, by pid) and removes the namespaces; the keys and configs stay in ``root_dir``
-(the caller's temp dir).
+(the caller's temp dir). ``checkout_python(path)`` writes the hosts' interpreter for jobs
+placed on them: this one, with this checkout first on its path.
 
 sshd needs its privilege separation dir ``/run/sshd`` (compiled in). Rather than create it
 on this machine, each sshd runs in a private mount namespace with a fresh tmpfs on /run.
@@ -39,10 +40,12 @@ import psutil
 from harness.hosts import HostSpec, SshHost
 from harness.sim.net import Network, netns_missing
 
-__all__ = ["SshdLab", "SshdHost", "sshd_missing", "TOOLS"]
+__all__ = ["SshdLab", "SshdHost", "checkout_python", "sshd_missing", "TOOLS"]
 
 TOOLS = ("ssh", "ssh-keygen", "nsenter", "unshare", "mount")
 _READY_TIMEOUT_S = 15.0
+#: the checkout these tests belong to
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def sshd_missing() -> str | None:
@@ -56,6 +59,16 @@ def sshd_missing() -> str | None:
         return f"needs {', '.join(missing)}"
     netns = netns_missing()
     return f"needs network namespaces: {'; '.join(netns)}" if netns else None
+
+
+def checkout_python(path: Path) -> Path:
+    """A shell wrapper at ``path`` that runs this interpreter with this checkout first on
+    ``PYTHONPATH``: a host's ``python`` (``lab.spec(i, python=str(path))``) for a job placed
+    on it, so the hosts, which share this machine's files, run the code under test."""
+    path.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(CHECKOUT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                    f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    path.chmod(0o755)
+    return path
 
 
 def keygen(path: Path) -> Path:

@@ -14,8 +14,6 @@ over the channel), and the hosts themselves, over a fresh connection of their ow
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from harness.sim.nodes import remote
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.conftest import survivors
-from tests.hosts.sshd import SshdLab
+from tests.hosts.sshd import SshdLab, checkout_python
 
 #: each test starts agents and workers on two hosts of this (loaded, 2-core) machine
 pytestmark = pytest.mark.timeout(240)
@@ -73,10 +71,7 @@ def hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     """Two hosts (ports 22 and 2222); the job reaches them with the lab's client."""
     lab.start(0)
     lab.start(1, port=2222)
-    python = tmp_path / "host-python"
-    python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                      f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
-    python.chmod(0o755)
+    python = checkout_python(tmp_path / "host-python")
     monkeypatch.setattr(remote, "connector", lambda spec: lab.ssh_host(spec))
     yield [lab.spec(0, python=str(python)), lab.spec(1, python=str(python))]
 
