@@ -23,8 +23,8 @@ def _argvs(text: str) -> list[list[str]]:
     (1, 2, "gloo"),     # two nodes share one device: NCCL would refuse
     (2, 2, "nccl"),     # a device per worker
 ])
-def test_backend_is_expanded_in_the_workers_argv(capfd, gpus, nnodes, backend):
-    with Cluster(nnodes=nnodes, nproc_per_node=1, gpus=gpus) as cluster:
+def test_backend_is_expanded_in_the_workers_argv(capfd, gpus, nnodes, backend, warm_pool):
+    with Cluster(pool=warm_pool, nnodes=nnodes, nproc_per_node=1, gpus=gpus) as cluster:
         assert cluster.backend == backend
         job = cluster.launch(ENV_DUMP, "{backend}", "--backend={backend}", "{shared}/ckpt")
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED, job.timeline.format()
@@ -33,8 +33,8 @@ def test_backend_is_expanded_in_the_workers_argv(capfd, gpus, nnodes, backend):
 
 
 @pytest.mark.skipif(bool(detect_gpus()), reason="this machine has a GPU: its backend may be nccl")
-def test_backend_is_gloo_on_a_machine_without_a_gpu(capfd):
-    with Cluster(nnodes=1, nproc_per_node=1) as cluster:
+def test_backend_is_gloo_on_a_machine_without_a_gpu(capfd, warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1) as cluster:
         job = cluster.launch(ENV_DUMP, "--backend", "{backend}")
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED, job.timeline.format()
     assert _argvs(capfd.readouterr().out) == [["--backend", "gloo"]]

@@ -131,8 +131,8 @@ def test_concurrent_queries_see_every_event_once(tmp_path):
 # -- one node identity, the harness's own records ----------------------------------------------
 
 
-def test_kill_node_leaves_a_terminal_entry_under_the_integer_index():
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
+def test_kill_node_leaves_a_terminal_entry_under_the_integer_index(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(SLEEPER)
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         job.kill_node(node=1)
@@ -148,8 +148,8 @@ def test_kill_node_leaves_a_terminal_entry_under_the_integer_index():
         assert job.timeline.states(0)[-1] == WorkerState.HEALTHY  # the survivor is untouched
 
 
-def test_an_unknown_node_raises_naming_the_valid_ones():
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+def test_an_unknown_node_raises_naming_the_valid_ones(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(SLEEPER)
         label = job.node_name(0)
         for query in (lambda: job.timeline.states(2), lambda: job.timeline.states(label),
@@ -160,8 +160,8 @@ def test_an_unknown_node_raises_naming_the_valid_ones():
         assert sorted(job.timeline.labels()) == [0, 1]
 
 
-def test_a_frozen_node_ends_its_timeline_and_wait_skips_it():
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
+def test_a_frozen_node_ends_its_timeline_and_wait_skips_it(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "30", "0.03")
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         job.freeze_node(node=1)

@@ -73,8 +73,8 @@ def _node_done(job, node: int, timeout: float = 60) -> int:
 # -- a healthy job ------------------------------------------------------------------------
 
 
-def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd):
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
+def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd, warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(ALLREDUCE)
         result = job.wait(timeout=60)
         assert result.state == S.SUCCEEDED, job.timeline.format()
@@ -98,8 +98,8 @@ def test_allreduce_2x2_unique_ranks_distinct_nodes(capfd):
     assert sums == [("0", "10"), ("1", "10"), ("2", "10"), ("3", "10")], out
 
 
-def test_each_node_runs_in_its_own_process_group():
-    with Cluster(nnodes=2, nproc_per_node=1) as cluster:
+def test_each_node_runs_in_its_own_process_group(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1) as cluster:
         job = cluster.launch(SLEEPER)
         job.wait_for_state(S.HEALTHY, timeout=30)
         for node in job.nodes.values():
@@ -115,8 +115,8 @@ def test_each_node_runs_in_its_own_process_group():
 # -- worker faults --------------------------------------------------------------------------
 
 
-def test_worker_kill_on_one_node_restarts_every_node():
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=2) as cluster:
+def test_worker_kill_on_one_node_restarts_every_node(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "30", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         before = {i: set(job.worker_pids(i).values()) for i in (0, 1)}
@@ -136,8 +136,8 @@ def test_worker_kill_on_one_node_restarts_every_node():
         assert sorted(result.return_values) == [0, 1, 2, 3]
 
 
-def test_exit_code_crash_at_rank_and_step_on_the_second_node():
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
+def test_exit_code_crash_at_rank_and_step_on_the_second_node(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "12", "0.02")
         job.inject(WorkerKill(exit_code=5), AtStep(step=4, rank=3))
         result = job.wait(timeout=60)
@@ -154,8 +154,8 @@ def test_exit_code_crash_at_rank_and_step_on_the_second_node():
         assert job.timeline.world_sizes() == [4, 4]
 
 
-def test_worker_hang_on_state_trigger_stops_it_without_a_restart():
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+def test_worker_hang_on_state_trigger_stops_it_without_a_restart(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(SLEEPER)
         job.inject(WorkerHang(node=1, local_rank=0), OnState(S.HEALTHY, node=1))
         _wait_until(lambda: _fault_kinds(job) == ["hang_worker"], 30, "hang fired", job)
@@ -172,8 +172,8 @@ def test_worker_hang_on_state_trigger_stops_it_without_a_restart():
 # -- losing and adding nodes ----------------------------------------------------------------
 
 
-def test_agent_kill_workers_follow_and_survivor_continues_alone():
-    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+def test_agent_kill_workers_follow_and_survivor_continues_alone(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "40", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         orphans = list(job.worker_pids(1).values())
@@ -193,8 +193,8 @@ def _finish_survivors(job, nodes: list[int]):
     return job.result()
 
 
-def test_node_kill_three_nodes_survivors_shrink():
-    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+def test_node_kill_three_nodes_survivors_shrink(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "40", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         victims = [job.nodes[2].pid, *job.worker_pids(2).values()]
@@ -208,8 +208,8 @@ def test_node_kill_three_nodes_survivors_shrink():
             assert job.timeline.restart_counts()[i] == 0
 
 
-def test_graceful_leave_removes_the_node_and_the_rest_continue():
-    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+def test_graceful_leave_removes_the_node_and_the_rest_continue(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "40", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         leaving = list(job.worker_pids(1).values())
@@ -223,8 +223,8 @@ def test_graceful_leave_removes_the_node_and_the_rest_continue():
         assert "stopped by SIGTERM" in job.agent_log(1)
 
 
-def test_node_join_grows_the_world():
-    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+def test_node_join_grows_the_world(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
         job.wait_for_state(S.HEALTHY, timeout=30)
         index = job.add_node()
@@ -237,8 +237,8 @@ def test_node_join_grows_the_world():
         assert sorted(result.run_results) == [0, 1, 2] and sorted(result.return_values) == [0, 1, 2]
 
 
-def test_node_freeze_survivors_continue_frozen_node_killed_at_close():
-    cluster = Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0)
+def test_node_freeze_survivors_continue_frozen_node_killed_at_close(warm_pool):
+    cluster = Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0)
     with cluster:
         job = cluster.launch(STEPPER, "40", "0.03")
         job.inject(NodeFreeze(node=1), OnState(S.HEALTHY))
@@ -255,8 +255,8 @@ def test_node_freeze_survivors_continue_frozen_node_killed_at_close():
 # -- the store ------------------------------------------------------------------------------
 
 
-def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store():
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=3, store_host="node0") as cluster:
+def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=3, store_host="node0") as cluster:
         job = cluster.launch(SLEEPER)
         job.wait_for_state(S.HEALTHY, timeout=30)
         survivors = list(job.worker_pids(1).values())
@@ -273,8 +273,8 @@ def test_store_host_loss_on_node0_fails_the_others_fast_naming_the_store():
         assert _gone(survivors)
 
 
-def test_harness_store_loss_fails_every_node():
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=3) as cluster:
+def test_harness_store_loss_fails_every_node(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=3) as cluster:
         job = cluster.launch(SLEEPER)
         job.wait_for_state(S.HEALTHY, timeout=30)
         endpoint = job.store.endpoint
@@ -288,8 +288,8 @@ def test_harness_store_loss_fails_every_node():
 
 
 @pytest.mark.parametrize("victim", [0, 1])
-def test_harness_store_survives_losing_any_node(victim):
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
+def test_harness_store_survives_losing_any_node(victim, warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "40", "0.03")
         job.inject(NodeKill(node=victim), OnState(S.HEALTHY))
         survivor = 1 - victim
@@ -311,8 +311,8 @@ def test_kill_store_host_needs_a_store_outside_the_harness():
 # -- triggers on multi-node -----------------------------------------------------------------
 
 
-def test_scheduled_join_after_delay_then_node_kill_on_state():
-    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
+def test_scheduled_join_after_delay_then_node_kill_on_state(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:3", nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "60", "0.03", nodes=2)
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.schedule([ScheduledFault(NodeAdd(), After(0.3))])
@@ -333,8 +333,8 @@ def test_scheduled_join_after_delay_then_node_kill_on_state():
 
 @pytest.mark.skipif(shutil.which("etcd") is None,
                     reason="etcd is not installed (Debian: apt-get install etcd-server)")
-def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd):
-    with Cluster(nnodes="1:2", nproc_per_node=1, rdzv_backend="etcd", max_restarts=0) as cluster:
+def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd, warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, rdzv_backend="etcd", max_restarts=0) as cluster:
         first = cluster.launch(ALLREDUCE).wait(timeout=60)
         assert first.state == S.SUCCEEDED
         job = cluster.launch(STEPPER, "40", "0.03")
@@ -439,13 +439,13 @@ def test_a_frozen_or_store_hosting_node_may_keep_old_workers(tmp_path, fault, ex
         assert problems == ["round 1 started while b-1 rank 1 (pid 11) of round 0 was still alive"]
 
 
-def test_a_leaving_node_is_a_membership_change_and_its_workers_never_overlap_the_next_round():
+def test_a_leaving_node_is_a_membership_change_and_its_workers_never_overlap_the_next_round(warm_pool):
     """Node 1 leaves (SIGTERM to its agent) while its local rank 1 ignores SIGTERM, so its
     agent needs the whole shutdown grace to stop its workers. Its local rank 0 dies at once
     and node 0's all_reduce breaks: node 0 must read the announced leave (no failure of its
     own: max_restarts=0 would end the job), and must not form the next round before node
     1's last worker is gone (the overlap invariant)."""
-    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=3.0) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=3.0) as cluster:
         job = cluster.launch(str(SCRIPTS / "leave_probe.py"), "40")
         job.inject(NodeRemove(node=1), AtStep(step=5, rank=0))
         result = job.wait(timeout=120)

@@ -11,8 +11,8 @@ from tests.conftest import SCRIPTS, survivors
 from tests.runtime import workers
 
 
-def test_callable_job_return_values_and_timeline():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
+def test_callable_job_return_values_and_timeline(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(workers.crash_first_attempt)
         result = job.wait(timeout=60)
         assert result.state == WorkerState.SUCCEEDED
@@ -24,8 +24,8 @@ def test_callable_job_return_values_and_timeline():
         assert job.timeline.restart_counts() == {0: 1}
 
 
-def test_kill_worker_fault_recovers_and_is_recorded():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+def test_kill_worker_fault_recovers_and_is_recorded(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         before = job.worker_pids(0)
@@ -43,8 +43,8 @@ def test_kill_worker_fault_recovers_and_is_recorded():
     assert not survivors(list(before.values()) + list(after.values()), timeout=0)
 
 
-def test_restarts_exhausted_job_fails_with_root_cause():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+def test_restarts_exhausted_job_fails_with_root_cause(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(workers.fail_on_rank_one)
         result = job.wait(timeout=60)
         assert result.state == WorkerState.FAILED
@@ -53,8 +53,8 @@ def test_restarts_exhausted_job_fails_with_root_cause():
         assert result.exit_codes == {0: 1}
 
 
-def test_kill_agent_takes_its_workers():
-    with Cluster(nnodes=1, nproc_per_node=2) as cluster:
+def test_kill_agent_takes_its_workers(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         pids = list(job.worker_pids(0).values())

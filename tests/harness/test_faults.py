@@ -16,8 +16,8 @@ from tests.conftest import SCRIPTS
 STEPPER = str(SCRIPTS / "stepper.py")
 
 
-def test_exit_code_crash_at_exact_rank_and_step():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
+def test_exit_code_crash_at_exact_rank_and_step(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "8", "0.02")
         job.inject(WorkerKill(exit_code=3), AtStep(step=4, rank=1))
         result = job.wait(timeout=60)
@@ -29,8 +29,8 @@ def test_exit_code_crash_at_exact_rank_and_step():
         assert job.timeline.restart_counts()[0] == 1
 
 
-def test_signal_crash_on_state_trigger():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+def test_signal_crash_on_state_trigger(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "40", "0.02")
         job.inject(WorkerKill(local_rank=0, sig=int(signal.SIGTERM)), OnState(WorkerState.HEALTHY))
         job.wait_for_recovery(timeout=30)
@@ -42,8 +42,8 @@ def test_signal_crash_on_state_trigger():
         assert not job.pending_faults()
 
 
-def test_hang_after_delay_stops_the_worker():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+def test_hang_after_delay_stops_the_worker(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.wait_for_state(WorkerState.HEALTHY)
         pid = job.worker_pids(0)[1]
@@ -57,21 +57,21 @@ def test_hang_after_delay_stops_the_worker():
         assert job.in_state(WorkerState.HEALTHY)  # stuck, not dead: the agent cannot tell
 
 
-def test_exit_order_at_next_step():
-    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
+def test_exit_order_at_next_step(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
         job.inject(WorkerKill(exit_code=9), OnState(WorkerState.HEALTHY))
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
         assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 9
 
 
-def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired():
+def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired(warm_pool):
     """No store process to lose in a one-node job: ``wait()`` raises with the reason (it
     used to return normally, the error kept in a list nothing read), and the fault is not
     listed as fired."""
     from harness.faults import FaultError, StoreHostKill
 
-    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "50", "0.02")
         entry = ScheduledFault(StoreHostKill(), OnState(WorkerState.HEALTHY))
         job.schedule([entry])
@@ -83,10 +83,10 @@ def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired():
         assert "store_host" in error["error"]
 
 
-def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
+def test_after_previous_arms_a_fault_only_once_its_predecessor_fired(warm_pool):
     """B (at step 3) is chained to A (at step 10): unchained it would fire first, in the
     first attempt; chained it waits for A, then for step 3 of the restarted attempt."""
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=2) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
         job.schedule([ScheduledFault(WorkerKill(local_rank=0), AtStep(step=10, rank=0)),
                       ScheduledFault(WorkerKill(local_rank=1), AtStep(step=3, rank=0), after_previous=True)])
@@ -101,13 +101,13 @@ def test_after_previous_arms_a_fault_only_once_its_predecessor_fired():
 # -- faults that cannot fire say so ---------------------------------------------------------
 
 
-def test_a_fault_on_a_target_the_job_can_never_have_is_refused_at_inject():
+def test_a_fault_on_a_target_the_job_can_never_have_is_refused_at_inject(warm_pool):
     """A node, local rank or rank outside the job's shape can never be hit: inject() says so
     at once, naming the valid values (it used to accept it, and the fault never fired)."""
     from harness.errors import ConfigError
     from harness.faults import OnWorldSize
 
-    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"), nodes=1)
         for fault, trigger, message in [
             (WorkerKill(node=7, local_rank=0), AtStep(step=1, rank=0),
@@ -122,12 +122,12 @@ def test_a_fault_on_a_target_the_job_can_never_have_is_refused_at_inject():
         assert not job.pending_faults() and job.timeline.events("fault_armed") == []
 
 
-def test_wait_fails_naming_each_fault_that_never_fired_and_why():
+def test_wait_fails_naming_each_fault_that_never_fired_and_why(warm_pool):
     """The job ends with faults still pending: wait() raises FaultNotFired with one reason
     per trigger kind (it used to return as if all was well); allow_unfired=True accepts it."""
     from harness.faults import FaultNotFired, OnWorldSize
 
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(STEPPER, "5", "0.01")
         job.schedule([ScheduledFault(WorkerKill(local_rank=0), AtStep(step=1000, rank=0)),
                       ScheduledFault(WorkerHang(local_rank=1), AtStep(step=2, rank=1), after_previous=True),
@@ -148,10 +148,10 @@ def test_wait_fails_naming_each_fault_that_never_fired_and_why():
         assert job.wait(timeout=5, allow_unfired=True).state == WorkerState.SUCCEEDED
 
 
-def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step():
+def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step(warm_pool):
     from harness.faults import FaultNotFired
 
-    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "env_dump.py"))
         job.inject(WorkerKill(), AtStep(step=1, rank=0))
         with pytest.raises(FaultNotFired, match=re.escape(
@@ -160,7 +160,7 @@ def test_a_step_trigger_on_a_script_that_reports_no_steps_asks_about_report_step
             job.wait(timeout=60)
 
 
-def test_kill_node_raises_when_the_agent_is_never_reaped():
+def test_kill_node_raises_when_the_agent_is_never_reaped(warm_pool):
     """The node fork server (the agent's parent) is stopped: the SIGKILLed agent stays a
     zombie, never reaped. kill_node used to return after 10 s as if it had been (its
     docstring promises a reaped agent with its terminal entry); now it says so."""
@@ -169,7 +169,7 @@ def test_kill_node_raises_when_the_agent_is_never_reaped():
     from harness.faults import FaultError
     from harness.sim.nodes.forks import ForkedNode
 
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.wait_for_state(WorkerState.HEALTHY, timeout=30)
         if not isinstance(job.nodes[1].popen, ForkedNode):

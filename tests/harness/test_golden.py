@@ -20,7 +20,7 @@ ARGS = ("--steps", "10", "--ckpt-every", "3", "--ckpt-dir", "{shared}/ckpt")
 
 
 @pytest.fixture(scope="module")
-def twin(tmp_path_factory):
+def twin(tmp_path_factory, warm_pool):
     """One fault-free run, cached under the key its faulted siblings' twins have: the tests
     then pay for one twin, and the first test proves compare_golden reuses it."""
     import json
@@ -28,7 +28,7 @@ def twin(tmp_path_factory):
     from harness.sim.truth.twin import job_record, twin_key
 
     cache = tmp_path_factory.mktemp("golden")
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
         job = cluster.launch(TRAINER, *ARGS)
         assert job.wait(timeout=180).state == WorkerState.SUCCEEDED
         record = job_record(job)
@@ -45,9 +45,9 @@ def _crashed_run(cluster: Cluster, *extra: str):
 
 
 @pytest.mark.timeout(300)
-def test_a_right_resume_is_its_fault_free_twin_and_says_what_the_fault_cost(twin):
+def test_a_right_resume_is_its_fault_free_twin_and_says_what_the_fault_cost(twin, warm_pool):
     cache, _ = twin
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
         job = _crashed_run(cluster)
         assert job.shared_dir.startswith(job.directory) and (Path(job.shared_dir) / "ckpt" / "latest").exists()
         diff = job.compare_golden(cache_dir=cache)
@@ -66,12 +66,12 @@ def test_a_right_resume_is_its_fault_free_twin_and_says_what_the_fault_cost(twin
 
 
 @pytest.mark.timeout(300)
-def test_a_resume_that_forgets_the_optimizer_is_caught(twin):
+def test_a_resume_that_forgets_the_optimizer_is_caught(twin, warm_pool):
     from harness.sim.truth.golden import compare
     from harness.sim.truth.twin import job_record
 
     _, record = twin  # the twin of a --forget run is the plain run: forgetting matters only on resume
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1, golden=True) as cluster:
         job = _crashed_run(cluster, "--forget", "optimizer")
         diff = compare(job_record(job), record)
         assert diff.diverged and diff.first is not None

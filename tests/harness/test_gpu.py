@@ -80,8 +80,8 @@ def test_detect_from_the_driver_then_nvidia_smi(tmp_path, monkeypatch):
     assert detect_gpus({}, proc_dir=missing, smi="no-such-smi") == ()
 
 
-def test_cluster_detects_without_torch_and_honours_its_env():
-    cluster = Cluster(nnodes=2, nproc_per_node=1, env={"CUDA_VISIBLE_DEVICES": "4,6"})
+def test_cluster_detects_without_torch_and_honours_its_env(warm_pool):
+    cluster = Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, env={"CUDA_VISIBLE_DEVICES": "4,6"})
     try:
         assert cluster.gpus_for(0) == ("4",) and cluster.gpus_for(1) == ("6",)
         assert cluster.backend == "nccl"
@@ -89,8 +89,8 @@ def test_cluster_detects_without_torch_and_honours_its_env():
         cluster.close()
 
 
-def test_nodes_get_disjoint_slices_in_their_workers_env():
-    with Cluster(nnodes=2, nproc_per_node=2, gpus=4, max_restarts=0) as cluster:
+def test_nodes_get_disjoint_slices_in_their_workers_env(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, gpus=4, max_restarts=0) as cluster:
         assert cluster.backend == "nccl"
         assert [cluster.gpus_for(i) for i in (0, 1)] == [("0", "1"), ("2", "3")]
         job = cluster.launch(visible_devices)
@@ -104,8 +104,8 @@ def test_nodes_get_disjoint_slices_in_their_workers_env():
         assert result.return_values == expected
 
 
-def test_a_node_joining_after_a_loss_takes_the_freed_slice():
-    with Cluster(nnodes="1:2", nproc_per_node=1, gpus=2, max_restarts=0) as cluster:
+def test_a_node_joining_after_a_loss_takes_the_freed_slice(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, gpus=2, max_restarts=0) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.inject(NodeKill(node=0), OnState(WorkerState.HEALTHY))
         job.nodes[0].popen.wait(30)
@@ -114,8 +114,8 @@ def test_a_node_joining_after_a_loss_takes_the_freed_slice():
         assert [f["fault"] for f in job.timeline.faults()] == ["kill_node", "add_node"]
 
 
-def test_without_gpus_nothing_is_set():
-    with Cluster(nnodes=2, nproc_per_node=1, gpus=0, env={"CUDA_VISIBLE_DEVICES": "x"}) as cluster:
+def test_without_gpus_nothing_is_set(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, gpus=0, env={"CUDA_VISIBLE_DEVICES": "x"}) as cluster:
         # an explicit gpus=0 wins over what the env names; workers keep the env as given
         assert cluster.backend == "gloo" and cluster.gpus_for(0) == ()
         result = cluster.launch(visible_devices).wait(timeout=60)

@@ -13,9 +13,9 @@ from tests.conftest import SCRIPTS
 HANG_AT_EXIT = str(SCRIPTS / "hang_at_exit.py")
 
 
-def test_a_node_whose_worker_never_exits_after_its_peers_succeeded_is_named_with_its_stack():
+def test_a_node_whose_worker_never_exits_after_its_peers_succeeded_is_named_with_its_stack(warm_pool):
     barrier = 2.0
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=barrier) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=barrier) as cluster:
         job = cluster.launch(HANG_AT_EXIT, "10", "1")  # rank 1 lingers after its last step
         with pytest.raises(JobHung) as caught:  # the rule's, not the timeout's TimeoutError
             job.wait(timeout=120)
@@ -29,16 +29,16 @@ def test_a_node_whose_worker_never_exits_after_its_peers_succeeded_is_named_with
     assert "linger_after_training" in message  # its Python stack, not a guess
 
 
-def test_a_job_whose_nodes_all_end_is_no_hang():
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
+def test_a_job_whose_nodes_all_end_is_no_hang(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
         job = cluster.launch(HANG_AT_EXIT, "10", "-1")  # nobody lingers
         assert job.wait(timeout=120).state.value == "SUCCEEDED"
 
 
-def test_a_worker_that_never_exits_after_a_worker_of_its_round_did_is_named_in_a_single_node_job():
+def test_a_worker_that_never_exits_after_a_worker_of_its_round_did_is_named_in_a_single_node_job(warm_pool):
     """No exit barrier, no other node: the training is over once a worker of the round
     exited 0, and the one still alive past the bound is named."""
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0, exit_barrier_timeout=2.0) as cluster:
         job = cluster.launch(HANG_AT_EXIT, "10", "1")
         with pytest.raises(JobHung) as caught:
             job.wait(timeout=120)

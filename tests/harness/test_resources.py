@@ -57,8 +57,8 @@ def test_a_v2_hierarchy_without_cpu_and_memory_says_what_is_missing():
                                     "its cgroup.controllers lists"), result.stdout
 
 
-def test_every_process_of_a_node_is_in_its_cgroup():
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
+def test_every_process_of_a_node_is_in_its_cgroup(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(BUSY, "100000", "2000")
         job.wait_for_state(WorkerState.HEALTHY)
         for node in (0, 1):
@@ -68,11 +68,11 @@ def test_every_process_of_a_node_is_in_its_cgroup():
         assert not set(job.resources.cgroup(0).pids()) & set(job.resources.cgroup(1).pids())
 
 
-def test_a_nodes_agent_runs_apart_from_and_before_its_workers():
+def test_a_nodes_agent_runs_apart_from_and_before_its_workers(warm_pool):
     """The agent's CPU cgroup is not its workers' (a quota slows the training, never the
     keep-alive), and its workers run at a lower priority (the agent runs first when both
     want the CPU)."""
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(BUSY, "100000", "2000")
         job.wait_for_state(WorkerState.HEALTHY)
         cgroup = job.resources.cgroup(0)
@@ -93,12 +93,12 @@ def cgroup_pids(directory: str) -> list[int]:
         return [int(line) for line in fp if line.strip()]
 
 
-def test_a_starved_node_is_not_taken_for_a_dead_one():
+def test_a_starved_node_is_not_taken_for_a_dead_one(warm_pool):
     """Issue 26's reproduction: node 1 held to 5 % of a CPU for 4 s used to be declared dead
     by node 0 (its agent starved behind its own workers), the job re-forming [4, 2, 4] with
     node 1's old workers alive in the new round. A straggler is slow, not dead: the world
     keeps its size and no invariant breaks."""
-    with Cluster(nnodes="1:2", nproc_per_node=2, max_restarts=3) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=3) as cluster:
         job = cluster.launch(str(SCRIPTS.parent.parent / "scenarios" / "scripts" / "train.py"),
                              "--steps", "40", "--step-time", "0.05")
         job.inject(SlowNode(node=1, cpu=0.05), AtStep(step=3, rank=0))
@@ -113,8 +113,8 @@ def test_a_starved_node_is_not_taken_for_a_dead_one():
         assert not job.timeline.events("membership_change")
 
 
-def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed():
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
+def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0) as cluster:
         job = cluster.launch(BUSY, "100000", "300000")  # a step: ~10 ms of CPU
         job.wait_for_state(WorkerState.HEALTHY)
         slow = job.resources.cgroup(1)
@@ -147,8 +147,8 @@ def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed():
         assert slow.throttled() == throttled  # healed: never throttled again
 
 
-def test_a_worker_past_the_memory_limit_is_killed_by_the_oom_killer_and_recorded():
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
+def test_a_worker_past_the_memory_limit_is_killed_by_the_oom_killer_and_recorded(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=0) as cluster:
         job = cluster.launch(HOG, "20", "400", "--always")
         job.inject(MemoryLimit(node=0, limit="200M"), AtStep(step=1, rank=0))
         result = job.wait(timeout=90)
@@ -164,8 +164,8 @@ def test_a_worker_past_the_memory_limit_is_killed_by_the_oom_killer_and_recorded
         job.heal()
 
 
-def test_the_agent_restarts_a_worker_the_oom_killer_took():
-    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
+def test_the_agent_restarts_a_worker_the_oom_killer_took(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(HOG, "40", "30")  # only the first attempt hogs: OOM by step 4
         job.schedule([ScheduledFault(MemoryLimit(node=0, limit="150M"), AtStep(step=1, rank=0)),
                       ScheduledFault(Heal(node=0), AtStep(step=5, rank=0), after_previous=True)])
@@ -193,8 +193,8 @@ def test_faults_as_data_and_bad_values():
         job.wait(timeout=60)
 
 
-def test_an_unhealed_resource_fault_is_reported_at_close():
-    cluster = Cluster(nnodes=1, nproc_per_node=1, max_restarts=0)
+def test_an_unhealed_resource_fault_is_reported_at_close(warm_pool):
+    cluster = Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=0)
     try:
         job = cluster.launch(BUSY, "100000", "2000")
         job.wait_for_state(WorkerState.HEALTHY)

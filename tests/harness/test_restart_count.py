@@ -39,10 +39,10 @@ def _wait_until(predicate, timeout: float, what: str, job) -> None:
 
 
 @pytest.mark.parametrize("backend", ["c10d", pytest.param("etcd", marks=ETCD)])
-def test_every_worker_of_the_round_after_a_failure_sees_one_count(capfd, backend):
+def test_every_worker_of_the_round_after_a_failure_sees_one_count(capfd, backend, warm_pool):
     """Node 0's worker fails; node 1 only re-forms (a membership change for it). Under
     torch node 1's workers would go on seeing 0 while node 0's see 1."""
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=3, rdzv_backend=backend) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=3, rdzv_backend=backend) as cluster:
         job = cluster.launch(PROBE, "40", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.kill_worker(node=0, local_rank=1)
@@ -55,10 +55,10 @@ def test_every_worker_of_the_round_after_a_failure_sees_one_count(capfd, backend
         assert [e["restart_count"] for e in job.timeline.events("rendezvous")] == [0, 0, 1, 1]
 
 
-def test_failures_on_different_nodes_use_one_budget_for_the_job():
+def test_failures_on_different_nodes_use_one_budget_for_the_job(warm_pool):
     """max_restarts=1: node 0's failure uses the job's one restart, so node 1's failure
     ends the job (under torch node 1 still had a budget of its own and restarted)."""
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=1) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(PROBE, "600", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.kill_worker(node=0, local_rank=0)
@@ -72,11 +72,11 @@ def test_failures_on_different_nodes_use_one_budget_for_the_job():
         assert "the job has used all 1 restart(s)" in job.agent_log(1)
 
 
-def test_a_node_back_as_a_fresh_agent_cannot_reset_the_count():
+def test_a_node_back_as_a_fresh_agent_cannot_reset_the_count(warm_pool):
     """pytorch#147064: a node that exits and rejoins at once got a fresh budget (even
     with --max-restarts=0, restarts without end). Here the job's count lives in the
     rendezvous: the new agent's workers start at 1 and its first failure ends the job."""
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(PROBE, "600", "0.03")
         job.wait_for_state(S.HEALTHY, timeout=30)
         job.kill_worker(node=1, local_rank=0)  # the job's one restart
@@ -94,11 +94,11 @@ def test_a_node_back_as_a_fresh_agent_cannot_reset_the_count():
         assert "the job has used all 1 restart(s)" in job.agent_log(fresh)
 
 
-def test_a_failure_every_node_sees_in_one_round_is_counted_once(capfd):
+def test_a_failure_every_node_sees_in_one_round_is_counted_once(capfd, warm_pool):
     """Every worker of round 0 exits 3: both agents see their own workers fail in the
     same round (or one sees the round the other opened). One restart, not two: with
     max_restarts=1 the job goes on and succeeds."""
-    with Cluster(nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
         job = cluster.launch(PROBE, "5", "0.01", "--fail-first")
         result = job.wait(timeout=60)
         assert result.state == S.SUCCEEDED, job.timeline.format()

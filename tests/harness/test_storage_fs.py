@@ -47,8 +47,8 @@ def _size(job, name):
 
 @needs_fuse
 @pytest.mark.parametrize("network", ["loopback", "auto"])  # mounted in every network mode
-def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(network):
-    with Cluster(nnodes="1:2", check_invariants=False, network=network) as cluster:
+def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(network, warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", check_invariants=False, network=network) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0, 1))
         job.kill_node(1, lose_unsynced=True)
@@ -74,8 +74,8 @@ def test_lose_unsynced_keeps_what_was_fsynced_and_only_the_crashed_nodes_writes(
 
 
 @needs_fuse
-def test_a_plain_kill_loses_nothing():
-    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+def test_a_plain_kill_loses_nothing(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", check_invariants=False) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0, 1))
         job.kill_node(1)
@@ -84,8 +84,8 @@ def test_a_plain_kill_loses_nothing():
 
 
 @needs_fuse
-def test_torn_keeps_a_prefix_of_the_last_unsynced_write():
-    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+def test_torn_keeps_a_prefix_of_the_last_unsynced_write(warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", check_invariants=False) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0, 1))
         job.kill_node(1, lose_unsynced=True, torn=True)
@@ -95,11 +95,11 @@ def test_torn_keeps_a_prefix_of_the_last_unsynced_write():
 
 
 @needs_fuse
-def test_big_writes_arrive_whole_and_an_append_follows_a_rollback():
+def test_big_writes_arrive_whole_and_an_append_follows_a_rollback(warm_pool):
     """The server's fast path (write-only handles written direct, libfuse's own buffer copy)
     delivers a multi-request write byte for byte; an appending handle, opened before a crash
     rolled its file back, appends at the rolled-back end, not at the size the kernel saw."""
-    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", check_invariants=False) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0, 1))
         for node in (0, 1):
@@ -175,10 +175,10 @@ def test_a_standby_that_died_is_replaced_and_a_killed_server_is_not_kept(tmp_pat
 
 
 @needs_fuse
-def test_on_file_holds_the_rename_until_the_node_is_dead():
+def test_on_file_holds_the_rename_until_the_node_is_dead(warm_pool):
     """The kill lands inside the write-then-rename: the tmp file is there (empty: never
     fsynced), the final name never appears."""
-    with Cluster(nnodes="1:2", check_invariants=False) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", check_invariants=False) as cluster:
         job = cluster.launch(WRITER, "--rename")
         job.inject(NodeKill(node=1, lose_unsynced=True), OnFile("ckpt_?", node=1))
         _wait_ready(job, (0,))
@@ -196,8 +196,8 @@ def test_on_file_holds_the_rename_until_the_node_is_dead():
 
 
 @needs_fuse
-def test_disk_full_fails_writes_with_enospc_until_healed():
-    with Cluster(nnodes=1, check_invariants=False) as cluster:
+def test_disk_full_fails_writes_with_enospc_until_healed(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, check_invariants=False) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0,))
         path = os.path.join(job.shared_dir, "big")
@@ -222,8 +222,8 @@ def test_disk_full_fails_writes_with_enospc_until_healed():
 
 
 @needs_fuse
-def test_io_error_hits_only_matching_files_and_slow_io_delays_writes():
-    with Cluster(nnodes=1, check_invariants=False) as cluster:
+def test_io_error_hits_only_matching_files_and_slow_io_delays_writes(warm_pool):
+    with Cluster(pool=warm_pool, nnodes=1, check_invariants=False) as cluster:
         job = cluster.launch(WRITER)
         _wait_ready(job, (0,))
         job.io_error(node=0, errno=errno.EROFS, path="*.distcp")

@@ -24,8 +24,8 @@ class _LastingStandIn:
         return {}
 
 
-def test_heal_ends_the_faults_of_every_lasting_part_in_one_event(needs_netns):
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, network="netns") as cluster:
+def test_heal_ends_the_faults_of_every_lasting_part_in_one_event(needs_netns, warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0, network="netns") as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
         job.wait_for_state(WorkerState.HEALTHY, timeout=60)
         stand_in = _LastingStandIn()

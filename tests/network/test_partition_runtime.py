@@ -19,8 +19,8 @@ def _wait_world(job, size: int, since: int) -> None:
 
 
 @pytest.mark.parametrize("direction", ["both", "in", "out"])
-def test_a_node_cut_off_from_the_store_fences_and_rejoins(needs_netns, direction):
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, network="netns") as cluster:
+def test_a_node_cut_off_from_the_store_fences_and_rejoins(needs_netns, direction, warm_pool):
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=0, network="netns") as cluster:
         job = cluster.launch(STEPPER, "100000", "0.05")
         job.wait_for_state(WorkerState.HEALTHY, timeout=60)
         rounds = len(job.timeline.world_sizes())

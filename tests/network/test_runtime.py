@@ -48,12 +48,12 @@ def test_two_hosts_rendezvous_and_all_reduce_over_the_bridge(net, tmp_path):
         zygote.close()
 
 
-def test_a_partition_left_in_place_is_reported_when_the_cluster_closes(needs_netns):
+def test_a_partition_left_in_place_is_reported_when_the_cluster_closes(needs_netns, warm_pool):
     from harness import Cluster, WorkerState
     from tests.conftest import SCRIPTS
 
     with pytest.warns(UserWarning, match="network faults still in place .*node 1: partition"):
-        with Cluster(nnodes=2, nproc_per_node=1, network="netns") as cluster:
+        with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, network="netns") as cluster:
             job = cluster.launch(str(SCRIPTS / "sleeper.py"))
             job.wait_for_state(WorkerState.HEALTHY, timeout=60)
             job.partition(node=1, peers=[0])

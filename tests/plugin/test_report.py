@@ -155,11 +155,11 @@ def test_failures_from_result_events():
     assert "rank 3 (local rank 1) on node host-1 (index 1): exit code 1" in explain_failures(found, events)
 
 
-def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path):
+def test_page_of_a_real_cluster_run_with_a_killed_node(tmp_path, warm_pool):
     from harness import Cluster, WorkerState
     from harness.faults import AtStep, NodeKill
 
-    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, max_restarts=1) as cluster:
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "40", "0.02")
         job.inject(NodeKill(node=1), AtStep(step=10, rank=0))
         assert job.wait(timeout=90).state == WorkerState.SUCCEEDED

@@ -209,13 +209,13 @@ def test_schedule_accepts_what_it_prints_chained_and_by_world_size():
     assert schedules_from_json(text) == schedule
 
 
-def test_cluster_runs_a_given_schedule(tmp_path):
+def test_cluster_runs_a_given_schedule(tmp_path, warm_pool):
     from harness import Cluster, WorkerState
     from harness.sim.faults.chaos import ChaosConfig
 
     given = (crash(1, 0.1),)
     chaos = ChaosConfig(seed=1, schedules=(given,))
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=1, chaos=chaos) as cluster:
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1, chaos=chaos) as cluster:
         job = cluster.launch(STEPPER, "30", "0.02")
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
         assert job.chaos_schedule == list(given) and job.chaos_schedule[0] is given[0]

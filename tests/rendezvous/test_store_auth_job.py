@@ -102,10 +102,10 @@ def test_two_agents_with_a_secret_and_one_with_the_wrong_one(nodes, tmp_path):
 
 
 @pytest.mark.parametrize("store_host", ["node0", "harness"])
-def test_a_cluster_job_has_its_own_secret_and_refuses_a_stranger(store_host, tmp_path):
+def test_a_cluster_job_has_its_own_secret_and_refuses_a_stranger(store_host, tmp_path, warm_pool):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, store_host=store_host) as cluster:
+    with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=1, max_restarts=0, store_host=store_host) as cluster:
         job = cluster.launch(str(script), "{shared}")
         out = Path(job.shared_dir)
         _wait(lambda: all((out / f"env{r}.json").exists() for r in (0, 1)), "both workers started",

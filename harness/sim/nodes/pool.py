@@ -118,6 +118,14 @@ class WarmPool:
             return None
         return self._server.process.pid
 
+    def pids(self) -> set[int]:
+        """The pool's own processes running now (the zygote, the node fork server, the
+        filesystem server standing by), not what they forked: a leak check that lets a shared
+        pool live between tests still sees a worker or a node agent left behind."""
+        processes = [getattr(self._server, "process", None), getattr(self._nodes, "process", None),
+                     getattr(self._storage, "process", None)]
+        return {proc.pid for proc in processes if proc is not None and proc.poll() is None}
+
     @property
     def closed(self) -> bool:
         return self._closed
