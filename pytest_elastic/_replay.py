@@ -8,6 +8,7 @@ shrinking and the report index all print replay lines.
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from pytest_elastic._settings import Settings, parse_schedule
@@ -23,7 +24,7 @@ def reproduction_line(test_id: str, settings: Settings, schedule: str | None = N
     """The command that replays this test's chaos run (``schedule``: exact JSON schedules)."""
     from harness.sim.schema import DEFAULT_CHAOS_KINDS
 
-    line = f"pytest '{test_id}' --elastic-chaos --elastic-seed={settings.seed}"
+    line = f"{_pytest(test_id, settings)} --elastic-chaos --elastic-seed={settings.seed}"
     if settings.faults != ",".join(DEFAULT_CHAOS_KINDS):
         line += f" --elastic-faults={settings.faults}"
     if settings.overload:
@@ -38,7 +39,15 @@ def reproduction_line(test_id: str, settings: Settings, schedule: str | None = N
 
 def rerun_line(test_id: str, settings: Settings, chaotic: bool) -> str:
     """The command that runs this test again as it ran (its chaos seed included)."""
-    return reproduction_line(test_id, settings) if chaotic else f"pytest '{test_id}'"
+    return reproduction_line(test_id, settings) if chaotic else _pytest(test_id, settings)
+
+
+def _pytest(test_id: str, settings: Settings) -> str:
+    """``pytest 'TEST'``, on the hosts it ran on (``--elastic-hosts``): chaos draws from what they can do."""
+    line = f"pytest '{test_id}'"
+    if settings.hosts_file is not None:
+        line += f" --elastic-hosts={shlex.quote(settings.hosts_file)}"
+    return line
 
 
 def entry_to_json(entry: Any) -> dict[str, Any] | None:

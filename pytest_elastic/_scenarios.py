@@ -169,12 +169,16 @@ class ScenarioItem(pytest.Item):
         launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
         faults = self.spec.get("fault", [])
-        chaos, seed = chaos_config(settings, self)
+        if settings.hosts is not None:  # --elastic-hosts, unless [job] names its own
+            job_spec.setdefault("hosts", settings.hosts)
+        hosts = _skip_on_hosts(job_spec, faults, from_option="hosts" not in self.spec["job"])
+        chaos, seed = chaos_config(settings, self, hosts)
         if chaos is not None:
             chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
-        _skip_without_netns(job_spec, faults)
-        _skip_without_cgroups(faults)
-        _skip_without_fuse(faults)
+        if hosts is None:  # on hosts, what a fault needs is the host's (refused above)
+            _skip_without_netns(job_spec, faults)
+            _skip_without_cgroups(faults)
+            _skip_without_fuse(faults)
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
@@ -240,6 +244,38 @@ def _needs(faults: list[dict[str, Any]]) -> frozenset[str]:
     from harness.sim.schema import needs_of
 
     return frozenset().union(*(needs_of(f) for f in faults))
+
+
+def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool) -> tuple[Any, ...] | None:
+    """The hosts the scenario's nodes run on (``harness.hosts.HostSpec``s; None: this
+    machine). A scenario ``--elastic-hosts`` put on hosts that cannot run it is skipped,
+    saying why in one line, as one is where this machine lacks network namespaces, FUSE or
+    cgroups: a ``[[fault]]`` its node's host cannot carry out (the refusal ``inject()``
+    would give: ``harness.sim.nodes.remote.refuse_faults``), or a ``[job]`` setting not
+    done with hosts (``store_host = "node0"``). Where the scenario names its own hosts,
+    either fails it instead (it asked for what cannot be)."""
+    if job.get("hosts") is None:
+        return None
+    from harness import ClusterConfig
+    from harness.errors import ConfigError
+    from harness.sim.errors import FaultRefused
+    from harness.sim.nodes.remote import refuse_faults
+
+    try:
+        config = ClusterConfig(**job)
+    except ConfigError as e:
+        if from_option:
+            pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
+        raise ScenarioFailure(f"[job] {e}") from None
+    hosts = tuple(config.hosts or ())
+    for spec in faults:
+        try:
+            refuse_faults([_fault(spec)], hosts, config.placement)
+        except FaultRefused as e:
+            if from_option:
+                pytest.skip(f"the nodes are on hosts, and [[fault]] kind={spec['kind']!r} {e.constraint}")
+            raise ScenarioFailure(f"[[fault]] kind={spec['kind']!r} {e.constraint}") from None
+    return hosts
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:

@@ -7,9 +7,10 @@ Loaded by the first elastic test (imports the harness).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +24,13 @@ from pytest_elastic._settings import (
     ElasticRecord,
     SettingError,
     Settings,
+    chaos_kinds_on_hosts,
     marker_config,
     settings_of,
 )
 
 if TYPE_CHECKING:
+    from harness.hosts import HostSpec
     from harness.sim.config import ClusterConfig
     from harness.sim.faults.chaos import ChaosConfig
     from harness.sim.nodes.pool import WarmPool
@@ -37,11 +40,14 @@ __all__ = ["open_cluster", "elastic_run", "chaos_config", "item_settings", "reco
 
 
 def cluster_config(test_id: str, marker: Any, settings: Settings, chaos: ChaosConfig | None) -> ClusterConfig:
-    """The cluster settings of a marked test: the marker's, over the session's start method,
-    with ``chaos``; raises SettingError (``marker_config``)."""
+    """The cluster settings of a marked test: the marker's, over the session's start method
+    and hosts (``--elastic-hosts``), with ``chaos``; raises SettingError (``marker_config``)."""
     kwargs = dict(marker.kwargs) if marker is not None else {}
     args = tuple(marker.args) if marker is not None else ()
-    return marker_config(test_id, kwargs, args, {"start_method": settings.start_method}, chaos)
+    defaults: dict[str, Any] = {"start_method": settings.start_method}
+    if settings.hosts is not None:
+        defaults["hosts"] = settings.hosts
+    return marker_config(test_id, kwargs, args, defaults, chaos)
 
 
 def item_settings(item: pytest.Item) -> Settings:
@@ -54,9 +60,13 @@ def item_settings(item: pytest.Item) -> Settings:
     return settings if replay is None else replay_settings(settings, replay)
 
 
-def chaos_config(settings: Settings, item: pytest.Item) -> tuple[ChaosConfig | None, int | None]:
+def chaos_config(settings: Settings, item: pytest.Item,
+                 hosts: Sequence[HostSpec] | None = None) -> tuple[ChaosConfig | None, int | None]:
     """The chaos ``item``'s cluster runs under, and its seed (None, None: no chaos). The
-    schedules are the shrinking re-run's, else ``--elastic-schedule``'s, else drawn."""
+    schedules are the shrinking re-run's, else ``--elastic-schedule``'s, else drawn: from
+    the kinds ``hosts`` (where the nodes run, if not here) can carry out
+    (``chaos_kinds_on_hosts``), so that a chaos run on hosts is decided by the training,
+    and replays with its seed."""
     if not settings.chaos:
         return None, None
     from harness.sim.faults.chaos import ChaosConfig, derive_seed, parse_fault_kinds
@@ -67,8 +77,9 @@ def chaos_config(settings: Settings, item: pytest.Item) -> tuple[ChaosConfig | N
         from pytest_elastic._replay import schedules_from_json
 
         schedules = schedules_from_json(settings.schedule)
-    return ChaosConfig(seed=seed, kinds=parse_fault_kinds(settings.faults), overload=settings.overload,
-                       schedules=schedules), seed
+    kinds = (parse_fault_kinds(settings.faults) if not hosts
+             else chaos_kinds_on_hosts(settings, tuple(hosts))[0])
+    return ChaosConfig(seed=seed, kinds=kinds, overload=settings.overload, schedules=schedules), seed
 
 
 def session_pool(config: pytest.Config) -> WarmPool:
@@ -129,12 +140,14 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The ``elastic_cluster`` fixture's cluster: from the test's marker and the settings."""
     item = request.node
     settings = item_settings(item)
-    chaos, seed = chaos_config(settings, item)
     try:
-        config = cluster_config(item.nodeid, item.get_closest_marker("elastic"), settings, chaos)
+        config = cluster_config(item.nodeid, item.get_closest_marker("elastic"), settings, None)
     except SettingError as e:
         pytest.fail(str(e), pytrace=False)
-    if config.network == "netns":
+    chaos, seed = chaos_config(settings, item, config.hosts)  # on hosts: the kinds they can carry out
+    if chaos is not None:
+        config = dataclasses.replace(config, chaos=chaos)
+    if config.network == "netns" and not config.remote:  # a node on a host is not in a namespace here
         from harness.sim.net import netns_missing
 
         missing = netns_missing()
@@ -164,6 +177,9 @@ def record_properties(item: pytest.Item, record: ElasticRecord) -> None:
         props.append(("elastic_seed", record.settings.seed))
         props.append(("elastic_test_seed", record.chaos_seed))
     props.append(("elastic_jobs", len(stats)))
+    hosts = [_hosts_of(job) for job in record.cluster.jobs]
+    if any(hosts):
+        props.append(("elastic_hosts", hosts))
     props.append(("elastic_fault_count", sum(s["faults"] for s in stats)))
     props.append(("elastic_faults",
                   "; ".join(f["fault"] for job in record.cluster.jobs for f in job.timeline.faults())))
@@ -185,6 +201,15 @@ def record_properties(item: pytest.Item, record: ElasticRecord) -> None:
     _record_ci_properties(item, record, failed)
     if record.settings.report_dir:
         _write_html(item, record)
+
+
+def _hosts_of(job: Any) -> dict[str, str]:
+    """Node (as a string: JSON's keys) -> the host it ran on, from its ``node_start`` events
+    (which name the host of a node placed on one); empty where every node ran here."""
+    from harness.sim.truth.timeline import HARNESS
+
+    return {str(e["target_node"]): str(e["host"]) for e in job.timeline.events("node_start", HARNESS)
+            if e.get("host") is not None}
 
 
 def _record_ci_properties(item: pytest.Item, record: ElasticRecord, failed: bool) -> None:

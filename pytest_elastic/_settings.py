@@ -26,12 +26,13 @@ import pytest
 from harness.errors import ElasticError
 
 if TYPE_CHECKING:
+    from harness.hosts import HostSpec
     from harness.sim.config import ClusterConfig
     from harness.sim.faults.chaos import ChaosConfig
 
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
-__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse_schedule",
-           "ElasticRecord", "settings_of", "SETTINGS_KEY", "STATS_KEY", "STACKS_CLEANUP_KEY", "POOL_KEY",
+__all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse_schedule", "chaos_kinds_on_hosts",
+           "hosts_line", "ElasticRecord", "settings_of", "SETTINGS_KEY", "STATS_KEY", "STACKS_CLEANUP_KEY", "POOL_KEY",
            "RECORD_KEY", "TIMEOUT_STACKS_KEY", "SCHEDULE_OVERRIDE_KEY"]
 
 ENV_PREFIX = "PYTEST_ELASTIC_"
@@ -73,6 +74,13 @@ class Settings:
     project: str | None = None
     #: ``--elastic-schedule``: an explicit schedule per job (compact JSON), replayed as given
     schedule: str | None = None
+    #: the chaos kinds were named (--elastic-faults, env, ini), not the default
+    faults_given: bool = False
+    #: ``--elastic-hosts``: the hosts file as given, and its hosts (``harness.hosts.HostSpec``),
+    #: loaded once; every cluster the plugin builds places its nodes there unless the
+    #: marker or scenario names its own ``hosts``
+    hosts_file: str | None = None
+    hosts: tuple[HostSpec, ...] | None = None
 
     def header(self) -> str:
         parts = [f"chaos={'on' if self.chaos else 'off'}"]
@@ -86,6 +94,8 @@ class Settings:
         parts += [f"start_method={self.start_method}", f"timeout={self.timeout:g}s"]
         if self.report_dir:
             parts.append(f"report={self.report_dir}")
+        if self.hosts is not None:
+            parts.append(f"hosts={self.hosts_file}")
         return "elastic: " + " ".join(parts)
 
 
@@ -139,13 +149,17 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         seed = seed_from_controller  # xdist: every worker uses the controller's seed
     else:
         seed = int(seed_text) if seed_given else random.SystemRandom().randrange(1, 2**31)
-    faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), "kill_worker", _fault_kinds, "faults")
+    faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), None, _fault_kinds, "faults")
     timeout = _pick(option.elastic_timeout, "TIMEOUT", ini("elastic_timeout"), None, _positive, "timeout")
     schedule = _pick(getattr(option, "elastic_schedule", None), "SCHEDULE", None, None,
                      _schedule_text, "schedule")
+    hosts_file, hosts = _pick(getattr(option, "elastic_hosts", None), "HOSTS", None, (None, None), _hosts_file,
+                              "hosts")
 
-    return Settings(
-        chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given, faults=faults,
+    settings = Settings(
+        chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given,
+        faults="kill_worker" if faults is None else faults, faults_given=faults is not None,
+        hosts_file=hosts_file, hosts=hosts,
         overload=bool(_pick(option.elastic_chaos_overload, "CHAOS_OVERLOAD", None, False,
                             lambda v: _bool(str(v), "overload"), "overload")),
         report_dir=_pick(option.elastic_report, "REPORT", ini("elastic_report"), None, str, "report"),
@@ -157,6 +171,66 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         schedule=schedule,
         project=_pick(getattr(option, "elastic_project", None), "PROJECT", None, None, _project_text, "project"),
     )
+    if settings.chaos and hosts is not None and settings.schedule is None:
+        kinds, dropped = chaos_kinds_on_hosts(settings, hosts)
+        if not kinds:
+            raise SettingError(f"--elastic-faults={settings.faults!r} names no kind the hosts of "
+                               f"--elastic-hosts={hosts_file!r} can carry out: {_dropped(dropped)}; "
+                               f"name others, or leave --elastic-faults out (chaos on hosts then draws "
+                               f"what they can do)")
+    return settings
+
+
+def _hosts_file(value: Any) -> tuple[str, tuple[HostSpec, ...]]:
+    """``--elastic-hosts``: the file as given, and its hosts (``harness.hosts.load_hosts``:
+    one ``ConfigError`` line naming the file, the host and the field)."""
+    from harness.hosts import load_hosts
+
+    return str(value), tuple(load_hosts(str(value)))
+
+
+def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The chaos kinds to draw where the nodes are on ``hosts``, and each kind asked for
+    that is left out, with why (``harness.sim.nodes.remote.host_refusal``: a kind is drawn
+    only if every host can carry it out, whichever node chaos picks). The kinds asked
+    for are ``settings.faults``; where those are the default (no ``--elastic-faults``) and
+    the hosts can carry out none of them, every chaos kind they can (today: killing,
+    removing and adding nodes)."""
+    from harness.sim.nodes.remote import host_refusal
+    from harness.sim.schema import CHAOS_KINDS, parse_chaos_kinds
+
+    def why_not(kind: str) -> str | None:
+        return next((why for host in hosts if (why := host_refusal(host, kind, CHAOS_KINDS[kind].needs))), None)
+
+    asked = parse_chaos_kinds(settings.faults)
+    dropped = {kind: why for kind in asked if (why := why_not(kind)) is not None}
+    kinds = tuple(kind for kind in asked if kind not in dropped)
+    if not kinds and not settings.faults_given:
+        kinds = tuple(kind for kind in CHAOS_KINDS if why_not(kind) is None)
+    return kinds, dropped
+
+
+def _dropped(dropped: dict[str, str]) -> str:
+    """``kill_worker, hang_worker (host ... cannot do it yet: ...)``: the kinds, by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for kind, why in dropped.items():
+        by_reason.setdefault(why, []).append(kind)
+    return "; ".join(f"{', '.join(kinds)} ({why})" for why, kinds in by_reason.items())
+
+
+def hosts_line(settings: Settings) -> str | None:
+    """The report header's line about ``--elastic-hosts`` (None without it): the hosts, and
+    under chaos the kinds drawn there and those left out, with why."""
+    if settings.hosts is None:
+        return None
+    line = (f"elastic: nodes on {len(settings.hosts)} host(s) of {settings.hosts_file}: "
+            f"{', '.join(host.label for host in settings.hosts)}")
+    if settings.chaos and settings.schedule is None:
+        kinds, dropped = chaos_kinds_on_hosts(settings, settings.hosts)
+        line += f"; chaos draws {','.join(kinds)} there"
+        if dropped:
+            line += f", not {_dropped(dropped)}"
+    return line
 
 
 #: ``--elastic-project`` keys -> ``project_goodput`` arguments

@@ -61,6 +61,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="project the session's measured cost per fault and per checkpoint to N nodes: "
                          "the effective training time ratio and the checkpoint interval that maximises it "
                          "(Young/Daly); mtbf: node MTBF in hours or llama3 / meta-rsc (default llama3)")
+    group.addoption("--elastic-hosts", default=None, metavar="FILE",
+                    help="run every elastic job's nodes on the hosts of this TOML hosts file, over SSH "
+                         "([defaults] and one [[host]] per host: address, user, port, key, python, work_dir, "
+                         "capabilities; docs/hosts.md); a marker's or scenario's own hosts= wins; scenarios "
+                         "with faults the hosts cannot carry out are skipped, and chaos draws only kinds "
+                         "they can")
     group.addoption("--elastic-github", action="store_true", default=None,
                     help="GitHub Actions output: an ::error annotation per failing elastic test and "
                          "a summary table in $GITHUB_STEP_SUMMARY (default: on when GITHUB_ACTIONS=true; "
@@ -137,8 +143,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     # what network="auto" (the default) gives on this machine: a probe, ~30 ms once
     from harness.sim.net import resolve_mode
     from pytest_elastic._lastfailed import replays_of
+    from pytest_elastic._settings import hosts_line
 
-    lines = [f"{settings_of(config).header()} network={resolve_mode('auto')}"]
+    settings = settings_of(config)
+    lines = [f"{settings.header()} network={resolve_mode('auto')}"]
+    hosts = hosts_line(settings)
+    if hosts:
+        lines.append(hosts)
     replays = replays_of(config)
     if replays:
         seeds = ", ".join(sorted({str(r.seed) for r in replays.values()}))
@@ -187,14 +198,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """A test that asks for a network fault where nodes cannot be network hosts (no network
-    namespaces, not root) is skipped, saying what is missing, rather than failed; a test
-    marked ``golden=True`` that passed is then judged against its jobs' fault-free twins."""
+    namespaces, not root) is skipped, saying what is missing, rather than failed, as is one
+    whose nodes ``--elastic-hosts`` put on hosts that cannot carry out a fault it asks for;
+    a test marked ``golden=True`` that passed is then judged against its jobs' fault-free twins."""
     try:
         outcome = yield
     except Exception as e:
         errors = sys.modules.get("harness.sim.errors")  # loaded by whatever raised it
         if errors is not None and isinstance(e, errors.NetworkUnavailable):
             pytest.skip(str(e))
+        if errors is not None and isinstance(e, errors.FaultRefused) and _hosts_from_option(item):
+            pytest.skip(f"the nodes are on hosts (--elastic-hosts), and {e}")
         raise
     record = item.stash.get(RECORD_KEY, None)
     marker = item.get_closest_marker("elastic")
@@ -204,6 +218,19 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
         judge_against_twins(record.cluster)
     return outcome
+
+
+def _hosts_from_option(item: pytest.Item) -> bool:
+    """Whether ``item``'s nodes were put on hosts by ``--elastic-hosts``, not by its own
+    ``hosts`` (the marker's keyword, a scenario's ``[job]`` key)."""
+    if settings_of(item.config).hosts is None:
+        return False
+    marker = item.get_closest_marker("elastic")
+    if marker is not None and "hosts" in marker.kwargs:
+        return False
+    from pytest_elastic._scenarios import ScenarioItem
+
+    return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -85,6 +85,7 @@ def index_rows(stats: list[dict[str, Any]], settings: Any = None, directory: str
             "replay": s.get("elastic_replay"), "minimal_faults": s.get("elastic_minimal_faults"),
             "minimal_replay": _minimal_replay(test, s.get("elastic_minimal_schedule"), settings),
             "pages": list(s.get("elastic_pages", [])),
+            "hosts": s.get("elastic_hosts"),  # per job, node -> host (None: every node ran here)
             "twin": _twin_column(s, directory),
         }
     return sorted(rows.values(), key=lambda r: (r["outcome"] != "failed", r["test"]))

@@ -44,7 +44,7 @@ import logging
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -72,8 +72,8 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json",
-           "signal_remote_node"]
+__all__ = ["HOST_FAULTS", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal", "placed_host",
+           "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
 
@@ -263,12 +263,8 @@ class RemoteNodes:
         self._lock = threading.Lock()
 
     def host_of(self, node: int) -> HostSpec:
-        """Node ``node``'s host: ``placement`` for the nodes it names, round robin past them."""
-        if self.placement is not None and node < len(self.placement):
-            return self.hosts[self.placement[node]]
-        placed = place(node + 1, self.hosts)[node]
-        assert placed is not None
-        return placed
+        """Node ``node``'s host (``placed_host``)."""
+        return placed_host(self.hosts, self.placement, node)
 
     def address(self, node: int) -> str:
         """Node ``node``'s address: its host's."""
@@ -358,29 +354,7 @@ class RemoteNodes:
 
     def refuse(self, entries: Sequence[ScheduledFault]) -> None:
         """``FaultRefused`` for the first entry whose node's host cannot carry it out."""
-        from harness.sim.faults import OnFile
-        from harness.sim.schema import FAULT_KINDS, FUSE
-
-        for entry in entries:
-            fault = entry.fault
-            row = FAULT_KINDS.get(fault.kind)
-            needs = set(row.needs if row is not None else ())
-            if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
-                    isinstance(entry.trigger, OnFile):
-                needs.add(FUSE)
-            node = getattr(fault, "node", None)
-            if not isinstance(node, int):
-                if needs or fault.kind not in HOST_FAULTS:
-                    raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
-                                       f"{', '.join(sorted(needs)) or 'the nodes on this machine'}: "
-                                       f"{_PART_OF_LATER_SLICE}")
-                continue
-            spec = self.host_of(node)
-            why = refusal(spec, needs)
-            if why is None and fault.kind not in HOST_FAULTS:
-                why = f"host {spec.label} cannot do it yet: {_PART_OF_LATER_SLICE}"
-            if why is not None:
-                raise FaultRefused(entry.describe(), why)  # the description names the node
+        refuse_faults(entries, self.hosts, self.placement)
 
     def guarded(self, kind: str, act: Callable[..., Any]) -> Callable[..., Any]:
         """``act`` (the part's method of fault ``kind``, as ``job.<kind>`` calls it), refused
@@ -417,6 +391,54 @@ class RemoteNodes:
             self._sink.close()
             self._sink = None
         return problems
+
+
+# -- where a node runs, and what its host cannot do ----------------------------------------
+
+
+def placed_host(hosts: Sequence[HostSpec], placement: Sequence[int] | None, node: int) -> HostSpec:
+    """Node ``node``'s host: ``placement`` for the nodes it names, round robin past them."""
+    if placement is not None and node < len(placement):
+        return hosts[placement[node]]
+    placed = place(node + 1, hosts)[node]
+    assert placed is not None
+    return placed
+
+
+def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
+    """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
+    or None: it lacks a capability (``refusal``), or this slice does not do the kind there."""
+    why = refusal(host, needs)
+    if why is None and kind not in HOST_FAULTS:
+        why = f"host {host.label} cannot do it yet: {_PART_OF_LATER_SLICE}"
+    return why
+
+
+def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
+                  placement: Sequence[int] | None) -> None:
+    """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
+    ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
+    before it starts (the plugin skips it, saying why)."""
+    from harness.sim.faults import OnFile
+    from harness.sim.schema import FAULT_KINDS, FUSE
+
+    for entry in entries:
+        fault = entry.fault
+        row = FAULT_KINDS.get(fault.kind)
+        needs = set(row.needs if row is not None else ())
+        if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
+                isinstance(entry.trigger, OnFile):
+            needs.add(FUSE)
+        node = getattr(fault, "node", None)
+        if not isinstance(node, int):
+            if needs or fault.kind not in HOST_FAULTS:
+                raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
+                                   f"{', '.join(sorted(needs)) or 'the nodes on this machine'}: "
+                                   f"{_PART_OF_LATER_SLICE}")
+            continue
+        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
+        if why is not None:
+            raise FaultRefused(entry.describe(), why)  # the description names the node
 
 
 def signal_remote_node(node: RemoteNodeProcess, sig: int, workers: bool) -> None:

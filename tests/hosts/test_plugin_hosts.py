@@ -1,0 +1,313 @@
+"""Issue 29 parts 1 and 6: the plugin's door to hosts, ``--elastic-hosts=FILE``.
+
+End to end as a user runs it: a hosts file for two real sshd hosts (``SshdLab``), and
+``python -m pytest ... --elastic-hosts=hosts.toml`` in a subprocess whose network namespace
+is the lab's client namespace, so that plain ``ssh`` reaches the hosts (nothing else of
+the run is told about the lab). The hosts' interpreter is this one with this checkout
+first on its path (a shell wrapper), as in ``test_placement_job.py``.
+
+Checked from what the user gets (the JUnit XML, ``--elastic-report``'s summary.json, the
+header) and from the hosts (nothing of the run left there, nor here): the bundled
+``node_failure`` scenario passes with its nodes on the two hosts; the bundled scenarios a
+host cannot run are skipped saying why (a partition; a store on node 0); a marked test's
+nodes go to the hosts too, and a fault it asks for that they cannot carry out skips it;
+a marker's own ``hosts=None`` keeps its nodes here; a chaos run draws only kinds the
+hosts can carry out, goes green, and draws the same schedule again with the same seed.
+The usage errors (a missing file, a bad port, chaos kinds the hosts cannot do) need no
+hosts and run anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.hosts.sshd import SshdLab
+
+#: each run starts a pytest session whose jobs put agents and workers on two hosts of this
+#: (loaded, 2-core) machine
+pytestmark = pytest.mark.timeout(300)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "scenarios"
+STEPPER = ROOT / "tests" / "scripts" / "stepper.py"
+TRAIN = SCENARIOS / "scripts" / "train.py"
+_RUN_TIMEOUT_S = 200
+
+#: a job of two nodes (1:2) with no fault of its own: chaos may take one node out
+CHAOS_SCENARIO = f"""
+description = "Chaos on hosts: whichever node fault the seed draws, the job finishes and no step is lost."
+
+[job]
+script = {json.dumps(str(TRAIN))}
+args = ["--steps", "40", "--step-time", "0.05", "--ckpt-dir", "{{tmp}}"]
+nnodes = "1:2"
+nproc_per_node = 1
+max_restarts = 0
+steps = 40
+timeout = 120
+
+[expect]
+state = "SUCCEEDED"
+no_lost_steps = true
+"""
+
+#: marked tests: one whose nodes --elastic-hosts puts on a host, and which then asks for a
+#: fault the host cannot carry out; one whose own hosts=None keeps them here
+MARKED_TESTS = f"""
+import pytest
+from harness import WorkerState
+
+
+@pytest.mark.elastic(nnodes=1, start_method="spawn")
+def test_on_a_host_then_a_fault_it_cannot_do(elastic_cluster):
+    job = elastic_cluster.launch({str(STEPPER)!r}, "5", "0.01")
+    assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
+    job.kill_worker(0, 0)  # refused on a host: the test is skipped, saying why
+
+
+@pytest.mark.elastic(nnodes=1, start_method="spawn", hosts=None)
+def test_own_hosts_none_runs_here(elastic_cluster):
+    job = elastic_cluster.launch({str(STEPPER)!r}, "3", "0.01")
+    assert job.wait(timeout=90).state == WorkerState.SUCCEEDED
+"""
+
+
+def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path) -> Path:
+    """hosts.toml for the lab's two hosts (ports 22 and 2222), relative paths as a user
+    writes them; the hosts' work dirs under ``work``."""
+    python = tmp_path / "host-python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                      f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    python.chmod(0o755)
+    path = tmp_path / "hosts.toml"
+    path.write_text(f"""
+[defaults]
+user = "root"
+key = "{lab.user_key.name}"
+known_hosts = "{lab.known_hosts.name}"
+python = {json.dumps(str(python))}
+work_dir = {json.dumps(str(work))}
+
+[[host]]
+address = "{lab.hosts[0].address}"
+
+[[host]]
+address = "{lab.hosts[1].address}"
+port = {lab.hosts[1].port}
+""")
+    return path
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    """The hosts' work_dir: a short path (a node's event relay binds a Unix socket below
+    it, and a socket's path must fit in 107 bytes, which pytest's tmp_path may not leave)."""
+    path = Path(tempfile.mkdtemp(prefix="pe-hw-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def hosts_toml(lab: SshdLab, tmp_path: Path, work: Path) -> Path:
+    lab.start(0)
+    lab.start(1, port=2222)
+    return _hosts_file(lab, tmp_path, work)
+
+
+def _pytest_on_hosts(lab: SshdLab, tmp_path: Path, work: Path, *args: str,
+                     rootdir: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest ARGS`` with the repository's configuration, run in the lab's
+    client namespace (where plain ``ssh`` reaches the hosts); then nothing of it may be
+    left on the hosts or here."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("PYTEST_ADDOPTS", None)
+    namespace = list(lab.ssh_command[:-1])  # nsenter --net=<the lab's client namespace>
+    out = subprocess.run([*namespace, sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+                          "--rootdir", str(rootdir), "-p", "no:cacheprovider", *args],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=_RUN_TIMEOUT_S)
+    _assert_nothing_left(lab, tmp_path, work)
+    return out
+
+
+def _assert_nothing_left(lab: SshdLab, tmp_path: Path, work: Path) -> None:
+    """No session on either host's sshd, no process here or there (the hosts' processes are
+    this machine's) whose command line or environment names this test's dir, the lab's
+    sshd listeners aside, and no work dir left under the hosts' ``work_dir``."""
+    listeners = {host.process.pid for host in lab.hosts.values()}
+    mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    needles = (str(tmp_path), str(work))
+    deadline = time.monotonic() + 15
+    while True:
+        sessions = [p for i in lab.hosts for p in lab.remote_processes(i)]
+        named = []
+        for proc in psutil.process_iter():
+            if proc.pid in listeners or proc.pid in mine:
+                continue
+            try:
+                text = " ".join(proc.cmdline()) + " " + " ".join(f"{k}={v}" for k, v in proc.environ().items())
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            if any(needle in text for needle in needles):
+                named.append(proc)
+        dirs = sorted(p.name for p in work.iterdir())
+        if not sessions and not named and not dirs:
+            return
+        if time.monotonic() > deadline:  # an sshd session ends just after its client: allow it that
+            pytest.fail(f"left after the run: host sessions {sessions}, processes {named}, work dirs {dirs}")
+        time.sleep(0.2)
+
+
+def _junit(path: Path) -> dict[str, dict[str, object]]:
+    """test name -> its outcome ("passed", "skipped", "failed"), skip message and properties."""
+    cases = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        skipped = case.find("skipped")
+        failed = case.find("failure") is not None or case.find("error") is not None
+        outcome = "failed" if failed else "skipped" if skipped is not None else "passed"
+        props = {p.get("name"): p.get("value") for p in case.iter("property")}
+        cases[str(case.get("name"))] = {"outcome": outcome, "message": skipped.get("message") if skipped is not None
+                                        else None, "props": props}
+    return cases
+
+
+def _summary_rows(report: Path) -> dict[str, dict[str, object]]:
+    rows = json.loads((report / "summary.json").read_text())["results"]
+    return {row["test"].rsplit("::", 1)[-1]: row for row in rows}
+
+
+def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, work):
+    """The bundled node_failure scenario passes with node 0 on host 0 and node 1 on host 1;
+    the bundled scenarios the hosts cannot run are skipped in one line each; a marked
+    test's node goes to host 0, and the fault it then asks for skips it; one whose marker
+    says hosts=None runs here."""
+    marked = tmp_path / "test_marked.py"
+    marked.write_text(MARKED_TESTS)
+    report = tmp_path / "report"
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}",
+                           "--junitxml=run.xml",
+                           str(SCENARIOS / "multi_node" / "node_failure.toml"),
+                           str(SCENARIOS / "multi_node" / "store_host_loss.toml"),
+                           str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked))
+    assert out.returncode == 0, out.stdout + out.stderr
+    labels = [f"root@{lab.hosts[0].address}:22", f"root@{lab.hosts[1].address}:2222"]
+    assert f"elastic: nodes on 2 host(s) of hosts.toml: {labels[0]}, {labels[1]}" in out.stdout
+    cases = _junit(tmp_path / "run.xml")
+    assert {name: case["outcome"] for name, case in cases.items()} == {
+        "node_failure": "passed", "store_host_loss": "skipped", "store_partition_shrink_heal_grow": "skipped",
+        "test_on_a_host_then_a_fault_it_cannot_do": "skipped", "test_own_hosts_none_runs_here": "passed"}
+    assert cases["store_partition_shrink_heal_grow"]["message"] == (
+        f"the nodes are on hosts, and [[fault]] kind='partition' is refused: host {labels[1]} cannot do it: it "
+        "needs netns, which the host's capabilities (none) do not list; add 'netns' to its capabilities in the "
+        "hosts file if the host has it, or place the node elsewhere")
+    assert cases["store_host_loss"]["message"] == (
+        "the nodes are on hosts (--elastic-hosts), and [job] store_host='node0' must be 'harness' and 'c10d' "
+        "with hosts (the store the harness runs, reached through each host's connection; docs/hosts.md) "
+        "(from Cluster(hosts=...))")
+    refused = str(cases["test_on_a_host_then_a_fault_it_cannot_do"]["message"])
+    assert refused.startswith("the nodes are on hosts (--elastic-hosts), and fault='WorkerKill(node=0, ")
+    assert f"is refused: host {labels[0]} cannot do it yet: faults on hosts beyond killing" in refused
+    rows = _summary_rows(report)  # where each job's nodes ran (their node_start events)
+    assert rows["node_failure"]["hosts"] == [{"0": labels[0], "1": labels[1]}]
+    assert rows["node_failure"]["outcome"] == "passed" and rows["node_failure"]["faults"] == 1
+    assert rows["test_on_a_host_then_a_fault_it_cannot_do"]["hosts"] == [{"0": labels[0]}]
+    assert rows["test_own_hosts_none_runs_here"]["hosts"] is None
+    assert "--elastic-hosts=hosts.toml" in str(rows["node_failure"]["replay"])
+
+
+def test_chaos_on_hosts_draws_what_they_can_do_and_replays_with_its_seed(lab, hosts_toml, tmp_path, work):
+    """--elastic-chaos with hosts: the kinds drawn are those the hosts can carry out (the
+    header says which, and which not); the run is green (the training is fine: no step
+    lost), and the same seed draws the same schedule again."""
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "chaos_on_hosts.toml").write_text(CHAOS_SCENARIO)
+    schedules = []
+    for run in (1, 2):
+        out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts_toml.name}", "--elastic-chaos",
+                               "--elastic-seed=29", f"--junitxml=run{run}.xml", "scenarios/chaos_on_hosts.toml",
+                               rootdir=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "chaos draws kill_agent,kill_node,remove_node,add_node there, not kill_worker (host root@" in out.stdout
+        (case,) = _junit(tmp_path / f"run{run}.xml").values()
+        assert case["outcome"] == "passed"
+        props = case["props"]
+        assert props["elastic_chaos_faults"] == "kill_worker" and props["elastic_seed"] == "29"
+        assert props["elastic_replay"] == ("pytest 'scenarios/chaos_on_hosts.toml::chaos_on_hosts' "
+                                           "--elastic-hosts=hosts.toml --elastic-chaos --elastic-seed=29")
+        (job,) = json.loads(str(props["elastic_schedule"]))
+        assert job and {fault["kind"] for fault in job} <= {"kill_agent", "kill_node", "remove_node", "add_node"}
+        # it fired on its host (after at most 1 s of a job that trains for 2 s) and the job recovered
+        assert props["elastic_faults"] == "; ".join(fault["kind"] for fault in job)
+        assert props["elastic_recovered"] == str(len(job))
+        schedules.append(job)
+    assert schedules[1] == schedules[0]
+
+
+# -- usage errors: no hosts needed -------------------------------------------------------
+
+
+def test_a_bad_hosts_file_is_one_usage_error_line(pytester):
+    """A missing file and a bad port: one ``ERROR:`` line naming the option, the file, the
+    host and the field, exit 4 (usage error), no traceback."""
+    result = pytester.runpytest_subprocess("--elastic-hosts=missing.toml", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.lines[0].startswith(
+        "ERROR: --elastic-hosts='missing.toml' is not valid: hosts file='missing.toml' cannot be read: No such file")
+    pytester.makefile(".toml", hosts='[defaults]\nuser = "ci"\n\n[[host]]\naddress = "10.0.0.5"\n\n'
+                                     '[[host]]\naddress = "10.0.0.6"\nport = "x"\n')
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert errors == ["ERROR: --elastic-hosts='hosts.toml' is not valid: port='x' must be an int in [1, 65535] "
+                      "(from hosts.toml host[1] 10.0.0.6)"]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_chaos_kinds_the_hosts_cannot_do_are_a_usage_error(pytester):
+    """--elastic-faults naming only kinds no host can carry out: one line saying why; with
+    some the hosts can do, the header names those drawn and those left out. Nothing
+    connects to a host while pytest configures."""
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.5"\nuser = "ci"\ncapabilities = ["netns"]\n')
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "--elastic-chaos",
+                                           "--elastic-faults=kill_worker,partition", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --elastic-faults='kill_worker,partition' names no kind the hosts of "
+                                 "--elastic-hosts='hosts.toml' can carry out: kill_worker, partition (host "
+                                 "ci@10.0.0.5:22 cannot do it yet: faults on hosts beyond killing and removing "
+                                 "nodes are issue 29 part 4); name others, or leave --elastic-faults out*"])
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "--elastic-chaos", "--elastic-seed=3",
+                                           "--elastic-faults=kill_worker,scale", "--co", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines([
+        "elastic: chaos=on seed=3 faults=kill_worker,scale * hosts=hosts.toml network=*",
+        "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws remove_node,add_node there, "
+        "not kill_worker (host ci@10.0.0.5:22 cannot do it yet: *)"])
+
+
+def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
+    """A scenario's own [job] hosts win over --elastic-hosts; a fault they cannot carry
+    out, or a [job] setting not done with hosts, then fails it (it asked for what cannot
+    be) in one line, before anything connects."""
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.9"\nuser = "ci"\n')
+    scenarios = pytester.mkdir("scenarios")
+    job = ('[job]\nscript = "train.py"\nnnodes = "1:2"\nhosts = ["ssh://ci@10.0.0.5", "ssh://ci@10.0.0.6"]\n')
+    (scenarios / "cut.toml").write_text(job + '\n[[fault]]\nkind = "partition"\nnode = 1\n')
+    (scenarios / "store.toml").write_text(job.replace("[job]\n", '[job]\nstore_host = "node0"\n'))
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "-p", "no:cacheprovider", "scenarios")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*scenario cut: [[][[]fault[]][]] kind='partition' is refused: host ci@10.0.0.6:22 "
+                                 "cannot do it: it needs netns*",
+                                 "*scenario store: [[]job[]] store_host='node0' must be 'harness' and 'c10d' with "
+                                 "hosts*"], consecutive=False)
