@@ -194,8 +194,8 @@ def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tup
     that is left out, with why (``harness.sim.nodes.remote.host_refusal``: a kind is drawn
     only if every host can carry it out, whichever node chaos picks). The kinds asked
     for are ``settings.faults``; where those are the default (no ``--elastic-faults``) and
-    the hosts can carry out none of them, every chaos kind they can (today: killing,
-    removing and adding nodes)."""
+    the hosts can carry out none of them, every chaos kind they can (today the process
+    faults: the default, kill_worker, is one of them)."""
     from harness.sim.nodes.remote import host_refusal
     from harness.sim.schema import CHAOS_KINDS, parse_chaos_kinds
 

@@ -34,7 +34,7 @@ import os
 import selectors
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -132,7 +132,8 @@ def measure_offset(host: Pinger, samples: int = SAMPLES, timeout: float = 10.0) 
 
 class LeaseChannel:
     """The lease's stdin (``write_fd``, ours to close: its EOF ends the lease) and stdout
-    (``read_fd``, not ours) as a line channel. Thread-safe: one exchange at a time."""
+    (``read_fd``, not ours) as a line channel. Thread-safe: one exchange at a time (a
+    heartbeat goes out meanwhile: it waits for no answer)."""
 
     def __init__(self, write_fd: int, read_fd: int, label: str):
         self.label = label
@@ -140,19 +141,26 @@ class LeaseChannel:
         self._read_fd = read_fd
         self._pending = b""
         self._sent = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one exchange (a question and its answer) at a time
+        self._writing = threading.Lock()  # one line written at a time
 
-    def readline(self, timeout: float) -> bytes | None:
+    def readline(self, timeout: float, gone: int | None = None) -> bytes | None:
         """The next line from the lease (without its newline); None at EOF. Raises
         ``HostTimeout`` (with no message: the caller says what it waited for) after
-        ``timeout`` s."""
+        ``timeout`` s, ``_Gone`` once ``gone`` (an fd: a process's pidfd) turns readable
+        first."""
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as sel:
             sel.register(self._read_fd, selectors.EVENT_READ)
+            if gone is not None:
+                sel.register(gone, selectors.EVENT_READ)
             while b"\n" not in self._pending:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(left):
+                ready = {key.fd for key, _ in sel.select(left)} if left > 0 else set()
+                if not ready:
                     raise HostTimeout("")
+                if self._read_fd not in ready:
+                    raise _Gone()
                 chunk = os.read(self._read_fd, 65536)
                 if not chunk:
                     return None
@@ -161,21 +169,71 @@ class LeaseChannel:
         return line
 
     def _send(self, line: bytes) -> None:
-        if self._write_fd is None:
-            raise HostError(f"host {self.label}: not open")
-        try:
-            os.write(self._write_fd, line)
-        except BrokenPipeError:
-            raise HostUnreachable(f"host {self.label}: the connection is closed") from None
+        with self._writing:
+            if self._write_fd is None:
+                raise HostError(f"host {self.label}: not open")
+            try:
+                os.write(self._write_fd, line)
+            except BrokenPipeError:
+                raise HostUnreachable(f"host {self.label}: the connection is closed") from None
 
     def beat(self) -> bool:
         """A heartbeat line (the lease counts any line); False once that cannot be."""
+        try:
+            self._send(b"beat\n")
+        except HostError:
+            return False
+        return True
+
+    def ask(self, send: Callable[[int], bool], timeout: float, what: str,
+            gone: int | None = None) -> dict[str, Any] | None:
+        """A question sent elsewhere, answered here: ``send(q)`` sends it, numbered ``q``,
+        to whoever answers it (a command's supervisor: ``RemoteProcess``), which sends its
+        answer to the lease, which writes it on this channel (``_remote``'s ``.answers``).
+        The answer (``{"answer": q, ...}``); None when ``send`` could not send it (False)
+        or whoever answers is gone: ``gone`` (a pidfd of the command's local client)
+        turned readable. Then a ping to the lease is the barrier: an answer sent before
+        the answerer ended reaches the lease before the ping, and is taken if it comes.
+        ``HostTimeout`` naming ``what`` past ``timeout`` s; answers to earlier questions
+        that timed out, and pongs, are skipped."""
         with self._lock:
+            self._sent += 1
+            question = self._sent
+            if not send(question):
+                return None
+            deadline = time.monotonic() + timeout
             try:
-                self._send(b"beat\n")
-            except HostError:
-                return False
-            return True
+                return self._await_answer(question, deadline, gone)
+            except _Gone:
+                return self._answer_before_pong(question, deadline)
+            except HostTimeout:
+                raise HostTimeout(f"host {self.label}: no answer to {what} within {timeout:g} s") from None
+
+    def _await_answer(self, question: int, deadline: float, gone: int | None) -> dict[str, Any]:
+        while True:
+            line = self.readline(max(0.0, deadline - time.monotonic()), gone)
+            if line is None:
+                raise HostUnreachable(f"host {self.label}: the connection is closed")
+            answer = _answer(line)
+            if answer is not None and answer["answer"] == question:
+                return answer
+
+    def _answer_before_pong(self, question: int, deadline: float) -> dict[str, Any] | None:
+        """The answer to ``question`` if the lease passes it on before it answers a ping
+        sent now (under ``_lock``); None when the pong comes first."""
+        self._sent += 1
+        ping = self._sent
+        self._send(b"ping %d\n" % ping)
+        while True:
+            line = self.readline(max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise HostUnreachable(f"host {self.label}: the connection is closed")
+            answer = _answer(line)
+            if answer is not None and answer["answer"] == question:
+                return answer
+            pong = _pong(line)
+            if pong is not None and pong[0] == ping:
+                return None
 
     def ping(self, timeout: float = 10.0) -> ClockSample:
         """One clock sample (an answer to an earlier, timed-out ping is skipped)."""
@@ -199,10 +257,23 @@ class LeaseChannel:
 
     def close(self) -> None:
         """Close our end of the lease's stdin: the lease ends. Idempotent."""
-        with self._lock:
+        with self._writing:
             fd, self._write_fd = self._write_fd, None
             if fd is not None:
                 os.close(fd)
+
+
+class _Gone(Exception):
+    """``LeaseChannel.readline``: the process whose end it also waited for ended first."""
+
+
+def _answer(line: bytes) -> dict[str, Any] | None:
+    """A line that is an answer (a JSON object with an int ``answer``); None otherwise."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("answer"), int) else None
 
 
 def _pong(line: bytes) -> tuple[int, float, float] | None:

@@ -9,7 +9,9 @@ the kernel closes its fds. So a controller killed with SIGKILL still ends its re
 commands, with no PDEATHSIG (which would fire when the *thread* that started ssh exits,
 not the process) and no timer. Lines written to it (``signal N``, ``tree N``) ask the
 supervisor to signal the group, or every process below the command: faults carried out on
-the host.
+the host. Two are questions (``pid Q PID N``: one process below the command, never any
+other; ``stopped Q MS``), whose answers come back over the connection's lease
+(``LeaseChannel.ask``): the command's own stdout is the command's.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from harness.hosts._errors import HostTimeout
+from harness.hosts._errors import HostError, HostTimeout
+
+if TYPE_CHECKING:
+    from harness.hosts._clock import LeaseChannel
 
 __all__ = ["CommandResult", "RemoteProcess", "show_argv", "stop_local"]
 
@@ -74,10 +79,11 @@ class RemoteProcess:
     (text pipes); ``pid`` is the local ssh client's. ``terminate()`` or ``close()`` it."""
 
     def __init__(self, host: str, argv: Sequence[str], popen: subprocess.Popen[str], lifeline: int,
-                 grace: float):
+                 grace: float, lease: LeaseChannel | None = None):
         self.host, self.argv, self.grace = host, tuple(argv), grace
         self.popen = popen
         self._lifeline: int | None = lifeline
+        self._lease = lease  # where the supervisor's answers come back (None: no questions)
         self.closed = False
 
     @property
@@ -129,6 +135,58 @@ class RemoteProcess:
                 os.write(self._lifeline, f"tree {int(sig)}\n".encode())
             except BrokenPipeError:
                 pass
+
+    def signal_pid(self, pid: int, sig: int, timeout: float = 10.0) -> bool:
+        """``sig`` to process ``pid`` of the host, only if it is a process below the
+        command (its supervisor checks there, and signals it there: never a process the
+        command did not start). True: signalled; False: no such process below it now (it
+        ended, or the command did). ``HostError`` when ``pid`` is any other process of the
+        host: nothing is signalled. ``HostTimeout`` with no answer within ``timeout`` s."""
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise ValueError(f"pid={pid!r} must be a process id (an int > 0)")
+        answer = self._ask(f"pid {{}} {pid} {int(sig)}", timeout, f"signal {int(sig)} to pid {pid}")
+        if answer is None or answer.get("result") == "gone":
+            return False
+        if answer.get("result") == "signalled":
+            return True
+        raise HostError(f"host {self.host}: signal {int(sig)} to pid {pid} refused: {answer.get('why')}; "
+                        "nothing was signalled")
+
+    def await_stopped(self, timeout: float) -> str:
+        """Until the command's process is stopped (SIGSTOP reached it) or ended, at most
+        ``timeout`` s (waited for on the host, by its supervisor): ``"stopped"``,
+        ``"exited"``, or ``"running"``."""
+        answer = self._ask(f"stopped {{}} {max(0, round(timeout * 1000))}", timeout + _LOCAL_SLACK_S,
+                           "whether the command stopped")
+        result = "exited" if answer is None else answer.get("result")
+        return result if result in ("stopped", "exited") else "running"
+
+    def _ask(self, question: str, timeout: float, what: str) -> dict[str, object] | None:
+        """``question`` (with ``{}`` for its number) to the supervisor; its answer, None
+        when the command was let go or is gone."""
+        if self._lease is None:
+            raise HostError(f"host {self.host}: {self._shown()} takes no questions (started without the lease)")
+
+        def send(number: int) -> bool:
+            if self._lifeline is None:
+                return False
+            try:
+                os.write(self._lifeline, (question.format(number) + "\n").encode())
+            except BrokenPipeError:
+                return False
+            return True
+
+        try:  # the local client ends when the supervisor does: then no answer is coming
+            gone: int | None = os.pidfd_open(self.popen.pid) if self.popen.poll() is None else None
+        except (AttributeError, OSError):  # reaped meanwhile, or no pidfds: the timeout alone
+            gone = None
+        if gone is None and self.popen.returncode is not None:
+            return None
+        try:
+            return self._lease.ask(send, timeout, f"{what} ({self._shown()})", gone)
+        finally:
+            if gone is not None:
+                os.close(gone)
 
     def let_go(self) -> None:
         """Close the lifeline: the host terminates the group, then kills it after ``grace``."""

@@ -17,12 +17,22 @@ connection that drops closes the channel too):
     link that hangs without closing. Ending, it lets go of the lock (every command's
     supervisor then ends its group), waits for those supervisors to be gone (the
     ``.running`` lock), and only then removes the work dir, so that nothing a dying
-    command writes there outlives it.
+    command writes there outlives it. It also binds the datagram socket ``.answers``
+    in the work dir and writes each answer a supervisor sends there (one JSON object
+    with an int ``answer``) on its stdout as a line: the way back for the questions
+    below, whose supervisor's own stdout is its command's.
 ``run GRACE WORK_DIR ARGV...``
     Runs ARGV in a session of its own (its process group), its stdin /dev/null and its
     stdout/stderr the channel's. A stdin line ``signal N`` sends N to the group, ``tree N``
     to every descendant of ARGV's process (each one, whatever its group: an agent's
-    workers lead groups of their own) and then to the group; EOF, or
+    workers lead groups of their own) and then to the group. Two lines are questions,
+    numbered Q and answered through the lease (``{"answer": Q, "result": ...}``):
+    ``pid Q PID N`` sends N to PID only if PID is a process below ARGV's now
+    (``signalled``; ``gone``: no such process below it; ``refused``, with ``why``: any
+    other process of the host, the supervisor and ARGV's own included, is never
+    signalled), and ``stopped Q MS`` answers once ARGV's process is stopped (``stopped``),
+    has ended (``exited``), or MS milliseconds went by (``running``); every question taken
+    is answered before the supervisor exits. EOF, or
     the lease of WORK_DIR ending, sends SIGTERM, waits GRACE seconds, then SIGKILL. Exits
     with ARGV's status (128+N when a signal N killed it, as a shell says). The group is
     swept with SIGKILL before ARGV is reaped, so nothing it started outlives it (an
@@ -30,8 +40,9 @@ connection that drops closes the channel too):
     shared lock on WORK_DIR's ``.running`` until then, and does not start ARGV at all
     when the lease has ended already.
 ``put PATH``
-    Writes its stdin, to EOF, to the new file PATH (mode 0600, made with ``O_EXCL``: never
-    over another file; its missing dirs made 0700). For what must reach the host without
+    Writes its stdin, to EOF, to the new file PATH (mode 0600; it appears whole, linked
+    into place once written, and never over another file; its missing dirs made 0700).
+    For what must reach the host without
     being on a command line (a secret) or in a form it would have to unpickle (a node's
     JSON spec). The controller puts files in the connection's work dir only, so they go
     with it.
@@ -48,8 +59,10 @@ child; a supervisor that owns the group reaches both.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -62,6 +75,10 @@ DIST = "pytest-elastic"
 _CODE_NOT_RUN = 127
 #: in the work dir: held exclusively by the lease for its life / shared by each supervisor for its
 LEASE_LOCK, RUNNING_LOCK = ".lease", ".running"
+#: in the work dir: the lease's datagram socket, where supervisors send their answers
+ANSWERS = ".answers"
+#: the longest answer the lease passes on (answers are a few dozen bytes)
+_ANSWER_MAX = 4096
 #: how long an ending lease waits for the supervisors to end their commands (each SIGKILLs
 #: its group after its own grace) before it removes the work dir anyway
 _SETTLE_S = 60.0
@@ -83,7 +100,7 @@ def lease(lost_after: float, base: str | None) -> None:
     report: dict[str, str | int | None] = {
         "python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable,
         "pytest_elastic": None, "problem": None, "work_dir": None, "pid": os.getpid()}
-    work_dir = lock = None
+    work_dir = lock = answers = None
     try:
         try:
             from importlib.metadata import PackageNotFoundError, version
@@ -99,12 +116,15 @@ def lease(lost_after: float, base: str | None) -> None:
                 lock = os.open(os.path.join(work_dir, LEASE_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 os.close(os.open(os.path.join(work_dir, RUNNING_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+                answers = _bind_answers(os.path.join(work_dir, ANSWERS))
         except Exception as e:  # reported to the controller as one line, never a traceback
             report["problem"] = f"{type(e).__name__}: {e}"
         sys.stdout.write(json.dumps(report) + "\n")
         sys.stdout.flush()
-        _serve(lost_after)
+        _serve(lost_after, answers)
     finally:
+        if answers is not None:
+            answers.close()
         if lock is not None:
             os.close(lock)  # every supervisor of this connection ends its command now
         if work_dir is not None:
@@ -112,17 +132,48 @@ def lease(lost_after: float, base: str | None) -> None:
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
-def _serve(lost_after: float) -> None:
-    """Answer pings until EOF or until the controller is lost (silent for too long)."""
+def _bind_answers(path: str) -> socket.socket | None:
+    """The answers' datagram socket at ``path`` (in the 0700 work dir: this user's only);
+    None where its path is too long for a Unix socket (a question then goes unanswered,
+    and the controller's wait for it says so)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        sock.bind(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _pass_answer(sock: socket.socket) -> None:
+    """One datagram from a supervisor onto stdout, as a line, if it is an answer."""
+    import json
+
+    data = sock.recv(_ANSWER_MAX + 1)
+    try:
+        answer = json.loads(data) if len(data) <= _ANSWER_MAX and b"\n" not in data else None
+    except ValueError:
+        return
+    if isinstance(answer, dict) and isinstance(answer.get("answer"), int):
+        _write_all(1, data + b"\n")
+
+
+def _serve(lost_after: float, answers: socket.socket | None = None) -> None:
+    """Answer pings, and pass on the supervisors' answers, until EOF or until the
+    controller is lost (silent for too long)."""
     import json
     import select
     import time
 
     pending, last, longest = b"", time.monotonic(), 0.0
+    readers: list[int | socket.socket] = [0] if answers is None else [0, answers]
     while True:
         limit = max(lost_after, _GAPS * longest) if lost_after > 0 else None
         wait = None if limit is None else max(0.0, last + limit - time.monotonic())
-        if not select.select([0], [], [], wait)[0]:
+        ready = select.select(readers, [], [], wait)[0]
+        if answers is not None and answers in ready:
+            _pass_answer(answers)  # not a sign of the controller's life: no heartbeat
+        if 0 not in ready:
             if limit is not None and time.monotonic() - last >= limit:
                 sys.stderr.write(f"lease: the controller was silent for {time.monotonic() - last:.1f} s "
                                  f"(lost after {limit:g} s): ending this connection's commands\n")
@@ -179,16 +230,26 @@ def _die_with_parent() -> Callable[[], None] | None:
 
 
 _reaped = threading.Event()  # set once the command is reaped: its group id may be reused
+#: held by whoever signals by pid (checked, then acted on) and by the reap, which sets
+#: ``_reaped`` under it: no pid of the command's is reused between a check and its act
+_unreaped = threading.RLock()
 _ending = threading.Lock()  # the end (EOF or the lease's) is begun once
+#: questions taken and not answered yet (the supervisor answers them before it exits)
+_open_questions = [0]
+_answered = threading.Condition()
+#: how long an ending supervisor waits for the answers it owes (each takes microseconds;
+#: ``stopped`` hears of the command's end at once)
+_ANSWER_S = 5.0
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    if _reaped.is_set():
-        return
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+    with _unreaped:
+        if _reaped.is_set():
+            return
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _end(pid: int, grace: float) -> None:
@@ -220,18 +281,113 @@ def _descendants(root: int) -> list[int]:
 def _signal_tree(pid: int, sig: int) -> None:
     """``sig`` to every descendant of the command, then to its group (before the reap:
     its pid, and so its descendants' parent links, cannot be reused meanwhile)."""
-    if _reaped.is_set():
-        return
-    for child in _descendants(pid):
+    with _unreaped:
+        if _reaped.is_set():
+            return
+        for child in _descendants(pid):
+            try:
+                os.kill(child, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _signal_group(pid, sig)
+
+
+def _signal_below(root: int, pid: int, sig: int) -> dict[str, str]:
+    """``sig`` to ``pid`` only if it is a process below ``root`` (the command) now; what
+    came of it (``pid Q PID N``'s answer). The process is held by a pidfd before it is
+    looked for below ``root``, and signalled through it: if ``pid`` ends and is reused
+    meanwhile, the signal goes nowhere, never to the stranger."""
+    with _unreaped:  # ``root`` is not reaped (nor its pid reused) until this is done
+        if _reaped.is_set():
+            return {"result": "gone", "why": f"the command (pid {root}) has ended"}
+        return _signal_held(root, pid, sig)
+
+
+def _signal_held(root: int, pid: int, sig: int) -> dict[str, str]:
+    """``_signal_below``'s look and act, ``root`` held unreaped."""
+    try:
+        handle: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return {"result": "gone", "why": f"no process {pid} on this host"}
+    except (AttributeError, OSError):  # no pidfds here (Linux < 5.3, Python < 3.9), or pid 0
+        handle = None
+    try:
+        if pid not in _descendants(root):
+            return {"result": "refused", "why": f"pid {pid} is not a process below the command (pid {root}) "
+                    "on this host: only those are signalled"}
         try:
-            os.kill(child, sig)
-        except (ProcessLookupError, PermissionError):
+            if handle is not None:
+                signal.pidfd_send_signal(handle, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            return {"result": "gone", "why": f"process {pid} ended"}
+        except (OSError, ValueError) as e:
+            return {"result": "refused", "why": f"signal {sig} to pid {pid}: {getattr(e, 'strerror', None) or e}"}
+        return {"result": "signalled"}
+    finally:
+        if handle is not None:
+            os.close(handle)
+
+
+def _answer_stopped(work_dir: str, question: int, pid: int, within: float) -> None:
+    """Answer ``stopped Q MS``: once the command is stopped or has ended, or ``within`` s
+    went by. The wait is the kernel's (``waitid`` for a stop, without reaping), in a
+    thread of its own."""
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        try:
+            info = os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+            seen.append("stopped" if info is not None and info.si_code == os.CLD_STOPPED else "exited")
+        except ChildProcessError:  # reaped already
+            seen.append("exited")
+        done.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    done.wait(within)
+    _answer(work_dir, question, lambda: {"result": seen[0] if seen else "running"})
+
+
+def _taken() -> None:
+    """A question was taken: it is answered before this process exits (``_settle_answers``)."""
+    with _answered:
+        _open_questions[0] += 1
+
+
+def _settle_answers() -> None:
+    """Until every question taken is answered (at most ``_ANSWER_S``): an answer sent
+    before this process exits reaches the controller before it learns the command ended
+    (it asks the lease, which passes answers on in order, once the command is gone)."""
+    with _answered:
+        _answered.wait_for(lambda: _open_questions[0] == 0, _ANSWER_S)
+
+
+def _answer(work_dir: str, question: int, answer: Callable[[], dict[str, str]]) -> None:
+    """Send ``answer()``, the answer to question ``question``, to the lease, which passes
+    it on (once; the question was ``_taken``)."""
+    try:
+        _send_answer(work_dir, question, answer())
+    finally:
+        with _answered:
+            _open_questions[0] -= 1
+            _answered.notify_all()
+
+
+def _send_answer(work_dir: str, question: int, answer: dict[str, str]) -> None:
+    import json  # here, not at the top: most supervisors are never asked (json costs ~10 ms)
+
+    data = json.dumps({"answer": question, **answer}).encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.sendto(data, os.path.join(work_dir, ANSWERS))
+        except OSError:  # the lease is gone, and with it whoever asked
             pass
-    _signal_group(pid, sig)
 
 
-def _watch_stdin(pid: int, grace: float) -> None:
-    """Signals asked for on stdin; at EOF, the end."""
+def _watch_stdin(pid: int, grace: float, work_dir: str) -> None:
+    """Signals and questions asked for on stdin; at EOF, the end."""
     pending = b""
     while True:
         try:
@@ -248,6 +404,13 @@ def _watch_stdin(pid: int, grace: float) -> None:
                 _signal_group(pid, int(words[1]))
             elif len(words) == 2 and words[0] == b"tree" and words[1].isdigit():
                 _signal_tree(pid, int(words[1]))
+            elif len(words) == 4 and words[0] == b"pid" and all(w.isdigit() for w in words[1:]):
+                _taken()
+                _answer(work_dir, int(words[1]), functools.partial(_signal_below, pid, int(words[2]), int(words[3])))
+            elif len(words) == 3 and words[0] == b"stopped" and words[1].isdigit() and words[2].isdigit():
+                _taken()
+                threading.Thread(target=_answer_stopped, args=(work_dir, int(words[1]), pid, int(words[2]) / 1000),
+                                 daemon=True).start()
     _end(pid, grace)
 
 
@@ -294,29 +457,44 @@ def run(grace: float, work_dir: str, argv: list[str]) -> int:
         return _CODE_NOT_RUN
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # sshd or a user ending us
         signal.signal(sig, lambda signum, frame: _signal_group(child.pid, signum))
-    threading.Thread(target=_watch_stdin, args=(child.pid, grace), daemon=True).start()
+    threading.Thread(target=_watch_stdin, args=(child.pid, grace, work_dir), daemon=True).start()
     threading.Thread(target=_watch_lease, args=(lease_fd, child.pid, grace), daemon=True).start()
     os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
     _signal_group(child.pid, signal.SIGKILL)  # what it left in its group, before the reap
-    _reaped.set()
+    with _unreaped:
+        _reaped.set()
     code = child.wait()
+    _settle_answers()
     return code if code >= 0 else 128 - code
 
 
 def put(path: str) -> int:
-    """Stdin to the new file ``path`` (0600, exclusive); its missing dirs made 0700."""
+    """Stdin to the new file ``path`` (0600, exclusive); its missing dirs made 0700. It is
+    written beside ``path`` first and linked into place whole: a reader that finds it
+    (a worker looking for an exit-code order) never reads half of it."""
+    part = f"{path}.{os.getpid()}.part"
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as e:
         sys.stderr.write(f"cannot write {path}: {e.strerror or e}\n")
         return 1
-    with os.fdopen(fd, "wb") as out:
-        while True:
-            chunk = os.read(0, 65536)
-            if not chunk:
-                break
-            out.write(chunk)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while True:
+                chunk = os.read(0, 65536)
+                if not chunk:
+                    break
+                out.write(chunk)
+        os.link(part, path)  # fails on an existing path: never over another file
+    except OSError as e:
+        sys.stderr.write(f"cannot write {path}: {e.strerror or e}\n")
+        return 1
+    finally:
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
     return 0
 
 

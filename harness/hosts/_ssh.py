@@ -269,7 +269,7 @@ class SshHost:
                 raise
             finally:
                 os.close(theirs)
-            proc = RemoteProcess(self.spec.label, argv, popen, lifeline, grace)
+            proc = RemoteProcess(self.spec.label, argv, popen, lifeline, grace, self._owned.lease)
             self._owned.processes -= {p for p in self._owned.processes if p.closed}  # the caller's, done
             self._owned.processes.add(proc)
             return proc

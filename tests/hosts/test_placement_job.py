@@ -14,14 +14,17 @@ over the channel), and the hosts themselves, over a fresh connection of their ow
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import signal
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness import Cluster
 from harness.errors import ConfigError
-from harness.faults import FaultRefused, Partition
+from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
 from harness.sim.nodes import remote
 from harness.sim.truth.timeline import HARNESS
@@ -170,8 +173,104 @@ def test_faults_a_host_cannot_do_are_refused_in_one_line(lab, hosts):
         with pytest.raises(FaultRefused, match=rf"Partition\(node=0.* refused: host {hosts[0].label} cannot do it: "
                                                "it needs netns"):
             job.partition(0)
-        with pytest.raises(FaultRefused, match="cannot do it yet: faults on hosts beyond killing"):
-            job.kill_worker(0, 0)
+        with pytest.raises(FaultRefused, match=r"WorkerKill\(node=0, local_rank=0, sig=9, exit_code=3\) @ "
+                           r"AtStep\(step=2, rank=0\)' is refused: the job's nodes are on hosts, and an exact "
+                           r"\(rank, step\) exit order"):
+            job.inject(WorkerKill(exit_code=3), AtStep(step=2, rank=0))
         assert not [e for e in job.timeline.events("fault", HARNESS)]
         with pytest.raises(ConfigError, match=r"^entrypoint=.* must be a script path or a module"):
             cluster.launch(print)
+
+
+# -- process faults, carried out on the host ----------------------------------------------
+
+
+def _until(predicate: Callable[[], object], timeout: float, what: str, job) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s\n{job.timeline.format()}"
+        time.sleep(0.05)
+
+
+def _status(pid: int) -> str:
+    """A host process's status, seen from here (the lab's hosts share this machine's /proc)."""
+    try:
+        return str(psutil.Process(pid).status())
+    except psutil.NoSuchProcess:
+        return "gone"
+
+
+def test_a_worker_killed_on_its_host_restarts_the_job(lab, hosts):
+    """kill_worker at a step (SIGTERM) on node 1's host: its supervisor signals the
+    worker's pid there; the worker's exit is on the timeline with the signal, the job
+    restarts once and succeeds; nothing left on the hosts."""
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=1, hosts=hosts, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "30", "0.05")
+        job.inject(WorkerKill(node=1, sig=int(signal.SIGTERM)), AtStep(step=4, rank=0))
+        result = job.wait(timeout=150)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        [fault] = job.timeline.faults()
+        assert (fault["fault"], fault["target_node"], fault["sig"]) == ("kill_worker", 1, signal.SIGTERM)
+        [victim] = [e for e in job.timeline.events("worker_start", 1) if e["restart_count"] == 0]
+        exits = [e for e in job.timeline.events("worker_exit", 1) if e["worker_pid"] == victim["worker_pid"]]
+        assert [e["exitcode"] for e in exits] == [-signal.SIGTERM]
+        assert job.timeline.restart_counts() == {0: 1, 1: 1}
+        work_dirs = _work_dirs(job)
+    for spec in hosts:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+
+
+def test_an_exit_code_order_is_left_on_the_host(lab, hosts):
+    """kill_worker with exit_code on a node of a host: the order goes into the node's
+    orders dir there, the worker obeys it at its next step (exit 3), the job restarts
+    and succeeds, and the order counts as obeyed (wait raises no FaultNotFired)."""
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1, hosts=hosts, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "20", "0.05")
+        job.inject(WorkerKill(exit_code=3), OnState(WorkerState.HEALTHY))
+        result = job.wait(timeout=120)
+        assert result.state == WorkerState.SUCCEEDED, job.agent_log(0)
+        assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 3
+        assert job.timeline.restart_counts() == {0: 1}
+        assert job.processes.unobeyed() == []
+
+
+def test_a_hung_worker_on_a_host_is_stopped_there(lab, hosts):
+    """hang_worker after a delay: the worker is SIGSTOPped on its host (stuck, not dead:
+    its agent cannot tell, the node stays HEALTHY); the job's close ends it there."""
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0, hosts=hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        pid = job.worker_pids(0)[1]
+        job.inject(WorkerHang(local_rank=1), After(0.2))
+        _until(lambda: _status(pid) == psutil.STATUS_STOPPED, 15, "the worker stopped on its host", job)
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "hang_worker" and fault.recovery_latency is None
+        assert _status(job.worker_pids(0)[0]) != psutil.STATUS_STOPPED  # its peer runs on
+        assert job.in_state(WorkerState.HEALTHY)
+        work_dirs = _work_dirs(job)
+    assert survivors([pid], 15) == []
+    assert _left_on(lab, hosts[0], [work_dirs[hosts[0].label]]) == {"procs": [], "dirs": []}
+
+
+def test_a_node_frozen_on_its_host_is_left_behind(lab, hosts):
+    """freeze_node on node 1's host: the agent and its worker are SIGSTOPped there, the
+    harness hears from the supervisor that the agent stopped and ends the node's timeline;
+    the survivor re-forms alone and succeeds; close() kills the frozen node (SIGKILL)."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, hosts=hosts, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
+        job.inject(NodeFreeze(node=1), OnState(WorkerState.HEALTHY))
+        result = job.wait(timeout=150)  # the frozen node never finishes: wait does not wait for it
+        assert result.state == WorkerState.SUCCEEDED and sorted(result.run_results) == [0], job.timeline.format()
+        assert [f["fault"] for f in job.timeline.faults()] == ["freeze_node"]
+        assert job.timeline.world_sizes() == [2, 1]
+        [entry] = [e for e in job.timeline.events("state", 1) if e.get("source") == HARNESS]
+        assert (entry["cause"], entry["signal"]) == ("freeze_node", signal.SIGSTOP)
+        agent = {e["pid"] for e in job.timeline.events("state", 1) if e.get("source") != HARNESS}
+        frozen = [*agent, *job.worker_pids(1).values()]
+        assert len(frozen) == 2 and {_status(pid) for pid in frozen} == {psutil.STATUS_STOPPED}
+        work_dirs = _work_dirs(job)
+    exits = {e["target_node"]: e for e in job.timeline.events("node_exit", HARNESS)}
+    assert (exits[1]["cause"], exits[1]["signal"]) == ("freeze_node", signal.SIGKILL)  # at close
+    for spec in hosts:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -23,6 +24,7 @@ from harness.errors import ConfigError
 from harness.hosts import (
     HostAuthError,
     HostCommandError,
+    HostError,
     HostKeyError,
     HostPythonError,
     HostTimeout,
@@ -210,6 +212,58 @@ def test_a_tree_signal_reaches_processes_that_left_the_group(lab: SshdLab):
         proc.signal_tree(signal.SIGKILL)
         assert survivors([apart], GONE_WITHIN_S) == []
         proc.wait(GONE_WITHIN_S)  # the shell too (killed, or done waiting: the child went first)
+
+
+def test_one_pid_is_signalled_only_if_it_is_below_the_command(lab: SshdLab):
+    """``signal_pid``, the safety rule of faults on hosts (kill only what you started): a
+    process below the command, in a session of its own, is signalled there; pid 1, the
+    lease, the supervisor and the command's own process are refused in one line and
+    nothing is signalled (the command and the connection carry on); an ended one is gone,
+    and a command that ends while it is asked says so at once. ``await_stopped`` hears
+    from the supervisor once SIGSTOP reached the command."""
+    lab.start(0)
+    spec = lab.spec(0)
+    leave = "import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(1000)"
+    with lab.ssh_host(spec) as ssh:
+        proc = ssh.start(["sh", "-c", 'echo $$; "$0" -c "$1" & wait', spec.python, leave])
+        shell, apart = remote_pid(proc), remote_pid(proc)
+        supervisor = psutil.Process(shell).ppid()
+        assert ssh.info is not None and ssh.info.lease_pid is not None
+        for pid, sig in ((1, 0), (ssh.info.lease_pid, signal.SIGKILL), (supervisor, signal.SIGKILL),
+                         (shell, signal.SIGKILL)):  # pid 1 only ever gets signal 0 (no signal)
+            with pytest.raises(HostError) as info:
+                proc.signal_pid(pid, sig)
+            assert one_line(info.value) == (
+                f"host {spec.label}: signal {sig} to pid {pid} refused: pid {pid} is not a process below the "
+                f"command (pid {shell}) on this host: only those are signalled; nothing was signalled")
+        assert all(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE  # NoSuchProcess if gone
+                   for pid in (ssh.info.lease_pid, supervisor, shell, apart))
+        ssh.ping()  # the lease still answers
+        assert proc.signal_pid(apart, signal.SIGKILL) is True
+        assert survivors([apart], GONE_WITHIN_S) == []
+        assert proc.signal_pid(apart, signal.SIGKILL) is False  # gone: nothing to signal
+        with pytest.raises(ValueError, match="pid=0 must be a process id"):
+            proc.signal_pid(0, signal.SIGKILL)
+        proc = ssh.start(["sleep", "0.5"])  # asked while it ends: an answer, or gone, never the timeout
+        asked = 0
+        while True:
+            asked += 1
+            started = time.monotonic()
+            try:
+                if proc.signal_pid(1, 0, timeout=GONE_WITHIN_S) is False:
+                    break
+            except HostTimeout:
+                raise
+            except HostError as e:
+                assert "refused: pid 1 is not a process below the command" in str(e)
+            assert time.monotonic() - started < GONE_WITHIN_S / 3
+        assert asked > 1
+        proc = ssh.start(["sleep", "1000"])
+        proc.send_signal(signal.SIGSTOP)
+        assert proc.await_stopped(GONE_WITHIN_S) == "stopped"
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(GONE_WITHIN_S) == 128 + signal.SIGKILL
+        assert proc.await_stopped(1) == "exited"
 
 
 def test_put_writes_a_private_file_without_a_command_line(lab: SshdLab):

@@ -43,7 +43,7 @@ PUBLIC = [
     "ScheduledFault",
 ]
 __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "register", "unregister",
-           "BUILT_IN", "JobShape", "check_targets", "write_exit_order"]
+           "BUILT_IN", "JobShape", "check_targets", "exit_order", "write_exit_order"]
 
 
 
@@ -452,13 +452,19 @@ def check_targets(entry: ScheduledFault, shape: JobShape) -> None:
                           "in this job", where)
 
 
+def exit_order(rank: int, exit_code: int, step: int | None = None) -> tuple[str, str]:
+    """An order ``report_step`` obeys, as (its file's name in the orders dir, its text):
+    rank ``rank`` exits with ``exit_code`` at ``step`` (None: its next)."""
+    return f"{rank}.{'any' if step is None else step}", str(int(exit_code))
+
+
 def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> str:
     """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the
     next); its path (``report_step`` removes it when it obeys)."""
-    name = f"{rank}.{'any' if step is None else step}"
+    name, text = exit_order(rank, exit_code, step)
     path = os.path.join(orders_dir, name)
     with open(path + ".tmp", "w") as fp:
-        fp.write(str(int(exit_code)))
+        fp.write(text)
     os.replace(path + ".tmp", path)
     return path
 

@@ -10,18 +10,25 @@ told to the job's ledger first (``ledger.harm``) so that the node's exit, reaped
 harness, gets a terminal entry on its own timeline naming the cause. Exit-code orders (a
 worker exits with a code at a step of its own choosing) are left here too, as files the
 worker's ``harness.report_step`` obeys.
+
+A node on a host (``RemoteNodeProcess``) is hit there: its agent's group or tree through
+its supervisor (``signal_remote_node``), one worker through the same supervisor, which
+signals a pid only if it is a process below the agent (``signal_worker``), its freeze seen
+by that supervisor (``await_stopped``), an exit-code order left in its orders dir there.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.procs import signal_process_group
 from harness.sim.errors import TargetNotReady
-from harness.sim.faults import write_exit_order
+from harness.sim.faults import exit_order, write_exit_order
 from harness.sim.faults.target import record_fault
 from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
 
@@ -37,8 +44,9 @@ class ProcessFaults:
 
     def __init__(self, target: FaultTarget):
         self._target = target
-        #: exit-code orders left for ``report_step``: path -> (what was ordered, why it may not fire)
-        self._orders: dict[str, tuple[str, str]] = {}
+        #: exit-code orders left for ``report_step``: path -> (what was ordered, why it may not
+        #: fire, whether it is still there: not obeyed yet)
+        self._orders: dict[str, tuple[str, str, Callable[[], bool]]] = {}
 
     # -- exit-code orders ---------------------------------------------------------------
 
@@ -51,10 +59,16 @@ class ProcessFaults:
         rank = starts[local_rank]["rank"]
         self._target.harness_events.emit("fault_armed", fault="kill_worker", target_node=node,
                                          local_rank=local_rank, rank=rank, exit_code=exit_code)
-        path = write_exit_order(self._target.orders_dir, rank, exit_code)
+        agent = self._target.node(node)
+        if isinstance(agent, RemoteNodeProcess):  # in the node's orders dir on its host
+            path = agent.leave_exit_order(*exit_order(rank, exit_code))
+            left = functools.partial(agent.exit_order_left, path)
+        else:
+            path = write_exit_order(self._target.orders_dir, rank, exit_code)
+            left = functools.partial(os.path.exists, path)
         self._orders[path] = (f"exit {exit_code} ordered for node {node} local rank {local_rank}",
                               f"rank {rank} reported no step after the order — does the script call "
-                              "harness.report_step?")
+                              "harness.report_step?", left)
 
     def order_exit_at(self, rank: int, step: int, exit_code: int, what: str) -> None:
         """Rank ``rank`` exits with ``exit_code`` when it reports step ``step`` (an exact
@@ -63,11 +77,11 @@ class ProcessFaults:
                                          step=step, exit_code=exit_code)
         path = write_exit_order(self._target.orders_dir, rank, exit_code, step)
         self._orders[path] = (what, f"rank {rank} reported no step {step} — does the script call "
-                              "harness.report_step?")
+                              "harness.report_step?", functools.partial(os.path.exists, path))
 
     def unobeyed(self) -> list[tuple[str, str]]:
         """(order, why) of every exit-code order no worker obeyed yet (its file is still there)."""
-        return [(what, why) for path, (what, why) in self._orders.items() if os.path.exists(path)]
+        return [(what, why) for what, why, left in self._orders.values() if left()]
 
     # -- kills and stops ----------------------------------------------------------------
 
@@ -97,13 +111,13 @@ class ProcessFaults:
             return
         pid = self._worker_pid(node, local_rank)
         record_fault(self._target, "kill_worker", target_node=node, local_rank=local_rank, sig=int(sig))
-        _kill(pid, sig)
+        self._target.node(node).signal_worker(pid, sig)
 
     def hang_worker(self, node: int, local_rank: int) -> None:
         """SIGSTOP: the worker is stuck, not dead."""
         pid = self._worker_pid(node, local_rank)
         record_fault(self._target, "hang_worker", target_node=node, local_rank=local_rank)
-        _kill(pid, signal.SIGSTOP)
+        self._target.node(node).signal_worker(pid, signal.SIGSTOP)
 
     def kill_agent(self, node: int) -> None:
         """The agent dies (SIGKILL); its workers must follow on their own. Returns once the

@@ -12,11 +12,9 @@ node, whoever reaped it.
 from __future__ import annotations
 
 import functools
-import os
 import signal
 import subprocess
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -129,18 +127,9 @@ class NodeLedger:
 
     def _await_stop(self, node: int) -> None:
         """Until the agent of ``node`` (just SIGSTOPped) is stopped (or gone), so nothing it
-        writes can follow the terminal entry; a bounded poll of one process."""
-        pid = self._nodes[node].pid
-        deadline = time.monotonic() + self.reap_timeout
-        pause = 0.0005
-        while time.monotonic() < deadline:
-            try:
-                if os.waitid(os.P_PID, pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT):
-                    return
-            except ChildProcessError:
-                return
-            time.sleep(pause)
-            pause = min(pause * 2, 0.01)
+        writes can follow the terminal entry; at most ``reap_timeout`` (the node's own
+        wait: here a poll of one process, on a host its supervisor's answer)."""
+        self._nodes[node].await_stopped(self.reap_timeout)
 
 
 def _record_exit_of(ledger_ref: weakref.ref[NodeLedger], node: int) -> None:

@@ -13,6 +13,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
@@ -80,6 +81,27 @@ class NodeProcess:
         still running: the same process as started, never a reused pid."""
         return {rank: s["worker_pid"] for rank, s in starts.items()
                 if is_same_process(s["worker_pid"], s.get("start_time"))}
+
+    def signal_worker(self, pid: int, sig: int) -> None:
+        """``sig`` to worker ``pid`` (one of ``live_workers``); nothing if it just ended."""
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def await_stopped(self, timeout: float) -> None:
+        """Until the agent (just SIGSTOPped) is stopped or gone, at most ``timeout`` s: a
+        bounded poll of one process (a forked node's parent is the node server: gone to us)."""
+        deadline = time.monotonic() + timeout
+        pause = 0.0005
+        while time.monotonic() < deadline:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WSTOPPED | os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                    return
+            except ChildProcessError:
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
 
     def result(self) -> RunResult | None:
         try:

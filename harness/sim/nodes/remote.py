@@ -26,9 +26,18 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   the timeline see it as a local node's). A node's exit is taken only once its relay has
   delivered the last line (``RemoteAgent.poll``), so its ``result`` event, from which its
   ``RunResult`` is read, precedes its ``node_exit``.
-* **Faults.** Process faults signal the agent's group, or every process below it, on the
-  host (the supervisor's ``signal N`` and ``tree N``). Faults a host cannot do are refused
-  when they are scheduled (``refuse``), in one line naming the host and what it lacks.
+* **Faults.** Process faults are carried out on the host, through the agent's supervisor
+  there: ``kill_agent`` and ``remove_node`` signal the agent's group (``signal N``),
+  ``kill_node`` and ``freeze_node`` every process below it too (``tree N``), and
+  ``freeze_node`` then waits for the supervisor to see the agent stopped (``stopped Q
+  MS``); ``kill_worker`` and ``hang_worker`` signal the worker's pid of the host (its
+  relayed ``worker_start``), which the supervisor signals only if it is a process below
+  the agent (``pid Q PID N``: never a process the job did not start); a ``kill_worker``
+  with ``exit_code`` leaves its order in the node's orders dir there. Triggers are this
+  machine's, as for local nodes. Faults a host cannot do (network, storage, resource
+  faults; an exact (rank, step) exit order, whose rank's host is not known before it
+  runs) are refused when they are scheduled (``refuse``), in one line naming the host
+  and what it lacks.
 * **The end.** ``close()`` ends each node (on the host), its relay, then each connection:
   the work dir and everything started there go with it (``SshHost.close``).
 
@@ -80,9 +89,13 @@ _log = logging.getLogger(__name__)
 #: what a job opens a host's connection with (replace it to run ``ssh`` otherwise)
 connector: Callable[[HostSpec], SshHost] = SshHost
 
-#: process faults carried out on a host in this slice; every other kind is refused there
-HOST_FAULTS = ("kill_node", "kill_agent", "remove_node", "add_node", "kill_store_host", "heal")
-_PART_OF_LATER_SLICE = "faults on hosts beyond killing and removing nodes are issue 29 part 4"
+#: the process faults carried out on a host; every other kind is refused there
+HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
+               "kill_store_host", "heal")
+_PART_OF_LATER_SLICE = "network, storage and resource faults on hosts are a later part of issue 29"
+_EXACT_EXIT = ("an exact (rank, step) exit order (exit_code at AtStep) needs the rank's host, which is not known "
+               "before the rank runs: on hosts, kill_worker at AtStep with a signal (no exit_code), or exit_code "
+               "with another trigger")
 _RELAY_CLOSE_S = 10.0
 
 
@@ -100,10 +113,11 @@ def _as_popen_code(code: int) -> int:
 class RemoteAgent:
     """A node's agent on a host, as the job holds a local agent's ``Popen``: ``pid`` is
     the local ssh client's (the bus watches it), ``poll()`` says the agent's status once
-    it ended *and* its relay delivered every line it wrote."""
+    it ended *and* its relay delivered every line it wrote. ``host`` is the connection it
+    runs over."""
 
-    def __init__(self, proc: RemoteProcess, relay: EventRelay):
-        self.proc, self.relay = proc, relay
+    def __init__(self, proc: RemoteProcess, relay: EventRelay, host: SshHost):
+        self.proc, self.relay, self.host = proc, relay, host
         self._lock = threading.Lock()
         self._drained = False
 
@@ -147,6 +161,17 @@ class RemoteAgent:
     def signal_tree(self, sig: int) -> None:
         """``sig`` to the agent and every process below it on the host."""
         self.proc.signal_tree(sig)
+
+    def signal_below(self, pid: int, sig: int) -> bool:
+        """``sig`` to ``pid`` of the host only if it is a process below the agent (checked
+        and signalled there, by its supervisor); False: no such process now; ``HostError``:
+        any other process, not signalled."""
+        return self.proc.signal_pid(pid, sig)
+
+    def await_stopped(self, timeout: float) -> str:
+        """Until the agent is stopped or ended, at most ``timeout`` s (its supervisor
+        waits, on the host): ``"stopped"``, ``"exited"`` or ``"running"``."""
+        return self.proc.await_stopped(timeout)
 
     def close(self) -> None:
         """End it on the host (SIGTERM, grace, SIGKILL), reap the client, close the relay."""
@@ -208,6 +233,38 @@ class RemoteNodeProcess(NodeProcess):
             return {}
         gone = {(e.get("local_rank"), e.get("worker_pid")) for e in self.timeline.events("worker_exit", self.index)}
         return {rank: s["worker_pid"] for rank, s in starts.items() if (rank, s["worker_pid"]) not in gone}
+
+    def signal_worker(self, pid: int, sig: int) -> None:
+        """``sig`` to worker ``pid`` on the host, by the agent's supervisor there, which
+        signals it only if it is a process below the agent (``HostError`` otherwise:
+        nothing signalled); nothing if it just ended. A pid of the host is never signalled
+        from here (here it names another process, or none)."""
+        self.agent.signal_below(pid, sig)
+
+    def await_stopped(self, timeout: float) -> None:
+        """Until the agent (just SIGSTOPped on the host) is stopped or gone, at most
+        ``timeout`` s: its supervisor there says when (``stopped Q MS``)."""
+        try:
+            state = self.agent.await_stopped(timeout)
+        except HostError as e:
+            _log.warning("node %d: %s", self.index, e)
+            return
+        if state == "running":
+            _log.warning("node %d: its agent on host %s was sent SIGSTOP but is still running after %g s",
+                         self.index, self.host, timeout)
+
+    def leave_exit_order(self, name: str, text: str) -> str:
+        """An exit-code order (``harness.sim.faults.exit_order``) in the node's orders dir
+        on its host, where its workers' ``report_step`` looks; its path there."""
+        return self.agent.host.put(f"node{self.index}/orders/{name}", text.encode())
+
+    def exit_order_left(self, path: str) -> bool:
+        """Whether the order at ``path`` on the host is still there (not obeyed yet)."""
+        try:
+            return self.agent.host.run(["test", "-e", path], check=False).returncode == 0
+        except HostError as e:  # the connection is gone, and the order with the work dir
+            _log.warning("node %d: %s", self.index, e)
+            return False
 
 
 # -- the job's hosts ---------------------------------------------------------------------
@@ -310,7 +367,7 @@ class RemoteNodes:
         except BaseException:
             relay.close()
             raise
-        agent = RemoteAgent(proc, relay)
+        agent = RemoteAgent(proc, relay, host)
         return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=index, gpus=(),
                                  host=spec.label, remote_directory=there, timeline=job.timeline)
 
@@ -419,11 +476,13 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
     """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
     ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
     before it starts (the plugin skips it, saying why)."""
-    from harness.sim.faults import OnFile
+    from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS, FUSE
 
     for entry in entries:
         fault = entry.fault
+        if getattr(fault, "exit_code", None) is not None and isinstance(entry.trigger, AtStep):
+            raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {_EXACT_EXIT}")
         row = FAULT_KINDS.get(fault.kind)
         needs = set(row.needs if row is not None else ())
         if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
