@@ -69,11 +69,6 @@ class NodesCluster(Protocol):
 
     def gpus_for(self, node: int) -> tuple[str, ...]: ...
 
-    @property
-    def backend(self) -> str:
-        """The process-group backend that fits its GPUs: ``{backend}`` in the args."""
-        ...
-
     def zygote_env(self) -> dict[str, str]: ...
 
 
