@@ -21,7 +21,10 @@ beats. When a node dies its lease expires and etcd deletes the key: observers tr
 vanished heartbeat key as a dead node. etcd lease TTLs are whole seconds (and at least
 about 2 s), so the sub-second detection still comes from the heartbeat counters and the
 liveness sockets of ``_c10d``; the lease is the store-side guarantee that a dead node's
-key goes away even if nobody watches it.
+key goes away even if nobody watches it. Its TTL therefore outlasts the longest lease a
+node may publish (``default_lease_ttl``), and a node that finds its lease expired (it
+was silent past the TTL) grants a new one and goes on (``EtcdStore._write``): the
+rendezvous, not the store, says whether it is still a member.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -60,6 +64,12 @@ def _seconds(timeout: float | timedelta | None, default: float) -> float:
     return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
 
 
+class _LeaseNotFound(StoreConnectionError):
+    """etcd no longer has this node's lease: it expired while the node was silent past its
+    TTL (a process starved of CPU, a machine under load). The store is fine; the node grants
+    a new lease and writes again (``EtcdStore._write``)."""
+
+
 class _Lease:
     """One node's etcd lease, shared by its store connections."""
 
@@ -85,6 +95,7 @@ class EtcdStore:
         self._owns_lease = _lease is None
         self._lease = _lease or _Lease(lease_ttl)
         self._leased: set[str] = set()
+        self.leases_regranted = 0  # leases found expired and granted anew (``_write``)
         self._connect()
 
     @property
@@ -146,6 +157,8 @@ class EtcdStore:
                         continue  # a kept-alive connection the server closed: reconnect once
                     raise StoreConnectionError(f"lost the connection to etcd at {self.address} "
                                                f"during {path}: {e}") from None
+            if status == 404 and b"requested lease not found" in data:
+                raise _LeaseNotFound(f"etcd {self.address}: this node's lease expired")
             if status != 200:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered HTTP {status}: "
                                            f"{data[:200]!r}")
@@ -214,12 +227,27 @@ class EtcdStore:
     def set_timeout(self, timeout: float | timedelta) -> None:
         self.timeout = _seconds(timeout, self.timeout)
 
+    def _write(self, path: str, body: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``_call(path, body())``; where etcd says this node's lease is gone (it expired
+        while the node was silent past its TTL), a new lease is granted and the write made
+        again with it, once. Before, that answer read as the store lost, and ended an agent
+        that had only been starved of CPU for longer than the TTL (seen in a full suite:
+        seven agents on two busy cores, etcd's 2 s TTL). Whether the node is still a member
+        of its round is the rendezvous's to say, from its state, as for any late node."""
+        try:
+            return self._call(path, body())
+        except _LeaseNotFound:
+            with self._lease.lock:
+                self._lease.id = None
+            self.leases_regranted += 1
+            return self._call(path, body())
+
     def set(self, key: str, value: bytes | str) -> None:
-        self._call("/v3/kv/put", self._put(key, value))
+        self._write("/v3/kv/put", lambda: self._put(key, value))
 
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
-        self._call("/v3/kv/txn", {"success": [{"requestPut": self._put(k, v)}
-                                              for k, v in zip(keys, values, strict=False)]})
+        self._write("/v3/kv/txn", lambda: {"success": [{"requestPut": self._put(k, v)}
+                                                       for k, v in zip(keys, values, strict=False)]})
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         expected_b = expected.encode() if isinstance(expected, str) else bytes(expected)
@@ -230,7 +258,7 @@ class EtcdStore:
         else:
             compare = {"key": self._k(key), "target": "CREATE", "result": "EQUAL",
                        "create_revision": "0"}
-        reply = self._call("/v3/kv/txn", {
+        reply = self._write("/v3/kv/txn", lambda: {
             "compare": [compare], "success": [{"requestPut": self._put(key, desired_b)}],
             "failure": [{"requestRange": {"key": self._k(key)}}]})
         if reply.get("succeeded"):
@@ -253,8 +281,11 @@ class EtcdStore:
                 value = amount
                 compare = {"key": self._k(key), "target": "CREATE", "result": "EQUAL",
                            "create_revision": "0"}
-            reply = self._call("/v3/kv/txn", {"compare": [compare], "success": [
-                {"requestPut": self._put(key, str(value))}]})
+
+            def txn(c: dict[str, Any] = compare, v: int = value) -> dict[str, Any]:
+                return {"compare": [c], "success": [{"requestPut": self._put(key, str(v))}]}
+
+            reply = self._write("/v3/kv/txn", txn)
             if reply.get("succeeded"):
                 return value
 
@@ -373,6 +404,16 @@ class EtcdStoreHost(StoreHost):
                 f"continue without it")
 
 
+def default_lease_ttl(settings: C10dSettings) -> int:
+    """The etcd lease's TTL unless ``lease_ttl`` is given: whole seconds past the longest
+    lease a node may publish (``max_lease``) and one more beat. A vanished heartbeat key
+    reads as a dead node at once, so a TTL shorter than that would declare dead a node
+    that the adaptive detector (``_liveness``) still waits for: a fixed bound again, the
+    one issue 26 took out (with the defaults: 5 s, against the old 2 s). A killed node is
+    still seen in well under a second, by its peers' liveness sockets and counters."""
+    return max(2, math.ceil(settings.max_lease + settings.keep_alive_interval))
+
+
 class EtcdRendezvousHandler(C10dRendezvousHandler):
     """The c10d round logic with etcd as the store (see the module docstring)."""
 
@@ -382,13 +423,13 @@ class EtcdRendezvousHandler(C10dRendezvousHandler):
             raise ConfigError("protocol", protocol, "must be http (https/TLS is not supported yet)",
                               "--rdzv-conf")
         self._etcd_prefix = str(params.get("etcd_prefix", "/harness"))
-        ttl = params.get_as_int("lease_ttl", 2)
+        settings = C10dSettings.from_params(params)
+        ttl = params.get_as_int("lease_ttl", default_lease_ttl(settings))
         if ttl is None or ttl < 1:
             raise ConfigError("lease_ttl", params.get("lease_ttl"), "must be an int >= 1 (seconds)",
                               "--rdzv-conf")
         self._lease_ttl = ttl
-        super().__init__(params, C10dSettings.from_params(params), backend_name,
-                         default_port=DEFAULT_ETCD_PORT)
+        super().__init__(params, settings, backend_name, default_port=DEFAULT_ETCD_PORT)
 
     def _store_host(self, host: str, port: int) -> StoreHost:
         return EtcdStoreHost(host, port, self._settings.read_timeout, self._etcd_prefix,

@@ -48,6 +48,28 @@ def test_etcd_store_api(etcd_endpoint):
         store.close()
 
 
+def test_a_node_whose_lease_expired_writes_again_with_a_new_one(etcd_endpoint):
+    """A node silent past its lease's TTL (starved of CPU, say) finds its lease gone: etcd
+    answers "requested lease not found". That is not the store lost (it read so once, and
+    ended an upstream test's agent in a loaded full suite): the node grants a new lease and
+    writes again. The lease is revoked here, which is what expiry does, without a wait."""
+    host, port = etcd_endpoint.split(":")
+    store = EtcdStore(host, int(port), prefix="/t-lease", timeout=5, lease_ttl=30)
+    try:
+        store.attach_lease("beat")
+        store.set("beat", b"1")
+        first = store._lease.id
+        store._call("/v3/lease/revoke", {"ID": first})
+        assert not store.check(["beat"])  # gone with its lease, as a dead node's key goes
+        assert store.add("beat", 1) == 1 and store.compare_set("beat", b"1", b"2") == b"2"
+        assert store.leases_regranted == 1 and store._lease.id not in (None, first)
+        store._call("/v3/lease/revoke", {"ID": store._lease.id})
+        store.set("beat", b"3")
+        assert store.get("beat") == b"3" and store.leases_regranted == 2
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("backend", ["etcd", "etcd-v2"])
 def test_two_nodes_on_etcd(nodes, etcd_endpoint, backend):
     agents = [nodes(*etcd_args(etcd_endpoint, "2", f"pair-{backend}", backend=backend, nproc=2),
