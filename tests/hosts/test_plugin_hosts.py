@@ -116,8 +116,10 @@ port = {lab.hosts[1].port}
 @pytest.fixture
 def work() -> Iterator[Path]:
     """The hosts' work_dir: a short path (a node's event relay binds a Unix socket below
-    it, and a socket's path must fit in 107 bytes, which pytest's tmp_path may not leave)."""
-    path = Path(tempfile.mkdtemp(prefix="pe-hw-"))
+    it, and a socket's path must fit in 107 bytes, which pytest's tmp_path may not leave),
+    right under /tmp: under xdist the test's TMPDIR is already two private dirs deep
+    (the controller's and its worker's), too deep to leave room."""
+    path = Path(tempfile.mkdtemp(prefix="pe-hw-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
