@@ -61,6 +61,25 @@ def test_a_shared_pool_outlives_its_clusters_and_dies_with_its_owner():
     assert pool.pid is None and zygote not in _children()
 
 
+def _parent_pid() -> int:
+    """A worker entrypoint: who forked it."""
+    return os.getppid()
+
+
+def test_a_pool_that_joins_another_pools_zygote_neither_starts_nor_stops_it():
+    """``WarmPool(zygote=...)`` (or ``$HARNESS_POOL_ZYGOTE``): its jobs' workers are forked
+    by the owner's zygote; it starts none of its own, and closing it leaves the owner's."""
+    with WarmPool() as owner:
+        path = owner.address()
+        zygote = owner.pid
+        with WarmPool(zygote=path) as joined:
+            with Cluster(nnodes=1, nproc_per_node=2, pool=joined) as cluster:
+                result = cluster.launch(_parent_pid).wait(timeout=60)
+            assert result.state == WorkerState.SUCCEEDED
+            assert result.return_values == {0: zygote, 1: zygote} and joined.pid is None
+        assert owner.pid == zygote and psutil.pid_exists(zygote)
+
+
 def test_a_closed_or_foreign_pool_is_refused():
     pool = WarmPool()
     pool.close()

@@ -44,7 +44,10 @@ def pytest_unconfigure(config):
 """
 
 
-def test_one_pool_serves_the_session_and_ends_with_it(pytester):
+def test_one_pool_serves_the_session_and_ends_with_it(pytester, monkeypatch):
+    from harness.sim.nodes.pool import SHARED_ZYGOTE_ENV
+
+    monkeypatch.delenv(SHARED_ZYGOTE_ENV, raising=False)  # the session's own zygote is what this test is about
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(TESTS.replace('print("POOL", cluster.pool.pid)',
                                       'open("pools.txt", "a").write(f"POOL {cluster.pool.pid}\\n")'))

@@ -14,6 +14,13 @@ alive. The pytest plugin keeps one pool per session (per xdist worker).
         for _ in range(10):
             with Cluster(nnodes=2, pool=pool) as cluster:
                 ...
+
+A pool may join a zygote another pool owns instead of starting its own: ``WarmPool(zygote=
+path)``, or ``$HARNESS_POOL_ZYGOTE`` in its environment (``SHARED_ZYGOTE_ENV``). The pytest
+sessions a test starts (``pytester``) join the test process's zygote that way: each would
+otherwise import torch again for a job of a few seconds. The owner's zygote serves them as
+it serves its own agents (one zygote serves many, ``harness.procs._zygote``); the joining
+pool never starts, stops or restarts it.
 """
 
 from __future__ import annotations
@@ -29,14 +36,18 @@ from harness.sim.nodes.forks import NodeForkServer
 from harness.sim.storage.mount import fuse_missing
 from harness.sim.storage.standby import StandbyServer
 
-__all__ = ["WarmPool"]
+__all__ = ["SHARED_ZYGOTE_ENV", "WarmPool"]
+
+SHARED_ZYGOTE_ENV = "HARNESS_POOL_ZYGOTE"
 
 
 class WarmPool:
     """One zygote, started on first use (``start()`` returns at once so its torch import
     overlaps other start-up work), stopped by ``close()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, zygote: str | None = None) -> None:
+        #: the socket of a zygote another pool owns, joined instead of starting one
+        self.joined: str | None = zygote if zygote is not None else (os.environ.get(SHARED_ZYGOTE_ENV) or None)
         self._server: ZygoteServerProcess | None = None
         self._nodes: NodeForkServer | None = None
         self._storage: StandbyServer | None = None
@@ -47,6 +58,8 @@ class WarmPool:
         """Start the zygote if it is not running; does not wait for it to be ready."""
         if self._closed:
             raise ElasticError("this WarmPool is closed")
+        if self.joined is not None:
+            return  # the owner's to start
         if self._server is None or self._server.process.poll() is not None:
             if self._server is not None:
                 self._server.close()  # a dead one's socket dir and ready pipe
@@ -98,6 +111,8 @@ class WarmPool:
     def path(self) -> str:
         """The socket agents reach the zygote on (``HARNESS_ZYGOTE``); waits until ready."""
         self.start()
+        if self.joined is not None:
+            return self.joined
         assert self._server is not None
         self._server.wait_ready()
         return self._server.path
@@ -107,6 +122,8 @@ class WarmPool:
         agents started now connect at once and are served once it is (their start and
         rendezvous overlap the import)."""
         self.start()
+        if self.joined is not None:
+            return self.joined
         assert self._server is not None
         self._server.wait_listening()
         return self._server.path
