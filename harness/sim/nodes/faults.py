@@ -126,10 +126,7 @@ class ProcessFaults:
         agent = self._live_node(node)
         self._target.ledger.harm(node, "kill_agent")
         record_fault(self._target, "kill_agent", target_node=node)
-        if isinstance(agent, RemoteNodeProcess):  # the agent's group, on its host
-            signal_remote_node(agent, signal.SIGKILL, workers=False)
-        else:
-            _kill(agent.pid, signal.SIGKILL)
+        agent.signal_agent(signal.SIGKILL)  # on a host: the agent's group there
         self._target.ledger.await_exit(node)
 
     def kill_node(self, node: int, lose_unsynced: bool = False, torn: bool = False) -> None:
@@ -152,10 +149,7 @@ class ProcessFaults:
         agent = self._live_node(node)
         self._target.ledger.harm(node, "remove_node")
         record_fault(self._target, "remove_node", target_node=node)
-        if isinstance(agent, RemoteNodeProcess):
-            signal_remote_node(agent, signal.SIGTERM, workers=False)
-        else:
-            _kill(agent.pid, signal.SIGTERM)
+        agent.signal_agent(signal.SIGTERM)
 
     def freeze_node(self, node: int) -> None:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
@@ -211,10 +205,3 @@ class ProcessFaults:
             raise TargetNotReady("local_rank", local_rank, f"has no running worker on node {node} "
                                  f"now (running: {sorted(pids)})")
         return pids[local_rank]
-
-
-def _kill(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass

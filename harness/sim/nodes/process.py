@@ -82,12 +82,14 @@ class NodeProcess:
         return {rank: s["worker_pid"] for rank, s in starts.items()
                 if is_same_process(s["worker_pid"], s.get("start_time"))}
 
+    def signal_agent(self, sig: int) -> None:
+        """``sig`` to the agent alone (its workers must follow on their own); nothing if it
+        just ended."""
+        _signal(self.pid, sig)
+
     def signal_worker(self, pid: int, sig: int) -> None:
         """``sig`` to worker ``pid`` (one of ``live_workers``); nothing if it just ended."""
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+        _signal(pid, sig)
 
     def await_stopped(self, timeout: float) -> None:
         """Until the agent (just SIGSTOPped) is stopped or gone, at most ``timeout`` s: a
@@ -155,3 +157,10 @@ def start_node(server: NodeForkServer | None, spec_path: str, netns: str | None,
         [sys.executable, "-m", "harness.sim.nodes.main", spec_path, *settle], env=env,
         cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=None, stderr=log, start_new_session=True,
     )
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

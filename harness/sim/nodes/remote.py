@@ -67,7 +67,7 @@ from harness.sim.errors import FaultRefused
 from harness.sim.nodes.main import WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
-from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, launch_fields
+from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 from harness.sim.truth.subject import Launched
 from harness.sim.truth.timeline import HARNESS
@@ -234,6 +234,11 @@ class RemoteNodeProcess(NodeProcess):
         gone = {(e.get("local_rank"), e.get("worker_pid")) for e in self.timeline.events("worker_exit", self.index)}
         return {rank: s["worker_pid"] for rank, s in starts.items() if (rank, s["worker_pid"]) not in gone}
 
+    def signal_agent(self, sig: int) -> None:
+        """``sig`` to the agent's group on the host (not the workers below it, which lead
+        groups of their own and must follow on their own)."""
+        signal_remote_node(self, sig, workers=False)
+
     def signal_worker(self, pid: int, sig: int) -> None:
         """``sig`` to worker ``pid`` on the host, by the agent's supervisor there, which
         signals it only if it is a process below the agent (``HostError`` otherwise:
@@ -391,14 +396,11 @@ class RemoteNodes:
             env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
 
-        def expand(arg: Any) -> str:
-            text = str(arg).replace("{shared}", shared).replace("{node_disk}", disk)
-            return text.replace("{backend}", job.cluster.backend) if "{backend}" in text else text
-
         entry = job.entrypoint
         assert isinstance(entry, str)  # launch refuses a callable with hosts
         head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
-        node_spec = {"config": config, "entrypoint": spec.python, "args": [*head, *map(expand, job.args)],
+        args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
+        node_spec = {"config": config, "entrypoint": spec.python, "args": [*head, *args],
                      "env": env, "dirs": [f"{there}/tmp", f"{disk}/tmp", f"{there}/stacks", f"{there}/orders",
                                           shared],
                      "result_path": f"{there}/result.json"}

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.rendezvous_store import StoreHandle
 
 __all__ = ["NODE_DISK_ENV", "SHARED_DIR_ENV", "WORKER_NICE", "NodesCluster", "StartingJob", "agent_log",
-           "rendezvous_settings", "start_agent"]
+           "fill_placeholders", "rendezvous_settings", "start_agent"]
 
 SHARED_DIR_ENV = "HARNESS_SHARED_DIR"  # the job's shared dir, as workers see it
 NODE_DISK_ENV = "HARNESS_NODE_DISK"  # the node's local disk, as its workers see it
@@ -243,6 +243,14 @@ def _environment(job: StartingJob, index: int, directory: str, gpus: tuple[str, 
     return env
 
 
+def fill_placeholders(arg: str, shared: str, node_disk: str, backend: Callable[[], str]) -> str:
+    """``arg`` with ``{shared}``, ``{node_disk}`` and ``{backend}`` filled in: one rule for a
+    node here and a node on a host (``nodes.remote``), with that node's dirs. ``backend`` is
+    asked for only where an arg names it (the cluster resolves its GPUs on first use)."""
+    text = arg.replace("{shared}", shared).replace("{node_disk}", node_disk)
+    return text.replace("{backend}", backend()) if "{backend}" in text else text
+
+
 def _command(job: StartingJob, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
     """What node ``index``'s agent runs: the callable, or ``python -u [-m] entrypoint``, with
     ``{shared}``, ``{node_disk}`` and ``{backend}`` (the cluster's process-group backend) in the
@@ -250,8 +258,7 @@ def _command(job: StartingJob, index: int) -> tuple[Callable[..., Any] | str, li
     def expand(arg: Any) -> Any:
         if not isinstance(arg, str):
             return arg
-        arg = arg.replace("{shared}", job.shared_dir).replace("{node_disk}", job.storage.disk_of(index))
-        return arg.replace("{backend}", job.cluster.backend) if "{backend}" in arg else arg
+        return fill_placeholders(arg, job.shared_dir, job.storage.disk_of(index), lambda: job.cluster.backend)
 
     if callable(job.entrypoint):
         return job.entrypoint, [expand(a) for a in job.args]
