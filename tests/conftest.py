@@ -35,6 +35,25 @@ def pytest_configure(config: pytest.Config) -> None:
     tempfile.tempdir = _PRIVATE_TMP
 
 
+#: fixtures whose tests start whole pytest sessions or sshd hosts (the suite's longest: 5-17 s)
+_SESSIONS = frozenset({"pytester", "lab"})
+#: fixtures whose tests run jobs (1-8 s, mostly waiting on bounds and leases)
+_JOBS = frozenset({"warm_pool", "warm_workers", "nodes", "etcd_endpoint", "elastic_cluster"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first, in their files' order otherwise. Why: under ``--dist
+    worksteal`` the worker that ends its half first takes tests from the end of the other's,
+    and a run ends when its last test does; a 10 s test dealt last kept one of two cores
+    idle for 10 s. Longest first, what is left to take at the end is short. Deterministic,
+    so that every xdist worker orders the same collection the same way."""
+    def weight(item: pytest.Item) -> int:
+        names = set(getattr(item, "fixturenames", ()))
+        return 2 if names & _SESSIONS else 1 if names & _JOBS else 0
+
+    items.sort(key=weight, reverse=True)  # stable: file order within each weight
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """The fuzz suite's inputs tried per target and its seed (``tests/fuzz/conftest.py``
     puts them in each report's user_properties; here, not there: under xdist only this
@@ -163,6 +182,22 @@ def warm_pool() -> Any:
             yield pool
         finally:
             _SHARED_POOL = None
+
+
+@pytest.fixture
+def warm_workers(warm_pool: Any) -> dict[str, str]:
+    """The environment that has a ``python -m harness.run`` agent fork its workers from
+    ``warm_pool``'s zygote (``--start-method=zygote`` through ``PET_START_METHOD``, and
+    ``$HARNESS_ZYGOTE``), for tests about the rendezvous or the agent rather than about how
+    a worker starts. torchrun's default, spawn, starts a fresh interpreter that imports
+    torch for every worker of every round, about 1 s of CPU each: it made such tests the
+    suite's heaviest (test_c10d.py and test_fencing.py: 69 s of CPU in 75 s run serially;
+    10 s in 40 s with these). Workers still die with their agent: the zygote kills an
+    agent's workers when its connection closes. The spawn path keeps its own tests (the
+    CLI's, the start methods', torchrun parity: tests/runtime, tests/differential)."""
+    from harness.procs import ZYGOTE_ENV
+
+    return {ZYGOTE_ENV: warm_pool.address(), "PET_START_METHOD": "zygote"}
 
 
 def _alive(proc: psutil.Process) -> bool:

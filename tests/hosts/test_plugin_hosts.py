@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -136,14 +136,38 @@ def _pytest_on_hosts(lab: SshdLab, tmp_path: Path, work: Path, *args: str,
     """``python -m pytest ARGS`` with the repository's configuration, run in the lab's
     client namespace (where plain ``ssh`` reaches the hosts); then nothing of it may be
     left on the hosts or here."""
+    (out,) = _pytests_on_hosts(lab, tmp_path, work, args, rootdir=rootdir)
+    return out
+
+
+def _pytests_on_hosts(lab: SshdLab, tmp_path: Path, work: Path, *runs: Sequence[str],
+                      rootdir: Path = ROOT) -> list[subprocess.CompletedProcess[str]]:
+    """``_pytest_on_hosts`` for several sessions at once, side by side: their jobs mostly
+    wait (on leases, on the hosts' connections), and one after another a 2-core runner
+    sat idle through each wait in turn."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     env.pop("PYTEST_ADDOPTS", None)
     namespace = list(lab.ssh_command[:-1])  # nsenter --net=<the lab's client namespace>
-    out = subprocess.run([*namespace, sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
-                          "--rootdir", str(rootdir), "-p", "no:cacheprovider", *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=_RUN_TIMEOUT_S)
+    sessions = []
+    for index, args in enumerate(runs):
+        outs = [tmp_path / f"session-{index}.{name}" for name in ("out", "err")]
+        cmd = [*namespace, sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
+               "--rootdir", str(rootdir), "-p", "no:cacheprovider", *args]
+        with outs[0].open("w") as stdout, outs[1].open("w") as stderr:
+            sessions.append((cmd, outs, subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                                                        stdout=stdout, stderr=stderr, text=True)))
+    deadline = time.monotonic() + _RUN_TIMEOUT_S
+    try:
+        for _, _, proc in sessions:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    finally:
+        for _, _, proc in sessions:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     _assert_nothing_left(lab, tmp_path, work)
-    return out
+    return [subprocess.CompletedProcess(cmd, proc.returncode, outs[0].read_text(), outs[1].read_text())
+            for cmd, outs, proc in sessions]
 
 
 def _assert_nothing_left(lab: SshdLab, tmp_path: Path, work: Path) -> None:
@@ -235,14 +259,13 @@ def test_chaos_on_hosts_draws_what_they_can_do_and_replays_with_its_seed(lab, ho
     """--elastic-chaos with hosts: the kinds drawn are those the hosts can carry out (the
     header says which: the default, kill_worker, is one); the run is green (the worker
     killed on its host, the job restarted, no step lost), and the same seed draws the same
-    schedule again."""
+    schedule again (the two sessions run side by side)."""
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "chaos_on_hosts.toml").write_text(CHAOS_SCENARIO)
     schedules = []
-    for run in (1, 2):
-        out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts_toml.name}", "--elastic-chaos",
-                               "--elastic-seed=29", f"--junitxml=run{run}.xml", "scenarios/chaos_on_hosts.toml",
-                               rootdir=tmp_path)
+    runs = [[f"--elastic-hosts={hosts_toml.name}", "--elastic-chaos", "--elastic-seed=29", f"--junitxml=run{run}.xml",
+             "scenarios/chaos_on_hosts.toml"] for run in (1, 2)]
+    for run, out in enumerate(_pytests_on_hosts(lab, tmp_path, work, *runs, rootdir=tmp_path), start=1):
         assert out.returncode == 0, out.stdout + out.stderr
         assert any(line.endswith("; chaos draws kill_worker there") for line in out.stdout.splitlines()), out.stdout
         (case,) = _junit(tmp_path / f"run{run}.xml").values()

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tests.conftest import SCRIPTS, printed_schedule
+from tests.plugin.sessions import runpytest_side_by_side
 
 STEPPER = str(SCRIPTS / "stepper.py")
 
@@ -173,9 +174,9 @@ def test_too_fragile(elastic_cluster):
 def test_chaos_same_seed_same_history_and_repro_line(pytester, monkeypatch):
     pytester.makepyfile(CHAOS_TEST)
     monkeypatch.setenv("PYTEST_ELASTIC_SHRINK_BUDGET", "0")  # shrinking: tests/plugin/test_shrink.py
-    first = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11")
-    second = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=11", "-p", "xdist", "-n", "2")
-    other = pytester.runpytest_subprocess("--elastic-chaos", "--elastic-seed=12")
+    first, second, other = runpytest_side_by_side(  # side by side: their jobs mostly wait
+        pytester, ["--elastic-chaos", "--elastic-seed=11"],
+        ["--elastic-chaos", "--elastic-seed=11", "-p", "xdist", "-n", "2"], ["--elastic-chaos", "--elastic-seed=12"])
     first.assert_outcomes(passed=1, failed=1)
     second.assert_outcomes(passed=1, failed=1)
     assert printed_schedule(first) and printed_schedule(first) == printed_schedule(second) != printed_schedule(other)

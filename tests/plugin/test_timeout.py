@@ -12,6 +12,7 @@ import time
 import psutil
 
 from tests.conftest import SCRIPTS
+from tests.plugin.sessions import runpytest_side_by_side
 
 STEPPER = str(SCRIPTS / "stepper.py")
 
@@ -88,13 +89,16 @@ def test_thread(elastic_cluster):
 """
 
 
-def test_timed_out_test_shows_worker_stacks_and_leaves_no_process(pytester, monkeypatch):
+def test_timed_out_test_shows_worker_stacks_and_leaves_no_process(pytester):
     pytester.makepyfile(HANGS)
+    dumps_before = _stack_dirs()
+    # side by side: each waits out its 8 s timeout. The thread method's session gets its own
+    # stack dir (not this session's): pytest-timeout's os._exit skips every cleanup there
+    signal_run, thread_run = runpytest_side_by_side(
+        pytester, ["-k", "signal"], ["-k", "thread"], env=[{}, {"HARNESS_STACK_DUMP_DIR": None}])
     # the signal method: a report section, then the fixture's teardown kills everything
-    result = pytester.runpytest_subprocess("-k", "signal")
-    result.assert_outcomes(failed=1)
-    text = result.stdout.str()
-    result.stdout.fnmatch_lines([
+    signal_run.assert_outcomes(failed=1)
+    signal_run.stdout.fnmatch_lines([
         "E * Failed: Timeout (>8.0s) from pytest-timeout.",
         "*- elastic timeout: stacks of the live workers -*",
         "--- job 0 (*) node * local_rank 0 rank 0 pid *",
@@ -103,18 +107,15 @@ def test_timed_out_test_shows_worker_stacks_and_leaves_no_process(pytester, monk
         "*File *stepper.py*, line * in <module>",
     ])
     # the thread method: pytest-timeout ends the process, after we printed and closed
-    monkeypatch.delenv("HARNESS_STACK_DUMP_DIR", raising=False)  # its own dir, not ours
-    dumps_before = _stack_dirs()
-    result = pytester.runpytest_subprocess("-k", "thread")
-    assert result.ret == 1
+    assert thread_run.ret == 1
     assert _stack_dirs() == dumps_before  # removed even though os._exit skips every cleanup
-    text += result.stdout.str()
-    result.stdout.fnmatch_lines([
+    thread_run.stdout.fnmatch_lines([
         "*+ Timeout +*",
         "*+ elastic timeout: stacks of the live workers +*",
         "--- job 0 (*) node * local_rank 0 rank 0 pid *",
         "*File *stepper.py*, line * in <module>",
     ])
+    text = signal_run.stdout.str() + thread_run.stdout.str()
     pids = {int(p) for p in re.findall(r"^--- job .* pid (\d+)", text, re.M)}
     assert len(pids) == 4
     assert not _still_running(pids), f"workers left running after the timeouts: {_still_running(pids)}"

@@ -96,12 +96,14 @@ class Node:
 
 
 @pytest.fixture
-def nodes():
-    """Start agents with ``nodes(args...)``; all are killed (process group) at teardown."""
+def nodes(warm_workers):
+    """Start agents with ``nodes(args...)``; all are killed (process group) at teardown.
+    Their workers fork from the test process's warm zygote (``warm_workers``): these tests
+    are about the rendezvous, not about how a worker starts."""
     started: list[Node] = []
 
     def start(*args: str, env: dict | None = None) -> Node:
-        node = Node(list(args), env)
+        node = Node(list(args), {**warm_workers, **(env or {})})
         started.append(node)
         return node
 

@@ -28,10 +28,10 @@ def probe_lines(stdout: str) -> list[tuple[str, ...]]:
     pytest.param(["--standalone"], id="standalone"),
     pytest.param(["--nnodes=1", "--master-addr=localhost", "--master-port=PORT"], id="static-master-port"),
 ])
-def test_store_outlives_rank0_and_restarts_start_empty(launch):
+def test_store_outlives_rank0_and_restarts_start_empty(launch, warm_workers):
     launch = [a.replace("PORT", str(free_port())) for a in launch]
     out = run_elastic(*launch, "--nproc-per-node=3", "--max-restarts=1", PROBE,
-                      "--crash-first-attempt", timeout=120)
+                      "--crash-first-attempt", timeout=120, env=warm_workers)
     assert out.returncode == 0, out.stdout + out.stderr
     assert probe_lines(out.stdout) == [
         ("0", "1", "True", "False", ""),
@@ -40,8 +40,8 @@ def test_store_outlives_rank0_and_restarts_start_empty(launch):
     ]
 
 
-def test_torch_opt_out_puts_the_store_back_in_rank0():
+def test_torch_opt_out_puts_the_store_back_in_rank0(warm_workers):
     """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (torch's opt-out) is honoured for c10d."""
     out = run_elastic("--standalone", "--nproc-per-node=2", PROBE,
-                      env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=120)
+                      env={**warm_workers, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}, timeout=120)
     assert "agent_store=False" in out.stdout, out.stdout + out.stderr

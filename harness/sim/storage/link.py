@@ -29,9 +29,11 @@ class Link:
     it may be replaced while the link runs (a standby server's first handler only takes its
     mount orders: ``harness.sim.storage.standby``)."""
 
-    def __init__(self, sock: socket.socket, handler: Callable[[str, dict[str, Any]], Any], name: str):
+    def __init__(self, sock: socket.socket, handler: Callable[[str, dict[str, Any]], Any], name: str,
+                 on_close: Callable[[], None] | None = None):
         self._sock = sock
         self.handler = handler
+        self._on_close = on_close  # told once the other side is gone: a wait on it can end
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[int, list[Any]] = {}
@@ -88,6 +90,8 @@ class Link:
             with self._cond:
                 self._closed = True
                 self._cond.notify_all()
+            if self._on_close is not None:
+                self._on_close()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         if "op" not in message:  # a reply

@@ -47,8 +47,8 @@ class StandbyServer:
         theirs.close()
         self._answer: Callable[[str, dict[str, Any]], Any] | None = None
         self._answer_lock = threading.Lock()
-        self._released = threading.Event()
-        self.link = Link(ours, self._route, "storage")
+        self._released = threading.Event()  # also set when the link closes: a dead server is not waited for
+        self.link = Link(ours, self._route, "storage", on_close=self._released.set)
         self.ordered = False
 
     def _route(self, op: str, args: dict[str, Any]) -> Any:
@@ -83,8 +83,8 @@ class StandbyServer:
         if self.process.poll() is not None:
             return False
         os.kill(self.process.pid, signal.SIGTERM)
-        if not self._released.wait(timeout) or self.process.poll() is not None:
-            return False
+        if not self._released.wait(timeout) or self.link.closed or self.process.poll() is not None:
+            return False  # no answer, or it died (a SIGKILLed one used to cost the whole timeout)
         with self._answer_lock:
             self._answer = None
         self.ordered = False
