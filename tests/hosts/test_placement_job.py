@@ -121,7 +121,7 @@ def test_a_node_killed_on_its_host_leaves_the_survivor_going(lab, hosts):
     """kill_node on a host: the agent and its workers die there (SIGKILL, on the host), the
     harness sees the exit, the survivor re-forms alone and finishes."""
     with Cluster(nnodes="1:2", nproc_per_node=1, hosts=hosts, start_method="spawn") as cluster:
-        job = cluster.launch(str(SCRIPTS / "stepper.py"), "120", "0.05")
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
         victims = job.worker_pids(1)
         assert list(victims) == [0]
