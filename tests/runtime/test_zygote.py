@@ -56,7 +56,9 @@ def test_uncaught_exception_prints_traceback_and_exits_1(tmp_path):
 
 def test_omp_threads_applied_after_fork(tmp_path):
     script = tmp_path / "threads.py"
-    script.write_text("import torch\nprint('THREADS', torch.get_num_threads())\n")
+    # one write(2) a line: the two workers share the agent's stdout, unbuffered, and print()'s
+    # several writes interleaved under load ('THREADSTHREADS 1\n 1\n', a full suite's run)
+    script.write_text("import os, torch\nos.write(1, f'THREADS {torch.get_num_threads()}\\n'.encode())\n")
     out = run_elastic("--standalone", "--start-method=zygote", "--nproc-per-node=2", str(script),
                       env={"OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
