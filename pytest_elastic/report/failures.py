@@ -14,10 +14,13 @@ from typing import Any
 
 from pytest_elastic.report.model import events_of
 
-__all__ = ["collect_failures", "failures_from_events", "explain_failures", "explain_job", "TRACEBACK_LINES"]
+__all__ = ["collect_failures", "failures_from_events", "explain_failures", "explain_job", "LOG_TAIL_LINES",
+           "TRACEBACK_LINES"]
 
 #: lines of an error file's traceback shown per rank (its head and its innermost frames)
 TRACEBACK_LINES = 12
+#: lines of a node's log shown for a rank that left no error file and no traceback there
+LOG_TAIL_LINES = 8
 _STOPPED_BY_AGENT = (0, -15)
 
 
@@ -48,11 +51,27 @@ def collect_failures(job: Any) -> list[dict[str, Any]]:
     for index, run in sorted(result.run_results.items()):
         node = job.nodes.get(index)
         for rank, failure in run.failures.items():
+            traceback = _callstack(failure.message)
             found.append({"node": getattr(node, "name", str(index)), "node_index": index, "rank": rank,
                           "local_rank": failure.local_rank, "pid": failure.pid, "exitcode": failure.exitcode,
-                          "message": failure.summary(), "traceback": _callstack(failure.message),
+                          "message": failure.summary(), "traceback": traceback,
+                          "log_tail": "" if traceback else _log_tail(job, index),
                           "error_file": failure.error_file, "timestamp_ns": failure.timestamp_ns})
     return found
+
+
+def _log_tail(job: Any, index: int) -> str:
+    """Where a rank left no error file (a script without ``@record``: torch's summary says
+    only "To enable traceback see ..."), what its node's log ends with: its workers' stderr
+    is there, so an exception's traceback is too. From the log's last traceback on, else its
+    last lines; read while the job's files exist."""
+    try:
+        text = job.agent_log(index)
+    except Exception:  # a node gone with its dir: nothing to read, never a lost report
+        return ""
+    lines = text.rstrip("\n").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    return "\n".join(lines[starts[-1]:] if starts else lines[-LOG_TAIL_LINES:])
 
 
 def failures_from_events(events: list[dict[str, Any]], label: Callable[[Hashable], str] = str) -> list[dict[str, Any]]:
@@ -104,6 +123,10 @@ def _one(failure: dict[str, Any]) -> list[str]:
     lines.extend(f"    {line}" for line in _traceback_lines(failure.get("traceback") or ""))
     if failure.get("error_file") and failure.get("error_file") != "<N/A>" and not failure.get("traceback"):
         lines.append(f"    (error file {failure['error_file']} was not kept)")
+    tail = failure.get("log_tail") or ""
+    if tail and not failure.get("traceback"):
+        lines.append("  no error file (no @record); its node's log ends:")
+        lines.extend(f"    {line}" for line in _traceback_lines(tail))
     return lines
 
 

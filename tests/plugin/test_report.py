@@ -147,6 +147,31 @@ def test_failures_put_the_root_cause_first_with_signal_names_and_traceback():
     assert "rank 1 (local rank 1) on node a-0: exit code 2" in text
 
 
+def test_a_rank_without_an_error_file_is_shown_with_its_nodes_last_traceback(warm_pool, tmp_path):
+    """A script without ``@record`` that raises: no error file, so torch's summary says only
+    "To enable traceback see ...". The failure is read with what its node's log ends with,
+    from its last traceback on (a red run's cause in one look: issue 26, a gloo error)."""
+    from harness import Cluster
+    from pytest_elastic.report.failures import collect_failures
+
+    script = tmp_path / "raises.py"
+    script.write_text("import os\nprint('noise', flush=True)\n"
+                      "raise RuntimeError(f'Connection closed by peer, rank {os.environ[\"RANK\"]}')\n")
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(str(script))
+        job.wait(timeout=60)
+        [failure] = collect_failures(job)
+    assert failure["traceback"] == ""
+    assert failure["log_tail"].startswith("Traceback (most recent call last)")
+    assert "RuntimeError: Connection closed by peer, rank 0" in failure["log_tail"]
+    assert "noise" not in failure["log_tail"]  # from the last traceback on
+    lines = explain_failures([failure], []).splitlines()
+    assert lines[2] == "    To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"  # torch's
+    assert lines[3:5] == ["    no error file (no @record); its node's log ends:",
+                          "      Traceback (most recent call last):"]
+    assert "      RuntimeError: Connection closed by peer, rank 0" in lines  # then the agent's own lines
+
+
 def test_failures_from_result_events():
     events = [_event(1, 1, "result", result={"state": "FAILED", "failures": {"3": {
         "local_rank": 1, "pid": 9, "exitcode": 1, "message": "RuntimeError: x", "timestamp_ns": 5}}})]
