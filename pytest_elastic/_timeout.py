@@ -206,11 +206,21 @@ def _clusters(item: pytest.Item) -> list[Any]:
 
 
 def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
-    """(label, pid) of every live worker of every job of ``cluster``."""
+    """(label, pid) of every live worker here of every job of ``cluster``."""
     from harness.sim.truth.stacks import job_workers
 
     for j, job in enumerate(list(cluster.jobs)):
         yield from job_workers(job, f"job {j} ({job.run_id}) ")
+
+
+def _host_stacks(cluster: Any, wait: float) -> Iterator[str]:
+    """The stacks of every live worker on a host of every job of ``cluster``, read there."""
+    from harness.sim.truth.stacks import host_workers
+    from harness.sim.truth.stacks import worker_stacks as stacks_of
+
+    for j, job in enumerate(list(cluster.jobs)):
+        for access, workers in host_workers(job, f"job {j} ({job.run_id}) "):
+            yield stacks_of(workers, None, wait, access)
 
 
 def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
@@ -222,15 +232,16 @@ def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
     stacks_dir = stacks_dir if stacks_dir is not None else os.environ.get(STACKS_ENV)
     workers: list[tuple[str, int]] = []
     notes: list[str] = []
+    hosts: list[str] = []
     for cluster in clusters:
         try:
             workers += list(_workers(cluster))
+            hosts += [text for text in _host_stacks(cluster, wait) if text != stacks.NO_WORKERS]
         except Exception as e:  # a half-built cluster must not hide the timeout itself
             notes.append(f"(could not list the workers of {cluster!r}: {e})")
     text = stacks.worker_stacks(workers, stacks_dir, wait)
-    if notes:
-        return "\n".join(notes) if text == "(no live workers)" else "\n".join([*notes, text])
-    return text
+    found = [*notes, *([] if text == stacks.NO_WORKERS and (notes or hosts) else [text]), *hosts]
+    return "\n".join(found)
 
 
 def freeze_and_kill(clusters: list[Any]) -> None:

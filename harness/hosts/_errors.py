@@ -81,4 +81,8 @@ def explain(spec: HostSpec, stderr: str, doing: str) -> HostError:
         return HostAuthError(
             f"{where}: authentication refused ({said}); keys only, never a password prompt (BatchMode=yes): "
             f"authorize key={key} for user {spec.user} on the host")
+    if "Session open refused by peer" in stderr or "administratively prohibited" in stderr:  # multiplexed, or not
+        return HostError(
+            f"{where}: its sshd refused one more session on the connection (MaxSessions): the hosts file's "
+            f"max_sessions={spec.max_sessions} is more than the host's sshd MaxSessions; set it to that")
     return HostUnreachable(f"{where}: ssh failed: {said}")

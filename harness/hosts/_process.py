@@ -79,9 +79,10 @@ class RemoteProcess:
     (text pipes); ``pid`` is the local ssh client's. ``terminate()`` or ``close()`` it."""
 
     def __init__(self, host: str, argv: Sequence[str], popen: subprocess.Popen[str], lifeline: int,
-                 grace: float, lease: LeaseChannel | None = None):
+                 grace: float, lease: LeaseChannel | None = None, connection: int = 0):
         self.host, self.argv, self.grace = host, tuple(argv), grace
         self.popen = popen
+        self.connection = connection  # which of its host's connections its session is on
         self._lifeline: int | None = lifeline
         self._lease = lease  # where the supervisor's answers come back (None: no questions)
         self.closed = False

@@ -61,6 +61,7 @@ class HostSpec:
     capabilities: frozenset[str] = field(default_factory=frozenset)
     known_hosts: str | None = None  # local known_hosts file; None: ssh's default (~/.ssh/known_hosts)
     trust_on_first_use: bool = False  # accept (and record) an unknown host key: throwaway hosts only
+    max_sessions: int = 10  # the host's sshd MaxSessions: commands at once on one connection (its default: 10)
 
     @property
     def label(self) -> str:
@@ -113,6 +114,11 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _sessions(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 1024
+    return value if ok else None
+
+
 @dataclass(frozen=True)
 class _Field:
     check: Callable[[Any], Any]  # the value to keep, or None when it is bad
@@ -130,6 +136,7 @@ FIELDS: dict[str, _Field] = {
     "capabilities": _Field(_capabilities, "must be a list of names like \"netns\", \"cgroups\""),
     "known_hosts": _Field(_text, "must be the path of a known_hosts file", local_path=True),
     "trust_on_first_use": _Field(_flag, "must be true or false"),
+    "max_sessions": _Field(_sessions, "must be an int in [2, 1024]: the host's sshd MaxSessions"),
 }
 _REQUIRED = ("address", "user")
 

@@ -18,6 +18,15 @@ handshake) under the remote supervisor (``_remote.run``), their lifeline the cli
 than ssh's silent fallback to a fresh connection. ``multiplex=False`` gives every command a
 connection of its own instead (the strategy ``bench/hosts.py`` compares).
 
+sshd bounds the sessions of one connection (``MaxSessions``, 10 by default; the spec's
+``max_sessions``): the lease is one, and each node's agent and event relay are one each, so
+five nodes on one host would go past it, and sshd refuses the session that does
+("administratively prohibited"). A command that would go
+past the bound goes on another connection, opened then (``ssh -o ControlMaster=yes`` on a
+socket of its own; its own session a ``cat`` on its stdin, which we hold: when we are gone,
+it ends, and the connection with it). A host whose sshd allows fewer than ``max_sessions``
+says so in one line naming the field.
+
 Every option is on the command line: BatchMode=yes (a prompt would hang a run: keys only),
 StrictHostKeyChecking=yes (``accept-new`` only with ``trust_on_first_use``), a known_hosts
 file when the spec names one, keep-alives so a dead connection is noticed within
@@ -35,6 +44,7 @@ import shlex
 import shutil
 import subprocess
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -61,7 +71,8 @@ from harness.hosts._spec import HostSpec
 __all__ = ["SshHost", "RemoteInfo"]
 
 DIST = "pytest-elastic"
-_SOCKET = "m"
+_SOCKET = "m"  # the first connection's control socket; another's is "m1", "m2", ...
+_MOST_SOCKET = "m999"  # the longest name a control socket may have (the dir's path is chosen for it)
 _ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
 #: the default of how long a host waits, hearing nothing from us, before it ends our commands
 LOST_AFTER_S = 30.0
@@ -102,6 +113,7 @@ class _Owned:
     control_dir: str | None = None
     master: subprocess.Popen[str] | None = None
     lease: LeaseChannel | None = None  # the master's stdin and stdout: the lease ends at its EOF
+    more: list[tuple[subprocess.Popen[str], int]] = field(default_factory=list)  # more connections, their stdin
     beating: threading.Event = field(default_factory=threading.Event)  # set: the heartbeat stops
     processes: set[RemoteProcess] = field(default_factory=set)
     closed: bool = False
@@ -124,6 +136,10 @@ def _teardown(owned: _Owned, grace: float) -> None:
     for proc in processes:
         proc.close()
     owned.processes.clear()
+    for popen, stdin in owned.more:  # their sessions are gone: each ends at its own session's EOF
+        os.close(stdin)
+        stop_local(popen, 1.0)
+    owned.more.clear()
     owned.beating.set()
     if owned.lease is not None:
         owned.lease.close()
@@ -168,7 +184,7 @@ class SshHost:
         if self.spec.key is not None and not os.path.isfile(self.spec.key):
             raise ConfigError("key", self.spec.key, "is not a file on this machine", f"host {self.spec.label}")
         try:
-            self._owned.control_dir = make_control_dir(_SOCKET)
+            self._owned.control_dir = make_control_dir(_MOST_SOCKET)
             self.info = self._start_master()
             if self.check_version:
                 self._check_version(self.info)
@@ -257,11 +273,13 @@ class SshHost:
             raise TypeError(f"argv must be a non-empty sequence of str, not {argv!r}")
         with self._lock:
             work_dir = self._require_open().work_dir
+            self._owned.processes -= {p for p in self._owned.processes if p.closed}  # the caller's, done
+            connection = self._connection_with_room() if self.multiplex else 0
             theirs, lifeline = os.pipe()  # ssh reads, we hold the write end
             try:
                 popen = subprocess.Popen(
                     self._argv(self._client_options(),
-                               self._python(["run", repr(float(grace)), work_dir, *argv], bare=True)),
+                               self._python(["run", repr(float(grace)), work_dir, *argv], bare=True), connection),
                     stdin=theirs, stdout=stdout, stderr=stderr, text=True, errors="replace",
                     start_new_session=True)
             except BaseException:
@@ -269,10 +287,50 @@ class SshHost:
                 raise
             finally:
                 os.close(theirs)
-            proc = RemoteProcess(self.spec.label, argv, popen, lifeline, grace, self._owned.lease)
-            self._owned.processes -= {p for p in self._owned.processes if p.closed}  # the caller's, done
+            proc = RemoteProcess(self.spec.label, argv, popen, lifeline, grace, self._owned.lease, connection)
             self._owned.processes.add(proc)
             return proc
+
+    def _connection_with_room(self) -> int:
+        """The connection a new command's session goes on: the first with fewer than
+        ``max_sessions`` (its own session counted: the lease, or the ``cat``), else a new one."""
+        busy = [1] * (len(self._owned.more) + 1)
+        for proc in self._owned.processes:
+            if proc.popen.poll() is None:
+                busy[proc.connection] += 1
+        for connection, sessions in enumerate(busy):
+            if sessions < self.spec.max_sessions:
+                return connection
+        return self._open_another()
+
+    def _open_another(self) -> int:
+        """One more connection (``ssh -o ControlMaster=yes`` on socket ``m<N>``); its number
+        once its control socket is there."""
+        assert self._owned.control_dir is not None
+        connection = len(self._owned.more) + 1
+        log_path = os.path.join(self._owned.control_dir, f"{_MASTER_LOG}.{connection}")
+        theirs, ours = os.pipe()  # its session's stdin: it ends at EOF, when we close ours or die
+        with open(log_path, "w") as log:
+            try:
+                popen = subprocess.Popen(
+                    self._argv(["-o", "ControlMaster=yes", "-o", "ControlPersist=no"], "exec cat >/dev/null",
+                               connection),
+                    stdin=theirs, stdout=subprocess.DEVNULL, stderr=log, text=True, start_new_session=True)
+            except BaseException:
+                os.close(ours)
+                raise
+            finally:
+                os.close(theirs)
+        self._owned.more.append((popen, ours))
+        deadline = time.monotonic() + self.connect_timeout * 2 + 10
+        while not os.path.exists(self._socket(connection)):
+            if popen.poll() is not None or time.monotonic() > deadline:
+                stop_local(popen, 1.0)
+                raise explain(self.spec, Path(log_path).read_text(errors="replace"),
+                              f"opening connection {connection + 1} (more than max_sessions="
+                              f"{self.spec.max_sessions} commands at once)")
+            time.sleep(0.01)
+        return connection
 
     def run(self, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True) -> CommandResult:
         """Run ``argv`` on the host to its end; raises ``HostCommandError`` on a non-zero
@@ -364,7 +422,7 @@ class SshHost:
     def _connect_timeout_s(self) -> int:
         return max(1, math.ceil(self.connect_timeout))
 
-    def _argv(self, extra: list[str], remote: str) -> list[str]:
+    def _argv(self, extra: list[str], remote: str, connection: int = 0) -> list[str]:
         spec = self.spec
         options = {
             "BatchMode": "yes",
@@ -378,7 +436,7 @@ class SshHost:
             "ForwardX11": "no",
             **({"UserKnownHostsFile": spec.known_hosts} if spec.known_hosts else {}),
             **({"IdentityFile": spec.key, "IdentitiesOnly": "yes"} if spec.key else {}),
-            **({"ControlPath": self._socket()} if self.multiplex else {}),
+            **({"ControlPath": self._socket(connection)} if self.multiplex else {}),
         }
         config = ["-F", self.ssh_config] if self.ssh_config is not None else []
         opts = [arg for name, value in options.items() for arg in ("-o", f"{name}={value}")]
@@ -405,9 +463,9 @@ class SshHost:
         agent will, site included: it must find pytest-elastic where the agent would."""
         return shlex.join([self.spec.python, *(["-I", "-S"] if bare else []), "-c", _remote_source(), *args])
 
-    def _socket(self) -> str:
+    def _socket(self, connection: int = 0) -> str:
         assert self._owned.control_dir is not None
-        return os.path.join(self._owned.control_dir, _SOCKET)
+        return os.path.join(self._owned.control_dir, f"{_SOCKET}{connection or ''}")
 
     def _require_open(self) -> RemoteInfo:
         if self.info is None or self._owned.closed:
@@ -423,6 +481,7 @@ class SshHost:
         """The local ssh processes this host runs now (the master first)."""
         with self._lock:
             found = [self._owned.master] if self._owned.master is not None else []
+            found += [popen for popen, _ in self._owned.more]
             found += [p.popen for p in self._owned.processes]
             return [p.pid for p in found if p.poll() is None]
 

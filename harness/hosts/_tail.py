@@ -29,6 +29,8 @@ import sys
 
 #: the longest line forwarded, in bytes (the controller, which imports it, refuses longer ones too)
 MAX_LINE = 1 << 20
+#: the longest path a Unix socket may be bound at (sockaddr_un.sun_path, less its NUL)
+SUN_PATH_MAX = 107
 
 
 def _write_all(data: bytes) -> None:
@@ -90,7 +92,10 @@ def main(path: str, wake: str, safety: float) -> int:
             os.unlink(wake)
         sock.bind(wake)
     except OSError as e:
-        sys.stderr.write(f"cannot bind the wake socket {wake}: {e.strerror or e}\n")
+        size = len(os.fsencode(wake))
+        why = (f"its path is {size} bytes, over the {SUN_PATH_MAX} a Unix socket's may be: give the host a shorter "
+               "work_dir (the hosts file's work_dir)") if size > SUN_PATH_MAX else (e.strerror or str(e))
+        sys.stderr.write(f"cannot bind the wake socket {wake}: {why}\n")
         return 2
     sock.setblocking(False)
     stop_r, stop_w = os.pipe()  # SIGTERM wakes the loop through it; the loop ends between writes

@@ -227,18 +227,13 @@ def _never_fired(job: WaitedJob) -> list[tuple[str, str]]:
 
 
 def _hang_report(job: WaitedJob, hang: Hang) -> str:
-    """``JobHung``'s message: the hung node, what its workers last did, their stacks."""
-    import psutil
-
-    from harness.sim.truth.stacks import job_workers, worker_stacks
+    """``JobHung``'s message: the hung node, what its workers last did, their stacks (read
+    on its host when it runs on one)."""
+    from harness.sim.truth.stacks import LocalWorkers, all_stacks
 
     alive = job.worker_pids(hang.node)
-    status = {}
-    for pid in alive.values():
-        try:
-            status[pid] = psutil.Process(pid).status()
-        except psutil.Error:
-            pass
+    access = job.nodes[hang.node].worker_access() or LocalWorkers(job.stacks_dir)
+    status = access.states(list(alive.values()))
     lines, finished = describe_workers(job.timeline, hang.node, alive, status)
     t0 = job.timeline.events()[0]["mono"] if job.timeline.events() else hang.finished_at
     what = ("Its workers finished training and did not exit (their stacks say where: "
@@ -250,7 +245,7 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
             f"running {hang.waited:.1f}s after {hang.finished} succeeded (round "
             f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
             f"gives a slower node {job.cluster.config.exit_barrier_timeout:g}s. {what}.")
-    stacks = worker_stacks(job_workers(job, nodes=[hang.node]), job.stacks_dir)
+    stacks = all_stacks(job, job.stacks_dir, nodes=[hang.node])
     hint = teardown_hint(stacks) if finished else None
     return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),
                       "stacks:", stacks, "timeline:", job.timeline.format()])

@@ -114,11 +114,11 @@ class SshdLab:
         self.ssh_command = ("nsenter", f"--net=/run/netns/{self.net.store_namespace}", "ssh")
 
     def start(self, index: int, *, port: int = 22, password_only: bool = False, known: bool = True,
-              monotonic_offset: int = 0) -> SshdHost:
+              monotonic_offset: int = 0, max_sessions: int = 10) -> SshdHost:
         """Start host ``index``'s sshd and wait until it answers. ``password_only``: it
         offers password authentication and nothing else. ``known``: its key goes into
         ``known_hosts``. ``monotonic_offset``: its monotonic clock is this many seconds
-        ahead of ours (a time namespace)."""
+        ahead of ours (a time namespace). ``max_sessions``: its ``MaxSessions``."""
         address = self.net.address(index)
         where = self.root / f"host{index}"
         where.mkdir()
@@ -132,7 +132,8 @@ class SshdLab:
             f"AuthorizedKeysFile {where / 'authorized_keys'}\n{methods}KbdInteractiveAuthentication no\n"
             "PermitRootLogin yes\nAllowUsers root\nUsePAM no\n"
             # StrictModes would refuse the keys under /tmp (world-writable, if sticky)
-            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding remote\nLogLevel ERROR\n")
+            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding remote\nLogLevel ERROR\n"
+            f"MaxSessions {max_sessions}\n")
         sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:" + os.environ.get("PATH", ""))
         assert sshd is not None
         inner = "mount -t tmpfs -o mode=0755 pe-sshd /run && mkdir -m 0755 /run/sshd && "

@@ -27,6 +27,7 @@ from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
 from harness.sim.nodes import remote
+from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.conftest import survivors
@@ -234,20 +235,27 @@ def test_an_exit_code_order_is_left_on_the_host(lab, hosts):
         assert job.processes.unobeyed() == []
 
 
-def test_a_hung_worker_on_a_host_is_stopped_there(lab, hosts):
+def test_a_hung_worker_on_a_host_is_stopped_there_and_its_stack_read_there(lab, hosts):
     """hang_worker after a delay: the worker is SIGSTOPped on its host (stuck, not dead:
-    its agent cannot tell, the node stays HEALTHY); the job's close ends it there."""
-    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0, hosts=hosts, start_method="spawn",
-                 check_invariants=False) as cluster:
-        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+    its agent cannot tell, the node stays HEALTHY). Its stack and its peer's are read on
+    the host, as a hang's report reads them (the stopped one continued for its dump and
+    stopped again, by the agent's supervisor there); the job's close ends it there."""
+    with Cluster(nnodes=1, nproc_per_node=2, max_restarts=0, hosts=hosts, check_invariants=False) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))  # forked by the host agent's zygote: a dump handler
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
-        pid = job.worker_pids(0)[1]
+        pids = job.worker_pids(0)
+        pid = pids[1]
         job.inject(WorkerHang(local_rank=1), After(0.2))
         _until(lambda: _status(pid) == psutil.STATUS_STOPPED, 15, "the worker stopped on its host", job)
         [fault] = job.timeline.faults()
         assert fault["fault"] == "hang_worker" and fault.recovery_latency is None
-        assert _status(job.worker_pids(0)[0]) != psutil.STATUS_STOPPED  # its peer runs on
+        assert _status(pids[0]) != psutil.STATUS_STOPPED  # its peer runs on
         assert job.in_state(WorkerState.HEALTHY)
+        stacks = all_stacks(job, job.stacks_dir)
+        assert f"local_rank 0 rank 0 pid {pids[0]}\n" in stacks + "\n", stacks
+        assert f"local_rank 1 rank 1 pid {pid} [stopped: continued for the dump, then stopped again]" in stacks
+        assert stacks.count("sleeper.py\", line 6 in <module>") == 2, stacks  # both, from the files there
+        _until(lambda: _status(pid) == psutil.STATUS_STOPPED, 15, "the worker stopped again", job)
         work_dirs = _work_dirs(job)
     assert survivors([pid], 15) == []
     assert _left_on(lab, hosts[0], [work_dirs[hosts[0].label]]) == {"procs": [], "dirs": []}

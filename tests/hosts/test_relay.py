@@ -157,5 +157,7 @@ def test_a_relay_that_cannot_start_says_why(lab: SshdLab):
         message = str(caught.value)
         assert "\n" not in message
         assert message == (f"host {ssh.spec.label}: the event relay of /tmp/events.jsonl did not start (exit 2): "
-                           f"cannot bind the wake socket {ssh.work_dir}/{'w' * 120}.sock: AF_UNIX path too long")
+                           f"cannot bind the wake socket {ssh.work_dir}/{'w' * 120}.sock: its path is "
+                           f"{len(ssh.work_dir) + 126} bytes, over the 107 a Unix socket's may be: give the host a "
+                           "shorter work_dir (the hosts file's work_dir)")
         assert len(ssh.pids()) == 1  # only the master: the relay's client was reaped

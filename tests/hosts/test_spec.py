@@ -50,6 +50,7 @@ def test_bad_urls(url, expected):
     ({"work_dir": "scratch"}, "work_dir='scratch' must be an absolute path on the host"),
     ({"capabilities": "netns"}, "capabilities='netns' must be a list of names"),
     ({"trust_on_first_use": "yes"}, "trust_on_first_use='yes' must be true or false"),
+    ({"max_sessions": 1}, "max_sessions=1 must be an int in [2, 1024]: the host's sshd MaxSessions"),
     ({"port": 2222}, "port=2222 is given by the URL already"),
 ])
 def test_bad_fields_name_the_host_and_the_field(fields, expected):
@@ -83,12 +84,14 @@ address = "10.0.0.6"
 user = "other"
 key = "/abs/key"
 trust_on_first_use = true
+max_sessions = 4
 """)
     first, second = load_hosts(path)
     assert first == HostSpec(address="10.0.0.5", user="ci", port=2222, key=str(tmp_path / "keys/ci_ed25519"),
                              python="/opt/elastic/bin/python", work_dir="/scratch",
                              capabilities=frozenset({"netns", "cgroups"}))
     assert (second.user, second.key, second.port, second.trust_on_first_use) == ("other", "/abs/key", 22, True)
+    assert (first.max_sessions, second.max_sessions) == (10, 4)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -337,6 +337,40 @@ def test_close_leaves_nothing(lab: SshdLab, two_hosts: list[SshdHost]):
     assert "closed" in repr(ssh) and "exited" in repr(proc)
 
 
+def test_commands_past_max_sessions_go_on_another_connection(lab: SshdLab):
+    """sshd allows 3 sessions a connection (MaxSessions 3): the lease and 2 commands on the
+    first, the next 2 on a second connection (its own session the 3rd there), the 5th on a
+    third. All run at once; close() ends every connection and leaves nothing."""
+    lab.start(0, max_sessions=3)
+    ssh = lab.ssh_host(lab.spec(0, max_sessions=3)).open()
+    procs = [ssh.start(["sh", "-c", "echo $$; exec sleep 1000"]) for _ in range(5)]
+    sleepers = [remote_pid(proc) for proc in procs]
+    assert [proc.connection for proc in procs] == [0, 0, 1, 1, 2]
+    assert all(proc.poll() is None for proc in procs)
+    assert ssh.run(["echo", "six"]).stdout == "six\n"  # one more, on the third connection
+    control_dir = ssh.control_dir
+    assert control_dir is not None and sorted(os.listdir(control_dir)) == [
+        "m", "m1", "m2", "master.log", "master.log.1", "master.log.2"]
+    local = ssh.pids()
+    assert len(local) == 3 + 5  # three connections, five clients
+    host_side = [p.pid for p in lab.remote_processes(0)]
+    ssh.close()
+    assert survivors([*sleepers, *local, *host_side], GONE_WITHIN_S) == []
+    assert our_ssh_processes() == []
+    assert not os.path.exists(control_dir)
+
+
+def test_a_host_allowing_fewer_sessions_than_max_sessions_says_which_field(lab: SshdLab):
+    lab.start(0, max_sessions=2)
+    with lab.ssh_host(lab.spec(0)) as ssh:  # max_sessions: 10, the default
+        remote_pid(ssh.start(["sh", "-c", "echo $$; exec sleep 1000"]))  # the lease's and this: 2 sessions
+        with pytest.raises(HostError) as caught:
+            ssh.run(["true"])
+    assert str(caught.value) == (
+        f"host {ssh.spec.label}: running true: its sshd refused one more session on the connection (MaxSessions): "
+        "the hosts file's max_sessions=10 is more than the host's sshd MaxSessions; set it to that")
+
+
 def test_a_forgotten_host_is_closed_by_the_garbage_collector(lab: SshdLab):
     lab.start(0)
     ssh = lab.ssh_host(lab.spec(0)).open()

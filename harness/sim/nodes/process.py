@@ -24,6 +24,7 @@ from harness.rendezvous import SECRET_ENV, SECRET_FILE_ENV
 
 if TYPE_CHECKING:
     from harness.sim.nodes.forks import ForkedNode, NodeForkServer
+    from harness.sim.truth.stacks import WorkerAccess
 
 __all__ = ["NodeHandle", "NodeProcess", "job_secret_env", "start_node"]
 
@@ -75,6 +76,11 @@ class NodeProcess:
     def placed(self) -> dict[str, str]:
         """Where the node runs, for its ``node_start`` event (nothing: on this machine)."""
         return {}
+
+    def worker_access(self) -> WorkerAccess | None:
+        """How its workers are reached for their stacks when not directly, from here
+        (``harness.sim.truth.stacks``): None, they are this machine's."""
+        return None
 
     def live_workers(self, starts: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
         """local_rank -> pid of the workers of ``starts`` (each rank's latest ``worker_start``)

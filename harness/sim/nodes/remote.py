@@ -64,7 +64,7 @@ from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost,
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused
-from harness.sim.nodes.main import WORKER_TMPDIR_ENV
+from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
@@ -81,8 +81,8 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal", "placed_host",
-           "refuse_faults", "run_result_from_json", "signal_remote_node"]
+__all__ = ["HOST_FAULTS", "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
+           "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
 
@@ -182,6 +182,62 @@ class RemoteAgent:
         return f"<RemoteAgent {self.proc!r}>"
 
 
+#: on the host, for each pid: "PID STATE" (its /proc state letter), nothing for one gone (the
+#: command name in /proc/PID/stat may hold spaces and parentheses: the state follows the last ") ")
+_STATES_SH = ('for p; do s=$(sed "s/.*) //" "/proc/$p/stat" 2>/dev/null | cut -d" " -f1) && [ -n "$s" ] '
+              '&& echo "$p $s"; done; true')
+#: on the host, for each path: "SIZE PATH", nothing for one missing
+_SIZES_SH = 'for f; do s=$(stat -c %s "$f" 2>/dev/null) && echo "$s $f"; done; true'
+
+
+class HostWorkers:
+    """A node's workers on its host, as ``harness.sim.truth.stacks.WorkerAccess``: their states
+    and stack dumps (``{node dir}/stacks/PID.txt`` there) read over the node's connection,
+    their signals sent by the agent's supervisor, which signals only a process below the
+    agent. A host that does not answer is a warning and no workers, never a hang's report lost."""
+
+    def __init__(self, node: RemoteNodeProcess):
+        self.node = node
+
+    def _run(self, argv: list[str]) -> str:
+        try:
+            return self.node.agent.host.run(argv, check=False).stdout
+        except HostError as e:
+            _log.warning("node %d: its workers' stacks: %s", self.node.index, e)
+            return ""
+
+    def states(self, pids: Sequence[int]) -> dict[int, str]:
+        from harness.sim.truth.stacks import STATES
+
+        states = {}
+        for line in self._run(["sh", "-c", _STATES_SH, "sh", *map(str, pids)]).splitlines():
+            pid, _, letter = line.partition(" ")
+            if pid.isdigit() and letter:
+                states[int(pid)] = STATES.get(letter, letter)
+        return states
+
+    def dump_file(self, pid: int) -> str | None:
+        return f"{self.node.remote_directory}/stacks/{pid}.txt"
+
+    def sizes(self, paths: Sequence[str]) -> dict[str, int]:
+        sizes = {}
+        for line in self._run(["sh", "-c", _SIZES_SH, "sh", *paths]).splitlines():
+            size, _, path = line.partition(" ")
+            if size.isdigit() and path in paths:
+                sizes[path] = int(size)
+        return sizes
+
+    def signal(self, pid: int, sig: int) -> bool:
+        try:
+            return self.node.agent.signal_below(pid, sig)
+        except HostError as e:
+            _log.warning("node %d: %s", self.node.index, e)
+            return False
+
+    def read(self, path: str, offset: int) -> str:
+        return self._run(["tail", "-c", f"+{offset + 1}", path])
+
+
 def run_result_from_json(data: Any) -> RunResult | None:
     """A ``RunResult`` from its JSON (``RunResult.to_json``, the agent's ``result`` event);
     None when it is not one. Failures keep their message and time; their error files are
@@ -233,6 +289,10 @@ class RemoteNodeProcess(NodeProcess):
             return {}
         gone = {(e.get("local_rank"), e.get("worker_pid")) for e in self.timeline.events("worker_exit", self.index)}
         return {rank: s["worker_pid"] for rank, s in starts.items() if (rank, s["worker_pid"]) not in gone}
+
+    def worker_access(self) -> HostWorkers:
+        """Its workers as ``harness.sim.truth.stacks`` reaches them: on the host."""
+        return HostWorkers(self)
 
     def signal_agent(self, sig: int) -> None:
         """``sig`` to the agent's group on the host (not the workers below it, which lead
@@ -400,7 +460,7 @@ class RemoteNodes:
         assert isinstance(entry, str)  # launch refuses a callable with hosts
         head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
         args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
-        node_spec = {"config": config, "entrypoint": spec.python, "args": [*head, *args],
+        node_spec = {"config": config, "entrypoint": SAME_PYTHON, "args": [*head, *args],
                      "env": env, "dirs": [f"{there}/tmp", f"{disk}/tmp", f"{there}/stacks", f"{there}/orders",
                                           shared],
                      "result_path": f"{there}/result.json"}

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from harness.events import EventWriter
     from harness.sim.config import ClusterConfig
     from harness.sim.truth.job_result import JobResult
+    from harness.sim.truth.stacks import WorkerAccess
     from harness.sim.truth.timeline import Timeline
 
 __all__ = ["Configured", "JudgedCluster", "JudgedJob", "Launched", "PlacedNode", "StackedJob", "Traced",
@@ -33,10 +34,15 @@ class Traced(Protocol):
 
 
 class PlacedNode(Protocol):
-    """A node's handle as far as the room reads it: whether its agent runs on a host."""
+    """A node's handle as far as the room reads it: whether its agent runs on a host, and
+    how its workers are reached there."""
 
     @property
     def remote(self) -> bool: ...
+
+    def worker_access(self) -> WorkerAccess | None:
+        """How its workers are reached (``stacks.WorkerAccess``); None: directly, from here."""
+        ...
 
 
 class StackedJob(Traced, Protocol):
