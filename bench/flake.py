@@ -511,6 +511,10 @@ def bad_setup(run: Run) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM (a driver script's kill, CI's cancel) ends it as Ctrl-C does: the run's pytest
+    # gets SIGINT and its grace, then the run's temp dir and the bench's own are removed.
+    # SIGTERM's default action skipped both (a count stopped this way left them in /tmp)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     isolate_tmpdir()
     cmd = command(args.suite, args.extra)
     print(f"bench/flake.py: {args.runs} run(s) of {shlex.join(cmd)}, {args.busy} busy loop(s) beside it, "

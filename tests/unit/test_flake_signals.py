@@ -1,0 +1,38 @@
+"""``bench/flake.py`` stopped with SIGTERM (a driver's kill, CI's cancel) ends as Ctrl-C does:
+its run's pytest is interrupted, and neither the run's temp dir nor the bench's own is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_sigterm_leaves_no_temp_dir(tmp_path):
+    (tmp_path / "test_waits.py").write_text("import time\n\ndef test_waits():\n    time.sleep(60)\n")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    bench = subprocess.Popen([sys.executable, str(ROOT / "bench" / "flake.py"), "--runs", "2", "--pytest-args",
+                              f"{tmp_path / 'test_waits.py'}", "--logs", str(tmp_path / "logs")],
+                             cwd=ROOT, env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p.name.startswith("fl1-") for p in temp.iterdir()):  # the first run is going
+            assert bench.poll() is None and time.monotonic() < deadline, bench.communicate()[0]
+            time.sleep(0.05)
+        assert any(p.name.startswith("bench-tmp-") for p in temp.iterdir())
+        bench.send_signal(signal.SIGTERM)
+        out, _ = bench.communicate(timeout=60)
+    finally:
+        if bench.poll() is None:
+            os.killpg(bench.pid, signal.SIGKILL)
+            bench.communicate()
+    assert bench.returncode == 130, out
+    assert "interrupted after 0 run(s)" in out
+    assert list(temp.iterdir()) == []
