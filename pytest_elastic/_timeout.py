@@ -215,12 +215,10 @@ def _workers(cluster: Any) -> Iterator[tuple[str, int]]:
 
 def _host_stacks(cluster: Any, wait: float) -> Iterator[str]:
     """The stacks of every live worker on a host of every job of ``cluster``, read there."""
-    from harness.sim.truth.stacks import host_workers
-    from harness.sim.truth.stacks import worker_stacks as stacks_of
+    from harness.sim.truth.stacks import host_stacks
 
     for j, job in enumerate(list(cluster.jobs)):
-        for access, workers in host_workers(job, f"job {j} ({job.run_id}) "):
-            yield stacks_of(workers, None, wait, access)
+        yield from host_stacks(job, f"job {j} ({job.run_id}) ", wait=wait)
 
 
 def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
@@ -236,12 +234,13 @@ def worker_stacks(clusters: list[Any], wait: float = DUMP_WAIT_S,
     for cluster in clusters:
         try:
             workers += list(_workers(cluster))
-            hosts += [text for text in _host_stacks(cluster, wait) if text != stacks.NO_WORKERS]
+            hosts += _host_stacks(cluster, wait)
         except Exception as e:  # a half-built cluster must not hide the timeout itself
             notes.append(f"(could not list the workers of {cluster!r}: {e})")
-    text = stacks.worker_stacks(workers, stacks_dir, wait)
-    found = [*notes, *([] if text == stacks.NO_WORKERS and (notes or hosts) else [text]), *hosts]
-    return "\n".join(found)
+    text = stacks.joined([stacks.worker_stacks(workers, stacks_dir, wait), *hosts])
+    if notes:
+        return "\n".join(notes) if text == stacks.NO_WORKERS else "\n".join([*notes, text])
+    return text
 
 
 def freeze_and_kill(clusters: list[Any]) -> None:

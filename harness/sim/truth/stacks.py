@@ -29,8 +29,8 @@ from harness.procs import STACKS_ENV
 if TYPE_CHECKING:
     from harness.sim.truth.subject import StackedJob
 
-__all__ = ["DUMP_WAIT_S", "NO_WORKERS", "STATES", "LocalWorkers", "WorkerAccess", "all_stacks", "host_workers",
-           "job_workers", "worker_stacks"]
+__all__ = ["DUMP_WAIT_S", "NO_WORKERS", "STATES", "LocalWorkers", "WorkerAccess", "all_stacks", "host_stacks",
+           "host_workers", "job_workers", "joined", "worker_stacks"]
 
 DUMP_WAIT_S = 3.0
 #: psutil's names of /proc's one-letter states, which a host answers with
@@ -113,7 +113,7 @@ def job_workers(job: StackedJob, label: str = "", nodes: Iterable[int] | None = 
     """(label, pid) of every live worker of ``job``'s nodes here (of ``nodes`` only, when
     given); a node's on a host are ``host_workers``'."""
     for index in sorted(job.nodes if nodes is None else nodes):
-        if not job.nodes[index].remote:
+        if job.nodes[index].worker_access() is None:
             yield from _labelled(job, index, label)
 
 
@@ -133,8 +133,18 @@ def all_stacks(job: StackedJob, stacks_dir: str | None, label: str = "", nodes: 
                wait: float = DUMP_WAIT_S) -> str:
     """The stacks of the live workers of ``job``'s nodes (``nodes`` only), here and on hosts."""
     chosen = sorted(job.nodes if nodes is None else nodes)
-    texts = [worker_stacks(job_workers(job, label, chosen), stacks_dir, wait)]
-    texts += [worker_stacks(workers, None, wait, access) for access, workers in host_workers(job, label, chosen)]
+    return joined([worker_stacks(job_workers(job, label, chosen), stacks_dir, wait),
+                   *host_stacks(job, label, chosen, wait)])
+
+
+def host_stacks(job: StackedJob, label: str = "", nodes: Iterable[int] | None = None,
+                wait: float = DUMP_WAIT_S) -> list[str]:
+    """The stacks of the live workers of each of ``job``'s nodes on a host, read there."""
+    return [worker_stacks(workers, None, wait, access) for access, workers in host_workers(job, label, nodes)]
+
+
+def joined(texts: Iterable[str]) -> str:
+    """``worker_stacks`` texts as one: those with workers, or ``NO_WORKERS`` when none has."""
     found = [text for text in texts if text != NO_WORKERS]
     return "\n".join(found) if found else NO_WORKERS
 

@@ -34,11 +34,8 @@ class Traced(Protocol):
 
 
 class PlacedNode(Protocol):
-    """A node's handle as far as the room reads it: whether its agent runs on a host, and
-    how its workers are reached there."""
-
-    @property
-    def remote(self) -> bool: ...
+    """A node's handle as far as the room reads it: how its workers are reached when its
+    agent runs on a host."""
 
     def worker_access(self) -> WorkerAccess | None:
         """How its workers are reached (``stacks.WorkerAccess``); None: directly, from here."""
@@ -50,7 +47,7 @@ class StackedJob(Traced, Protocol):
 
     @property
     def nodes(self) -> Mapping[int, PlacedNode]:
-        """node index -> its handle (whether it is on a host: its workers are not ours to signal)."""
+        """node index -> its handle (on a host, its workers are reached through ``worker_access``)."""
         ...
 
     def node_name(self, node: int) -> str:
