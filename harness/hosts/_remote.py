@@ -278,6 +278,18 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _has_ended(pid: int) -> bool:
+    """Whether ``pid`` has ended though its parent has not reaped it yet (a zombie): it is
+    still below the command, and kill(2) still succeeds on it, yet nothing receives the
+    signal. A pid with no /proc entry has ended too."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
 def _signal_tree(pid: int, sig: int) -> None:
     """``sig`` to every descendant of the command, then to its group (before the reap:
     its pid, and so its descendants' parent links, cannot be reused meanwhile)."""
@@ -315,6 +327,8 @@ def _signal_held(root: int, pid: int, sig: int) -> dict[str, str]:
         if pid not in _descendants(root):
             return {"result": "refused", "why": f"pid {pid} is not a process below the command (pid {root}) "
                     "on this host: only those are signalled"}
+        if _has_ended(pid):  # a zombie takes a signal without a word, but nothing is there to get it
+            return {"result": "gone", "why": f"process {pid} ended"}
         try:
             if handle is not None:
                 signal.pidfd_send_signal(handle, sig)

@@ -223,7 +223,10 @@ def test_one_pid_is_signalled_only_if_it_is_below_the_command(lab: SshdLab):
     from the supervisor once SIGSTOP reached the command."""
     lab.start(0)
     spec = lab.spec(0)
-    leave = "import os, time; os.setsid(); print(os.getpid(), flush=True); time.sleep(1000)"
+    # ``apart`` is in a session of its own, and its parent never reaps it: once killed it
+    # stays a zombie, still below the command, that kill(2) still "signals"
+    leave = ("import os, time; pid = os.fork(); pid or (os.setsid(), time.sleep(1000)); "
+             "print(pid, flush=True); time.sleep(1000)")
     with lab.ssh_host(spec) as ssh:
         proc = ssh.start(["sh", "-c", 'echo $$; "$0" -c "$1" & wait', spec.python, leave])
         shell, apart = remote_pid(proc), remote_pid(proc)
@@ -241,7 +244,8 @@ def test_one_pid_is_signalled_only_if_it_is_below_the_command(lab: SshdLab):
         ssh.ping()  # the lease still answers
         assert proc.signal_pid(apart, signal.SIGKILL) is True
         assert survivors([apart], GONE_WITHIN_S) == []
-        assert proc.signal_pid(apart, signal.SIGKILL) is False  # gone: nothing to signal
+        assert psutil.Process(apart).status() == psutil.STATUS_ZOMBIE
+        assert proc.signal_pid(apart, signal.SIGKILL) is False  # ended: nothing to signal
         with pytest.raises(ValueError, match="pid=0 must be a process id"):
             proc.signal_pid(0, signal.SIGKILL)
         proc = ssh.start(["sleep", "0.5"])  # asked while it ends: an answer, or gone, never the timeout
