@@ -270,7 +270,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     hosts = tuple(config.hosts or ())
     for spec in faults:
         try:
-            refuse_faults([_fault(spec)], hosts, config.placement)
+            refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)
         except FaultRefused as e:
             if from_option:
                 pytest.skip(f"the nodes are on hosts, and [[fault]] kind={spec['kind']!r} {e.constraint}")

@@ -99,12 +99,12 @@ class Job:
         self.store: StoreHandle | None = None
         #: the nodes' network (built with the first node: the store lives in it too)
         self.net: Network = None  # type: ignore[assignment]
+        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
         self.processes = ProcessFaults(self)
-        self.network = NetworkFaults(self)
+        self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
         self.resources = ResourceFaults(self)  # the nodes' cgroups
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
-        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
 
     # -- nodes ---------------------------------------------------------------------------
 

@@ -5,11 +5,14 @@ They skip, with a one-line reason, without root, sshd, the client tools or names
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
-from tests.hosts.sshd import SshdHost, SshdLab, sshd_missing
+from harness.hosts import HostSpec
+from harness.sim.nodes import remote
+from tests.hosts.sshd import SshdHost, SshdLab, checkout_python, sshd_missing
 
 
 @pytest.fixture
@@ -26,3 +29,26 @@ def lab(tmp_path) -> Iterator[SshdLab]:
 def two_hosts(lab: SshdLab) -> list[SshdHost]:
     """Two running sshd hosts, known to the lab's known_hosts: one on port 22, one on 2222."""
     return [lab.start(0), lab.start(1, port=2222)]
+
+
+def _job_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+               capabilities: Sequence[str] = ()) -> list[HostSpec]:
+    """Two running hosts (ports 22 and 2222) for jobs placed on them, with ``capabilities``;
+    their python is this checkout's, and a job reaches them with the lab's client."""
+    lab.start(0)
+    lab.start(1, port=2222)
+    python = checkout_python(tmp_path / "host-python")
+    monkeypatch.setattr(remote, "connector", lambda spec: lab.ssh_host(spec))
+    return [lab.spec(i, python=str(python), capabilities=tuple(capabilities)) for i in (0, 1)]
+
+
+@pytest.fixture
+def hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
+    """Two hosts for a job (``_job_hosts``), with no capabilities: process faults only."""
+    return _job_hosts(lab, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def netns_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
+    """Two hosts for a job whose capabilities allow network faults (root and nft: the lab's)."""
+    return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("netns",))

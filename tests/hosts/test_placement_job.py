@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -26,12 +26,11 @@ from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
-from harness.sim.nodes import remote
 from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.conftest import survivors
-from tests.hosts.sshd import SshdLab, checkout_python
+from tests.hosts.sshd import SshdLab
 
 #: each test starts agents and workers on two hosts of this (loaded, 2-core) machine
 pytestmark = pytest.mark.timeout(240)
@@ -68,16 +67,6 @@ for entry in os.listdir("/proc"):
                 break
 print(json.dumps({"procs": procs, "dirs": [d.decode() for d in dirs if os.path.exists(d)]}))
 """
-
-
-@pytest.fixture
-def hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[HostSpec]]:
-    """Two hosts (ports 22 and 2222); the job reaches them with the lab's client."""
-    lab.start(0)
-    lab.start(1, port=2222)
-    python = checkout_python(tmp_path / "host-python")
-    monkeypatch.setattr(remote, "connector", lambda spec: lab.ssh_host(spec))
-    yield [lab.spec(0, python=str(python)), lab.spec(1, python=str(python))]
 
 
 def _work_dirs(job) -> dict[str, str]:

@@ -6,13 +6,14 @@ as a ``fault`` event (its start); ``Job.heal`` ends them (``end_lasting``) and r
 ``heal`` event naming what ended, so reports draw a fault that lasts as a span and the
 invariant checker can tell whether every partition the test made was healed. In loopback
 mode every one of them raises a ``ConfigError`` that names what is missing (network
-namespaces, root).
+namespaces, root). With the nodes on hosts (``Cluster(hosts=...)``) the same calls are
+carried out by each node's host (``harness.sim.nodes.host_network.HostNetwork``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.sim.faults.target import Ended, record_fault
 
@@ -20,20 +21,43 @@ if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
     from harness.sim.net.network import NetworkChange
 
-__all__ = ["NetworkFaults"]
+__all__ = ["NetworkFaults", "NodeNetwork"]
+
+
+class NodeNetwork(Protocol):
+    """The nodes' network as their faults see it: ``Network`` (this machine's namespaces)
+    or ``harness.sim.nodes.host_network.HostNetwork`` (the hosts')."""
+
+    def address(self, node: int) -> str: ...
+
+    def partition(self, node: int, peers: str | Sequence[int] = "all", direction: str = "both") -> NetworkChange: ...
+
+    def packet_loss(self, node: int, probability: float) -> NetworkChange: ...
+
+    def bandwidth(self, node: int, rate: str | int) -> NetworkChange: ...
+
+    def link_down(self, node: int) -> NetworkChange: ...
+
+    def heal(self, node: int | None = None) -> NetworkChange: ...
+
+    def faulted(self) -> dict[int, list[str]]: ...
 
 
 class NetworkFaults:
     """The network faults of one job (``job.network``); they last until ``Job.heal``."""
 
-    def __init__(self, target: FaultTarget):
+    def __init__(self, target: FaultTarget, hosts: NodeNetwork | None = None):
         self._target = target
+        self._hosts = hosts  # the nodes' hosts carry the faults out (None: ``target.net``, built with the first node)
+
+    def _net(self) -> NodeNetwork:
+        return self._hosts if self._hosts is not None else self._target.net
 
     def address(self, node: int) -> str:
         """Node ``node``'s IP address: inside 198.18.0.0/15 with ``network="netns"`` (in
         namespaces the harness made), a 127.0.1.x address in loopback mode."""
         self._target.node(node)
-        return self._target.net.address(node)
+        return self._net().address(node)
 
     def partition(self, node: int, peers: str | Sequence[int] = "all", direction: str = "both") -> None:
         """Silently drop node ``node``'s packets to and from ``peers`` ("all", "store" --
@@ -41,34 +65,34 @@ class NetworkFaults:
         way only. No RST, no FIN: the others learn nothing until their timeouts say so."""
         self._target.node(node)
         peers = peers if isinstance(peers, str) else list(peers)  # a spec's tuple, a TOML array
-        self._record(self._target.net.partition(node, peers=self._store_peers(peers), direction=direction))
+        self._record(self._net().partition(node, peers=self._store_peers(peers), direction=direction))
 
     def packet_loss(self, node: int, probability: float) -> None:
         """Drop each of node ``node``'s packets with ``probability`` (0..1), both ways."""
         self._target.node(node)
-        self._record(self._target.net.packet_loss(node, probability))
+        self._record(self._net().packet_loss(node, probability))
 
     def bandwidth(self, node: int, rate: str | int) -> None:
         """Limit node ``node``'s link to ``rate`` (e.g. "1mbit", or bits per second)."""
         self._target.node(node)
-        self._record(self._target.net.bandwidth(node, rate))
+        self._record(self._net().bandwidth(node, rate))
 
     def link_down(self, node: int) -> None:
         """Unplug node ``node``'s cable: its interface loses carrier (until healed)."""
         self._target.node(node)
-        self._record(self._target.net.link_down(node))
+        self._record(self._net().link_down(node))
 
     # -- lasting faults (``LastingFaults``) ------------------------------------------------
 
     def end_lasting(self, node: int | None) -> Ended:
         """End node ``node``'s network faults (partitions, loss, bandwidth, link down), or
         every node's with None; what ended. Loopback mode: ``ConfigError`` (nothing to heal)."""
-        return Ended(list(self._target.net.heal(node).params["healed"]))
+        return Ended(list(self._net().heal(node).params["healed"]))
 
     def open_faults(self) -> dict[int, list[str]]:
         """node -> the network faults it still has (what the test has not healed)."""
-        net = self._target.net
-        return net.faulted() if net is not None and net.mode == "netns" else {}
+        net = self._net()
+        return net.faulted() if net is not None else {}
 
     def _record(self, change: NetworkChange, **fields: Any) -> None:
         record_fault(self._target, change.kind,

@@ -63,7 +63,8 @@ from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset, place, refusal
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
-from harness.sim.errors import FaultRefused
+from harness.sim.errors import FaultRefused, NetworkError
+from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
@@ -81,7 +82,8 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
+__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
+           "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
            "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
@@ -89,10 +91,13 @@ _log = logging.getLogger(__name__)
 #: what a job opens a host's connection with (replace it to run ``ssh`` otherwise)
 connector: Callable[[HostSpec], SshHost] = SshHost
 
-#: the process faults carried out on a host; every other kind is refused there
+#: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal")
-_PART_OF_LATER_SLICE = "network, storage and resource faults on hosts are a later part of issue 29"
+               "kill_store_host", "heal", "partition", "packet_loss")
+_PART_OF_LATER_SLICE = "storage and resource faults on hosts are a later part of issue 29"
+#: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
+NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
+                          "fall too (a later part of issue 29)")
 _EXACT_EXIT = ("an exact (rank, step) exit order (exit_code at AtStep) needs the rank's host, which is not known "
                "before the rank runs: on hosts, kill_worker at AtStep with a signal (no exit_code), or exit_code "
                "with another trigger")
@@ -383,6 +388,8 @@ class RemoteNodes:
         self._bridge: StoreBridge | None = None
         self._sink: EventWriter | None = None
         self._lock = threading.Lock()
+        #: the network faults of the job's nodes, carried out by their hosts
+        self.network = HostNetwork(self)
 
     def host_of(self, node: int) -> HostSpec:
         """Node ``node``'s host (``placed_host``)."""
@@ -391,6 +398,21 @@ class RemoteNodes:
     def address(self, node: int) -> str:
         """Node ``node``'s address: its host's."""
         return self.host_of(node).address
+
+    host_address = address
+
+    def connection(self, node: int) -> tuple[SshHost, int | None]:
+        """Node ``node``'s host's connection and the store's port there (``NodeLinks``):
+        open once the node started."""
+        with self._lock:
+            link = self._links.get(self.host_of(node))
+        if link is None:
+            raise NetworkError(f"node {node} has not started on its host {self.host_of(node).label}")
+        return link.host, link.store_port
+
+    def node_count(self) -> int:
+        """The node indices the job can have: its ``max_nodes``, and any added past it."""
+        return max(self._job.cluster.config.max_nodes, len(self._job.nodes))
 
     def _link(self, spec: HostSpec, store_endpoint: str | None) -> _Link:
         """The job's connection to ``spec`` (opened on first use), the store forwarded there."""
@@ -473,7 +495,7 @@ class RemoteNodes:
 
     def refuse(self, entries: Sequence[ScheduledFault]) -> None:
         """``FaultRefused`` for the first entry whose node's host cannot carry it out."""
-        refuse_faults(entries, self.hosts, self.placement)
+        refuse_faults(entries, self.hosts, self.placement, self.node_count())
 
     def guarded(self, kind: str, act: Callable[..., Any]) -> Callable[..., Any]:
         """``act`` (the part's method of fault ``kind``, as ``job.<kind>`` calls it), refused
@@ -526,18 +548,43 @@ def placed_host(hosts: Sequence[HostSpec], placement: Sequence[int] | None, node
 
 def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
-    or None: it lacks a capability (``refusal``), or this slice does not do the kind there."""
+    or None: it lacks a capability (``refusal``), the kind is not done on hosts
+    (``NOT_ON_HOSTS``), or this slice does not do it there."""
     why = refusal(host, needs)
-    if why is None and kind not in HOST_FAULTS:
+    if why is None and kind in NOT_ON_HOSTS:
+        why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
+    elif why is None and kind not in HOST_FAULTS:
         why = f"host {host.label} cannot do it yet: {_PART_OF_LATER_SLICE}"
     return why
 
 
+def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes: int, node: int,
+             peers: object) -> str | None:
+    """Why a network fault on ``node`` (cut from ``peers``) would fall on nodes it does not
+    name, or None: a host's rules are the host's, for every node it carries."""
+    on: dict[HostSpec, list[int]] = {}
+    for n in range(max(nnodes, node + 1)):
+        on.setdefault(placed_host(hosts, placement, n), []).append(n)
+    host = placed_host(hosts, placement, node)
+    if len(on[host]) > 1:
+        return (f"host {host.label} carries nodes {', '.join(map(str, on[host]))} of this job, and a network "
+                f"fault there falls on every node it carries: place node {node} alone on a host (placement=)")
+    named = {p for p in peers if isinstance(p, int)} if isinstance(peers, (list, tuple)) else set()
+    for peer in sorted(named):
+        others = [n for n in on.get(placed_host(hosts, placement, peer), []) if n not in named]
+        if others:
+            return (f"peer node {peer}'s host {placed_host(hosts, placement, peer).label} also carries node(s) "
+                    f"{', '.join(map(str, others))}, which a cut from it would cut too: name them in peers, "
+                    f"or place node {peer} alone on a host (placement=)")
+    return None
+
+
 def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
-                  placement: Sequence[int] | None) -> None:
+                  placement: Sequence[int] | None, nnodes: int = 0) -> None:
     """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
     ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
-    before it starts (the plugin skips it, saying why)."""
+    before it starts (the plugin skips it, saying why). ``nnodes``: how many nodes the
+    job can have (a network fault on a node that shares its host is refused)."""
     from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS, FUSE
 
@@ -558,6 +605,8 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
                                    f"{_PART_OF_LATER_SLICE}")
             continue
         why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
+        if why is None and row is not None and row.part == "network":
+            why = _sharing(hosts, placement, nnodes, node, getattr(fault, "peers", None))
         if why is not None:
             raise FaultRefused(entry.describe(), why)  # the description names the node
 

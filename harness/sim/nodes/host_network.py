@@ -1,0 +1,206 @@
+"""A job's network faults on nodes placed on hosts (``job.network`` there; docs/hosts.md).
+
+Each host that takes a fault gets one nftables table of its own (``HostFirewall``), named
+by the connection's work dir, rewritten whole by ``nft -f`` on each change (the rules:
+``harness.sim.net.host_rules``). What it takes from the host: nftables and root there
+(the ``netns`` capability of the hosts file says the user allows it); a host that lacks
+either says so in one line when the fault is applied.
+
+Ownership: before the first rule, a *keeper* starts on the host under the connection's
+supervisor, a shell that does nothing until SIGTERM and then deletes the table. The
+supervisor sends SIGTERM when the connection ends in any way (``close()``, this machine's
+process dying, the link dropping: the lease ends), so the table never outlives its
+owner, whichever way the owner goes. ``heal`` removes the table at once.
+
+Only a node alone on its host is faulted (``remote.refuse_faults`` refuses the others
+before anything is recorded): the table is the host's, so a fault on one of two nodes
+that share it would fall on both.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from harness.errors import ConfigError
+from harness.hosts import HostError, SshHost
+from harness.sim.errors import NetworkError
+from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_host
+from harness.sim.net.network import NetworkChange
+from harness.sim.net.rules import check_direction, check_probability
+
+if TYPE_CHECKING:
+    from harness.hosts import RemoteProcess
+
+__all__ = ["HostFirewall", "HostNetwork", "NOT_ON_HOSTS", "NodeLinks"]
+
+#: the network faults not done on hosts, and why
+NOT_ON_HOSTS = {
+    "bandwidth": "it would shape the host's own link, which the harness's SSH connection shares "
+                 "(partition and packet_loss are done on hosts; they spare that connection)",
+    "link_down": "it would cut the host off from this machine, the harness's SSH connection with it "
+                 "(partition with peers='all' cuts the node off and spares that connection)",
+}
+#: the keeper: nothing until the supervisor's SIGTERM (the connection ended), then the table
+#: goes. Its output is /dev/null, not the channel: once the controller is gone, a write there
+#: (the shell's own "Terminated" for its killed sleep) would kill it by SIGPIPE before its trap
+_KEEPER = ('exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
+           'while :; do sleep 3600 & wait $!; done')
+_NEEDS = "network faults on a host need nftables (nft) and root there"
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+class HostFirewall:
+    """The fault table of one host, owned by one connection (``host``)."""
+
+    def __init__(self, host: SshHost):
+        self.host = host
+        self.table = "pe_" + re.sub(r"[^A-Za-z0-9_]", "_", host.work_dir.rsplit("/", 1)[-1])
+        self._keeper: RemoteProcess | None = None
+        self._control: Control | None = None
+        self._changes = 0
+
+    def control(self) -> Control:
+        """The harness's SSH connections as the host sees them (its ``$SSH_CONNECTION``)."""
+        if self._control is None:
+            words = self.host.run(["sh", "-c", 'printf "%s" "$SSH_CONNECTION"']).stdout.split()
+            if len(words) != 4 or not words[3].isdigit():
+                raise NetworkError(f"host {self.host.spec.label}: cannot tell this machine's address there "
+                                   f"($SSH_CONNECTION is {' '.join(words)!r}), so a network fault would cut the "
+                                   "harness's own connection: not applied")
+            self._control = Control(words[0], int(words[3]))
+        return self._control
+
+    def apply(self, rules: Sequence[HostRule], store_port: int | None) -> None:
+        """The table made to hold ``rules`` (none: removed), in one transaction."""
+        if rules and self._keeper is None:
+            self._keeper = self.host.start(["sh", "-c", _KEEPER, self.table], stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+        script = render_host(self.table, rules, self.control(), store_port)
+        self._changes += 1
+        path = self.host.put(f"net/{self._changes}.nft", script.encode())
+        try:
+            done = self.host.run(["nft", "-f", path], check=False)
+        except HostError as e:
+            raise NetworkError(f"{e}; {_NEEDS}") from None
+        if done.returncode != 0:
+            raise NetworkError(f"host {self.host.spec.label}: nft -f exited {done.returncode}: "
+                               f"{_one_line(done.stderr or done.stdout)}; {_NEEDS}")
+
+    def listed(self) -> str | None:
+        """The table as the host's ``nft`` lists it now (None: there is none)."""
+        done = self.host.run(["nft", "list", "table", "inet", self.table], check=False)
+        return done.stdout if done.returncode == 0 else None
+
+
+class NodeLinks(Protocol):
+    """The job's hosts as its network faults see them (``RemoteNodes``)."""
+
+    def host_address(self, node: int) -> str:
+        """Node ``node``'s host's address."""
+        ...
+
+    def connection(self, node: int) -> tuple[SshHost, int | None]:
+        """Node ``node``'s host's connection (opened by its start) and the store's port there."""
+        ...
+
+    def node_count(self) -> int:
+        """How many node indices the job can have (its network's slots)."""
+        ...
+
+
+class HostNetwork:
+    """The network faults of a job's nodes on hosts: the same calls as ``Network``'s, the
+    same ``NetworkChange``s, carried out by each faulted node's host."""
+
+    mode = "hosts"
+
+    def __init__(self, links: NodeLinks):
+        self._links = links
+        self._rules: dict[int, list[HostRule]] = {}
+        self._firewalls: dict[SshHost, HostFirewall] = {}
+        self._lock = threading.RLock()  # faults come from the scheduler's thread and the test's
+
+    def address(self, node: int) -> str:
+        return self._links.host_address(self._check_node(node))
+
+    def partition(self, node: int, peers: str | Sequence[int] = "all", direction: str = "both") -> NetworkChange:
+        """As ``Network.partition``: "all" is every host and the store (never the harness's
+        connection), "store" the store alone, a list of nodes their hosts."""
+        self._check_node(node)
+        check_direction(direction)
+        shown: str | list[int]
+        if peers == "all":
+            rule, shown = HostPartition((), direction, wire=True, store=True), "all"
+        elif peers == "store":
+            rule, shown = HostPartition((), direction, wire=False, store=True), "store"
+        elif isinstance(peers, str) or not isinstance(peers, Sequence) or not peers:
+            raise ConfigError("peers", peers, 'must be "all", "store" or a non-empty list of nodes')
+        else:
+            nodes = sorted({self._check_node(p, name="peers") for p in peers})
+            if node in nodes:
+                raise ConfigError("peers", nodes, f"must not contain the partitioned node {node}")
+            addresses = tuple(dict.fromkeys(self._links.host_address(p) for p in nodes))
+            rule, shown = HostPartition(addresses, direction), nodes
+        with self._lock:
+            self._rules.setdefault(node, []).append(rule)
+            self._apply(node)
+        return NetworkChange("partition", node, {"peers": shown, "direction": direction})
+
+    def packet_loss(self, node: int, probability: float) -> NetworkChange:
+        """As ``Network.packet_loss``: replaces an earlier loss on this node; 0 removes it."""
+        self._check_node(node)
+        p = check_probability(probability)
+        with self._lock:
+            kept = [r for r in self._rules.get(node, []) if not isinstance(r, HostLoss)]
+            self._rules[node] = kept + ([HostLoss(p)] if p > 0 else [])
+            self._apply(node)
+        return NetworkChange("packet_loss", node, {"probability": p})
+
+    def bandwidth(self, node: int, rate: str | int) -> NetworkChange:
+        raise ConfigError("fault", "bandwidth", f"is not done on hosts: {NOT_ON_HOSTS['bandwidth']}")
+
+    def link_down(self, node: int) -> NetworkChange:
+        raise ConfigError("fault", "link_down", f"is not done on hosts: {NOT_ON_HOSTS['link_down']}")
+
+    def heal(self, node: int | None = None) -> NetworkChange:
+        """Remove node ``node``'s faults (every node's with None): its host's table goes."""
+        if node is not None:
+            self._check_node(node)
+        healed: set[str] = set()
+        with self._lock:
+            for n in [node] if node is not None else sorted(self._rules):
+                if self._rules.pop(n, None):
+                    healed.add("partition/packet_loss")
+                    self._apply(n)
+        return NetworkChange("heal", node, {"healed": sorted(healed)})
+
+    def faulted(self) -> dict[int, list[str]]:
+        with self._lock:
+            return {n: ["partition" if isinstance(r, HostPartition) else "packet_loss" for r in rules]
+                    for n, rules in self._rules.items() if rules}
+
+    def firewall(self, node: int) -> HostFirewall:
+        """Node ``node``'s host's fault table (made on first use)."""
+        host, _ = self._links.connection(node)
+        with self._lock:
+            if host not in self._firewalls:
+                self._firewalls[host] = HostFirewall(host)
+            return self._firewalls[host]
+
+    def _apply(self, node: int) -> None:
+        _, store_port = self._links.connection(node)
+        self.firewall(node).apply(self._rules.get(node, []), store_port)
+
+    def _check_node(self, node: object, name: str = "node") -> int:
+        count = self._links.node_count()
+        if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < count:
+            raise ConfigError(name, node, f"must be a node index in [0, {count})")
+        return node

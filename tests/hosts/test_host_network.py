@@ -1,0 +1,160 @@
+"""Issue 29 part 3: network faults on hosts, by nftables there (``harness.sim.nodes.host_network``).
+
+Two sshd hosts of ``SshdLab`` (each a network namespace with root: nft works there). What
+is checked, each where it can be seen: the table on the host (``nft list`` over a fresh
+connection), who still gets through (the harness's own connection does; another host does
+not), the table gone when its owner goes, however it goes (close, or this side's ssh
+SIGKILLed as a dying controller's would be), and a job on the two hosts riding out a
+partition of node 1 and its heal, as the bundled ``flapping_link`` scenario does locally.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import Cluster
+from harness.errors import ConfigError
+from harness.faults import AtStep, Bandwidth, FaultRefused, Heal, OnWorldSize, Partition, ScheduledFault
+from harness.hosts import HostSpec
+from harness.sim.net.host_rules import HostLoss, HostPartition
+from harness.sim.nodes.host_network import HostFirewall
+from harness.sim.truth.timeline import HARNESS
+from harness.states import WorkerState
+from tests.hosts.sshd import SshdLab
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "scenarios" / "scripts" / "train.py"
+#: how long a dropped connection attempt is given before it counts as silently dropped
+_DROPPED_AFTER_S = 1.0
+
+
+def _reach(lab: SshdLab, from_host: int, address: str, port: int) -> str:
+    """From host ``from_host``'s namespace, a TCP connection to ``address:port``:
+    "banner" (it answered), "refused", or "silence" (nothing back: dropped)."""
+    probe = ("import socket, sys\n"
+             "try:\n"
+             f"    s = socket.create_connection(({address!r}, {port}), timeout={_DROPPED_AFTER_S})\n"
+             "    s.settimeout(5); print('banner' if s.recv(8).startswith(b'SSH-') else 'other')\n"
+             "except ConnectionRefusedError: print('refused')\n"
+             "except (socket.timeout, TimeoutError): print('silence')\n")
+    namespace = lab.net.namespace_path(from_host)
+    out = subprocess.run(["nsenter", f"--net={namespace}", "python3", "-c", probe], capture_output=True,
+                         text=True, timeout=30)
+    return out.stdout.strip() or out.stderr.strip()
+
+
+def _table_on(lab: SshdLab, spec: HostSpec, table: str) -> str | None:
+    """The table as the host lists it, over a fresh connection of its own (None: none)."""
+    with lab.ssh_host(spec) as observer:
+        done = observer.run(["nft", "list", "table", "inet", table], check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
+def test_a_partition_on_a_host_spares_the_harness_and_goes_with_its_owner(lab: SshdLab):
+    """A partition from everyone on host 0: host 1 can no longer reach it (silence, not a
+    refusal), while the harness's connection goes on (the lease answers) and a new one
+    from this machine gets in. Healed: host 1 reaches it again. Applied again, then this
+    side's ssh clients SIGKILLed (a controller that dies): the host removes the table
+    itself, seen over a fresh connection."""
+    lab.start(0)
+    lab.start(1)
+    spec = lab.spec(0)
+    assert _reach(lab, 1, spec.address, spec.port) == "banner"
+    with lab.ssh_host(spec) as ssh:
+        firewall = HostFirewall(ssh)
+        firewall.apply([HostPartition((), "both", store=True)], store_port=None)
+        listed = firewall.listed()
+        assert listed is not None and "drop" in listed
+        assert _reach(lab, 1, spec.address, spec.port) == "silence"
+        ssh.ping()  # the harness's own connection is spared
+        assert _table_on(lab, spec, firewall.table) == listed  # and a new one of this machine's gets in
+        firewall.apply([], store_port=None)  # healed
+        assert firewall.listed() is None
+        assert _reach(lab, 1, spec.address, spec.port) == "banner"
+        firewall.apply([HostLoss(1.0)], store_port=None)  # every packet lost, but the harness's
+        assert _reach(lab, 1, spec.address, spec.port) == "silence"
+        ssh.ping()
+        for pid in ssh.pids():  # the controller dies: its ssh clients with it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        deadline = time.monotonic() + 20
+        while _table_on(lab, spec, firewall.table) is not None:
+            assert time.monotonic() < deadline, "the table outlived its owner's connection by 20 s"
+            time.sleep(0.2)
+    assert _reach(lab, 1, spec.address, spec.port) == "banner"
+
+
+def test_a_host_without_nft_says_so_in_one_line(lab: SshdLab, tmp_path: Path):
+    """A host where ``nft`` cannot run: one line naming the host and what a network fault
+    needs there, never a traceback wall."""
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        firewall = HostFirewall(ssh)
+        firewall.table = "not a table name"  # nft refuses it as it would refuse a host without root
+        with pytest.raises(Exception) as info:
+            firewall.apply([HostPartition((), "both")], store_port=None)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(f"host {lab.spec(0).label}: nft -f exited 1: ")
+        assert message.endswith("network faults on a host need nftables (nft) and root there")
+
+
+def test_a_partitioned_node_on_a_host_is_left_behind_and_rejoins_when_healed(lab, netns_hosts, tmp_path):
+    """Node 1 (host 1) cut from everyone at step 5: its heartbeats to the store (the
+    forwarded port on its loopback) and its gloo peers are dropped on its host, node 0 goes
+    on alone; healed once it does, node 1 rejoins. The table is there while the cut lasts
+    and gone after; the job's events kept coming over the spared connection throughout."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, hosts=netns_hosts,
+                 start_method="zygote") as cluster:  # each round's worker forks from its agent's zygote
+        job = cluster.launch(str(TRAIN), "--steps", "60", "--step-time", "0.05", "--ckpt-dir",
+                             str(tmp_path))
+        job.schedule([ScheduledFault(Partition(node=1, peers="all"), AtStep(step=5, rank=0)),
+                      ScheduledFault(Heal(node=1), OnWorldSize(1), after_previous=True)])
+        deadline = time.monotonic() + 120
+        while not job.timeline.faults():
+            ended = len(job.timeline.events("node_exit", HARNESS)) == 2
+            assert time.monotonic() < deadline and not ended, f"{job.timeline.format()}\n{job.agent_log(0)}"
+            time.sleep(0.05)
+        during = job.remote.network.firewall(1).listed()  # before the heal: node 0 re-forms alone first
+        result = job.wait(timeout=180)
+        assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 1, 2], job.timeline.format()
+        assert during is not None and "drop" in during, during
+        assert job.remote.network.firewall(1).listed() is None
+        assert job.network.open_faults() == {}
+        [fault, heal] = [*job.timeline.faults(), *job.timeline.events("heal", HARNESS)]
+        assert (fault["fault"], fault["target_node"], fault["peers"]) == ("partition", 1, "all")
+        assert heal["healed"] == ["partition/packet_loss"]
+
+
+def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts):
+    """bandwidth and link_down (they would slow or cut the harness's own connection), and
+    a network fault on a node that shares its host (three nodes on two hosts: nodes 0 and
+    2 share host 0): refused when injected and when called, nothing recorded."""
+    with Cluster(nnodes="2:3", nproc_per_node=1, hosts=netns_hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(str(ROOT / "tests" / "scripts" / "sleeper.py"))
+        with pytest.raises(FaultRefused, match=r"Bandwidth\(node=1.* refused: bandwidth is not done on hosts: it "
+                                               r"would shape the host's own link"):
+            job.inject(Bandwidth(node=1, rate="1mbit"))
+        with pytest.raises(FaultRefused, match=r"refused: link_down is not done on hosts: it would cut the host off"):
+            job.link_down(1)
+        with pytest.raises(FaultRefused) as info:
+            job.inject(Partition(node=0))
+        assert str(info.value).endswith(f"refused: host {netns_hosts[0].label} carries nodes 0, 2 of this job, and "
+                                        "a network fault there falls on every node it carries: place node 0 alone "
+                                        "on a host (placement=)")
+        with pytest.raises(FaultRefused, match=r"peer node 0's host .* also carries node\(s\) 2, which a cut from "
+                                               r"it would cut too"):
+            job.partition(1, peers=[0])
+        assert not job.timeline.events("fault", HARNESS) and job.pending_faults() == []
+        with pytest.raises(ConfigError, match="must be a node index"):
+            job.remote.network.partition(7)
