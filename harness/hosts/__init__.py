@@ -32,11 +32,11 @@ from harness.hosts._placement import CAPABILITIES, place, refusal
 from harness.hosts._process import CommandResult, RemoteProcess
 from harness.hosts._relay import EventRelay, check_event
 from harness.hosts._spec import FIELDS, HostSpec, load_hosts, parse_host
-from harness.hosts._ssh import RemoteInfo, SshHost, controller_version
+from harness.hosts._ssh import SILENT_LINK_S, RemoteInfo, SshHost, controller_version
 
 __all__ = [
     "CAPABILITIES", "FIELDS", "ClockOffset", "ClockSample", "CommandResult", "EventRelay", "HostAuthError",
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
-    "parse_host", "place", "refusal",
+    "parse_host", "place", "refusal", "SILENT_LINK_S",
 ]

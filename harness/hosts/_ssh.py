@@ -68,12 +68,15 @@ from harness.hosts._errors import (
 from harness.hosts._process import CommandResult, RemoteProcess, show_argv, stop_local
 from harness.hosts._spec import HostSpec
 
-__all__ = ["SshHost", "RemoteInfo"]
+__all__ = ["SILENT_LINK_S", "SshHost", "RemoteInfo"]
 
 DIST = "pytest-elastic"
 _SOCKET = "m"  # the first connection's control socket; another's is "m1", "m2", ...
 _MOST_SOCKET = "m999"  # the longest name a control socket may have (the dir's path is chosen for it)
 _ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
+#: how long the host may stay silent before our ssh client gives the connection up
+#: (``ServerAliveInterval * ServerAliveCountMax``): a shorter outage resumes (TCP retransmits)
+SILENT_LINK_S = float(_ALIVE_INTERVAL_S * _ALIVE_COUNT)
 #: the default of how long a host waits, hearing nothing from us, before it ends our commands
 LOST_AFTER_S = 30.0
 _MASTER_LOG = "master.log"
@@ -492,6 +495,12 @@ class SshHost:
     @property
     def closed(self) -> bool:
         return self._owned.closed
+
+    def connected(self) -> bool:
+        """Whether the connection (its first, which holds the lease) is up now: False once
+        closed, or once the client gave it up (the host silent for ``SILENT_LINK_S``)."""
+        master = self._owned.master
+        return not self._owned.closed and master is not None and master.poll() is None
 
     def close(self) -> None:
         """End every command, the lease (the work dir goes) and the connection. Idempotent."""

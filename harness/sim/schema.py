@@ -398,6 +398,10 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               part="network", lasts=UNTIL_HEALED, needs=(NETNS,), public=True),
     FaultKind("link_down", "LinkDown", (NODE,), "a node's cable is pulled (no carrier)", part="network",
               lasts=UNTIL_HEALED, needs=(NETNS,), public=True),
+    FaultKind("host_unreachable", "HostUnreachable",
+              (NODE, Key("seconds", 3.0, "how long this machine cannot reach the host", number(0.1), example=20)),
+              "this machine loses the SSH connection to a node's host for a while (nodes on hosts)", part="network",
+              membership=-1, needs=(NETNS,)),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
               (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",

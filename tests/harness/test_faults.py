@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from harness import Cluster, WorkerState
+from harness.errors import ConfigError
 from harness.faults import After, AtStep, OnState, ScheduledFault, WorkerHang, WorkerKill
 from tests.conftest import SCRIPTS
 
@@ -81,6 +82,10 @@ def test_a_fault_that_cannot_be_applied_fails_wait_and_is_not_fired(warm_pool):
         assert job.unfired_faults() == [entry] and job.failed_faults()[0][0] is entry
         [error] = job.timeline.events("fault_error")
         assert "store_host" in error["error"]
+        with pytest.raises(ConfigError) as info:  # no connection to lose: nodes here, not on hosts
+            job.network.host_unreachable(0, 3)
+        assert str(info.value) == ("fault='host_unreachable' needs the node on a host (Cluster(hosts=...)): "
+                                   "a node on this machine has no connection to lose")
 
 
 def test_after_previous_arms_a_fault_only_once_its_predecessor_fired(warm_pool):

@@ -16,12 +16,14 @@ import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import AtStep, Bandwidth, FaultRefused, Heal, OnWorldSize, Partition, ScheduledFault
 from harness.hosts import HostSpec
+from harness.sim.faults import fault_class
 from harness.sim.net.host_rules import HostLoss, HostPartition
 from harness.sim.nodes.host_network import HostFirewall
 from harness.sim.truth.timeline import HARNESS
@@ -158,3 +160,82 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
         assert not job.timeline.events("fault", HARNESS) and job.pending_faults() == []
         with pytest.raises(ConfigError, match="must be a node index"):
             job.remote.network.partition(7)
+
+
+def test_a_host_unreachable_for_a_while_is_ridden_out(lab, netns_hosts, tmp_path):
+    """host_unreachable(node=1, seconds=3) at step 5: host 1 drops this machine's SSH
+    connections (the store rides them, so node 1 goes quiet to it and is fenced; node 0
+    re-forms alone); the host lifts the cut itself, the same connection resumes (TCP
+    retransmits), node 1 rejoins: [2, 1, 2], success. ``host_reachable`` says the
+    connection was kept and how long the host was out of reach; the events node 1 wrote
+    while it was cut off came late, but came; no cut table is left on the host."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, hosts=netns_hosts,
+                 start_method="zygote") as cluster:
+        job = cluster.launch(str(TRAIN), "--steps", "120", "--step-time", "0.05", "--ckpt-dir", str(tmp_path))
+        job.inject(fault_class("host_unreachable")(node=1, seconds=3), AtStep(step=5, rank=0))
+        result = job.wait(timeout=180)
+        assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [2, 1, 2], job.timeline.format()
+        [fault] = job.timeline.faults()
+        assert (fault["fault"], fault["target_node"], fault["seconds"]) == ("host_unreachable", 1, 3)
+        back = _host_reachable(job)
+        assert back["connection"] == "kept" and back["unreachable_s"] >= 3, back
+        cut_at = fault["mono"]
+        written_while_cut = [e for e in job.timeline.events(node=1) if cut_at < e["mono"] < cut_at + 3]
+        assert written_while_cut, job.timeline.format()  # relayed once the connection resumed
+        table = job.remote.network.firewall(1).table + "_cut"
+    assert _table_on(lab, netns_hosts[1], table) is None
+
+
+@pytest.mark.slow
+def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reconnected(lab, netns_hosts,
+                                                                                          tmp_path):
+    """host_unreachable(node=1, seconds=20): past SILENT_LINK_S (15 s) this machine's ssh
+    client gives the connection up, and node 1 with it (its agent's client exits 255); node
+    0 goes on alone and succeeds. When the cut is lifted the harness connects again and says
+    so (``host_reachable``: "reconnected"), with how many of node 1's event lines never came
+    (read over the new connection while the old lease still keeps them, or None). The old
+    lease ends what node 1 ran on the host within its lost_after: nothing is left there."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, hosts=netns_hosts,
+                 start_method="zygote") as cluster:
+        job = cluster.launch(str(TRAIN), "--steps", "300", "--step-time", "0.05", "--ckpt-dir", str(tmp_path))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        old_work_dir = job.remote.connection(1)[0].work_dir
+        job.inject(fault_class("host_unreachable")(node=1, seconds=20), AtStep(step=5, rank=0))
+        result = job.wait(timeout=240)
+        assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
+        exits = {e["target_node"]: e for e in job.timeline.events("node_exit", HARNESS)}
+        assert exits[1]["exitcode"] == 255, exits
+        back = _host_reachable(job)
+        assert back["connection"] == "reconnected" and back["unreachable_s"] >= 20, back
+        assert set(back["missed_events"]) == {"1"}, back  # None here: the old lease ended at once (below)
+        assert job.remote.connection(1)[0].work_dir != old_work_dir  # the new connection
+    deadline = time.monotonic() + 60  # the old lease ends what it ran: at once (the host's sshd hears
+    while _named(old_work_dir) or os.path.exists(old_work_dir):  # the reset), else after lost_after
+        assert time.monotonic() < deadline, f"left on the host: {_named(old_work_dir)}"
+        time.sleep(0.5)
+
+
+def _host_reachable(job) -> dict:
+    """The job's ``host_reachable`` event, once it came (recorded from a thread, after the
+    host answered again: maybe after the job's end)."""
+    deadline = time.monotonic() + 60
+    while not job.timeline.events("host_reachable", HARNESS):
+        assert time.monotonic() < deadline, job.timeline.format()
+        time.sleep(0.1)
+    [back] = job.timeline.events("host_reachable", HARNESS)
+    return back
+
+
+def _named(text: str) -> list[int]:
+    """The processes (the lab's hosts share this machine's /proc) whose command line or
+    environment names ``text``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            words = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if text in words and proc.pid != os.getpid():
+            found.append(proc.pid)
+    return found

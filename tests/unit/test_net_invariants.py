@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from harness.sim.truth.net_invariants import cut_off_from_store, split_brain, unfenced_workers, unhealed_message
+from harness.sim.truth.net_invariants import (
+    cut_off_from_store,
+    split_brain,
+    unfenced_workers,
+    unhealed_message,
+    unobserved,
+)
 
 
 def start(node, pid, round_, t):
@@ -85,3 +91,31 @@ def test_a_node_that_fenced_just_after_its_heal_was_stopping_its_workers_until_t
     # a fence much later belongs to another story
     late = {"kind": "fenced", "node": 1, "mono": 30.0}
     assert cut_off_from_store([cut(1, 6.0, "all"), heal(1, 6.5), late])[1] == [(6.0, 6.5)]
+
+
+def unreachable(node, t):
+    return {"kind": "fault", "fault": "host_unreachable", "target_node": node, "seconds": 3, "mono": t,
+            "node": "harness"}
+
+
+def reachable(node, t, connection):
+    return {"kind": "host_reachable", "target_node": node, "connection": connection, "mono": t, "node": "harness"}
+
+
+def test_an_unreachable_host_cuts_its_node_from_the_store_until_it_answers_on_the_same_connection():
+    """The store rides the lost connection: a cut, ended by ``host_reachable`` "kept"; the
+    node must fence within the bound like a partitioned one. "reconnected" (or no answer)
+    never ends it, and that node is ``unobserved``: no fencing is owed of it, its workers'
+    ends never reached us."""
+    kept = [start(1, 11, 0, 0.0), unreachable(1, 1.0), exit_(1, 11, 1.8), reachable(1, 5.0, "kept")]
+    assert cut_off_from_store(kept)[1] == [(1.0, 5.0)] and unobserved(kept) == set()
+    assert unfenced_workers(kept, bound=2.0) == []
+    unfenced = [start(1, 11, 0, 0.0), unreachable(1, 1.0), step(1, 11, 9, 4.5), reachable(1, 5.0, "kept")]
+    assert len(unfenced_workers(unfenced, bound=2.0)) == 1
+    lost = [start(1, 11, 0, 0.0), unreachable(1, 1.0), reachable(1, 25.0, "reconnected")]
+    assert cut_off_from_store(lost)[1] == [(1.0, float("inf"))]
+    assert {1, "1"} <= unobserved(lost) and unfenced_workers(lost, bound=2.0) == []
+    never = [start(1, 11, 0, 0.0), unreachable(1, 1.0), {"kind": "state", "mono": 9.0}]
+    assert {1, "1"} <= unobserved(never)
+    partitioned = [start(1, 11, 0, 0.0), cut(1, 1.0), {"kind": "state", "mono": 9.0}]
+    assert unobserved(partitioned) == set()  # a partition's node is still seen

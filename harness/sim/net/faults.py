@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.errors import ConfigError
 from harness.sim.faults.target import Ended, record_fault
 
 if TYPE_CHECKING:
@@ -76,6 +77,20 @@ class NetworkFaults:
         """Limit node ``node``'s link to ``rate`` (e.g. "1mbit", or bits per second)."""
         self._target.node(node)
         self._record(self._net().bandwidth(node, rate))
+
+    def host_unreachable(self, node: int, seconds: float = 3.0) -> None:
+        """This machine loses node ``node``'s host for ``seconds`` (nodes on hosts only: the
+        host drops the harness's SSH connections, and lifts that itself). Recorded when the
+        cut is felt; a ``host_reachable`` event says what came of it once the host answers
+        again (``connection``: "kept", "reconnected" -- the node was lost with the old one --
+        or "lost"; ``unreachable_s``)."""
+        self._target.node(node)
+        cut = getattr(self._net(), "host_unreachable", None)
+        if cut is None:
+            raise ConfigError("fault", "host_unreachable", "needs the node on a host (Cluster(hosts=...)): "
+                              "a node on this machine has no connection to lose")
+        self._record(cut(node, seconds, on_back=lambda fields: self._target.record(
+            "host_reachable", target_node=node, **fields)))
 
     def link_down(self, node: int) -> None:
         """Unplug node ``node``'s cable: its interface loses carrier (until healed)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from harness.sim.net.rules import LOSS_SCALE
 
-__all__ = ["Control", "HostLoss", "HostPartition", "HostRule", "render_host"]
+__all__ = ["Control", "HostLoss", "HostPartition", "HostRule", "render_cut", "render_host"]
 
 _EVERY_PACKET = ("meta nfproto ipv4", "meta nfproto ipv6 meta l4proto != ipv6-icmp")
 
@@ -114,3 +114,15 @@ def render_host(table: str, rules: Sequence[HostRule], control: Control, store_p
         script += (f"table inet {table} {{\n{_chain('input', rules, control, store_port)}"
                    f"{_chain('output', rules, control, store_port)}}}\n")
     return script
+
+
+def render_cut(table: str, control: Control) -> str:
+    """An ``nft -f`` script that makes table ``table`` drop the harness's own SSH connections
+    to the host, both ways, and nothing else: this machine cannot reach the host (the
+    ``host_unreachable`` fault). Nothing else of the host's traffic is touched."""
+    family = _family(control.address)
+    return (f"table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n"
+            f"\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;\n"
+            f"\t\t{family} saddr {control.address} tcp dport {control.port} drop\n\t}}\n"
+            f"\tchain output {{\n\t\ttype filter hook output priority filter; policy accept;\n"
+            f"\t\t{family} daddr {control.address} tcp sport {control.port} drop\n\t}}\n}}\n")

@@ -19,16 +19,18 @@ that share it would fall on both.
 
 from __future__ import annotations
 
+import logging
 import re
 import subprocess
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
-from harness.hosts import HostError, SshHost
+from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
-from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_host
+from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_cut, render_host
 from harness.sim.net.network import NetworkChange
 from harness.sim.net.rules import check_direction, check_probability
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
 
 __all__ = ["HostFirewall", "HostNetwork", "NOT_ON_HOSTS", "NodeLinks"]
+
+_log = logging.getLogger(__name__)
 
 #: the network faults not done on hosts, and why
 NOT_ON_HOSTS = {
@@ -50,6 +54,15 @@ NOT_ON_HOSTS = {
 _KEEPER = ('exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
            'while :; do sleep 3600 & wait $!; done')
 _NEEDS = "network faults on a host need nftables (nft) and root there"
+#: the cutter (``host_unreachable``): loads the cut, and lifts it itself after its seconds (this
+#: machine cannot reach the host to lift it), or at once when the connection ends (SIGTERM)
+_CUTTER = ('exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
+           'nft -f "$1" || exit 1; sleep "$2" & wait $!; nft delete table inet "$0"')
+#: how long the cut may take to be felt here (the cutter starts, nft loads it)
+_CUT_FELT_S = 10.0
+#: after the cut is lifted, how long the host may take to answer again: TCP's retransmission
+#: backoff (the next try may come as late as the outage was long), then a margin
+_BACK_MARGIN_S = 20.0
 
 
 def _one_line(text: str) -> str:
@@ -83,21 +96,45 @@ class HostFirewall:
         if rules and self._keeper is None:
             self._keeper = self.host.start(["sh", "-c", _KEEPER, self.table], stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL)
-        script = render_host(self.table, rules, self.control(), store_port)
+        self._nft("-f", self._put(render_host(self.table, rules, self.control(), store_port)))
+
+    def cut(self, seconds: float) -> RemoteProcess:
+        """This machine's SSH connections to the host dropped there for ``seconds``: the
+        table is checked (``nft -c``) while the host is still reachable, then loaded by the
+        cutter, which lifts it when the time is up. The cutter's handle."""
+        table = f"{self.table}_cut"
+        path = self._put(render_cut(table, self.control()))
+        self._nft("-c", "-f", path)
+        return self.host.start(["sh", "-c", _CUTTER, table, path, repr(float(seconds))],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def _put(self, script: str) -> str:
         self._changes += 1
-        path = self.host.put(f"net/{self._changes}.nft", script.encode())
+        return self.host.put(f"net/{self._changes}.nft", script.encode())
+
+    def _nft(self, *args: str) -> CommandResult:
         try:
-            done = self.host.run(["nft", "-f", path], check=False)
+            done = self.host.run(["nft", *args], check=False)
         except HostError as e:
             raise NetworkError(f"{e}; {_NEEDS}") from None
         if done.returncode != 0:
-            raise NetworkError(f"host {self.host.spec.label}: nft -f exited {done.returncode}: "
+            raise NetworkError(f"host {self.host.spec.label}: nft {' '.join(args[:-1])} exited {done.returncode}: "
                                f"{_one_line(done.stderr or done.stdout)}; {_NEEDS}")
+        return done
 
     def listed(self) -> str | None:
         """The table as the host's ``nft`` lists it now (None: there is none)."""
         done = self.host.run(["nft", "list", "table", "inet", self.table], check=False)
         return done.stdout if done.returncode == 0 else None
+
+
+def _answers(host: SshHost, timeout: float) -> bool:
+    """Whether the host's lease answers a ping within ``timeout`` s."""
+    try:
+        host.ping(timeout)
+    except HostError:
+        return False
+    return True
 
 
 class NodeLinks(Protocol):
@@ -113,6 +150,15 @@ class NodeLinks(Protocol):
 
     def node_count(self) -> int:
         """How many node indices the job can have (its network's slots)."""
+        ...
+
+    def reconnect(self, node: int) -> SshHost:
+        """A new connection to node ``node``'s host, in place of one that was lost."""
+        ...
+
+    def missed(self, node: int) -> dict[int, int | None]:
+        """For each node on node ``node``'s host: how many lines its agent wrote to its
+        events file there that never reached this machine (None: the file is gone)."""
         ...
 
 
@@ -169,6 +215,60 @@ class HostNetwork:
 
     def link_down(self, node: int) -> NetworkChange:
         raise ConfigError("fault", "link_down", f"is not done on hosts: {NOT_ON_HOSTS['link_down']}")
+
+    def host_unreachable(self, node: int, seconds: float = 3.0,
+                         on_back: Callable[[dict[str, Any]], None] | None = None) -> NetworkChange:
+        """This machine loses node ``node``'s host for ``seconds``: the host drops the
+        harness's SSH connections (``HostFirewall.cut``), so the node's events stop coming,
+        no fault or heal reaches it, and the store, which it reaches over that connection,
+        goes quiet for it (its peers go on without it, per the runtime's rules). The host
+        lifts the cut itself. An outage shorter than ``harness.hosts.SILENT_LINK_S`` resumes (TCP
+        retransmits: the events come late); a longer one loses the connection, and with it
+        the node (its host's lease ends what it started there). Returns once the cut is
+        felt here; ``on_back`` is called, from a thread, with what came of it once the host
+        answers again: ``connection`` "kept", "reconnected" (a new connection; the node is
+        lost) or "lost" (no answer), and ``unreachable_s``."""
+        self._check_node(node)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+            raise ConfigError("seconds", seconds, "must be a number of seconds in (0, 3600]")
+        firewall = self.firewall(node)
+        with self._lock:
+            cutter = firewall.cut(seconds)
+        began = time.monotonic()
+        while _answers(firewall.host, 0.5):
+            if time.monotonic() - began > _CUT_FELT_S:
+                cutter.close()
+                raise NetworkError(f"host {firewall.host.spec.label}: this machine still reached it "
+                                   f"{_CUT_FELT_S:g} s after the cut was started: not applied")
+        threading.Thread(target=self._await_back, args=(node, firewall.host, began, seconds, on_back),
+                         name=f"host_unreachable {node}", daemon=True).start()
+        return NetworkChange("host_unreachable", node, {"seconds": seconds, "host": firewall.host.spec.label})
+
+    def _await_back(self, node: int, host: SshHost, began: float, seconds: float,
+                    on_back: Callable[[dict[str, Any]], None] | None) -> None:
+        """Once the cut is lifted: until the host answers again, on the same connection or
+        (once the client gave it up) on a new one; what came of it to ``on_back``."""
+        time.sleep(max(0.0, began + seconds - time.monotonic()))
+        deadline = began + 2 * seconds + _BACK_MARGIN_S
+        connection = "lost"
+        while time.monotonic() < deadline and not host.closed:
+            if host.connected() and _answers(host, 1.0):
+                connection = "kept"
+                break
+            if not host.connected():
+                try:
+                    _answers(self._links.reconnect(node), 5.0)
+                except HostError as e:
+                    _log.warning("node %d: reconnecting to its host: %s", node, e)
+                    time.sleep(1.0)
+                    continue
+                connection = "reconnected"
+                break
+        fields: dict[str, Any] = {"connection": connection, "unreachable_s": round(time.monotonic() - began, 3)}
+        if connection == "reconnected":  # what the lost connection never delivered, read over the new one
+            fields["missed_events"] = {str(n): count for n, count in self._links.missed(node).items()}
+        if on_back is not None:
+            on_back(fields)
 
     def heal(self, node: int | None = None) -> NetworkChange:
         """Remove node ``node``'s faults (every node's with None): its host's table goes."""

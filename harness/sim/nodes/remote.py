@@ -93,7 +93,7 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal", "partition", "packet_loss")
+               "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable")
 _PART_OF_LATER_SLICE = "storage and resource faults on hosts are a later part of issue 29"
 #: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
 NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
@@ -409,6 +409,39 @@ class RemoteNodes:
         if link is None:
             raise NetworkError(f"node {node} has not started on its host {self.host_of(node).label}")
         return link.host, link.store_port
+
+    def reconnect(self, node: int) -> SshHost:
+        """A new connection to node ``node``'s host in place of one that was lost (the
+        store forwarded there again, the clock offset measured again); the old one closed.
+        The nodes that ran over the old one are lost with it: their agents' clients ended."""
+        spec = self.host_of(node)
+        with self._lock:
+            old = self._links.pop(spec, None)
+        if old is not None:
+            old.host.close()
+        return self._link(spec, None).host  # the store's bridge, if the job has one, is forwarded again
+
+    def missed(self, node: int) -> dict[int, int | None]:
+        """For each node placed on node ``node``'s host (started, over a connection now
+        lost): the lines of its events file there that its relay never delivered, counted
+        over the host's current connection while the old lease still keeps its work dir
+        (None: the file is gone: the old lease has ended and removed it)."""
+        spec = self.host_of(node)
+        with self._lock:
+            link = self._links.get(spec)
+        counts: dict[int, int | None] = {}
+        for index, handle in self._job.nodes.items():
+            if not isinstance(handle, RemoteNodeProcess) or self.host_of(index) != spec or link is None:
+                continue
+            relay = handle.agent.relay
+            try:
+                out = link.host.run(["sh", "-c", 'wc -l < "$0" 2>/dev/null', relay.path], check=False).stdout
+            except HostError:
+                out = ""
+            words = out.split()
+            counts[index] = (int(words[0]) - relay.received - relay.refused
+                             if words and words[0].isdigit() else None)
+        return counts
 
     def node_count(self) -> int:
         """The node indices the job can have: its ``max_nodes``, and any added past it."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.sim.errors import InvariantViolation
 from harness.sim.schema import kinds_where
-from harness.sim.truth.net_invariants import cut_off_from_store, split_brain, unfenced_workers
+from harness.sim.truth.net_invariants import cut_off_from_store, split_brain, unfenced_workers, unobserved
 from harness.sim.truth.timeline import HARNESS, Timeline
 from harness.states import WorkerState
 
@@ -105,7 +105,7 @@ def _check_no_overlap(timeline: Timeline, problems: list[str]) -> None:
     load the survivors' new round can start before a cut-off node's fence fires (seen once
     in ``scenarios/network/flapping_link.toml`` under chaos)."""
     agent_lost = {f.get("target_node") for f in timeline.events("fault")
-                  if f.get("fault") in _AGENT_LOSING_FAULTS}
+                  if f.get("fault") in _AGENT_LOSING_FAULTS} | unobserved(timeline.events())
     cut_off = cut_off_from_store(timeline.events())
     exits = {(e["node"], e.get("worker_pid")): e["mono"] for e in timeline.events("worker_exit")}
     rounds = _rounds(timeline)

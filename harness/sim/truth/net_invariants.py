@@ -7,8 +7,9 @@ lists as well as on real partitioned jobs:
   worker of an older round makes one. A step event carries the worker's pid; the
   ``worker_start`` event of that pid (on that node) says which round the worker belongs to.
 * **a node cut off from the store stops its workers** -- the workers a node had when it
-  lost the store (a ``partition`` of ``peers`` "store" or "all") have exited within the
-  keep-alive bound plus the stop grace, unless the partition healed first.
+  lost the store (a ``partition`` of ``peers`` "store" or "all", or its host unreachable)
+  have exited within the keep-alive bound plus the stop grace, unless the cut ended first
+  (a node whose host's connection was lost is not judged: ``unobserved``).
 * **every network fault was healed or reported** -- ``Cluster.close`` warns about faults
   still in place (``unhealed_message``).
 """
@@ -19,7 +20,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["cut_off_from_store", "split_brain", "unfenced_workers", "unhealed_message", "STORE_LOSING_PEERS"]
+__all__ = ["cut_off_from_store", "split_brain", "unfenced_workers", "unhealed_message", "unobserved",
+           "STORE_LOSING_PEERS"]
 
 #: partitions that cut a node off from the rendezvous store
 STORE_LOSING_PEERS = ("store", "all")
@@ -56,21 +58,46 @@ def split_brain(events: list[dict[str, Any]]) -> list[str]:
 
 
 def _store_cuts(events: list[dict[str, Any]]) -> list[tuple[Any, set[Any], float, float]]:
-    """Each cut from the store (a ``partition`` of ``peers`` "store" or "all"): (node index,
-    the names its events use -- index and label alike --, cut, its heal or +inf). A heal
-    that ended no partition (only resource or storage faults) does not end a cut."""
+    """Each cut from the store (a ``partition`` of ``peers`` "store" or "all", or a
+    ``host_unreachable``: the store rides the lost connection): (node index, the names its
+    events use -- index and label alike --, cut, its end or +inf). A partition ends at its
+    heal (a heal that ended no partition, only resource or storage faults, does not end
+    it); an unreachable host when its ``host_reachable`` event says the connection was kept
+    (else the node went with the connection: +inf)."""
     cuts = []
     for i, event in enumerate(events):
-        if (event.get("kind") != "fault" or event.get("fault") != "partition"
-                or event.get("peers") not in STORE_LOSING_PEERS):
+        if event.get("kind") != "fault":
             continue
         node, cut = event.get("target_node"), event["mono"]
-        healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
-                       and e.get("target_node") in (None, node) and not _ends_no_partition(e)), float("inf"))
-        names = {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
-                                     and e.get("target_node") == node}
-        cuts.append((node, names, cut, healed))
+        if event.get("fault") == "partition" and event.get("peers") in STORE_LOSING_PEERS:
+            healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
+                           and e.get("target_node") in (None, node) and not _ends_no_partition(e)), float("inf"))
+        elif event.get("fault") == "host_unreachable":
+            healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "host_reachable"
+                           and e.get("target_node") == node and e.get("connection") == "kept"), float("inf"))
+        else:
+            continue
+        cuts.append((node, _names(events, node), cut, healed))
     return cuts
+
+
+def _names(events: list[dict[str, Any]], node: Any) -> set[Any]:
+    """The names node ``node``'s events use: its index (int and str) and its labels."""
+    return {node, str(node)} | {e.get("label") for e in events if e.get("kind") == "node_start"
+                                and e.get("target_node") == node}
+
+
+def unobserved(events: list[dict[str, Any]]) -> set[Any]:
+    """The nodes (every name) this machine lost sight of for good: a ``host_unreachable``
+    whose connection was not kept (``host_reachable`` says "reconnected" or "lost", or never
+    came). What their workers did after the cut never reached the timeline, so no rule can
+    be checked of it; their host's lease ended what they ran there."""
+    lost: set[Any] = set()
+    for node, names, _cut, healed in _store_cuts(events):
+        if healed == float("inf") and any(e.get("kind") == "fault" and e.get("fault") == "host_unreachable"
+                                          and e.get("target_node") == node for e in events):
+            lost |= names
+    return lost
 
 
 def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
@@ -85,7 +112,10 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
             exits[(event.get("node"), event["worker_pid"])] = event["mono"]
     end = events[-1]["mono"] if events else 0.0
     problems = []
+    gone = unobserved(events)
     for node, names, cut, healed in _store_cuts(events):
+        if node in gone:
+            continue  # its workers' ends never reached us
         deadline = cut + bound
         if healed < deadline or end < deadline:
             continue  # healed (or the job ended) before the node had to fence
