@@ -26,6 +26,7 @@ from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
+from harness.sim.nodes import remote
 from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
@@ -271,3 +272,25 @@ def test_a_node_frozen_on_its_host_is_left_behind(lab, hosts):
     assert (exits[1]["cause"], exits[1]["signal"]) == ("freeze_node", signal.SIGKILL)  # at close
     for spec in hosts:
         assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+
+
+def test_each_hosts_clock_is_measured_again_while_the_job_runs(lab, hosts, monkeypatch):
+    """Clock upkeep (every ``CLOCK_UPKEEP_S``, here 0.5 s): each host's offset is measured
+    again over its lease and handed to the relays of its nodes; each measurement is on the
+    timeline (``clock_offset``: the host, how far the offset moved, its error bound). The
+    lab's hosts share this machine's clocks: the offsets stay within their bounds of 0."""
+    monkeypatch.setattr(remote, "CLOCK_UPKEEP_S", 0.5)
+    with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        first = {i: job.nodes[i].agent.relay.offset for i in (0, 1)}
+        deadline = time.monotonic() + 30
+        while len({e["host"] for e in job.timeline.events("clock_offset", HARNESS)}) < 2:
+            assert time.monotonic() < deadline, job.timeline.format()
+            time.sleep(0.1)
+        measured = job.timeline.events("clock_offset", HARNESS)
+        assert {e["host"] for e in measured} == {h.label for h in hosts}
+        for event in measured:
+            assert abs(event["mono_offset_s"]) <= event["error_bound_s"] + 0.005, event
+            assert abs(event["moved_s"]) <= 0.05, event
+        assert all(job.nodes[i].agent.relay.offset is not first[i] for i in (0, 1))

@@ -102,6 +102,9 @@ _EXACT_EXIT = ("an exact (rank, step) exit order (exit_code at AtStep) needs the
                "before the rank runs: on hosts, kill_worker at AtStep with a signal (no exit_code), or exit_code "
                "with another trigger")
 _RELAY_CLOSE_S = 10.0
+#: how often each host's clock offset is measured again while the job runs (clocks drift:
+#: NTP slews a host's wall clock, and two monotonic clocks run at their own crystals' rates)
+CLOCK_UPKEEP_S = 120.0
 
 
 # -- the events of a node on a host ------------------------------------------------------
@@ -390,6 +393,8 @@ class RemoteNodes:
         self._lock = threading.Lock()
         #: the network faults of the job's nodes, carried out by their hosts
         self.network = HostNetwork(self)
+        self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
+        self._upkeep: threading.Thread | None = None
 
     def host_of(self, node: int) -> HostSpec:
         """Node ``node``'s host (``placed_host``)."""
@@ -464,7 +469,32 @@ class RemoteNodes:
                 host.close()
                 raise
             self._links[spec] = link
+            if self._upkeep is None:
+                self._upkeep = threading.Thread(target=self._keep_clocks, name="clock upkeep", daemon=True)
+                self._upkeep.start()
             return link
+
+    def _keep_clocks(self) -> None:
+        """Every ``CLOCK_UPKEEP_S``: each host's offset measured again, handed to the relays
+        of its nodes (their next line uses it), and recorded (``clock_offset``: the host,
+        how far the offset moved since the last measurement, and its error bound). A host
+        that does not answer keeps its last offset (a warning; a fault may be cutting it off)."""
+        while not self._ended.wait(CLOCK_UPKEEP_S):
+            with self._lock:
+                links = list(self._links.items())
+            for spec, link in links:
+                try:
+                    offset = measure_offset(link.host, timeout=2.0)
+                except HostError as e:
+                    _log.warning("host %s: its clock offset not measured again: %s", spec.label, e)
+                    continue
+                moved = offset.mono_offset_s - link.offset.mono_offset_s
+                link.offset = offset
+                for node in list(self._job.nodes.values()):
+                    if isinstance(node, RemoteNodeProcess) and node.agent.host is link.host:
+                        node.agent.relay.offset = offset
+                self._events().emit("clock_offset", host=spec.label, moved_s=round(moved, 6),
+                                    mono_offset_s=offset.mono_offset_s, error_bound_s=offset.error_bound_s)
 
     def _events(self) -> EventWriter:
         if self._sink is None:  # the job's events file, as a local node's agent appends to it
@@ -552,6 +582,7 @@ class RemoteNodes:
         """Every node's agent and relay, then every connection (what each started on its
         host goes, its work dir last), the bridge, the sink; what could not be ended."""
         problems = []
+        self._ended.set()
         for link in self._links.values():
             try:
                 link.host.close()
