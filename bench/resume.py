@@ -39,7 +39,9 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -47,6 +49,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from _common import isolate_tmpdir, print_table  # noqa: E402
+
+if TYPE_CHECKING:
+    from harness import WarmPool
 
 TRAINER = str(ROOT / "scenarios" / "training" / "train.py")
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -202,25 +207,10 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 run each")
-    parser.add_argument("--no-torchrun", action="store_true")
-    parser.add_argument("--scenarios", default="crash,node,partition")
-    args = parser.parse_args(argv)
-    runs = 1 if args.quick else args.runs
-    scenarios = [s for s in args.scenarios.split(",") if s]
-    tmp = isolate_tmpdir()
-    from harness.sim.net import netns_missing
-
-    missing = netns_missing()
-    rows = []
-    from harness import WarmPool
-    from harness.procs._import_cache import import_cache_dir
-
-    cache = import_cache_dir(os.environ)  # what the cold private pool's zygote preloads from
-    pool = WarmPool()
+def _measure(scenarios: list[str], runs: int, no_torchrun: bool, missing: Sequence[str], pool: WarmPool,
+             tmp: str) -> list[list[str]]:
+    """Each scenario's runs, every side in rotating order; the table's rows."""
+    rows: list[list[str]] = []
     warm_up(pool)
     for scenario in scenarios:
         if scenario == "partition" and missing:
@@ -228,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         samples: dict[str, list[dict]] = {side: [] for side in OURS + ("torchrun",)}
         for i in range(runs):
-            sides = [*OURS] + (["torchrun"] if not args.no_torchrun and scenario != "partition"
+            sides = [*OURS] + (["torchrun"] if not no_torchrun and scenario != "partition"
                                and TORCHRUN.exists() else [])
             for side in sides[i % len(sides):] + sides[:i % len(sides)]:  # rotate the order
                 sample = (torchrun(scenario, tmp) if side == "torchrun"
@@ -251,7 +241,34 @@ def main(argv: list[str] | None = None) -> int:
                          else f"> {TORCHRUN_TIMEOUT_S:g} s (never)" if never else _fmt(theirs), ratio,
                          " / ".join(f"{lost[k]:.2f}" for k in ("detection", "recovery", "startup", "wasted")),
                          _fmt(_median(samples[side], "first_step")), f"<= {TARGET_S} s", verdict])
-    pool.close()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 run each")
+    parser.add_argument("--no-torchrun", action="store_true")
+    parser.add_argument("--scenarios", default="crash,node,partition")
+    args = parser.parse_args(argv)
+    # SIGTERM (a driver's kill, timeout(1), CI's cancel) ends it as Ctrl-C does, through every
+    # finally: torchrun's agents ignore SIGTERM, and the default action left them running
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    runs = 1 if args.quick else args.runs
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    tmp = isolate_tmpdir()
+    from harness.sim.net import netns_missing
+
+    missing = netns_missing()
+    from harness import WarmPool
+    from harness.procs._import_cache import import_cache_dir
+
+    cache = import_cache_dir(os.environ)  # what the cold private pool's zygote preloads from
+    pool = WarmPool()
+    try:
+        rows = _measure(scenarios, runs, args.no_torchrun, missing, pool, tmp)
+    finally:
+        pool.close()
     print(f"fault -> training resumed, median of {runs}; lost = detection / recovery / startup / wasted (s); "
           f"first step = launch -> first training step; import cache: {cache or 'off'}")
     print_table(["scenario (ours)", "ours", "torchrun", "ours/torchrun", "lost (ours)", "first step",

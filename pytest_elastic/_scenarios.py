@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from harness.sim.faults.chaos import ChaosConfig
 
-__all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure"]
+__all__ = ["ScenarioFile", "ScenarioItem", "ScenarioFailure", "hosts_from_option"]
 
 class ScenarioFailure(AssertionError):
     """An expectation of a scenario did not hold."""
@@ -171,7 +171,7 @@ class ScenarioItem(pytest.Item):
         faults = self.spec.get("fault", [])
         if settings.hosts is not None:  # --elastic-hosts, unless [job] names its own
             job_spec.setdefault("hosts", settings.hosts)
-        hosts = _skip_on_hosts(job_spec, faults, from_option="hosts" not in self.spec["job"])
+        hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self))
         chaos, seed = chaos_config(settings, self, hosts)
         if chaos is not None:
             chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
@@ -179,6 +179,7 @@ class ScenarioItem(pytest.Item):
             _skip_without_netns(job_spec, faults)
             _skip_without_cgroups(faults)
             _skip_without_fuse(faults)
+            _skip_without_hosts(faults)
         expect = self.spec.get("expect", {})
         if expect.get("same_as_golden") or expect.get("diverges"):
             job_spec["golden"] = True  # the workers digest their final state for the twin
@@ -246,6 +247,21 @@ def _needs(faults: list[dict[str, Any]]) -> frozenset[str]:
     return frozenset().union(*(needs_of(f) for f in faults))
 
 
+def hosts_from_option(item: pytest.Item) -> bool:
+    """Whether ``item``'s nodes were put on hosts by ``--elastic-hosts``, not by its own
+    ``hosts`` (the marker's keyword, a scenario's ``[job]`` key): what it asks that they
+    cannot do then skips it (the user's file chose them), rather than failing it (it asked
+    for what cannot be)."""
+    from pytest_elastic._settings import settings_of
+
+    if settings_of(item.config).hosts is None:
+        return False
+    marker = item.get_closest_marker("elastic")
+    if marker is not None and "hosts" in marker.kwargs:
+        return False
+    return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
+
+
 def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool) -> tuple[Any, ...] | None:
     """The hosts the scenario's nodes run on (``harness.hosts.HostSpec``s; None: this
     machine). A scenario ``--elastic-hosts`` put on hosts that cannot run it is skipped,
@@ -309,6 +325,18 @@ def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
     support = probe()
     if not isinstance(support, CgroupSupport):
         pytest.skip(f"needs {support}")
+
+
+def _skip_without_hosts(faults: list[dict[str, Any]]) -> None:
+    """A scenario with a fault that acts on a node's host (``host_unreachable``) is skipped
+    where its nodes run on this machine: there is no connection to lose."""
+    from harness.sim.schema import FAULT_KINDS
+
+    kinds = sorted({str(f.get("kind")) for f in faults
+                    if (row := FAULT_KINDS.get(str(f.get("kind")))) is not None and row.hosts_only})
+    if kinds:
+        pytest.skip(f"needs the nodes on hosts (--elastic-hosts): {', '.join(kinds)} acts on a node's host, "
+                    "and a node on this machine has no connection to lose")
 
 
 def _needs_fuse(fault: dict[str, Any]) -> bool:

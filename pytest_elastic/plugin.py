@@ -201,13 +201,15 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     namespaces, not root) is skipped, saying what is missing, rather than failed, as is one
     whose nodes ``--elastic-hosts`` put on hosts that cannot carry out a fault it asks for;
     a test marked ``golden=True`` that passed is then judged against its jobs' fault-free twins."""
+    from pytest_elastic._scenarios import hosts_from_option
+
     try:
         outcome = yield
     except Exception as e:
         errors = sys.modules.get("harness.sim.errors")  # loaded by whatever raised it
         if errors is not None and isinstance(e, errors.NetworkUnavailable):
             pytest.skip(str(e))
-        if errors is not None and isinstance(e, errors.FaultRefused) and _hosts_from_option(item):
+        if errors is not None and isinstance(e, errors.FaultRefused) and hosts_from_option(item):
             pytest.skip(f"the nodes are on hosts (--elastic-hosts), and {e}")
         raise
     record = item.stash.get(RECORD_KEY, None)
@@ -218,19 +220,6 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
 
         judge_against_twins(record.cluster)
     return outcome
-
-
-def _hosts_from_option(item: pytest.Item) -> bool:
-    """Whether ``item``'s nodes were put on hosts by ``--elastic-hosts``, not by its own
-    ``hosts`` (the marker's keyword, a scenario's ``[job]`` key)."""
-    if settings_of(item.config).hosts is None:
-        return False
-    marker = item.get_closest_marker("elastic")
-    if marker is not None and "hosts" in marker.kwargs:
-        return False
-    from pytest_elastic._scenarios import ScenarioItem
-
-    return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

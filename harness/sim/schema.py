@@ -323,6 +323,9 @@ class FaultKind:
     agent_losing: bool = False
     #: what it needs of the machine (``NEEDS``); a parameter may add one (``Key.needs``)
     needs: tuple[str, ...] = ()
+    #: it acts on a node's host (``Cluster(hosts=...)``) and means nothing on this machine: a
+    #: scenario with it run here is skipped, saying so
+    hosts_only: bool = False
     #: part of the README's API: a one-line ``Job`` method of its name, its class exported by
     #: ``harness.faults``, a line of README's table (``vocabulary_table``). A new kind is
     #: complete without (scenarios, chaos, ``job.inject``, ``job.<part>.<kind>``)
@@ -401,7 +404,7 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("host_unreachable", "HostUnreachable",
               (NODE, Key("seconds", 3.0, "how long this machine cannot reach the host", number(0.1), example=20)),
               "this machine loses the SSH connection to a node's host for a while (nodes on hosts)", part="network",
-              membership=-1, needs=(NETNS,)),
+              membership=-1, needs=(NETNS,), hosts_only=True),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
               (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",

@@ -104,6 +104,17 @@ def test_the_netns_skip_follows_the_rows(monkeypatch, kinds, wants):
     _scenarios._skip_without_netns({"network": "loopback"}, faults_)  # never for loopback
 
 
+def test_a_scenario_whose_fault_acts_on_a_host_is_skipped_with_its_nodes_here():
+    """``host_unreachable`` (a ``hosts_only`` row) has no connection to lose on this machine:
+    the scenario is skipped in one line naming it; other kinds are not."""
+    with pytest.raises(pytest.skip.Exception) as info:
+        _scenarios._skip_without_hosts([{"kind": "kill_worker"}, {"kind": "host_unreachable", "node": 1}])
+    assert str(info.value) == ("needs the nodes on hosts (--elastic-hosts): host_unreachable acts on a node's "
+                               "host, and a node on this machine has no connection to lose")
+    _scenarios._skip_without_hosts([{"kind": "partition"}, {"kind": "no_such_kind"}])
+    assert [k for k, row in schema.FAULT_KINDS.items() if row.hosts_only] == ["host_unreachable"]
+
+
 # -- one apply, explicit registration ----------------------------------------------------------
 
 

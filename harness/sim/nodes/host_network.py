@@ -264,11 +264,16 @@ class HostNetwork:
                     continue
                 connection = "reconnected"
                 break
+        if host.closed and connection == "lost":
+            return  # the job ended meanwhile (closed its hosts): nobody is left to tell
         fields: dict[str, Any] = {"connection": connection, "unreachable_s": round(time.monotonic() - began, 3)}
         if connection == "reconnected":  # what the lost connection never delivered, read over the new one
             fields["missed_events"] = {str(n): count for n, count in self._links.missed(node).items()}
         if on_back is not None:
-            on_back(fields)
+            try:
+                on_back(fields)
+            except (OSError, ValueError) as e:  # the job's event file closed as it came back
+                _log.warning("node %d: its host is reachable again, but that could not be recorded: %s", node, e)
 
     def heal(self, node: int | None = None) -> NetworkChange:
         """Remove node ``node``'s faults (every node's with None): its host's table goes."""
