@@ -279,4 +279,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every process it started is gone by now
+        print("bench/resume.py: interrupted", file=sys.stderr)
+        sys.exit(130)
