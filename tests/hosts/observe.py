@@ -17,15 +17,18 @@ observer's measured offset.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 from harness.hosts import ClockOffset, RemoteProcess, SshHost, measure_offset
 from tests.hosts.sshd import SshdLab
 
-__all__ = ["Watch", "Gone", "watch_host", "start_controller", "end_controller"]
+__all__ = ["Watch", "Gone", "watch_host", "start_controller", "end_controller", "processes_naming"]
 
 _WATCHER = r"""
 import json, os, select, sys, time
@@ -141,3 +144,17 @@ def end_controller(controller: subprocess.Popen[str]) -> None:
     controller.wait()
     if controller.stdout is not None:
         controller.stdout.close()
+
+
+def processes_naming(text: str) -> list[int]:
+    """The processes whose command line or environment names ``text`` (the lab's hosts share
+    this machine's /proc: a host's processes are seen from here), this one aside."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            words = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if text in words and proc.pid != os.getpid():
+            found.append(proc.pid)
+    return found

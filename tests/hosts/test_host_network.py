@@ -16,7 +16,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from harness import Cluster
@@ -28,6 +27,7 @@ from harness.sim.net.host_rules import HostLoss, HostPartition
 from harness.sim.nodes.host_network import HostFirewall
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
+from tests.hosts.observe import processes_naming
 from tests.hosts.sshd import SshdLab
 
 pytestmark = pytest.mark.timeout(240)
@@ -211,8 +211,8 @@ def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reco
         assert set(back["missed_events"]) == {"1"}, back  # None here: the old lease ended at once (below)
         assert job.remote.connection(1)[0].work_dir != old_work_dir  # the new connection
     deadline = time.monotonic() + 60  # the old lease ends what it ran: at once (the host's sshd hears
-    while _named(old_work_dir) or os.path.exists(old_work_dir):  # the reset), else after lost_after
-        assert time.monotonic() < deadline, f"left on the host: {_named(old_work_dir)}"
+    while processes_naming(old_work_dir) or os.path.exists(old_work_dir):  # the reset), else after lost_after
+        assert time.monotonic() < deadline, f"left on the host: {processes_naming(old_work_dir)}"
         time.sleep(0.5)
 
 
@@ -225,17 +225,3 @@ def _host_reachable(job) -> dict:
         time.sleep(0.1)
     [back] = job.timeline.events("host_reachable", HARNESS)
     return back
-
-
-def _named(text: str) -> list[int]:
-    """The processes (the lab's hosts share this machine's /proc) whose command line or
-    environment names ``text``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            words = " ".join(proc.cmdline()) + " " + " ".join(proc.environ().values())
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-        if text in words and proc.pid != os.getpid():
-            found.append(proc.pid)
-    return found

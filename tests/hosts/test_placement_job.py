@@ -14,7 +14,11 @@ over the channel), and the hosts themselves, over a fresh connection of their ow
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +30,13 @@ from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
+from harness.sim.leftovers import remove_dead_owners
 from harness.sim.nodes import remote
 from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.conftest import survivors
+from tests.hosts.observe import processes_naming
 from tests.hosts.sshd import SshdLab
 
 #: each test starts agents and workers on two hosts of this (loaded, 2-core) machine
@@ -294,3 +300,63 @@ def test_each_hosts_clock_is_measured_again_while_the_job_runs(lab, hosts, monke
         for event in measured:
             assert abs(event["mono_offset_s"]) <= event["error_bound_s"] + 0.005, event
             assert abs(event["moved_s"]) <= 0.05, event
+
+
+#: a controller of its own: a 2-node job on the lab's two hosts, its workers running; it
+#: prints the hosts' work dirs and the workers' pids, then waits to be killed
+_JOB_CONTROLLER = r"""
+import json, sys, time
+from harness import Cluster
+from harness.hosts import HostSpec, SshHost
+from harness.sim.nodes import remote
+from harness.states import WorkerState
+specs = [HostSpec(**fields) for fields in json.loads(sys.argv[1])]
+command = json.loads(sys.argv[2])
+remote.connector = lambda spec: SshHost(spec, ssh_command=command, ssh_config="none")
+cluster = Cluster(nnodes=2, nproc_per_node=2, hosts=specs, start_method="zygote", check_invariants=False)
+job = cluster.launch(sys.argv[3])
+job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+while sum(len(job.worker_pids(i)) for i in (0, 1)) < 4:
+    time.sleep(0.05)
+print(json.dumps({"work_dirs": [link.host.work_dir for link in job.remote._links.values()],
+                  "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()]}), flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
+    """The controller of a 2-node job SIGKILLed while its workers run (each leads a process
+    group of its own, so the supervisors' group signal misses them): within the bound, no
+    process on either host names the job's work dirs, the workers are gone, and so are the
+    work dirs (seen from here: the lab's hosts share this machine's /proc and files)."""
+    fields = [{name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")}
+              for spec in hosts]
+    controller = subprocess.Popen([sys.executable, "-c", _JOB_CONTROLLER, json.dumps(fields),
+                                   json.dumps(list(lab.ssh_command)), str(SCRIPTS / "sleeper.py")],
+                                  stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert controller.stdout is not None
+        seen = json.loads(controller.stdout.readline())
+        assert len(seen["workers"]) == 4 and all(_status(pid) != "gone" for pid in seen["workers"])
+        controller.kill()
+        controller.wait()
+        deadline = time.monotonic() + 30
+        while True:
+            left = [p for d in seen["work_dirs"] for p in processes_naming(d)]
+            dirs = [d for d in seen["work_dirs"] if os.path.exists(d)]
+            alive = [pid for pid in seen["workers"] if _status(pid) not in ("gone", psutil.STATUS_ZOMBIE)]
+            if not left and not dirs and not alive:
+                break
+            assert time.monotonic() < deadline, f"left: processes {left}, workers {alive}, dirs {dirs}"
+            time.sleep(0.2)
+        # here, the dead controller's dirs wait for the next cluster's sweep, as any killed run's do: sweep now
+        assert {*remove_dead_owners("elastic_cluster_", tempfile.gettempdir()),
+                *remove_dead_owners("elastic_bridge_", tempfile.gettempdir())}
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+            controller.wait()
+        if controller.stdout is not None:
+            controller.stdout.close()
+
