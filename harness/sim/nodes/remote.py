@@ -102,6 +102,11 @@ _EXACT_EXIT = ("an exact (rank, step) exit order (exit_code at AtStep) needs the
                "before the rank runs: on hosts, kill_worker at AtStep with a signal (no exit_code), or exit_code "
                "with another trigger")
 _RELAY_CLOSE_S = 10.0
+#: how long a job's first round waits for more of its nodes once it has its minimum, on
+#: hosts: a fresh agent there imports the harness before it joins (under load, seconds
+#: apart from the others: with this machine's 1 s, a 1:2 job formed [1, 2, 1] under two busy
+#: loops). It costs nothing when every node comes; only a first round short of max_nodes waits it
+HOSTS_LAST_CALL_S = 5.0
 #: how often each host's clock offset is measured again while the job runs (clocks drift:
 #: NTP slews a host's wall clock, and two monotonic clocks run at their own crystals' rates)
 CLOCK_UPKEEP_S = 120.0
@@ -529,7 +534,8 @@ class RemoteNodes:
         with open(job_secret_env(job.directory)[SECRET_FILE_ENV], "rb") as fp:
             secret = host.put(f"node{index}/rdzv.secret", fp.read())
         config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
-                               rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}")
+                               rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
+                               last_call=HOSTS_LAST_CALL_S)
         shared, disk = f"{host.work_dir}/shared", f"{there}/disk"
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",

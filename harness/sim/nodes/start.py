@@ -188,16 +188,18 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
 
 
 def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
-                  local_addr: str, endpoint: str) -> dict[str, Any]:
+                  local_addr: str, endpoint: str, last_call: float = 1.0) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of node ``index``'s agent: here they make its config, on
-    a host its JSON spec (``nodes.remote``). ``endpoint``: the store as the agent reaches it."""
+    a host its JSON spec (``nodes.remote``). ``endpoint``: the store as the agent reaches it.
+    ``last_call``: how long the first round waits for more nodes once it has its minimum
+    (a ``rdzv_conf`` of the user's wins)."""
     return {
         "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
         "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
         "rdzv_endpoint": endpoint, "rdzv_backend": rdzv["backend"],
         # the harness knows how many nodes it starts: no 30 s first-round last call
         # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
-        "rdzv_configs": {"last_call_timeout": 1.0, **rdzv["configs"],
+        "rdzv_configs": {"last_call_timeout": last_call, **rdzv["configs"],
                          **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
         "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
         "start_method": settings.start_method, "local_addr": local_addr,
