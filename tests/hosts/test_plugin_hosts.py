@@ -87,14 +87,15 @@ def test_own_hosts_none_runs_here(elastic_cluster):
 """
 
 
-def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path, capabilities: Sequence[str] = ()) -> Path:
-    """hosts.toml for the lab's two hosts (ports 22 and 2222), relative paths as a user
-    writes them; the hosts' work dirs under ``work``; both with ``capabilities``."""
+def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path, capabilities: Sequence[str] = (),
+                name: str = "hosts.toml") -> Path:
+    """``name`` (hosts.toml) for the lab's two hosts (ports 22 and 2222), relative paths as a
+    user writes them; the hosts' work dirs under ``work``; both with ``capabilities``."""
     python = tmp_path / "host-python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                       f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
     python.chmod(0o755)
-    path = tmp_path / "hosts.toml"
+    path = tmp_path / name
     path.write_text(f"""
 [defaults]
 user = "root"
@@ -221,16 +222,25 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     """The bundled node_failure scenario passes with node 0 on host 0 and node 1 on host 1;
     the bundled scenarios the hosts cannot run are skipped in one line each; a marked
     test's node goes to host 0, and the fault it then asks for skips it; one whose marker
-    says hosts=None runs here."""
+    says hosts=None runs here. Beside it (side by side: both mostly wait), the same hosts
+    in a file whose capabilities list netns run the bundled asymmetric_store_partition
+    (the store cut one way, on the host's loopback) unchanged, and no nft table of ours is
+    left on either host."""
     marked = tmp_path / "test_marked.py"
     marked.write_text(MARKED_TESTS)
     report = tmp_path / "report"
-    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}",
-                           "--junitxml=run.xml",
-                           str(SCENARIOS / "multi_node" / "node_failure.toml"),
-                           str(SCENARIOS / "multi_node" / "store_host_loss.toml"),
-                           str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked))
+    netns = _hosts_file(lab, tmp_path, work, capabilities=["netns"], name="netns.toml")
+    out, cut = _pytests_on_hosts(
+        lab, tmp_path, work,
+        [f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}", "--junitxml=run.xml",
+         str(SCENARIOS / "multi_node" / "node_failure.toml"), str(SCENARIOS / "multi_node" / "store_host_loss.toml"),
+         str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked)],
+        [f"--elastic-hosts={netns.name}", "--junitxml=netns.xml",
+         str(SCENARIOS / "network" / "asymmetric_store_partition.toml")])
     assert out.returncode == 0, out.stdout + out.stderr
+    assert cut.returncode == 0 and _junit(tmp_path / "netns.xml")["asymmetric_store_partition"]["outcome"] == \
+        "passed", cut.stdout + cut.stderr
+    _assert_no_table(lab)
     labels = [f"root@{lab.hosts[0].address}:22", f"root@{lab.hosts[1].address}:2222"]
     assert f"elastic: nodes on 2 host(s) of hosts.toml: {labels[0]}, {labels[1]}" in out.stdout
     cases = _junit(tmp_path / "run.xml")
@@ -256,17 +266,15 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     assert "--elastic-hosts=hosts.toml" in str(rows["node_failure"]["replay"])
 
 
-#: the bundled network scenarios: the default run takes one (the store cut one way, on the
-#: host's loopback: the rule no other test loads in a job), the slow run every one (each ~8 s here)
+#: the bundled network scenarios (each ~8 s here): every one in the slow run; the default
+#: run takes asymmetric_store_partition, beside test_scenarios_and_marked_tests_run_on_the_hosts
 _NETWORK_SCENARIOS = ("asymmetric_store_partition", "flapping_link", "packet_loss_during_training",
                       "peer_partition_guarded_by_step_timer", "peer_partition_unguarded",
                       "store_partition_shrink_heal_grow")
 
 
-@pytest.mark.parametrize("names", [
-    pytest.param(("asymmetric_store_partition",), id="one"),
-    pytest.param(_NETWORK_SCENARIOS, id="all", marks=pytest.mark.slow)])
-def test_the_bundled_network_scenarios_run_on_hosts_that_allow_network_faults(lab, tmp_path, work, names):
+@pytest.mark.slow
+def test_the_bundled_network_scenarios_run_on_hosts_that_allow_network_faults(lab, tmp_path, work):
     """``pytest scenarios/network/... --elastic-hosts=FILE`` on hosts whose capabilities list
     netns: the partitions (from everyone, from the store one way, from a peer) and the
     packet loss are carried out by nftables on the hosts, the scenarios' expectations hold
@@ -275,11 +283,16 @@ def test_the_bundled_network_scenarios_run_on_hosts_that_allow_network_faults(la
     lab.start(1, port=2222)
     hosts = _hosts_file(lab, tmp_path, work, capabilities=["netns"])
     out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts.name}", "--junitxml=run.xml",
-                           *(str(SCENARIOS / "network" / f"{name}.toml") for name in names))
+                           *(str(SCENARIOS / "network" / f"{name}.toml") for name in _NETWORK_SCENARIOS))
     cases = _junit(tmp_path / "run.xml")
-    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(names, "passed"), \
+    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(_NETWORK_SCENARIOS, "passed"), \
         out.stdout + out.stderr
-    for index in (0, 1):  # the hosts' own nft: no table of ours left
+    _assert_no_table(lab)
+
+
+def _assert_no_table(lab: SshdLab) -> None:
+    """No nft table of ours (``pe_...``) on either host, asked in its own namespace."""
+    for index in (0, 1):
         done = subprocess.run(["nsenter", f"--net={lab.net.namespace_path(index)}", "nft", "list", "tables"],
                               capture_output=True, text=True, check=True)
         assert "pe_" not in done.stdout, done.stdout
