@@ -109,6 +109,7 @@ def test_a_host_without_nft_says_so_in_one_line(lab: SshdLab, tmp_path: Path):
         assert message.endswith("network faults on a host need nftables (nft) and root there")
 
 
+@pytest.mark.slow  # the default run has the same cut and heal in a job: asymmetric_store_partition on netns hosts
 def test_a_partitioned_node_on_a_host_is_left_behind_and_rejoins_when_healed(lab, netns_hosts, tmp_path):
     """Node 1 (host 1) cut from everyone at step 5: its heartbeats to the store (the
     forwarded port on its loopback) and its gloo peers are dropped on its host, node 0 goes

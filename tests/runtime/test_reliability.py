@@ -49,8 +49,9 @@ def test_worker_in_d_state_fails_the_run(dstate_binary):
 
 @pytest.mark.parametrize("method", ["spawn", "zygote"])
 def test_restarts_succeed_every_time(method):
-    """torch's shared store: 8 of 31 restarts succeed (pytorch#135712). Ours: all."""
-    for _ in range(3):
+    """torch's shared store: 8 of 31 restarts succeed (pytorch#135712). Ours: all. Twice
+    each (a regression to torch's rate, 8 in 31, fails it 14 times in 15; the slow soak runs 200)."""
+    for _ in range(2):
         out = run_elastic("--standalone", f"--start-method={method}", "--nproc-per-node=2", "--max-restarts=1",
                           str(SCRIPTS / "crash_once.py"))
         assert out.returncode == 0, out.stderr
