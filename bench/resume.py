@@ -43,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -187,9 +189,16 @@ def torchrun(scenario: str, tmp: str) -> dict:
             time.sleep(0.01)
         return {"ok": False, "detail": f"no resumed step within {TORCHRUN_TIMEOUT_S:g}s", "never": True}
     finally:
-        for proc in procs:
+        for proc in procs:  # torchrun and every process below it: its workers lead sessions of their own
+            try:
+                below = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                below = []
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            for child in below:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.kill()
             proc.wait()
         for log in logs:
             log.close()
