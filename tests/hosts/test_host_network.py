@@ -106,6 +106,7 @@ def test_a_host_without_nft_says_so_in_one_line(lab: SshdLab, tmp_path: Path):
         message = str(info.value)
         assert "\n" not in message
         assert message.startswith(f"host {lab.spec(0).label}: nft -f exited 1: ")
+        assert ": Error: syntax error" in message, message  # nft's own words, not its ^^^ marker line
         assert message.endswith("network faults on a host need nftables (nft) and root there")
 
 

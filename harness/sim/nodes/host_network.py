@@ -65,9 +65,11 @@ _CUT_FELT_S = 10.0
 _BACK_MARGIN_S = 20.0
 
 
-def _one_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
+def _nft_error(text: str) -> str:
+    """nft's complaint in one line: its ``Error:`` line (the lines after it echo the input
+    and mark the place with ``^^^``), else the last line it wrote."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "Error:" in line), lines[-1] if lines else "no output")
 
 
 class HostFirewall:
@@ -119,7 +121,7 @@ class HostFirewall:
             raise NetworkError(f"{e}; {_NEEDS}") from None
         if done.returncode != 0:
             raise NetworkError(f"host {self.host.spec.label}: nft {' '.join(args[:-1])} exited {done.returncode}: "
-                               f"{_one_line(done.stderr or done.stdout)}; {_NEEDS}")
+                               f"{_nft_error(done.stderr or done.stdout)}; {_NEEDS}")
         return done
 
     def listed(self) -> str | None:
