@@ -201,16 +201,17 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     namespaces, not root) is skipped, saying what is missing, rather than failed, as is one
     whose nodes ``--elastic-hosts`` put on hosts that cannot carry out a fault it asks for;
     a test marked ``golden=True`` that passed is then judged against its jobs' fault-free twins."""
-    from pytest_elastic._scenarios import hosts_from_option
-
     try:
         outcome = yield
     except Exception as e:
         errors = sys.modules.get("harness.sim.errors")  # loaded by whatever raised it
         if errors is not None and isinstance(e, errors.NetworkUnavailable):
             pytest.skip(str(e))
-        if errors is not None and isinstance(e, errors.FaultRefused) and hosts_from_option(item):
-            pytest.skip(f"the nodes are on hosts (--elastic-hosts), and {e}")
+        if errors is not None and isinstance(e, errors.FaultRefused):
+            from pytest_elastic._scenarios import hosts_from_option
+
+            if hosts_from_option(item):
+                pytest.skip(f"the nodes are on hosts (--elastic-hosts), and {e}")
         raise
     record = item.stash.get(RECORD_KEY, None)
     marker = item.get_closest_marker("elastic")

@@ -263,13 +263,9 @@ def _descendants(root: int) -> list[int]:
     """Every process below ``root`` now (one pass over /proc), parents before children."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
+        fields = _stat(entry) if entry.isdigit() else None
+        if fields is not None and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(entry))
     found, todo = [], [root]
     while todo:
         kids = children.get(todo.pop(0), [])
@@ -282,12 +278,19 @@ def _has_ended(pid: int) -> bool:
     """Whether ``pid`` has ended though its parent has not reaped it yet (a zombie): it is
     still below the command, and kill(2) still succeeds on it, yet nothing receives the
     signal. A pid with no /proc entry has ended too."""
+    fields = _stat(str(pid))
+    return fields is None or fields[0] in (b"Z", b"X")
+
+
+def _stat(pid: str) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, ...: the name
+    may hold spaces and parentheses, so they follow its last ")"); None: no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
+            fields = f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
-        return True
-    return state in (b"Z", b"X")
+        return None
+    return fields if len(fields) > 1 else None
 
 
 def _signal_tree(pid: int, sig: int) -> None:

@@ -33,7 +33,18 @@ from harness.sim.errors import NetworkError, NetworkUnavailable
 from harness.sim.net.names import NETNS_DIR, delete_namespaces, namespace_prefix, sweep_dead_owners
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
-from harness.sim.net.rules import WIRE, Loss, Partition, Rule, check_direction, check_probability, parse_rate, render
+from harness.sim.net.rules import (
+    WIRE,
+    Loss,
+    Partition,
+    Rule,
+    check_direction,
+    check_node,
+    check_peers,
+    check_probability,
+    parse_rate,
+    render,
+)
 
 T = TypeVar("T")
 
@@ -362,16 +373,10 @@ class Network:
         return out
 
     def _peer_addresses(self, node: int, peers: str | Sequence[int]) -> tuple[tuple[str, ...], Any]:
-        if peers == "all":
-            return (), "all"
-        if peers == "store":
-            return (self.store_address,), "store"
-        if isinstance(peers, str) or not isinstance(peers, Sequence) or not peers:
-            raise ConfigError("peers", peers, 'must be "all", "store" or a non-empty list of nodes')
-        nodes = [self._check_node(p, name="peers") for p in peers]
-        if node in nodes:
-            raise ConfigError("peers", nodes, f"must not contain the partitioned node {node}")
-        return tuple(self.address(p) for p in nodes), sorted(set(nodes))
+        checked = check_peers(node, peers, self.nnodes)
+        if isinstance(checked, str):  # "all" or "store"
+            return ((self.store_address,) if checked == "store" else ()), checked
+        return tuple(self.address(p) for p in checked), sorted(set(checked))
 
     def _apply_rules(self, node: int) -> None:
         nft = self._nft.get(node)
@@ -392,9 +397,7 @@ class Network:
     # -- checks and lifetime -------------------------------------------------------------
 
     def _check_node(self, node: Any, name: str = "node") -> int:
-        if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < self.nnodes:
-            raise ConfigError(name, node, f"must be a node index in [0, {self.nnodes})")
-        return node
+        return check_node(node, self.nnodes, name)
 
     def _require_netns(self, what: str) -> None:
         if self._owned.closed and self.mode == "netns":

@@ -18,10 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness.errors import ConfigError
 
-__all__ = ["DIRECTIONS", "Rule", "Partition", "Loss", "parse_rate", "check_probability", "render"]
+__all__ = ["DIRECTIONS", "Rule", "Partition", "Loss", "parse_rate", "check_node", "check_peers", "check_probability",
+           "render"]
 
 DIRECTIONS = ("both", "in", "out")
 TABLE = "harness_faults"
@@ -50,6 +52,26 @@ class Loss:
 
 
 Rule = Partition | Loss
+
+
+def check_node(node: Any, count: int, name: str = "node") -> int:
+    """``node`` if it is a node index in [0, ``count``); else one ``ConfigError`` line."""
+    if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < count:
+        raise ConfigError(name, node, f"must be a node index in [0, {count})")
+    return node
+
+
+def check_peers(node: int, peers: Any, count: int) -> str | list[int]:
+    """A partition's ``peers`` checked: "all", "store", or the nodes listed (each a node
+    index in [0, ``count``), the partitioned ``node`` not among them)."""
+    if peers in ("all", "store"):
+        return str(peers)
+    if isinstance(peers, str) or not isinstance(peers, Sequence) or not peers:
+        raise ConfigError("peers", peers, 'must be "all", "store" or a non-empty list of nodes')
+    nodes = [check_node(p, count, name="peers") for p in peers]
+    if node in nodes:
+        raise ConfigError("peers", nodes, f"must not contain the partitioned node {node}")
+    return nodes
 
 
 def check_direction(direction: str) -> str:

@@ -32,7 +32,7 @@ from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
 from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_cut, render_host
 from harness.sim.net.network import NetworkChange
-from harness.sim.net.rules import check_direction, check_probability
+from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability
 
 if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
@@ -48,16 +48,17 @@ NOT_ON_HOSTS = {
     "link_down": "it would cut the host off from this machine, the harness's SSH connection with it "
                  "(partition with peers='all' cuts the node off and spares that connection)",
 }
-#: the keeper: nothing until the supervisor's SIGTERM (the connection ended), then the table
-#: goes. Its output is /dev/null, not the channel: once the controller is gone, a write there
-#: (the shell's own "Terminated" for its killed sleep) would kill it by SIGPIPE before its trap
-_KEEPER = ('exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
-           'while :; do sleep 3600 & wait $!; done')
+#: how a shell run under the connection's supervisor removes table "$0" when the connection
+#: ends (the supervisor's SIGTERM). Its output is /dev/null, not the channel: once the
+#: controller is gone, a write there (the shell's own "Terminated" for its killed sleep)
+#: would kill it by SIGPIPE before its trap
+_DELETE_AT_END = 'exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
+#: the keeper: nothing until the connection ends, then the table goes
+_KEEPER = _DELETE_AT_END + 'while :; do sleep 3600 & wait $!; done'
 _NEEDS = "network faults on a host need nftables (nft) and root there"
 #: the cutter (``host_unreachable``): loads the cut, and lifts it itself after its seconds (this
-#: machine cannot reach the host to lift it), or at once when the connection ends (SIGTERM)
-_CUTTER = ('exec >/dev/null 2>&1; trap "" PIPE; trap \'nft delete table inet "$0"; exit 0\' TERM HUP INT; '
-           'nft -f "$1" || exit 1; sleep "$2" & wait $!; nft delete table inet "$0"')
+#: machine cannot reach the host to lift it), or at once when the connection ends
+_CUTTER = _DELETE_AT_END + 'nft -f "$1" || exit 1; sleep "$2" & wait $!; nft delete table inet "$0"'
 #: how long the cut may take to be felt here (the cutter starts, nft loads it)
 _CUT_FELT_S = 10.0
 #: after the cut is lifted, how long the host may take to answer again: TCP's retransmission
@@ -142,7 +143,7 @@ def _answers(host: SshHost, timeout: float) -> bool:
 class NodeLinks(Protocol):
     """The job's hosts as its network faults see them (``RemoteNodes``)."""
 
-    def host_address(self, node: int) -> str:
+    def address(self, node: int) -> str:
         """Node ``node``'s host's address."""
         ...
 
@@ -168,8 +169,6 @@ class HostNetwork:
     """The network faults of a job's nodes on hosts: the same calls as ``Network``'s, the
     same ``NetworkChange``s, carried out by each faulted node's host."""
 
-    mode = "hosts"
-
     def __init__(self, links: NodeLinks):
         self._links = links
         self._rules: dict[int, list[HostRule]] = {}
@@ -177,26 +176,20 @@ class HostNetwork:
         self._lock = threading.RLock()  # faults come from the scheduler's thread and the test's
 
     def address(self, node: int) -> str:
-        return self._links.host_address(self._check_node(node))
+        return self._links.address(self._check_node(node))
 
     def partition(self, node: int, peers: str | Sequence[int] = "all", direction: str = "both") -> NetworkChange:
         """As ``Network.partition``: "all" is every host and the store (never the harness's
         connection), "store" the store alone, a list of nodes their hosts."""
         self._check_node(node)
         check_direction(direction)
+        checked = check_peers(node, peers, self._links.node_count())
         shown: str | list[int]
-        if peers == "all":
-            rule, shown = HostPartition((), direction, wire=True, store=True), "all"
-        elif peers == "store":
-            rule, shown = HostPartition((), direction, wire=False, store=True), "store"
-        elif isinstance(peers, str) or not isinstance(peers, Sequence) or not peers:
-            raise ConfigError("peers", peers, 'must be "all", "store" or a non-empty list of nodes')
+        if isinstance(checked, str):  # "all": every host and the store; "store": the store alone
+            rule, shown = HostPartition((), direction, wire=checked == "all", store=True), checked
         else:
-            nodes = sorted({self._check_node(p, name="peers") for p in peers})
-            if node in nodes:
-                raise ConfigError("peers", nodes, f"must not contain the partitioned node {node}")
-            addresses = tuple(dict.fromkeys(self._links.host_address(p) for p in nodes))
-            rule, shown = HostPartition(addresses, direction), nodes
+            addresses = tuple(dict.fromkeys(self._links.address(p) for p in checked))
+            rule, shown = HostPartition(addresses, direction), sorted(set(checked))
         with self._lock:
             self._rules.setdefault(node, []).append(rule)
             self._apply(node)
@@ -296,18 +289,17 @@ class HostNetwork:
 
     def firewall(self, node: int) -> HostFirewall:
         """Node ``node``'s host's fault table (made on first use)."""
-        host, _ = self._links.connection(node)
+        return self._firewall_of(self._links.connection(node)[0])
+
+    def _firewall_of(self, host: SshHost) -> HostFirewall:
         with self._lock:
             if host not in self._firewalls:
                 self._firewalls[host] = HostFirewall(host)
             return self._firewalls[host]
 
     def _apply(self, node: int) -> None:
-        _, store_port = self._links.connection(node)
-        self.firewall(node).apply(self._rules.get(node, []), store_port)
+        host, store_port = self._links.connection(node)
+        self._firewall_of(host).apply(self._rules.get(node, []), store_port)
 
-    def _check_node(self, node: object, name: str = "node") -> int:
-        count = self._links.node_count()
-        if isinstance(node, bool) or not isinstance(node, int) or not 0 <= node < count:
-            raise ConfigError(name, node, f"must be a node index in [0, {count})")
-        return node
+    def _check_node(self, node: object) -> int:
+        return check_node(node, self._links.node_count())

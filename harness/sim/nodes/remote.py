@@ -409,8 +409,6 @@ class RemoteNodes:
         """Node ``node``'s address: its host's."""
         return self.host_of(node).address
 
-    host_address = address
-
     def connection(self, node: int) -> tuple[SshHost, int | None]:
         """Node ``node``'s host's connection and the store's port there (``NodeLinks``):
         open once the node started."""
@@ -632,18 +630,19 @@ def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes:
              peers: object) -> str | None:
     """Why a network fault on ``node`` (cut from ``peers``) would fall on nodes it does not
     name, or None: a host's rules are the host's, for every node it carries."""
+    named = ({p for p in peers if isinstance(p, int) and not isinstance(p, bool) and p >= 0}
+             if isinstance(peers, (list, tuple)) else set())  # a bad peer is the part's to name
+    where = [placed_host(hosts, placement, n) for n in range(max(nnodes, node + 1, *(p + 1 for p in named)))]
     on: dict[HostSpec, list[int]] = {}
-    for n in range(max(nnodes, node + 1)):
-        on.setdefault(placed_host(hosts, placement, n), []).append(n)
-    host = placed_host(hosts, placement, node)
-    if len(on[host]) > 1:
-        return (f"host {host.label} carries nodes {', '.join(map(str, on[host]))} of this job, and a network "
-                f"fault there falls on every node it carries: place node {node} alone on a host (placement=)")
-    named = {p for p in peers if isinstance(p, int)} if isinstance(peers, (list, tuple)) else set()
+    for n, host in enumerate(where):
+        on.setdefault(host, []).append(n)
+    if len(on[where[node]]) > 1:
+        return (f"host {where[node].label} carries nodes {', '.join(map(str, on[where[node]]))} of this job, and a "
+                f"network fault there falls on every node it carries: place node {node} alone on a host (placement=)")
     for peer in sorted(named):
-        others = [n for n in on.get(placed_host(hosts, placement, peer), []) if n not in named]
+        others = [n for n in on[where[peer]] if n not in named]
         if others:
-            return (f"peer node {peer}'s host {placed_host(hosts, placement, peer).label} also carries node(s) "
+            return (f"peer node {peer}'s host {where[peer].label} also carries node(s) "
                     f"{', '.join(map(str, others))}, which a cut from it would cut too: name them in peers, "
                     f"or place node {peer} alone on a host (placement=)")
     return None

@@ -57,13 +57,14 @@ def split_brain(events: list[dict[str, Any]]) -> list[str]:
     return problems[:5] + ([f"... and {len(problems) - 5} more"] if len(problems) > 5 else [])
 
 
-def _store_cuts(events: list[dict[str, Any]]) -> list[tuple[Any, set[Any], float, float]]:
+def _store_cuts(events: list[dict[str, Any]]) -> list[tuple[Any, set[Any], float, float, bool]]:
     """Each cut from the store (a ``partition`` of ``peers`` "store" or "all", or a
     ``host_unreachable``: the store rides the lost connection): (node index, the names its
-    events use -- index and label alike --, cut, its end or +inf). A partition ends at its
-    heal (a heal that ended no partition, only resource or storage faults, does not end
-    it); an unreachable host when its ``host_reachable`` event says the connection was kept
-    (else the node went with the connection: +inf)."""
+    events use -- index and label alike --, cut, its end or +inf, whether this machine lost
+    sight of the node with it). A partition ends at its heal (a heal that ended no
+    partition, only resource or storage faults, does not end it); an unreachable host when
+    its ``host_reachable`` event says the connection was kept (else the node went with the
+    connection: +inf, and the node is lost to sight)."""
     cuts = []
     for i, event in enumerate(events):
         if event.get("kind") != "fault":
@@ -72,12 +73,14 @@ def _store_cuts(events: list[dict[str, Any]]) -> list[tuple[Any, set[Any], float
         if event.get("fault") == "partition" and event.get("peers") in STORE_LOSING_PEERS:
             healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "heal"
                            and e.get("target_node") in (None, node) and not _ends_no_partition(e)), float("inf"))
+            lost = False
         elif event.get("fault") == "host_unreachable":
             healed = next((e["mono"] for e in events[i + 1:] if e.get("kind") == "host_reachable"
                            and e.get("target_node") == node and e.get("connection") == "kept"), float("inf"))
+            lost = healed == float("inf")
         else:
             continue
-        cuts.append((node, _names(events, node), cut, healed))
+        cuts.append((node, _names(events, node), cut, healed, lost))
     return cuts
 
 
@@ -92,12 +95,11 @@ def unobserved(events: list[dict[str, Any]]) -> set[Any]:
     whose connection was not kept (``host_reachable`` says "reconnected" or "lost", or never
     came). What their workers did after the cut never reached the timeline, so no rule can
     be checked of it; their host's lease ended what they ran there."""
-    lost: set[Any] = set()
-    for node, names, _cut, healed in _store_cuts(events):
-        if healed == float("inf") and any(e.get("kind") == "fault" and e.get("fault") == "host_unreachable"
-                                          and e.get("target_node") == node for e in events):
-            lost |= names
-    return lost
+    return _lost(_store_cuts(events))
+
+
+def _lost(cuts: list[tuple[Any, set[Any], float, float, bool]]) -> set[Any]:
+    return {name for _node, names, _cut, _healed, lost in cuts if lost for name in names}
 
 
 def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
@@ -112,8 +114,9 @@ def unfenced_workers(events: list[dict[str, Any]], bound: float) -> list[str]:
             exits[(event.get("node"), event["worker_pid"])] = event["mono"]
     end = events[-1]["mono"] if events else 0.0
     problems = []
-    gone = unobserved(events)
-    for node, names, cut, healed in _store_cuts(events):
+    cuts = _store_cuts(events)
+    gone = _lost(cuts)
+    for node, names, cut, healed, _lost_here in cuts:
         if node in gone:
             continue  # its workers' ends never reached us
         deadline = cut + bound
@@ -143,7 +146,7 @@ def cut_off_from_store(events: list[dict[str, Any]]) -> dict[Any, list[tuple[flo
     out, or just after a heal that came as they did (``flapping_link`` heals as soon as the
     world shrinks: under load its node fenced 0.1-0.3 s later, workers stopping meanwhile)."""
     intervals: dict[Any, list[tuple[float, float]]] = defaultdict(list)
-    for _node, names, cut, healed in _store_cuts(events):
+    for _node, names, cut, healed, _lost_here in _store_cuts(events):
         fenced = next((e["mono"] for e in events if e.get("kind") == "fenced" and e.get("node") in names
                        and cut <= e["mono"] <= healed + FENCE_AFTER_HEAL_S), None)
         end = healed if fenced is None else max(healed, fenced)
