@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 __all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
-           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE", "SIZE", "HOSTS",
+           "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE", "MEMORY_LIMIT", "HOSTS",
            "PLACEMENT"]
 
 
@@ -92,8 +92,9 @@ PEERS = Check(lambda v: v in ("all", "store") or (isinstance(v, (list, tuple)) a
 PROBABILITY = Check(lambda v: _is_number(v) and 0 <= v <= 1, "must be a number in [0, 1]")
 RATE = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v[:1].isdigit()),
              'must be a rate like "1mbit", "500kbit" or bits per second (an int > 0)')
-SIZE = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v[:1].isdigit()),
-             'must be a size like "300M", "1G" or a number of bytes')
+MEMORY_LIMIT = Check(lambda v: (_is_int(v) and v > 0) or (isinstance(v, str) and v.lstrip("+")[:1].isdigit()),
+                     'must be a size like "300M", "1G" or a number of bytes, or "+300M": that much above '
+                     'what the node holds when it fires')
 
 
 def _is_host(value: Any) -> bool:

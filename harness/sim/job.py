@@ -102,7 +102,7 @@ class Job:
         self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
         self.processes = ProcessFaults(self)
         self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
-        self.resources = ResourceFaults(self)  # the nodes' cgroups
+        self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
 

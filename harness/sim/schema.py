@@ -79,12 +79,12 @@ from harness.sim.checks import (
     BOOL,
     GPUS,
     HOSTS,
+    MEMORY_LIMIT,
     NNODES,
     PEERS,
     PLACEMENT,
     PROBABILITY,
     RATE,
-    SIZE,
     STR_TABLE,
     TABLE,
     TEXT,
@@ -413,7 +413,8 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               chaos="slow_node", chaos_choices={"cpu": (0.1, 0.3)}, heal_after=(2.0, 5.0), lasts=UNTIL_HEALED,
               needs=(CGROUPS,), public=True),
     FaultKind("memory_limit", "MemoryLimit",
-              (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes)', SIZE,
+              (NODE, Key("limit", "300M", 'memory the node\'s processes share ("300M", "1G", bytes; "+300M": '
+                                          'that much above what they hold when it fires)', MEMORY_LIMIT,
                          example="1G")),
               "a node's processes share a memory limit: past it the kernel OOM-kills one", part="resources",
               lasts=UNTIL_HEALED, failure=True, needs=(CGROUPS,), public=True),  # its OOM kill costs a restart

@@ -186,11 +186,34 @@ def test_faults_as_data_and_bad_values():
         job = cluster.launch(BUSY, "50", "100")
         with pytest.raises(ConfigError, match="limit"):
             job.memory_limit(0, "1K")
+        with pytest.raises(ConfigError, match=r"limit='\+1K' must be at least \+1M"):
+            job.memory_limit(0, "+1K")
+        with pytest.raises(ConfigError, match=r"limit='\+x' must be a size like .* or \"\+300M\""):
+            job.memory_limit(0, "+x")
         with pytest.raises(ConfigError, match="cpu"):
             job.slow_node(0, cpu=10_000)
         with pytest.raises(ConfigError, match="node=3"):
             job.slow_node(3)
         job.wait(timeout=60)
+
+
+def test_a_limit_above_what_the_node_holds_is_that_much_above_it(warm_pool):
+    """``"+200M"``: the node's limit is what its processes hold when the fault fires, plus
+    200 MiB; the event says both (``held``, ``bytes``) and the kernel holds that limit."""
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, max_restarts=0) as cluster:
+        job = cluster.launch(BUSY, "100000", "2000")
+        job.wait_for_state(WorkerState.HEALTHY)
+        cgroup = job.resources.cgroup(0)
+        job.memory_limit(0, "+200M")
+        [fault] = [f for f in job.timeline.faults() if f["fault"] == "memory_limit"]
+        assert fault["limit"] == "+200M" and fault["held"] > 0
+        assert fault["bytes"] == fault["held"] + (200 << 20)
+        memory = cgroup.dirs.get("memory", cgroup.dirs.get(""))
+        name = "memory.limit_in_bytes" if "memory" in cgroup.dirs else "memory.max"
+        with open(os.path.join(memory, name)) as fp:
+            kernel = int(fp.read())
+        assert fault["bytes"] - 4096 < kernel <= fault["bytes"]  # v1 rounds down to a page
+        job.heal()
 
 
 def test_an_unhealed_resource_fault_is_reported_at_close(warm_pool):

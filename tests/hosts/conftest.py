@@ -52,3 +52,10 @@ def hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list
 def netns_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
     """Two hosts for a job whose capabilities allow network faults (root and nft: the lab's)."""
     return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("netns",))
+
+
+@pytest.fixture
+def cgroup_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
+    """Two hosts for a job whose capabilities allow resource faults (root and cgroups: the
+    lab's hosts share this machine's kernel, so their cgroups are this machine's)."""
+    return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("cgroups",))

@@ -32,6 +32,7 @@ from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Par
 from harness.hosts import HostSpec
 from harness.sim.leftovers import remove_dead_owners
 from harness.sim.nodes import remote
+from harness.sim.resources import CgroupSupport, probe
 from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
@@ -155,8 +156,9 @@ def test_close_leaves_nothing_on_the_hosts(lab, hosts):
 
 
 def test_faults_a_host_cannot_do_are_refused_in_one_line(lab, hosts):
-    """A network fault on a node of a host without ``netns``: refused when injected and
-    when called, naming the host and what it lacks; nothing was done."""
+    """A network fault on a node of a host without ``netns``, a resource fault on one
+    without ``cgroups``: refused when injected and when called, naming the host and what
+    it lacks; nothing was done."""
     with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn",
                  check_invariants=False) as cluster:
         job = cluster.launch(str(SCRIPTS / "sleeper.py"))
@@ -170,6 +172,9 @@ def test_faults_a_host_cannot_do_are_refused_in_one_line(lab, hosts):
         with pytest.raises(FaultRefused, match=rf"Partition\(node=0.* refused: host {hosts[0].label} cannot do it: "
                                                "it needs netns"):
             job.partition(0)
+        with pytest.raises(FaultRefused, match=rf"SlowNode\(node=1.* refused: host {hosts[1].label} cannot do it: "
+                                               "it needs cgroups, which the host's capabilities \\(none\\)"):
+            job.slow_node(1, cpu=0.5)
         with pytest.raises(FaultRefused, match=r"WorkerKill\(node=0, local_rank=0, sig=9, exit_code=3\) @ "
                            r"AtStep\(step=2, rank=0\)' is refused: the job's nodes are on hosts, and an exact "
                            r"\(rank, step\) exit order"):
@@ -309,8 +314,10 @@ import json, sys, time
 from harness import Cluster
 from harness.hosts import HostSpec, SshHost
 from harness.sim.nodes import remote
+from harness.sim.resources import CgroupSupport, probe
 from harness.states import WorkerState
-specs = [HostSpec(**fields) for fields in json.loads(sys.argv[1])]
+specs = [HostSpec(**{**fields, "capabilities": frozenset(fields.get("capabilities", ()))})
+         for fields in json.loads(sys.argv[1])]
 command = json.loads(sys.argv[2])
 remote.connector = lambda spec: SshHost(spec, ssh_command=command, ssh_config="none")
 cluster = Cluster(nnodes=2, nproc_per_node=2, hosts=specs, start_method="zygote", check_invariants=False)
@@ -318,8 +325,10 @@ job = cluster.launch(sys.argv[3])
 job.wait_for_state(WorkerState.HEALTHY, timeout=90)
 while sum(len(job.worker_pids(i)) for i in (0, 1)) < 4:
     time.sleep(0.05)
+cgroups = [d for i in (0, 1) for d in job.resources.cgroup(i).distinct()] if "cgroups" in specs[0].capabilities else []
 print(json.dumps({"work_dirs": [link.host.work_dir for link in job.remote._links.values()],
-                  "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()]}), flush=True)
+                  "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()], "cgroups": cgroups}),
+      flush=True)
 time.sleep(1000)
 """
 
@@ -328,9 +337,12 @@ def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
     """The controller of a 2-node job SIGKILLed while its workers run (each leads a process
     group of its own, so the supervisors' group signal misses them): within the bound, no
     process on either host names the job's work dirs, the workers are gone, and so are the
-    work dirs (seen from here: the lab's hosts share this machine's /proc and files)."""
-    fields = [{name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")}
-              for spec in hosts]
+    work dirs and, where this machine has cgroups, the nodes' cgroups (their keepers remove
+    them when their connection ends; seen from here: the lab's hosts share this machine's
+    /proc, files and cgroups)."""
+    with_cgroups = ["cgroups"] if isinstance(probe(), CgroupSupport) else []
+    fields = [{**{name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")},
+               "capabilities": with_cgroups} for spec in hosts]
     controller = subprocess.Popen([sys.executable, "-c", _JOB_CONTROLLER, json.dumps(fields),
                                    json.dumps(list(lab.ssh_command)), str(SCRIPTS / "sleeper.py")],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -339,12 +351,13 @@ def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
         assert controller.stdout is not None
         seen = json.loads(controller.stdout.readline())
         assert len(seen["workers"]) == 4 and all(_status(pid) != "gone" for pid in seen["workers"])
+        assert all(os.path.isdir(d) for d in seen["cgroups"]) and len(seen["cgroups"]) >= 2 * len(with_cgroups)
         controller.kill()
         controller.wait()
         deadline = time.monotonic() + 30
         while True:
             left = [p for d in seen["work_dirs"] for p in processes_naming(d)]
-            dirs = [d for d in seen["work_dirs"] if os.path.exists(d)]
+            dirs = [d for d in seen["work_dirs"] + seen["cgroups"] if os.path.exists(d)]
             alive = [pid for pid in seen["workers"] if _status(pid) not in ("gone", psutil.STATUS_ZOMBIE)]
             if not left and not dirs and not alive:
                 break

@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from harness.sim.resources import CgroupSupport, probe
 from tests.hosts.sshd import SshdLab
 
 #: each run starts a pytest session whose jobs put agents and workers on two hosts of this
@@ -288,6 +289,24 @@ def test_the_bundled_network_scenarios_run_on_hosts_that_allow_network_faults(la
     assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(_NETWORK_SCENARIOS, "passed"), \
         out.stdout + out.stderr
     _assert_no_table(lab)
+
+
+@pytest.mark.slow
+def test_the_bundled_resource_scenarios_run_on_hosts_that_allow_cgroups(lab, tmp_path, work):
+    """``pytest scenarios/resources --elastic-hosts=FILE`` on hosts whose capabilities list
+    cgroups: the straggler's CPU quota and the OOM kill are the hosts' cgroups, the
+    scenarios' expectations hold unchanged (what a cgroup on a host leaves is
+    ``test_host_cgroups``' to check)."""
+    if not isinstance(probe(), CgroupSupport):
+        pytest.skip(f"needs {probe()}")
+    lab.start(0)
+    lab.start(1, port=2222)
+    hosts = _hosts_file(lab, tmp_path, work, capabilities=["cgroups"])
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts.name}", "--junitxml=run.xml",
+                           str(SCENARIOS / "resources"))
+    cases = _junit(tmp_path / "run.xml")
+    assert {name: case["outcome"] for name, case in cases.items()} == {"oom": "passed", "straggler": "passed"}, \
+        out.stdout + out.stderr
 
 
 def _assert_no_table(lab: SshdLab) -> None:

@@ -34,7 +34,10 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   relayed ``worker_start``), which the supervisor signals only if it is a process below
   the agent (``pid Q PID N``: never a process the job did not start); a ``kill_worker``
   with ``exit_code`` leaves its order in the node's orders dir there. Triggers are this
-  machine's, as for local nodes. Faults a host cannot do (network, storage, resource
+  machine's, as for local nodes. Network faults are the host's nftables
+  (``host_network``), resource faults its cgroups (``harness.sim.resources.host_cgroups``:
+  the agent's spec names them, ``job.resources.node_env``), where its ``capabilities``
+  allow them. Faults a host cannot do (those its capabilities do not allow, storage
   faults; an exact (rank, step) exit order, whose rank's host is not known before it
   runs) are refused when they are scheduled (``refuse``), in one line naming the host
   and what it lacks.
@@ -93,8 +96,8 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable")
-_PART_OF_LATER_SLICE = "storage and resource faults on hosts are a later part of issue 29"
+               "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable", "slow_node", "memory_limit")
+_PART_OF_LATER_SLICE = "storage faults on hosts are a later part of issue 29"
 #: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
 NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
                           "fall too (a later part of issue 29)")
@@ -383,6 +386,15 @@ class PlacedJob(Launched, Protocol):
     @property
     def timeline(self) -> Timeline: ...
 
+    @property
+    def resources(self) -> NodeEnv: ...
+
+
+class NodeEnv(Protocol):
+    """The job's resource part as a node's start on a host sees it (``ResourceFaults``)."""
+
+    def node_env(self, node: int) -> dict[str, str]: ...
+
 
 class RemoteNodes:
     """A job's hosts and the nodes it places on them (``job.remote``)."""
@@ -538,7 +550,7 @@ class RemoteNodes:
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
                SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: f"{disk}/tmp",
-               STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret}
+               STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret, **job.resources.node_env(index)}
         if settings.golden:
             env[DIGEST_ENV] = "1"
         if settings.nproc_per_node > 1:

@@ -214,6 +214,10 @@ class NodeCgroup:
         """The processes in it (every hierarchy's, merged)."""
         return sorted({pid for d in self.distinct() for pid in _pids(d)})
 
+    def joined(self, pid: int) -> bool:
+        """Whether process ``pid`` (a node's agent) is in it."""
+        return pid in self.pids()
+
     # -- CPU ---------------------------------------------------------------------------
 
     def set_cpu(self, cpus: float) -> None:
@@ -272,6 +276,15 @@ class NodeCgroup:
         _write(os.path.join(memory, "memory.limit_in_bytes"), str(limit))
         if os.path.exists(memsw) and not memsw_first:
             _write(memsw, str(limit))
+
+    def set_memory_above(self, headroom: int) -> tuple[int, int]:
+        """A limit ``headroom`` bytes above what its processes hold now, read and written
+        together (on a host, in one round trip: a process growing between a read here and a
+        write there could pass the limit before it is set, and the kernel refuses a limit
+        below what is in use); (what they held, the limit set)."""
+        held = self.memory_bytes()
+        self.set_memory(held + headroom)
+        return held, held + headroom
 
     def clear_memory(self) -> None:
         memory = self._dir("memory")

@@ -12,25 +12,73 @@ it ends, and one still in place when the job ends is reported by ``Cluster.close
 
 A job holds one ``ResourceFaults`` as ``job.resources``, which sees the job only as a
 ``FaultTarget`` (``harness.sim.faults.target``); ``job.slow_node`` and ``job.memory_limit``
-are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``).
+are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``). A job
+whose nodes are on hosts hands it their cgroups there (``HostCgroups``: the same writes,
+carried out on each node's host); the faults, their events and their heal are the same.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+import time
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
 from harness.procs import WORKER_CGROUP_ENV
 from harness.sim.errors import FaultError
 from harness.sim.faults.target import Ended, record_fault
 from harness.sim.nodes.main import CGROUP_ENV
-from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, NodeCgroup, parse_bytes, probe
+from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, parse_bytes, probe
+from harness.sim.resources.host_cgroups import HostCgroups, NodeHosts
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
 
-__all__ = ["ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
+
+class CgroupOfNode(Protocol):
+    """A node's cgroup as the faults, tests and benches use it: ``NodeCgroup`` on this
+    machine, ``HostNodeCgroup`` on a host."""
+
+    def procs_files(self) -> list[str]: ...
+
+    def worker_procs_files(self) -> list[str]: ...
+
+    def distinct(self) -> list[str]: ...
+
+    def pids(self) -> list[int]: ...
+
+    def joined(self, pid: int) -> bool: ...
+
+    def set_cpu(self, cpus: float) -> None: ...
+
+    def clear_cpu(self) -> None: ...
+
+    def set_memory(self, limit: int) -> None: ...
+
+    def set_memory_above(self, headroom: int) -> tuple[int, int]: ...
+
+    def clear_memory(self) -> None: ...
+
+    def cpu_seconds(self) -> float: ...
+
+    def throttled(self) -> int: ...
+
+    def memory_bytes(self) -> int: ...
+
+    def oom_kills(self) -> int: ...
+
+
+class NodeCgroups(Protocol):
+    """Where a job's nodes' cgroups are when not on this machine (``HostCgroups``: on their
+    hosts): a node's, made on first use, or None and why not."""
+
+    def node(self, index: int) -> CgroupOfNode | None: ...
+
+    def unavailable(self, index: int) -> str: ...
+
+    def close(self) -> list[str]: ...
+
+__all__ = ["CgroupOfNode", "NodeCgroups", "ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
 
 MIN_CPU = 0.01  # the kernel's smallest CFS quota (1 ms) per 100 ms period
 MIN_MEMORY = 1 << 20
@@ -40,8 +88,10 @@ SLOW_NODE, MEMORY_LIMIT = "slow_node", "memory_limit"
 class ResourceFaults:
     """The resource faults of one job, and its nodes' cgroups."""
 
-    def __init__(self, target: FaultTarget):
+    def __init__(self, target: FaultTarget, hosts: NodeHosts | None = None):
         self._target = target
+        #: the nodes' cgroups on their hosts (None: the nodes are on this machine)
+        self._elsewhere: NodeCgroups | None = HostCgroups(hosts, lambda: target.run_id) if hosts is not None else None
         self._cgroup: JobCgroup | None = None
         self._unavailable: str | None = None
         self._open: dict[int, dict[str, Any]] = {}  # node -> {fault kind: its value}
@@ -57,7 +107,9 @@ class ResourceFaults:
         return {CGROUP_ENV: os.pathsep.join(cgroup.procs_files()),
                 WORKER_CGROUP_ENV: os.pathsep.join(cgroup.worker_procs_files())}
 
-    def _node_cgroup(self, node: int) -> NodeCgroup | None:
+    def _node_cgroup(self, node: int) -> CgroupOfNode | None:
+        if self._elsewhere is not None:
+            return self._elsewhere.node(node) if self._unavailable is None else None
         if self._cgroup is None and self._unavailable is None:
             support = probe()
             if isinstance(support, CgroupSupport):
@@ -69,21 +121,22 @@ class ResourceFaults:
                 self._unavailable = support
         return self._cgroup.node(node) if self._cgroup is not None else None
 
-    def cgroup(self, node: int) -> NodeCgroup:
+    def cgroup(self, node: int) -> CgroupOfNode:
         """Node ``node``'s cgroup (what tests and benches measure: ``cpu_seconds()``...);
         ``ConfigError`` naming what is missing where there is none."""
         self._target.node(node)
         cgroup = self._node_cgroup(node) if node in self._target.nodes else None
         if cgroup is None:
-            raise ConfigError("node", node, f"has no cgroup: resource faults need {self._unavailable}")
+            why = self._unavailable or (self._elsewhere.unavailable(node) if self._elsewhere is not None else "")
+            raise ConfigError("node", node, f"has no cgroup: resource faults need {why}")
         return cgroup
 
-    def _live_cgroup(self, node: int, what: str) -> NodeCgroup:
+    def _live_cgroup(self, node: int, what: str) -> CgroupOfNode:
         """Node ``node``'s cgroup, its live agent in it: a fault written to a cgroup the
         agent never joined would reach none of its processes."""
         cgroup = self.cgroup(node)
         agent = self._target.node(node)
-        if agent.alive() and agent.pid not in cgroup.pids():
+        if agent.alive() and not cgroup.joined(agent.pid):
             raise FaultError(f"{what}: node {node}'s agent (pid {agent.pid}) is not in its cgroup "
                              f"{cgroup.distinct()[0]} (see its agent log: it could not join)")
         return cgroup
@@ -97,28 +150,61 @@ class ResourceFaults:
         if isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not MIN_CPU <= cpu <= (os.cpu_count() or 1):
             raise ConfigError("cpu", cpu, f"must be a number of CPUs in [{MIN_CPU}, {os.cpu_count()}]")
         cgroup = self._live_cgroup(node, SLOW_NODE)
-        record_fault(self._target, SLOW_NODE, target_node=node, cpu=cpu)
         cgroup.set_cpu(cpu)
+        # recorded once the quota is in place, not before: on a host the write is a round
+        # trip (~0.1 s, seconds under load), and a straggler's window (its steps from this
+        # event to the heal: the step rates, ``min_slowdown``) must hold throttled steps
+        # only. Nothing a quota does is an event that could come before this one
+        record_fault(self._target, SLOW_NODE, target_node=node, cpu=cpu)
         self._open.setdefault(node, {})[SLOW_NODE] = cpu
 
     def memory_limit(self, node: int, limit: str | int = "300M") -> None:
         """Node ``node``'s processes share ``limit`` bytes ("300M", "1G", or an int), until
-        ``heal``: past it the kernel's OOM killer ends one of them."""
+        ``heal``: past it the kernel's OOM killer ends one of them. ``"+300M"``: that much
+        above what they hold when it fires. Why: what a node holds depends on where it runs
+        (a worker forked from this machine's warm pool is charged only what it touches
+        after the fork, one on a host that imports torch itself ~300 MB more), and a
+        scenario that means "a leak meets a ceiling" must mean it on both."""
+        text = limit.strip() if isinstance(limit, str) else limit
+        headroom = isinstance(text, str) and text.startswith("+")
         try:
-            size = parse_bytes(limit)
+            size = parse_bytes(text[1:] if headroom and isinstance(text, str) else limit)
         except ValueError:
-            raise ConfigError("limit", limit, 'must be a size like "300M", "1G" or a number of bytes') from None
+            raise ConfigError("limit", limit, 'must be a size like "300M", "1G" or a number of bytes, or "+300M": '
+                                              "that much above what the node holds when it fires") from None
         if size < MIN_MEMORY:
-            raise ConfigError("limit", limit, "must be at least 1M (the agent itself needs more)")
+            raise ConfigError("limit", limit, f"must be at least {'+' if headroom else ''}1M"
+                                              f"{'' if headroom else ' (the agent itself needs more)'}")
         cgroup = self._live_cgroup(node, MEMORY_LIMIT)
+        if headroom:
+            self._limit_above(node, cgroup, limit, size)
+            return
         record_fault(self._target, MEMORY_LIMIT, target_node=node, limit=limit, bytes=size)
         try:
             cgroup.set_memory(size)
         except OSError as e:
-            raise FaultError(f"memory_limit: the kernel refused limit={limit!r} for node {node} "
-                             f"({e.strerror}): its processes use {cgroup.memory_bytes()} bytes and "
-                             "could not be reclaimed below it") from None
+            raise self._refused(node, limit, cgroup, e) from None
         self._open.setdefault(node, {})[MEMORY_LIMIT] = size
+
+    def _limit_above(self, node: int, cgroup: CgroupOfNode, limit: str | int, headroom: int) -> None:
+        """``memory_limit`` ``"+N"``: what the node held and the limit are known only once
+        it is set (one step where the node is: ``set_memory_above``), so the event is
+        written then, stamped with the time the harness began (as every fault's event
+        precedes its effect: the timeline orders events by their stamps)."""
+        began = {"ts": time.time(), "mono": time.monotonic()}
+        try:
+            held, size = cgroup.set_memory_above(headroom)
+        except OSError as e:
+            record_fault(self._target, MEMORY_LIMIT, target_node=node, limit=limit, **began)
+            raise self._refused(node, limit, cgroup, e) from None
+        record_fault(self._target, MEMORY_LIMIT, target_node=node, limit=limit, bytes=size, held=held, **began)
+        self._open.setdefault(node, {})[MEMORY_LIMIT] = size
+
+    @staticmethod
+    def _refused(node: int, limit: str | int, cgroup: CgroupOfNode, error: OSError) -> FaultError:
+        return FaultError(f"memory_limit: the kernel refused limit={limit!r} for node {node} "
+                          f"({error.strerror}): its processes use {cgroup.memory_bytes()} bytes and "
+                          "could not be reclaimed below it")
 
     def end_lasting(self, node: int | None = None) -> Ended:
         """End node ``node``'s resource faults (every node's with None); the kinds ended
@@ -147,7 +233,8 @@ class ResourceFaults:
         self._open.clear()
         cgroup, self._cgroup = self._cgroup, None
         self._unavailable = "the job is closed"
-        return cgroup.remove() if cgroup is not None else []
+        left = cgroup.remove() if cgroup is not None else []
+        return left + (self._elsewhere.close() if self._elsewhere is not None else [])
 
 
 def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:
