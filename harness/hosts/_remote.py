@@ -129,6 +129,7 @@ def lease(lost_after: float, base: str | None) -> None:
             os.close(lock)  # every supervisor of this connection ends its command now
         if work_dir is not None:
             _settle(work_dir)
+            _unmount_under(work_dir)
             shutil.rmtree(work_dir, ignore_errors=True)
 
 
@@ -214,6 +215,27 @@ def _settle(work_dir: str) -> None:
     if not taken.wait(_SETTLE_S):
         sys.stderr.write(f"lease: commands still running {_SETTLE_S:g} s after the lease ended: "
                          "removing the work dir anyway\n")
+
+
+def _unmount_under(work_dir: str) -> None:
+    """Detach every mount below the work dir (lazily) before it is removed: a node's disk
+    there is a FUSE mount whose server unmounts when it ends, but a server killed outright
+    leaves a dead one, into which the removal would descend and fail, leaving the dir."""
+    import subprocess
+
+    prefix = os.path.realpath(work_dir) + "/"
+    try:
+        with open("/proc/self/mountinfo") as fp:
+            points = [line.split()[4].encode().decode("unicode_escape") for line in fp if len(line.split()) > 4]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(prefix)), reverse=True):
+        command = ["umount", "-l", point] if os.geteuid() == 0 else ["fusermount3", "-u", "-z", point]
+        try:
+            subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=False, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            pass
 
 
 def _die_with_parent() -> Callable[[], None] | None:

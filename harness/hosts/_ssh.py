@@ -177,6 +177,7 @@ class SshHost:
         self._owned = _Owned(owner=os.getpid())
         self._finalizer = weakref.finalize(self, _teardown, self._owned, 5.0)
         self._lock = threading.Lock()
+        self._forwards = 0  # local forwards made (each its own socket path in the control dir)
 
     # -- connecting -----------------------------------------------------------------------
 
@@ -383,24 +384,49 @@ class SshHost:
         sshd must allow it (``AllowTcpForwarding yes`` or ``remote``, its default ``yes``).
         A Unix socket, not a TCP address, on our side: ssh connects to it from wherever
         it runs (another network namespace too), and only this machine's users can."""
-        self._require_open()
-        if not self.multiplex:
-            raise HostError(f"host {self.spec.label}: forward_remote() needs the multiplexed connection")
-        config = ["-F", self.ssh_config] if self.ssh_config is not None else []
-        argv = [*self.ssh_command, *config, "-o", f"ControlPath={self._socket()}", "-o", "LogLevel=ERROR",
-                "-O", "forward", "-R", f"127.0.0.1:0:{local_socket}", "-p", str(self.spec.port),
-                "-l", self.spec.user, "--", self.spec.address]
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise HostTimeout(f"host {self.spec.label}: the port forward to {local_socket} not set up "
-                              f"within {timeout:g} s") from None
+        done = self._forward("-R", f"127.0.0.1:0:{local_socket}", timeout, "forward_remote",
+                             f"the port forward to {local_socket}")
         words = done.stdout.split()
         if done.returncode != 0 or len(words) != 1 or not words[0].isdigit():
             raise HostError(f"host {self.spec.label}: cannot forward a port there to {local_socket} "
                             f"(ssh -O forward exited {done.returncode}: {last_line(done.stderr or done.stdout)}); "
                             "the host's sshd must allow it: AllowTcpForwarding yes (or remote)")
         return int(words[0])
+
+    def forward_local(self, remote_socket: str, *, timeout: float = 30.0) -> str:
+        """Forward a Unix socket here, in this connection's private control dir, over this
+        connection to the Unix socket ``remote_socket`` on the host (``ssh -O forward -L
+        LOCAL:REMOTE`` to the master); the local path. Each connect here opens a channel
+        to whatever listens at ``remote_socket`` then (a refused one closes at once); it
+        ends with the connection. Only this machine's user reaches the path here (the dir
+        is 0700), and only the host's user, who made it, the socket there. The host's sshd
+        must allow it: ``AllowTcpForwarding yes`` or ``local`` (sshd grants a socket forward
+        from the client's side under the same rule as a TCP one: ``remote`` alone denies
+        it) and ``AllowStreamLocalForwarding yes``, both their defaults."""
+        with self._lock:
+            self._forwards += 1
+            local = os.path.join(self._owned.control_dir or "", f"fwd{self._forwards}")
+        done = self._forward("-L", f"{local}:{remote_socket}", timeout, "forward_local",
+                             f"the forward to {remote_socket} there")
+        if done.returncode != 0:
+            raise HostError(f"host {self.spec.label}: cannot forward a socket here to {remote_socket} there "
+                            f"(ssh -O forward exited {done.returncode}: {last_line(done.stderr or done.stdout)}); "
+                            "the host's sshd must allow it: AllowTcpForwarding yes (or local)")
+        return local
+
+    def _forward(self, flag: str, spec: str, timeout: float, caller: str,
+                 what: str) -> subprocess.CompletedProcess[str]:
+        """``ssh -O forward FLAG SPEC`` to the master: ssh's answer, to read."""
+        self._require_open()
+        if not self.multiplex:
+            raise HostError(f"host {self.spec.label}: {caller}() needs the multiplexed connection")
+        config = ["-F", self.ssh_config] if self.ssh_config is not None else []
+        argv = [*self.ssh_command, *config, "-o", f"ControlPath={self._socket()}", "-o", "LogLevel=ERROR",
+                "-O", "forward", flag, spec, "-p", str(self.spec.port), "-l", self.spec.user, "--", self.spec.address]
+        try:
+            return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise HostTimeout(f"host {self.spec.label}: {what} not set up within {timeout:g} s") from None
 
     def ping(self, timeout: float = 10.0) -> ClockSample:
         """One clock sample over the lease (``measure_offset(host)`` takes several)."""

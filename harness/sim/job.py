@@ -84,7 +84,8 @@ class Job:
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.scheduler = FaultScheduler(self)  # fires scheduled faults (a thread from the first on)
         self.chaos_schedule: list[ScheduledFault] = []  # chaos's faults: they may never fire
-        self.storage = StorageFaults(self)  # the job's filesystem (FUSE, where it can be)
+        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
+        self.storage = StorageFaults(self, self.remote)  # the job's filesystem (FUSE, where it can be)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
         self.shared_dir = self.storage.shared_dir
@@ -99,7 +100,6 @@ class Job:
         self.store: StoreHandle | None = None
         #: the nodes' network (built with the first node: the store lives in it too)
         self.net: Network = None  # type: ignore[assignment]
-        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
         self.processes = ProcessFaults(self)
         self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
         self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)

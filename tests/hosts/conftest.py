@@ -59,3 +59,10 @@ def cgroup_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     """Two hosts for a job whose capabilities allow resource faults (root and cgroups: the
     lab's hosts share this machine's kernel, so their cgroups are this machine's)."""
     return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("cgroups",))
+
+
+@pytest.fixture
+def fuse_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
+    """Two hosts for a job whose capabilities allow storage faults on a node's disk (root
+    and FUSE: the lab's hosts share this machine's /dev/fuse and libfuse)."""
+    return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("fuse",))

@@ -131,8 +131,10 @@ class SshdLab:
             f"ListenAddress {address}:{port}\nHostKey {host_key}\nPidFile none\n"
             f"AuthorizedKeysFile {where / 'authorized_keys'}\n{methods}KbdInteractiveAuthentication no\n"
             "PermitRootLogin yes\nAllowUsers root\nUsePAM no\n"
-            # StrictModes would refuse the keys under /tmp (world-writable, if sticky)
-            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding remote\nLogLevel ERROR\n"
+            # StrictModes would refuse the keys under /tmp (world-writable, if sticky); TCP
+            # forwarding both ways, sshd's default: the store is a remote forward, a node's
+            # disk server's control link a local socket forward (sshd denies that one with "remote")
+            "StrictModes no\nPrintMotd no\nX11Forwarding no\nAllowTcpForwarding yes\nLogLevel ERROR\n"
             f"MaxSessions {max_sessions}\n")
         sshd = shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:" + os.environ.get("PATH", ""))
         assert sshd is not None

@@ -33,6 +33,7 @@ from harness.hosts import HostSpec
 from harness.sim.leftovers import remove_dead_owners
 from harness.sim.nodes import remote
 from harness.sim.resources import CgroupSupport, probe
+from harness.sim.storage.mount import fuse_missing
 from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
@@ -315,6 +316,7 @@ from harness import Cluster
 from harness.hosts import HostSpec, SshHost
 from harness.sim.nodes import remote
 from harness.sim.resources import CgroupSupport, probe
+from harness.sim.storage.mount import fuse_missing
 from harness.states import WorkerState
 specs = [HostSpec(**{**fields, "capabilities": frozenset(fields.get("capabilities", ()))})
          for fields in json.loads(sys.argv[1])]
@@ -327,7 +329,8 @@ while sum(len(job.worker_pids(i)) for i in (0, 1)) < 4:
     time.sleep(0.05)
 cgroups = [d for i in (0, 1) for d in job.resources.cgroup(i).distinct()] if "cgroups" in specs[0].capabilities else []
 print(json.dumps({"work_dirs": [link.host.work_dir for link in job.remote._links.values()],
-                  "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()], "cgroups": cgroups}),
+                  "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()], "cgroups": cgroups,
+                  "disks": [job.node_disk(i) for i in (0, 1)]}),
       flush=True)
 time.sleep(1000)
 """
@@ -338,11 +341,13 @@ def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
     group of its own, so the supervisors' group signal misses them): within the bound, no
     process on either host names the job's work dirs, the workers are gone, and so are the
     work dirs and, where this machine has cgroups, the nodes' cgroups (their keepers remove
-    them when their connection ends; seen from here: the lab's hosts share this machine's
-    /proc, files and cgroups)."""
+    them when their connection ends), and where it has FUSE, the nodes' disks mounted there
+    (a work dir with a mount in it could not be removed). Seen from here: the lab's hosts
+    share this machine's /proc, files and cgroups."""
     with_cgroups = ["cgroups"] if isinstance(probe(), CgroupSupport) else []
+    with_fuse = ["fuse"] if fuse_missing() is None else []  # a mounted disk pins its work dir
     fields = [{**{name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")},
-               "capabilities": with_cgroups} for spec in hosts]
+               "capabilities": with_cgroups + with_fuse} for spec in hosts]
     controller = subprocess.Popen([sys.executable, "-c", _JOB_CONTROLLER, json.dumps(fields),
                                    json.dumps(list(lab.ssh_command)), str(SCRIPTS / "sleeper.py")],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT,
@@ -352,6 +357,7 @@ def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
         seen = json.loads(controller.stdout.readline())
         assert len(seen["workers"]) == 4 and all(_status(pid) != "gone" for pid in seen["workers"])
         assert all(os.path.isdir(d) for d in seen["cgroups"]) and len(seen["cgroups"]) >= 2 * len(with_cgroups)
+        assert all(("/fs/" in d) == bool(with_fuse) for d in seen["disks"]), seen["disks"]  # served there
         controller.kill()
         controller.wait()
         deadline = time.monotonic() + 30

@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
+__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "STORAGE_CHAOS_ON_HOSTS",
            "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
            "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
@@ -96,8 +96,15 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable", "slow_node", "memory_limit")
-_PART_OF_LATER_SLICE = "storage faults on hosts are a later part of issue 29"
+               "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable", "slow_node", "memory_limit",
+               "disk_full", "slow_io", "io_error")
+#: why what touches the shared filesystem is refused on hosts
+_SHARED_ON_HOSTS = ("on hosts the shared filesystem is each host's own plain dir, which the harness does not serve: "
+                    "storage faults on it, lose_unsynced, torn and on_file are a later part of issue 29 (a node's "
+                    "disk, node=..., is served on its host where its capabilities list fuse)")
+#: why chaos draws no storage fault on hosts (it may draw the shared filesystem: ``_SHARED_ON_HOSTS``)
+STORAGE_CHAOS_ON_HOSTS = ("it may draw the shared filesystem, which is each host's own plain dir there (a later "
+                          "part of issue 29)")
 #: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
 NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
                           "fall too (a later part of issue 29)")
@@ -389,11 +396,20 @@ class PlacedJob(Launched, Protocol):
     @property
     def resources(self) -> NodeEnv: ...
 
+    @property
+    def storage(self) -> NodeDisks: ...
+
 
 class NodeEnv(Protocol):
     """The job's resource part as a node's start on a host sees it (``ResourceFaults``)."""
 
     def node_env(self, node: int) -> dict[str, str]: ...
+
+
+class NodeDisks(Protocol):
+    """The job's storage part as a node's start on a host sees it (``StorageFaults``)."""
+
+    def serve_on_host(self, node: int, node_dir: str) -> tuple[str, str]: ...
 
 
 class RemoteNodes:
@@ -546,10 +562,11 @@ class RemoteNodes:
         config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
                                rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
                                last_call=HOSTS_LAST_CALL_S)
-        shared, disk = f"{host.work_dir}/shared", f"{there}/disk"
+        shared = f"{host.work_dir}/shared"
+        disk, worker_tmp = job.storage.serve_on_host(index, there)
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
-               SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: f"{disk}/tmp",
+               SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: worker_tmp,
                STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret, **job.resources.node_env(index)}
         if settings.golden:
             env[DIGEST_ENV] = "1"
@@ -562,7 +579,7 @@ class RemoteNodes:
         head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
         args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
         node_spec = {"config": config, "entrypoint": SAME_PYTHON, "args": [*head, *args],
-                     "env": env, "dirs": [f"{there}/tmp", f"{disk}/tmp", f"{there}/stacks", f"{there}/orders",
+                     "env": env, "dirs": [f"{there}/tmp", disk, worker_tmp, f"{there}/stacks", f"{there}/orders",
                                           shared],
                      "result_path": f"{there}/result.json"}
         spec_path = host.put(f"node{index}/spec.json", json.dumps(node_spec).encode())
@@ -634,7 +651,7 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | 
     if why is None and kind in NOT_ON_HOSTS:
         why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
     elif why is None and kind not in HOST_FAULTS:
-        why = f"host {host.label} cannot do it yet: {_PART_OF_LATER_SLICE}"
+        why = f"host {host.label} cannot do it yet: {kind} on hosts is a later part of issue 29"
     return why
 
 
@@ -667,7 +684,7 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
     before it starts (the plugin skips it, saying why). ``nnodes``: how many nodes the
     job can have (a network fault on a node that shares its host is refused)."""
     from harness.sim.faults import AtStep, OnFile
-    from harness.sim.schema import FAULT_KINDS, FUSE
+    from harness.sim.schema import FAULT_KINDS
 
     for entry in entries:
         fault = entry.fault
@@ -677,13 +694,13 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
         needs = set(row.needs if row is not None else ())
         if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
                 isinstance(entry.trigger, OnFile):
-            needs.add(FUSE)
+            raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {_SHARED_ON_HOSTS}")
         node = getattr(fault, "node", None)
         if not isinstance(node, int):
             if needs or fault.kind not in HOST_FAULTS:
                 raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
                                    f"{', '.join(sorted(needs)) or 'the nodes on this machine'}: "
-                                   f"{_PART_OF_LATER_SLICE}")
+                                   f"{_SHARED_ON_HOSTS}")
             continue
         why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
         if why is None and row is not None and row.part == "network":

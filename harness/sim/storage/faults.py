@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.sim.faults.target import Ended, record_fault
+from harness.sim.storage.host_disks import HostDisks, NodeHosts
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
@@ -59,9 +60,12 @@ def _device_name(node: int | None) -> str:
 class StorageFaults:
     """The job's filesystem and its storage faults (``job.storage``)."""
 
-    def __init__(self, target: FaultTarget):
+    def __init__(self, target: FaultTarget, hosts: NodeHosts | None = None):
         # weakly: the mount's request thread holds this part, and must not keep the job alive
         self._target_ref = weakref.ref(target)
+        #: the disks of nodes on hosts, served there (None: the nodes are on this machine)
+        self._hosts = HostDisks(hosts, lambda: target.run_id, self._on_request) if hosts is not None else None
+        self._on_hosts: dict[int, tuple[str, str]] = {}  # node -> its disk and TMPDIR on its host
         self.mount = StorageMount(target.directory, target.events_path, target.run_id,
                                   on_request=self._on_request, standby=target.cluster.pool.storage_server(),
                                   give_back=target.cluster.pool.return_storage_server)
@@ -87,6 +91,9 @@ class StorageFaults:
         return os.path.join(self.mount.mountpoint, "shared")
 
     def disk_of(self, node: int) -> str:
+        """Node ``node``'s disk (a path of its host's, for a node started on one)."""
+        if node in self._on_hosts:
+            return self._on_hosts[node][0]
         return os.path.join(self.mount.mountpoint, f"node{node}", "disk")
 
     def tmp_of(self, node: int) -> str:
@@ -97,6 +104,15 @@ class StorageFaults:
         """Make node ``node``'s disk and temp dir (in the backing directory: no wait for the mount)."""
         for sub in ("disk", "tmp"):
             os.makedirs(os.path.join(self.mount.root, f"node{node}", sub), exist_ok=True)
+
+    def serve_on_host(self, node: int, node_dir: str) -> tuple[str, str]:
+        """Node ``node``'s disk and its workers' TMPDIR on its host (``node_dir``: its dir
+        there), served by the harness's filesystem (``HostDisks``) where its capabilities
+        list ``fuse``, else plain dirs (its storage faults then say why)."""
+        disk = self._hosts.start(node, node_dir) if self._hosts is not None else None
+        paths = (disk.disk(), disk.tmp()) if disk is not None else (f"{node_dir}/disk", f"{node_dir}/disk/tmp")
+        self._on_hosts[node] = paths
+        return paths
 
     def ready(self) -> None:
         """Until the filesystem is served (before the first node starts)."""
@@ -119,11 +135,35 @@ class StorageFaults:
             self._target.node(node)  # an unknown node raises, naming the valid ones
         return {"target_node": node} if node is not None else {}
 
+    def _server(self, device: int | None, what: str) -> Any:
+        """Who serves ``device`` (None: the shared filesystem): this machine's mount, or the
+        node's disk on its host; ``ConfigError`` naming what is missing where none does."""
+        if self._hosts is None:
+            self.require(what)
+            return self.mount
+        if device is None:
+            raise ConfigError(what, "storage fault", "the nodes are on hosts, where the shared filesystem is each "
+                              "host's own plain dir (storage faults there are a later part of issue 29): name a "
+                              "node's disk (node=...)")
+        disk = self._hosts.disk(device)
+        if disk is None:
+            raise ConfigError(what, "storage fault", f"needs node {device}'s disk served by the harness's "
+                              f"filesystem on its host; missing: {self._hosts.unavailable(device)}")
+        return disk
+
+    def _servers(self, device: int | None) -> list[Any]:
+        """Every server ``device``'s files may be on (None on hosts: every node's disk
+        served there); none where nothing is served."""
+        if self._hosts is not None:
+            disk = self._hosts.disk(device) if device is not None else None
+            return self._hosts.disks() if device is None else [disk] if disk is not None else []
+        return [self.mount] if self.mount.available else []
+
     def _lasting(self, kind: str, node: int | None, **params: Any) -> None:
-        self.require(kind)
         where = self._where(node)
+        server = self._server(node, kind)
         record_fault(self._target, kind, device=_device_name(node), **where, **params)
-        self.mount.call("fault", device=node, kind=kind, **params)
+        server.call("fault", device=node, kind=kind, **params)
         with self._lock:
             self._open.setdefault(node, []).append(kind)
 
@@ -155,7 +195,7 @@ class StorageFaults:
         """End the lasting storage faults of node ``node``'s disk (None: of every disk and
         the shared filesystem); what ended, with the disks (``storage={disk: kinds}``, a
         field of the ``heal`` event ``Job.heal`` records)."""
-        if not self.mount.available:
+        if self._hosts is None and not self.mount.available:
             return Ended()
         with self._lock:
             devices = list(self._open) if node is None else [node]
@@ -165,7 +205,7 @@ class StorageFaults:
                 self._open.pop(d, None)
         per_disk: dict[str, list[str]] = {}
         for d in devices:
-            per_disk.update(self.mount.call("heal", device=d))
+            per_disk.update(self._server(d, "heal").call("heal", device=d))
         names = sorted({kind for kinds in per_disk.values() for kind in kinds})
         return Ended(names, {"storage": per_disk} if per_disk else {})
 
@@ -177,26 +217,29 @@ class StorageFaults:
     def crash(self, node: int, torn: bool = False) -> list[dict[str, Any]]:
         """Roll back what node ``node`` wrote and never fsynced (it is dead by now); what
         was lost, per file, also on the timeline as a ``storage_lost`` event."""
-        lost: list[dict[str, Any]] = self.mount.call("crash", node=node, torn=torn)
-        for entry in lost:  # paths in the mount -> the paths the job sees
-            entry["path"] = os.path.join(self.mount.mountpoint, entry["path"].lstrip("/"))
+        server = self._server(node, "lose_unsynced")
+        lost: list[dict[str, Any]] = server.call("crash", node=node, torn=torn)
+        for entry in lost:  # paths in the mount -> the paths the job sees (on a host: there)
+            entry["path"] = os.path.join(server.mountpoint, entry["path"].lstrip("/"))
         self.lost.extend(lost)
         self._target.harness_events.emit("storage_lost", target_node=node, torn=torn, files=lost)
         return lost
 
     def unsynced(self, node: int | None = None) -> list[dict[str, Any]]:
         """Files with writes not fsynced yet (by ``node``, or anyone's)."""
-        if not self.mount.available:
-            return []
-        entries: list[dict[str, Any]] = self.mount.call("dirty", node=node)
-        return entries
+        return [entry for server in self._servers(node) for entry in server.call("dirty", node=node)]
 
     # -- OnFile ---------------------------------------------------------------------------
 
     def file_seen(self, trigger: object, glob: str, node: int | None) -> bool:
         """Whether a file matching ``glob`` was created or renamed (by ``node``) since the
-        trigger was armed; the first call arms the watch in the server."""
-        self.require("on_file")
+        trigger was armed; the first call arms the watch in the server (on hosts: in the
+        server of ``node``'s disk, or of every node's with None)."""
+        if self._hosts is None:
+            self.require("on_file")
+        elif not self._servers(node):
+            raise ConfigError("on_file", "storage fault", "needs a node's disk served by the harness's filesystem "
+                              f"on its host; missing: {self._hosts.unavailable(node if node is not None else 0)}")
         with self._lock:
             ident = self._watch_of.get(id(trigger))
             if ident is None:
@@ -209,7 +252,8 @@ class StorageFaults:
                 if ident in self._seen:
                     return True
         if arm:
-            self.mount.call("watch", ident=ident, glob=glob, node=node)
+            for server in self._servers(node):
+                server.call("watch", ident=ident, glob=glob, node=node)
         return False
 
     def _on_request(self, op: str, args: dict[str, Any]) -> Any:
@@ -241,4 +285,6 @@ class StorageFaults:
             target.harness_events.emit("storage_unhealed", faults=still)
             warnings.warn(f"job {target.run_id}: storage faults still in place when the job ended ({text}); "
                           "heal them in the test (job.heal()), or expect them", UserWarning, stacklevel=3)
+        for problem in self._hosts.close() if self._hosts is not None else []:
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
         self.mount.close()

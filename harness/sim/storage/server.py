@@ -457,9 +457,32 @@ class StorageServer:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--control-fd", type=int, required=True, help="the control link (its orders come on it)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--control-fd", type=int, help="the control link (its orders come on it)")
+    where.add_argument("--control-socket", help="a Unix socket path to take the control link on (one connection: "
+                                                "a node's on a host, forwarded over its SSH connection)")
     p.add_argument("--parent", type=int, default=None, help="die when this pid (our parent) does")
     return p.parse_args(argv)
+
+
+def _accept_one(path: str) -> socket.socket:
+    """Listen at ``path`` (0600: only this user may connect), say so on stdout (the harness
+    waits for that line before it connects through its forward), take one connection, and
+    listen no more."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old)
+    listener.listen(1)
+    print("listening", flush=True)
+    try:
+        conn, _ = listener.accept()
+    finally:
+        listener.close()
+        os.unlink(path)
+    return conn
 
 
 class _Orders:
@@ -528,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a descriptor per open file, and
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one per file with unsynced writes
     orders = _Orders()
-    link = Link(socket.socket(fileno=args.control_fd), orders.take, "storage-server")
+    control = socket.socket(fileno=args.control_fd) if args.control_fd is not None else _accept_one(args.control_socket)
+    link = Link(control, orders.take, "storage-server")
     while (order := orders.wait(link)) is not None:
         mounted = _serve(order, link, FastFUSE)
         link.handler = orders.take  # before the harness hears of it: its next order lands here

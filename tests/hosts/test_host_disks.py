@@ -1,0 +1,93 @@
+"""Storage faults on hosts (issue 29): a node on a host whose capabilities list ``fuse``
+gets its disk served there by the harness's filesystem, whose control link comes over the
+connection; ``disk_full``, ``io_error``, ``slow_io`` on that disk are carried out there and
+healed; the mount goes with the job. What touches the shared filesystem (each host's own
+plain dir) is refused in one line.
+
+The writes are a worker's on its host (``disk_probe.py``: a process of the node, as the
+server knows from the node's events there); a host's mounts are read from its /proc over
+SSH. Skipped, saying what is
+missing, where FUSE cannot be had.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from harness import Cluster, WorkerState
+from harness.faults import FaultRefused, NodeKill
+from harness.hosts import HostSpec
+from harness.sim.storage.mount import fuse_missing
+from tests.conftest import SCRIPTS
+
+MISSING = fuse_missing()
+pytestmark = pytest.mark.skipif(MISSING is not None, reason=f"needs FUSE: missing {MISSING}")
+SLEEPER = str(SCRIPTS / "sleeper.py")
+PROBE = str(SCRIPTS / "disk_probe.py")
+
+
+def _mounts_there(lab, spec: HostSpec, under: str) -> list[str]:
+    """The mount points below ``under`` on ``spec``'s host, read over a connection of its own."""
+    with lab.ssh_host(spec) as host:
+        table = host.run(["cat", "/proc/self/mountinfo"]).stdout
+    return [line.split()[4] for line in table.splitlines() if line.split()[4].startswith(under)]
+
+
+def _probed(job, node: int, after: float) -> dict[str, int]:
+    """What node ``node``'s probe's writes failed with, at its second step after ``after``
+    (a monotonic time): the first may have begun before."""
+    def seen() -> list[dict]:
+        return [e for e in job.timeline.events("step", node) if e["mono"] > after]
+    assert job.bus.wait_until(lambda: len(seen()) >= 2, 30), job.timeline.format()
+    step = seen()[1]
+    return {"plain": step["plain"], "distcp": step["distcp"]}
+
+
+def _now_on_timeline(job) -> float:
+    return max(e["mono"] for e in job.timeline.events())
+
+
+def test_a_nodes_disk_on_a_host_is_served_there_and_its_faults_are_carried_out_there(lab, fuse_hosts):
+    """Each node's disk is a harness mount on its host, written by its worker there; a full
+    disk on node 1 fails its writes with ENOSPC (node 0's, on the other host, is not full),
+    an injected errno on node 0 hits only matching files, the heal ends both, and after
+    close nothing is mounted there."""
+    with Cluster(nnodes=2, nproc_per_node=1, hosts=fuse_hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(PROBE)
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        work = [job.remote.connection(i)[0].work_dir for i in (0, 1)]
+        assert all(job.node_disk(i).startswith(work[i]) for i in (0, 1)), [job.node_disk(i) for i in (0, 1)]
+        assert [len(_mounts_there(lab, spec, w)) for spec, w in zip(fuse_hosts, work, strict=True)] == [1, 1]
+        ok = {"plain": 0, "distcp": 0}
+        assert _probed(job, 1, 0.0) == ok and _probed(job, 0, 0.0) == ok
+        job.disk_full(node=1)
+        job.io_error(node=0, errno=errno.EROFS, path="*.distcp")
+        fired = _now_on_timeline(job)
+        assert _probed(job, 1, fired) == {"plain": errno.ENOSPC, "distcp": errno.ENOSPC}
+        assert _probed(job, 0, fired) == {"plain": 0, "distcp": errno.EROFS}  # only node 0's, only *.distcp
+        assert job.storage.open_faults() == {"node1": ["disk_full"], "node0": ["io_error"]}
+        job.heal()
+        healed = _now_on_timeline(job)
+        assert _probed(job, 1, healed) == ok and _probed(job, 0, healed) == ok
+        [heal] = job.timeline.events("heal")
+        assert heal["storage"] == {"node1": ["disk_full"], "node0": ["io_error"]}
+        faults = [(f["fault"], f["device"]) for f in job.timeline.faults()]
+        assert faults == [("disk_full", "node1"), ("io_error", "node0")]
+    assert [_mounts_there(lab, spec, w) for spec, w in zip(fuse_hosts, work, strict=True)] == [[], []]
+
+
+def test_what_touches_the_shared_filesystem_is_refused_on_hosts(lab, fuse_hosts):
+    """Each host's shared dir is its own plain one: a fault on it, or one that rolls back
+    what a node wrote there, is refused in one line, nothing recorded."""
+    with Cluster(nnodes=1, nproc_per_node=1, hosts=fuse_hosts, start_method="spawn",
+                 check_invariants=False) as cluster:
+        job = cluster.launch(SLEEPER)
+        for act in (lambda: job.disk_full(), lambda: job.inject(NodeKill(node=0, lose_unsynced=True))):
+            with pytest.raises(FaultRefused, match=r"refused: the job's nodes are on hosts, .*the shared "
+                                                   r"filesystem is each host's own plain dir") as info:
+                act()
+            assert "\n" not in str(info.value)
+        assert not job.timeline.faults()

@@ -1,0 +1,31 @@
+"""Every 0.1 s, write and fsync one byte to two files on the node's disk (``HARNESS_NODE_DISK``),
+``probe.bin`` and ``shard.distcp``, and report the step with what each write failed with
+(``plain``, ``distcp``: an errno, 0 for none): a storage fault on the disk shows in the next
+steps. ``disk_probe.py [STEPS]`` (default: until killed)."""
+
+import os
+import sys
+import time
+
+from harness import report_step
+
+disk = os.environ["HARNESS_NODE_DISK"]
+steps = int(sys.argv[1]) if len(sys.argv) > 1 else 1 << 30
+
+
+def write(name: str) -> int:
+    try:
+        fd = os.open(os.path.join(disk, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        return e.errno or -1
+    return 0
+
+
+for step in range(steps):
+    report_step(step, plain=write("probe.bin"), distcp=write("shard.distcp"))
+    time.sleep(0.1)
