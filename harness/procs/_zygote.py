@@ -355,6 +355,9 @@ def run_as_main(request: dict[str, Any]) -> int:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    import tempfile
+
+    tempfile.tempdir = None  # the zygote's choice (its own TMPDIR), if made, is not the worker's
     _reset_stdio()
     _apply_threads(request["env"])
     from harness.procs._stackdump import install_from_env

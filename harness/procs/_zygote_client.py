@@ -60,13 +60,18 @@ class ZygoteServerProcess:
         read_fd, write_fd = os.pipe()
         parent = os.getpid()
         self.import_cache = import_cache_dir(os.environ)
+        # its own TMPDIR, removed with its dir: what it preloads may make dirs in its temp
+        # dir at import (torch's inductor made /tmp/torchinductor_<user>, left by every
+        # run); its workers get theirs from their agents (``run_as_main``)
+        self.tmpdir = os.path.join(self._dir, "tmp")
+        os.mkdir(self.tmpdir)
         self.process = subprocess.Popen(
             [sys.executable, "-c",
              "import sys; from harness.procs._zygote import serve; "
              "serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] or None)",
              self.path, str(write_fd), self.import_cache or ""],
             pass_fds=(write_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
-            preexec_fn=lambda: die_with_parent(parent),
+            preexec_fn=lambda: die_with_parent(parent), env={**os.environ, "TMPDIR": self.tmpdir},
         )
         os.close(write_fd)
         self._ready_fd = read_fd

@@ -215,3 +215,32 @@ def test_a_shared_zygote_forks_workers_into_their_agents_network_namespace(tmp_p
     finally:
         net.close()
         server.close()
+
+
+def test_a_worker_uses_its_own_tmpdir_whatever_its_zygote_chose(tmp_path):
+    """A forked worker's ``tempfile`` starts from its own ``TMPDIR``: the zygote's module
+    state is inherited, and a temp dir it had chosen (an import that asked) was used by
+    every worker it forked, off the node's disk where storage faults reach them."""
+    script = tmp_path / "where.py"
+    script.write_text("import tempfile\nprint('TEMP', tempfile.gettempdir())\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    code = ("import sys, tempfile; tempfile.tempdir = '/the-zygotes-choice'; "
+            "from harness.procs._zygote import run_as_main; "
+            f"sys.exit(run_as_main({{'cwd': {str(tmp_path)!r}, 'env': {{'TMPDIR': {str(mine)!r}}}, "
+            f"'target': {str(script)!r}, 'args': [], 'module': False, 'sys_path': sys.path}}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"TEMP {mine}" in out.stdout.splitlines()
+
+
+def test_a_zygote_has_a_temp_dir_of_its_own_removed_with_it():
+    """What the zygote's imports make in its temp dir goes when it closes."""
+    zygote = ZygoteServerProcess()
+    try:
+        environ = psutil.Process(zygote.process.pid).environ()
+        assert environ["TMPDIR"] == zygote.tmpdir and os.path.isdir(zygote.tmpdir)
+        os.mkdir(os.path.join(zygote.tmpdir, "torchinductor_someone"))
+    finally:
+        zygote.close()
+    assert not os.path.exists(zygote.tmpdir)
