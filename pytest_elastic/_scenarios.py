@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import statistics
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,7 +171,7 @@ class ScenarioItem(pytest.Item):
         faults = self.spec.get("fault", [])
         if settings.hosts is not None:  # --elastic-hosts, unless [job] names its own
             job_spec.setdefault("hosts", settings.hosts)
-        hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self))
+        hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self), args=launch.args)
         chaos, seed = chaos_config(settings, self, hosts)
         if chaos is not None:
             chaos = _chaos_around(chaos, faults, job_spec.get("max_restarts", DEFAULT_MAX_RESTARTS))
@@ -262,20 +262,23 @@ def hosts_from_option(item: pytest.Item) -> bool:
     return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
 
 
-def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool) -> tuple[Any, ...] | None:
+def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool,
+                   args: Sequence[str] = ()) -> tuple[Any, ...] | None:
     """The hosts the scenario's nodes run on (``harness.hosts.HostSpec``s; None: this
     machine). A scenario ``--elastic-hosts`` put on hosts that cannot run it is skipped,
     saying why in one line, as one is where this machine lacks network namespaces, FUSE or
     cgroups: a ``[[fault]]`` its node's host cannot carry out (the refusal ``inject()``
-    would give: ``harness.sim.nodes.remote.refuse_faults``), or a ``[job]`` setting not
-    done with hosts (``store_host = "node0"``). Where the scenario names its own hosts,
-    either fails it instead (it asked for what cannot be)."""
+    would give: ``harness.sim.nodes.remote.refuse_faults``), a ``[job]`` setting not
+    done with hosts (``store_host = "node0"``), or ``{shared}`` in its args where its nodes
+    may be on two hosts (each host's own dir there: one node's checkpoint is not the
+    other's, and a resume hung on the mismatch). Where the scenario names its own hosts,
+    each fails it instead (it asked for what cannot be)."""
     if job.get("hosts") is None:
         return None
     from harness import ClusterConfig
     from harness.errors import ConfigError
     from harness.sim.errors import FaultRefused
-    from harness.sim.nodes.remote import refuse_faults
+    from harness.sim.nodes.remote import placed_host, refuse_faults
 
     try:
         config = ClusterConfig(**job)
@@ -284,6 +287,13 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
             pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
         raise ScenarioFailure(f"[job] {e}") from None
     hosts = tuple(config.hosts or ())
+    spread = {placed_host(hosts, config.placement, node) for node in range(config.max_nodes)}
+    if len(spread) > 1 and any("{shared}" in arg for arg in args):
+        why = ("its args use {shared}, the filesystem its nodes share (checkpoints), which is each host's own dir "
+               "there (a filesystem the hosts share is a later part of issue 29)")
+        if from_option:
+            pytest.skip(f"the nodes are on hosts, and {why}")
+        raise ScenarioFailure(f"[job] {why}")
     for spec in faults:
         try:
             refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)

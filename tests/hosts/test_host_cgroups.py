@@ -65,30 +65,30 @@ def test_a_memory_limit_on_a_host_is_its_oom_killer_and_the_cgroup_goes_with_the
 
 
 def test_a_slow_node_on_a_host_throttles_its_workers_there_until_healed(lab, cgroup_hosts):
-    """Node 1 of a 2-host job: its agent and every worker are in its cgroup on its host;
-    the quota is written there (read back over SSH), the host's scheduler throttles the
-    workers, and the heal lifts it."""
-    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, hosts=cgroup_hosts, start_method="zygote") as cluster:
+    """A node on a host: its agent and its worker are in its cgroup there; the quota is
+    written there (read back over SSH), the host's scheduler throttles the worker, and the
+    heal lifts it. (Zygote workers: the agent's own zygote forks them on the host.)"""
+    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=0, hosts=cgroup_hosts, start_method="zygote") as cluster:
         job = cluster.launch(BUSY, "100000", "300000")  # a step: ~10 ms of CPU
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
-        slow = job.resources.cgroup(1)
-        assert isinstance(slow, HostNodeCgroup) and slow.host.spec == cgroup_hosts[1]
-        assert slow.joined(job.nodes[1].pid)  # the agent's own child cgroup holds it, there
-        [start] = job.timeline.events("worker_start", 1)
+        slow = job.resources.cgroup(0)
+        assert isinstance(slow, HostNodeCgroup) and slow.host.spec == cgroup_hosts[0]
+        assert slow.joined(job.nodes[0].pid)  # the agent's own child cgroup holds it, there
+        [start] = job.timeline.events("worker_start", 0)
         assert start["worker_pid"] in slow.pids()  # a pid of the host, read there
         quota = [f"{d}/cpu.cfs_quota_us" if slow.version == 1 else f"{d}/cpu.max"
                  for c, d in slow.workers_dirs.items() if c in ("cpu", "")]
-        job.slow_node(1, cpu=0.2)
-        assert _on_host(lab, cgroup_hosts[1], "cat", *quota).split()[0] == "20000"
+        job.slow_node(0, cpu=0.2)
+        assert _on_host(lab, cgroup_hosts[0], "cat", *quota).split()[0] == "20000"
         throttled = slow.throttled()
         before = len(job.timeline.steps(rank=start["rank"]))
         assert job.bus.wait_until(lambda: len(job.timeline.steps(rank=start["rank"])) >= before + 20, 60)
         assert slow.throttled() > throttled  # the host's scheduler stopped them
-        job.heal(1)
-        assert _on_host(lab, cgroup_hosts[1], "cat", *quota).split()[0] in ("-1", "max")
+        job.heal(0)
+        assert _on_host(lab, cgroup_hosts[0], "cat", *quota).split()[0] in ("-1", "max")
         assert [e["healed"] for e in job.timeline.events("heal")] == [["slow_node"]]
         made = slow.distinct()
-    assert _existing(lab, cgroup_hosts[1], made) == []
+    assert _existing(lab, cgroup_hosts[0], made) == []
 
 
 def test_the_host_side_touches_only_cgroups_the_harness_made(capsys):

@@ -402,3 +402,23 @@ def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
                                  "cannot do it: it needs netns*",
                                  "*scenario store: [[]job[]] store_host='node0' must be 'harness' and 'c10d' with "
                                  "hosts*"], consecutive=False)
+
+
+def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_failed():
+    """``{shared}`` is each host's own dir: a scenario whose nodes may be on two hosts and
+    checkpoint there is skipped under ``--elastic-hosts`` (its resume hung on the mismatch:
+    ``worker_crash_resume_is_golden`` ran to its timeout, 121 s), failed where it names its
+    own hosts; one whose nodes all land on one host, or that does not use it, runs."""
+    from harness.hosts import parse_host
+    from pytest_elastic._scenarios import ScenarioFailure, _skip_on_hosts
+
+    two = [parse_host("ssh://ci@10.0.0.5"), parse_host("ssh://ci@10.0.0.6")]
+    args = ["--ckpt-dir", "{shared}/ckpt"]
+    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{shared\}, the "
+                                                    "filesystem its nodes share .*each host's own dir"):
+        _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=args)
+    with pytest.raises(ScenarioFailure, match=r"^\[job\] its args use \{shared\}"):
+        _skip_on_hosts({"hosts": two, "nnodes": "1:2"}, [], from_option=False, args=args)
+    assert _skip_on_hosts({"hosts": two, "nnodes": 1}, [], from_option=True, args=args) == tuple(two)
+    assert _skip_on_hosts({"hosts": two, "nnodes": 2, "placement": [0, 0]}, [], from_option=True, args=args)
+    assert _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=["--ckpt-dir", "{tmp}"])
