@@ -365,15 +365,25 @@ _VALUE_OPTIONS = frozenset({"-k", "-m", "-p", "-c", "-o", "--ignore", "--ignore-
                             "--override-ini", "--log-file", "--elastic-report"})
 
 
+def _paths(args: Sequence[str]) -> list[str]:
+    """The positional paths of ``args``: existing files or dirs relative to the repo root
+    (``::test`` allowed), not options nor the values of ``_VALUE_OPTIONS``."""
+    return [arg for before, arg in zip([None, *args], args, strict=False)
+            if not arg.startswith("-") and before not in _VALUE_OPTIONS and (ROOT / arg.partition("::")[0]).exists()]
+
+
 def names_paths(args: Sequence[str]) -> bool:
-    """Whether ``args`` hold a positional path: an existing file or dir relative to the repo
-    root (``::test`` allowed), not an option nor the value of one of ``_VALUE_OPTIONS``."""
-    for before, arg in zip([None, *args], args, strict=False):
-        if arg.startswith("-") or before in _VALUE_OPTIONS:
-            continue
-        if (ROOT / arg.partition("::")[0]).exists():
-            return True
-    return False
+    """Whether ``args`` hold a positional path (``_paths``)."""
+    return bool(_paths(args))
+
+
+def runs_tests(suite: bool, args: Sequence[str]) -> bool:
+    """Whether the runs are of the test suite, or of tests under ``tests/`` (``--pytest-args
+    tests/hosts``): their conftest makes (and removes) a private TMPDIR of its own, and
+    xdist's workers one more level each; a run TMPDIR of ours above those pushed the
+    host tests' ssh control sockets (and ssh's temporary name beside each) past a Unix
+    socket path's 108 bytes: "AF_UNIX path too long", a red that was the bench's."""
+    return suite or any(Path(path.partition("::")[0]).parts[:1] == ("tests",) for path in _paths(args))
 
 
 def run_tmpdir(number: int, suite: bool) -> str | None:
@@ -525,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with busy_loops(args.busy):
         try:
             for number in range(1, args.runs + 1):
-                run = do_run(number, cmd, args.timeout, args.suite)
+                run = do_run(number, cmd, args.timeout, runs_tests(args.suite, args.extra))
                 if bad_setup(run):
                     print(run.output[-3000:], file=sys.stderr)
                     print(f"pytest exited {run.returncode} (usage error or nothing collected): stopping",

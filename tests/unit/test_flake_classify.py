@@ -175,9 +175,12 @@ def test_a_suite_run_keeps_the_system_temp_root_and_a_main_job_run_gets_a_short_
     import os
     import shutil
 
-    from bench.flake import SYSTEM_TMP, run_tmpdir
+    from bench.flake import SYSTEM_TMP, run_tmpdir, runs_tests
 
     assert run_tmpdir(1, suite=True) is None
+    # tests under tests/ (the host tests' sockets) get the suite's treatment, scenarios not
+    assert runs_tests(False, ["tests/hosts", "-k", "cgroup"]) and runs_tests(True, [])
+    assert not runs_tests(False, ["scenarios/network"]) and not runs_tests(False, ["-k", "tests"])
     path = run_tmpdir(12, suite=False)
     assert path is not None
     try:

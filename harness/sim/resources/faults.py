@@ -34,6 +34,8 @@ from harness.sim.resources.host_cgroups import HostCgroups, NodeHosts
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
 
+__all__ = ["CgroupOfNode", "NodeCgroups", "ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
+
 
 class CgroupOfNode(Protocol):
     """A node's cgroup as the faults, tests and benches use it: ``NodeCgroup`` on this
@@ -78,7 +80,6 @@ class NodeCgroups(Protocol):
 
     def close(self) -> list[str]: ...
 
-__all__ = ["CgroupOfNode", "NodeCgroups", "ResourceFaults", "unhealed_message", "MIN_CPU", "MIN_MEMORY"]
 
 MIN_CPU = 0.01  # the kernel's smallest CFS quota (1 ms) per 100 ms period
 MIN_MEMORY = 1 << 20

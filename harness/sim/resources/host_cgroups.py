@@ -220,8 +220,9 @@ class HostCgroups:
             return _Keeper(proc, HostNodeCgroup(host, int(said["version"]), dict(said["dirs"])), None)
         why = said.get("unavailable") if isinstance(said, dict) else None
         if not why:
+            proc.terminate()  # its last words first, then its pipes closed
+            err = proc.stderr.read() if proc.stderr is not None else ""
             proc.close()
-            err = proc.popen.stderr.read() if proc.popen.stderr is not None and not proc.popen.stderr.closed else ""
             why = f"its keeper there said {line.strip()[:200]!r}" if line.strip() else \
                 f"its keeper there said nothing within {_READY_S:g} s ({(err.strip().splitlines() or ['-'])[-1]})"
         return _Keeper(proc, None, f"{why} on host {spec.label}")
