@@ -62,6 +62,8 @@ class HostSpec:
     known_hosts: str | None = None  # local known_hosts file; None: ssh's default (~/.ssh/known_hosts)
     trust_on_first_use: bool = False  # accept (and record) an unknown host key: throwaway hosts only
     max_sessions: int = 10  # the host's sshd MaxSessions: commands at once on one connection (its default: 10)
+    #: a dir of a filesystem every host of a job mounts there (NFS...): its ``{shared}`` goes there
+    shared_dir: str | None = None
 
     @property
     def label(self) -> str:
@@ -137,6 +139,7 @@ FIELDS: dict[str, _Field] = {
     "known_hosts": _Field(_text, "must be the path of a known_hosts file", local_path=True),
     "trust_on_first_use": _Field(_flag, "must be true or false"),
     "max_sessions": _Field(_sessions, "must be an int in [2, 1024]: the host's sshd MaxSessions"),
+    "shared_dir": _Field(_absolute, "must be an absolute path on the host, of a filesystem the job's hosts share"),
 }
 _REQUIRED = ("address", "user")
 

@@ -64,6 +64,7 @@ def test_a_memory_limit_on_a_host_is_its_oom_killer_and_the_cgroup_goes_with_the
     assert _existing(lab, cgroup_hosts[0], made) == []
 
 
+@pytest.mark.slow  # the default run writes a host's cgroup through the same apply (the memory limit above)
 def test_a_slow_node_on_a_host_throttles_its_workers_there_until_healed(lab, cgroup_hosts):
     """A node on a host: its agent and its worker are in its cgroup there; the quota is
     written there (read back over SSH), the host's scheduler throttles the worker, and the

@@ -89,9 +89,10 @@ def test_own_hosts_none_runs_here(elastic_cluster):
 
 
 def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path, capabilities: Sequence[str] = (),
-                name: str = "hosts.toml") -> Path:
+                name: str = "hosts.toml", shared_dir: Path | None = None) -> Path:
     """``name`` (hosts.toml) for the lab's two hosts (ports 22 and 2222), relative paths as a
-    user writes them; the hosts' work dirs under ``work``; both with ``capabilities``."""
+    user writes them; the hosts' work dirs under ``work``; both with ``capabilities`` (and
+    ``shared_dir``, if given: the lab's hosts share this machine's files)."""
     python = tmp_path / "host-python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                       f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
@@ -105,6 +106,7 @@ known_hosts = "{lab.known_hosts.name}"
 python = {json.dumps(str(python))}
 work_dir = {json.dumps(str(work))}
 capabilities = {json.dumps(list(capabilities))}
+{f"shared_dir = {json.dumps(str(shared_dir))}" if shared_dir is not None else ""}
 
 [[host]]
 address = "{lab.hosts[0].address}"
@@ -309,6 +311,29 @@ def test_the_bundled_resource_scenarios_run_on_hosts_that_allow_cgroups(lab, tmp
         out.stdout + out.stderr
 
 
+#: the bundled scenarios whose nodes, on two hosts, resume from each other's checkpoints in {shared}
+_SHARED_SCENARIOS = {"worker_crash_resume_is_golden": "training", "node_loss_scale_down_is_golden": "training",
+                     "scale_up_is_golden": "training"}
+
+
+@pytest.mark.slow
+def test_the_bundled_checkpoint_scenarios_run_on_hosts_that_share_a_filesystem(lab, tmp_path, work):
+    """Without a ``shared_dir`` they are skipped on two hosts (one node's checkpoint is not
+    the other's); with one the hosts share, they run unchanged and pass, the twin included,
+    and the shared dir is left empty."""
+    lab.start(0)
+    lab.start(1, port=2222)
+    shared = tmp_path / "nfs"
+    shared.mkdir()
+    hosts = _hosts_file(lab, tmp_path, work, shared_dir=shared)
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts.name}", "--junitxml=run.xml",
+                           *(str(SCENARIOS / part / f"{name}.toml") for name, part in _SHARED_SCENARIOS.items()))
+    cases = _junit(tmp_path / "run.xml")
+    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(_SHARED_SCENARIOS, "passed"), \
+        out.stdout + out.stderr
+    assert list(shared.iterdir()) == []
+
+
 def _assert_no_table(lab: SshdLab) -> None:
     """No nft table of ours (``pe_...``) on either host, asked in its own namespace."""
     for index in (0, 1):
@@ -408,7 +433,8 @@ def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_fail
     """``{shared}`` is each host's own dir: a scenario whose nodes may be on two hosts and
     checkpoint there is skipped under ``--elastic-hosts`` (its resume hung on the mismatch:
     ``worker_crash_resume_is_golden`` ran to its timeout, 121 s), failed where it names its
-    own hosts; one whose nodes all land on one host, or that does not use it, runs."""
+    own hosts; one whose nodes all land on one host, that does not use it, or whose hosts
+    name one ``shared_dir``, runs."""
     from harness.hosts import parse_host
     from pytest_elastic._scenarios import ScenarioFailure, _skip_on_hosts
 
@@ -422,3 +448,5 @@ def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_fail
     assert _skip_on_hosts({"hosts": two, "nnodes": 1}, [], from_option=True, args=args) == tuple(two)
     assert _skip_on_hosts({"hosts": two, "nnodes": 2, "placement": [0, 0]}, [], from_option=True, args=args)
     assert _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=["--ckpt-dir", "{tmp}"])
+    sharing = [parse_host(spec.url, shared_dir="/nfs") for spec in two]  # they name one they share: it runs
+    assert _skip_on_hosts({"hosts": sharing, "nnodes": 2}, [], from_option=True, args=args) == tuple(sharing)

@@ -48,6 +48,8 @@ def test_bad_urls(url, expected):
 @pytest.mark.parametrize("fields, expected", [
     ({"pyton": "x"}, "pyton='x' is not a host field (known: address, user, port, key, python"),
     ({"work_dir": "scratch"}, "work_dir='scratch' must be an absolute path on the host"),
+    ({"shared_dir": "nfs"}, "shared_dir='nfs' must be an absolute path on the host, of a filesystem the job's hosts "
+                            "share"),
     ({"capabilities": "netns"}, "capabilities='netns' must be a list of names"),
     ({"trust_on_first_use": "yes"}, "trust_on_first_use='yes' must be true or false"),
     ({"max_sessions": 1}, "max_sessions=1 must be an int in [2, 1024]: the host's sshd MaxSessions"),

@@ -238,7 +238,7 @@ from harness import WorkerState
 
 @pytest.mark.elastic(nnodes=1, nproc_per_node=2, max_restarts=3)
 def test_rank1_fragile(elastic_cluster):
-    job = elastic_cluster.launch({STEPPER!r}, "50", "0.03")
+    job = elastic_cluster.launch({STEPPER!r}, "30", "0.03")  # 0.9 s: every fault lands within 0.5 s
     job.wait(timeout=90)
     assert not [f for f in job.timeline.faults() if f.get("local_rank") == 1], "rank 1 was hit"
 

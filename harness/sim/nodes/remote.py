@@ -68,6 +68,7 @@ from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
+from harness.sim.nodes.host_shared import SharedDir, shared_base
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
@@ -426,6 +427,9 @@ class RemoteNodes:
         self._lock = threading.Lock()
         #: the network faults of the job's nodes, carried out by their hosts
         self.network = HostNetwork(self)
+        base = shared_base(self.hosts)
+        #: the job's ``{shared}`` where its hosts share a filesystem (None: each host's own dir)
+        self.shared = SharedDir(base, job.run_id) if base is not None else None
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
         self._upkeep: threading.Thread | None = None
 
@@ -500,6 +504,8 @@ class RemoteNodes:
                 host.close()
                 raise
             self._links[spec] = link
+            if self.shared is not None and not self.shared.swept:  # a killed controller's leftovers
+                self.shared.sweep(host)
             if self._upkeep is None:
                 self._upkeep = threading.Thread(target=self._keep_clocks, name="clock upkeep", daemon=True)
                 self._upkeep.start()
@@ -562,7 +568,7 @@ class RemoteNodes:
         config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
                                rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
                                last_call=HOSTS_LAST_CALL_S)
-        shared = f"{host.work_dir}/shared"
+        shared = self.shared.path if self.shared is not None else f"{host.work_dir}/shared"
         disk, worker_tmp = job.storage.serve_on_host(index, there)
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
@@ -616,6 +622,9 @@ class RemoteNodes:
         host goes, its work dir last), the bridge, the sink; what could not be ended."""
         problems = []
         self._ended.set()
+        if self.shared is not None and self._links:  # its nodes ended: nothing writes there now
+            problem = self.shared.remove(next(iter(self._links.values())).host)
+            problems += [problem] if problem else []
         for link in self._links.values():
             try:
                 link.host.close()

@@ -1,0 +1,76 @@
+"""A job's shared filesystem on hosts that share one (the hosts file's ``shared_dir``).
+
+Without it a job's ``{shared}`` on hosts is each host's own dir, and one node's checkpoint
+is not another's (a resume on two hosts hung on the mismatch). Where every host of a job
+names the same ``shared_dir`` (a path of a filesystem they all mount: NFS, a cluster
+filesystem; the lab's hosts share this machine's), the job's ``{shared}`` is one dir there,
+``pe-shared-<this machine>-<pid>-<run id>``: every node's agent makes it (``mkdir -p``,
+with its other dirs) and ``close()`` removes it over a host's connection. A controller
+killed outright cannot; the next job of this machine on those hosts removes the dirs named
+for this machine whose controller pid is dead (``sweep``), as dead owners' temp dirs,
+namespaces and cgroups are removed here. The harness does not serve it (storage faults on
+it are refused on hosts: ``remote._SHARED_ON_HOSTS``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+
+from harness.hosts import HostError, HostSpec, SshHost
+from harness.sim.leftovers import owner_alive
+
+__all__ = ["SharedDir", "shared_base"]
+
+PREFIX = "pe-shared-"
+
+
+def shared_base(hosts: Sequence[HostSpec]) -> str | None:
+    """The ``shared_dir`` every one of ``hosts`` names, or None (one names none, or another)."""
+    bases = {spec.shared_dir for spec in hosts}
+    return bases.pop() if len(bases) == 1 and None not in bases else None
+
+
+def _machine() -> str:
+    return socket.gethostname() or "localhost"
+
+
+class SharedDir:
+    """A job's dir in the hosts' shared filesystem."""
+
+    def __init__(self, base: str, run_id: str):
+        self.base = base.rstrip("/") or "/"
+        self.path = f"{self.base}/{PREFIX}{_machine()}-{os.getpid()}-{run_id}"
+        self.swept = False
+
+    def sweep(self, host: SshHost) -> list[str]:
+        """Remove, over ``host``'s connection, the job dirs in the shared filesystem of
+        controllers of this machine that are dead; their paths."""
+        self.swept = True
+        mine = f"{PREFIX}{_machine()}-"
+        try:
+            names = host.run(["ls", "-1", "--", self.base], check=False).stdout.split()
+        except HostError:
+            return []
+        dead = []
+        for name in names:
+            pid, _, run_id = name[len(mine):].partition("-") if name.startswith(mine) else ("", "", "")
+            if pid.isdigit() and run_id and not owner_alive(int(pid)):
+                dead.append(f"{self.base}/{name}")
+        if dead:
+            try:
+                host.run(["rm", "-rf", "--", *dead], check=False)
+            except HostError:
+                return []
+        return dead
+
+    def remove(self, host: SshHost) -> str | None:
+        """Remove the job's dir over ``host``'s connection; a problem, or None."""
+        try:
+            done = host.run(["rm", "-rf", "--", self.path], check=False)
+        except HostError as e:
+            return f"the job's shared dir {self.path}: {e}"
+        if done.returncode != 0:
+            return f"the job's shared dir {self.path} on host {host.spec.label}: rm exited {done.returncode}"
+        return None
