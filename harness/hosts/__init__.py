@@ -27,6 +27,7 @@ from harness.hosts._errors import (
     HostPythonError,
     HostTimeout,
     HostUnreachable,
+    last_line,
 )
 from harness.hosts._placement import CAPABILITIES, place, refusal
 from harness.hosts._process import CommandResult, RemoteProcess
@@ -38,5 +39,5 @@ __all__ = [
     "CAPABILITIES", "FIELDS", "ClockOffset", "ClockSample", "CommandResult", "EventRelay", "HostAuthError",
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
-    "parse_host", "place", "refusal", "SILENT_LINK_S",
+    "last_line", "parse_host", "place", "refusal", "SILENT_LINK_S",
 ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -105,6 +106,15 @@ class RemoteProcess:
 
     def poll(self) -> int | None:
         return self.popen.poll()
+
+    def first_line(self, timeout: float) -> str:
+        """The command's first stdout line, as soon as it is written; "" if the command
+        ended, or said nothing for ``timeout`` s. For a command that says it is ready in
+        one line (a cgroup keeper, a storage server's "listening"): only before any other
+        read of its stdout (a line already in the pipe's buffer is not waited for)."""
+        assert self.popen.stdout is not None, "first_line() needs the command's stdout piped"
+        ready, _, _ = select.select([self.popen.stdout], [], [], timeout)
+        return self.popen.stdout.readline() if ready else ""
 
     def wait(self, timeout: float) -> int:
         try:

@@ -12,7 +12,7 @@ PUBLIC = {
     "CAPABILITIES", "FIELDS", "ClockOffset", "ClockSample", "CommandResult", "EventRelay", "HostAuthError",
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
-    "parse_host", "place", "refusal", "SILENT_LINK_S",
+    "last_line", "parse_host", "place", "refusal", "SILENT_LINK_S",
 }
 #: what harness.hosts may import from the rest of harness (public names only)
 ALLOWED = ("harness.errors", "harness.procs", "harness.hosts")

@@ -95,6 +95,22 @@ def test_a_command_past_its_timeout_is_ended(lab: SshdLab):
     assert survivors([sleeper], GONE_WITHIN_S) == []
 
 
+def test_a_commands_first_line_comes_as_it_is_written_and_silence_is_bounded(lab: SshdLab):
+    """``first_line``: the line a command says it is ready with, while it goes on running;
+    "" for one that stays silent past the timeout, and for one that ended saying nothing."""
+    lab.start(0)
+    with lab.ssh_host(lab.spec(0)) as ssh:
+        ready = ssh.start(["sh", "-c", "echo ready; exec sleep 1000"])
+        assert ready.first_line(30) == "ready\n" and ready.poll() is None
+        silent = ssh.start(["sleep", "1000"])
+        started = time.monotonic()
+        assert silent.first_line(0.5) == "" and time.monotonic() - started >= 0.5
+        mute = ssh.start(["true"])
+        assert mute.first_line(30) == ""
+        for proc in (ready, silent, mute):
+            proc.close()
+
+
 def test_no_server_and_a_missing_key_are_one_line(lab: SshdLab, tmp_path: Path):
     with pytest.raises(HostUnreachable) as caught:  # a namespace, but no sshd in it
         lab.ssh_host(lab.spec(0)).open()

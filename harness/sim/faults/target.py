@@ -36,6 +36,7 @@ from harness.errors import ConfigError
 
 if TYPE_CHECKING:
     from harness.events import EventWriter
+    from harness.hosts import HostSpec, SshHost
     from harness.sim.bus import EventBus
     from harness.sim.net import Network
     from harness.sim.nodes.ledger import NodeLedger
@@ -45,8 +46,8 @@ if TYPE_CHECKING:
     from harness.sim.truth.timeline import Timeline
     from harness.states import WorkerState
 
-__all__ = ["ClusterOfJob", "Ended", "ExitOrders", "FaultTarget", "FaultsInFlight", "LastingFaults", "ScheduledJob",
-           "SettingsOfJob", "StorageOfJob", "end_every", "record_fault"]
+__all__ = ["ClusterOfJob", "Ended", "ExitOrders", "FaultTarget", "FaultsInFlight", "LastingFaults", "NodeHosts",
+           "ScheduledJob", "SettingsOfJob", "StorageOfJob", "end_every", "record_fault"]
 
 
 class SettingsOfJob(Protocol):
@@ -97,6 +98,15 @@ class StorageOfJob(Protocol):
         """Whether a file matching ``glob`` was created or renamed (by ``node``) since
         ``trigger`` (an ``OnFile``, known by its identity) was armed."""
         ...
+
+
+class NodeHosts(Protocol):
+    """Where a job's nodes run when on hosts (``RemoteNodes``): a node's host, and its
+    connection; what the parts that carry their faults out there see (their cgroups, disks)."""
+
+    def host_of(self, node: int) -> HostSpec: ...
+
+    def connection(self, node: int) -> tuple[SshHost, int | None]: ...
 
 
 class FaultsInFlight(Protocol):

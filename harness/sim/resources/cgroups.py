@@ -214,6 +214,10 @@ class NodeCgroup:
         """The processes in it (every hierarchy's, merged)."""
         return sorted({pid for d in self.distinct() for pid in _pids(d)})
 
+    def agent_pids(self) -> list[int]:
+        """The processes in its agent's own children (the agent alone joins them)."""
+        return sorted({pid for d in set(self.agent_dirs.values()) for pid in _pids(d)})
+
     def joined(self, pid: int) -> bool:
         """Whether process ``pid`` (a node's agent) is in it."""
         return pid in self.pids()

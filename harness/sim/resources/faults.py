@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.errors import ConfigError
 from harness.procs import WORKER_CGROUP_ENV
 from harness.sim.errors import FaultError
-from harness.sim.faults.target import Ended, record_fault
+from harness.sim.faults.target import Ended, NodeHosts, record_fault
 from harness.sim.nodes.main import CGROUP_ENV
 from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, parse_bytes, probe
-from harness.sim.resources.host_cgroups import HostCgroups, NodeHosts
+from harness.sim.resources.host_cgroups import HostCgroups
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget

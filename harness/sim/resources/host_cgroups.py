@@ -23,20 +23,19 @@ from __future__ import annotations
 
 import json
 import logging
-import select
 import threading
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from harness.hosts import HostError, HostSpec, SshHost
+from harness.hosts import HostError, SshHost, last_line
+from harness.sim.faults.target import NodeHosts
 from harness.sim.resources.cgroups import CgroupSupport, NodeCgroup
 from harness.sim.schema import CGROUPS
 
 if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
 
-__all__ = ["HostCgroups", "HostNodeCgroup", "NodeHosts"]
+__all__ = ["HostCgroups", "HostNodeCgroup"]
 
 _log = logging.getLogger(__name__)
 
@@ -47,14 +46,6 @@ _READY_S = 60.0
 #: a keeper's grace after SIGTERM: removal waits up to 5 s for the node's processes to go,
 #: and up to 5 s more while the kernel says EBUSY (``cgroups._remove``)
 _KEEPER_GRACE_S = 15.0
-
-
-class NodeHosts(Protocol):
-    """Where a job's nodes run (``RemoteNodes``): a node's host, and its connection."""
-
-    def host_of(self, node: int) -> HostSpec: ...
-
-    def connection(self, node: int) -> tuple[SshHost, int | None]: ...
 
 
 class HostNodeCgroup:
@@ -93,7 +84,7 @@ class HostNodeCgroup:
             answer = None
         if not isinstance(answer, dict):
             raise HostError(f"host {self.host.spec.label}: {_MODULE} {op} exited {result.returncode}: "
-                            f"{(result.stderr.strip().splitlines() or ['no output'])[-1]}")
+                            f"{last_line(result.stderr)}")
         if "error" in answer:
             code = answer.get("errno")
             if isinstance(code, int):
@@ -157,18 +148,6 @@ class _Keeper:
         return self.cgroup is not None and self.proc is not None and self.proc.poll() is not None
 
 
-def _first_line(proc: RemoteProcess, timeout: float) -> str:
-    """The keeper's first stdout line ("" if it ended or stayed silent ``timeout`` s)."""
-    assert proc.stdout is not None
-    deadline = time.monotonic() + timeout
-    while True:
-        ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
-        if ready:
-            return proc.stdout.readline()
-        if time.monotonic() >= deadline:
-            return ""
-
-
 class HostCgroups:
     """The cgroups of a job's nodes on hosts, one keeper per node (``job.resources`` asks
     ``node``; ``ResourceFaults`` applies the faults through what it returns)."""
@@ -211,7 +190,7 @@ class HostCgroups:
                               grace=_KEEPER_GRACE_S)
         except (HostError, OSError) as e:
             return _Keeper(None, None, f"a cgroup on host {spec.label} ({e})")
-        line = _first_line(proc, _READY_S)
+        line = proc.first_line(_READY_S)
         try:
             said = json.loads(line) if line.strip() else None
         except ValueError:
@@ -224,7 +203,7 @@ class HostCgroups:
             err = proc.stderr.read() if proc.stderr is not None else ""
             proc.close()
             why = f"its keeper there said {line.strip()[:200]!r}" if line.strip() else \
-                f"its keeper there said nothing within {_READY_S:g} s ({(err.strip().splitlines() or ['-'])[-1]})"
+                f"its keeper there said nothing within {_READY_S:g} s ({last_line(err)})"
         return _Keeper(proc, None, f"{why} on host {spec.label}")
 
     def close(self) -> list[str]:
@@ -251,7 +230,7 @@ class HostCgroups:
             if left is None:
                 if keeper.cgroup is not None:
                     problems.append(f"node {index}'s cgroup on host {label} may be left (its keeper exited "
-                                    f"{keeper.proc.returncode}: {(err.strip().splitlines() or ['-'])[-1]}); "
+                                    f"{keeper.proc.returncode}: {last_line(err)}); "
                                     "the next job on that host removes it")
                 continue
             problems += [f"host {label}: {line}" for line in left]

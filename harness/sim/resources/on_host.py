@@ -95,21 +95,12 @@ def apply(cgroup: NodeCgroup, op: str, value: str | None) -> dict[str, Any]:
     elif op == "clear_memory":
         cgroup.clear_memory()
     elif op == "read":
-        return {"pids": cgroup.pids(), "agent_pids": sorted({p for d in cgroup.agent_dirs.values()
-                                                             for p in _procs(d)}),
+        return {"pids": cgroup.pids(), "agent_pids": cgroup.agent_pids(),
                 "cpu_seconds": cgroup.cpu_seconds(), "throttled": cgroup.throttled(),
                 "memory_bytes": cgroup.memory_bytes(), "oom_kills": cgroup.oom_kills()}
     else:
         raise ValueError(f"op {op!r} is not one of {', '.join(OPS)}")
     return {}
-
-
-def _procs(directory: str) -> list[int]:
-    try:
-        with open(os.path.join(directory, "cgroup.procs")) as fp:
-            return [int(line) for line in fp.read().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def main(argv: Sequence[str]) -> int:

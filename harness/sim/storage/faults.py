@@ -40,8 +40,8 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.sim.faults.target import Ended, record_fault
-from harness.sim.storage.host_disks import HostDisks, NodeHosts
+from harness.sim.faults.target import Ended, NodeHosts, record_fault
+from harness.sim.storage.host_disks import HostDisks
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
@@ -154,10 +154,12 @@ class StorageFaults:
     def _servers(self, device: int | None) -> list[Any]:
         """Every server ``device``'s files may be on (None on hosts: every node's disk
         served there); none where nothing is served."""
-        if self._hosts is not None:
-            disk = self._hosts.disk(device) if device is not None else None
-            return self._hosts.disks() if device is None else [disk] if disk is not None else []
-        return [self.mount] if self.mount.available else []
+        if self._hosts is None:
+            return [self.mount] if self.mount.available else []
+        if device is None:
+            return self._hosts.disks()
+        disk = self._hosts.disk(device)
+        return [disk] if disk is not None else []
 
     def _lasting(self, kind: str, node: int | None, **params: Any) -> None:
         where = self._where(node)
@@ -238,8 +240,10 @@ class StorageFaults:
         if self._hosts is None:
             self.require("on_file")
         elif not self._servers(node):
+            missing = (self._hosts.unavailable(node) if node is not None else
+                       "any node's (no node's host lists fuse in its capabilities, or none has started)")
             raise ConfigError("on_file", "storage fault", "needs a node's disk served by the harness's filesystem "
-                              f"on its host; missing: {self._hosts.unavailable(node if node is not None else 0)}")
+                              f"on its host; missing: {missing}")
         with self._lock:
             ident = self._watch_of.get(id(trigger))
             if ident is None:

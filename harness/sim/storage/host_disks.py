@@ -26,23 +26,20 @@ the node on a plain dir; its storage faults then name the host and what is missi
 from __future__ import annotations
 
 import logging
-import select
 import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-from harness.hosts import HostError, HostSpec, SshHost
+from harness.hosts import HostError, SshHost
+from harness.sim.faults.target import NodeHosts
 from harness.sim.schema import FUSE
 from harness.sim.storage.link import Link, LinkClosed
 from harness.sim.storage.standby import LIBRARY_ENV
 
-if TYPE_CHECKING:
-    from harness.hosts import RemoteProcess
-
-__all__ = ["HostDisk", "HostDisks", "NodeHosts"]
+__all__ = ["HostDisk", "HostDisks"]
 
 _log = logging.getLogger(__name__)
 
@@ -51,21 +48,6 @@ _READY_S = 60.0
 _MOUNT_S = 30.0
 #: its grace after SIGTERM: libfuse unmounts, the server closes what the job left open
 _GRACE_S = 10.0
-
-
-class NodeHosts(Protocol):
-    """Where a job's nodes run (``RemoteNodes``): a node's host, and its connection."""
-
-    def host_of(self, node: int) -> HostSpec: ...
-
-    def connection(self, node: int) -> tuple[SshHost, int | None]: ...
-
-
-def _first_line(proc: RemoteProcess, timeout: float) -> str:
-    """The command's first stdout line ("" if it ended or stayed silent ``timeout`` s)."""
-    assert proc.stdout is not None
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
-    return proc.stdout.readline() if ready else ""
 
 
 class HostDisk:
@@ -85,7 +67,7 @@ class HostDisk:
         self.proc = host.start(["env", *(f"{k}={v}" for k, v in LIBRARY_ENV.items()), python, "-m",
                                 "harness.sim.storage.server", "--control-socket", control], grace=_GRACE_S)
         try:
-            said = _first_line(self.proc, _READY_S).strip()
+            said = self.proc.first_line(_READY_S).strip()
             if said != "listening":
                 raise HostError(f"host {host.spec.label}: its storage server did not start ({said or 'no word'}: "
                                 f"see {node_dir}/storage.log there)")
