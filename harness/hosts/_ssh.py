@@ -362,7 +362,15 @@ class SshHost:
         parts = relative.split("/")
         if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
             raise ValueError(f"relative={relative!r} must be a plain relative path inside the work dir")
-        path = f"{work_dir}/{relative}"
+        return self.write(f"{work_dir}/{relative}", data, timeout=timeout)
+
+    def write(self, path: str, data: bytes, *, timeout: float = 30.0) -> str:
+        """``put`` to the absolute ``path``, outside the work dir: a dir the job owns
+        elsewhere on the host (its share of a filesystem the hosts share), which the
+        caller removes itself; ``path``."""
+        if not path.startswith("/") or any(part in (".", "..") for part in path.split("/")):
+            raise ValueError(f"path={path!r} must be an absolute path without . or .. parts")
+        self._require_open()
         argv = self._argv(self._client_options(), self._python(["put", path], bare=True))
         try:
             done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout)

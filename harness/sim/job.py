@@ -36,7 +36,7 @@ from harness.sim.faults.scheduler import FaultScheduler
 from harness.sim.faults.target import end_every
 from harness.sim.net import Network
 from harness.sim.net.faults import NetworkFaults
-from harness.sim.nodes.faults import ProcessFaults
+from harness.sim.nodes.faults import LocalOrders, ProcessFaults
 from harness.sim.nodes.ledger import NodeLedger
 from harness.sim.nodes.process import NodeProcess
 from harness.sim.nodes.remote import RemoteNodes
@@ -100,7 +100,7 @@ class Job:
         self.store: StoreHandle | None = None
         #: the nodes' network (built with the first node: the store lives in it too)
         self.net: Network = None  # type: ignore[assignment]
-        self.processes = ProcessFaults(self)
+        self.processes = ProcessFaults(self, self.remote.orders if self.remote else LocalOrders(self.orders_dir))
         self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
         self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends

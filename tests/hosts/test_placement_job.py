@@ -13,6 +13,7 @@ over the channel), and the hosts themselves, over a fresh connection of their ow
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -223,18 +224,46 @@ def test_a_worker_killed_on_its_host_restarts_the_job(lab, hosts):
         assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
-def test_an_exit_code_order_is_left_on_the_host(lab, hosts):
-    """kill_worker with exit_code on a node of a host: the order goes into the node's
-    orders dir there, the worker obeys it at its next step (exit 3), the job restarts
-    and succeeds, and the order counts as obeyed (wait raises no FaultNotFired)."""
-    with Cluster(nnodes=1, nproc_per_node=1, max_restarts=1, hosts=hosts, start_method="spawn") as cluster:
-        job = cluster.launch(str(SCRIPTS / "stepper.py"), "20", "0.05")
-        job.inject(WorkerKill(exit_code=3), OnState(WorkerState.HEALTHY))
-        result = job.wait(timeout=120)
-        assert result.state == WorkerState.SUCCEEDED, job.agent_log(0)
-        assert [e["exitcode"] for e in job.timeline.events("worker_exit")][0] == 3
-        assert job.timeline.restart_counts() == {0: 1}
+def test_exit_code_orders_on_hosts_that_share_a_filesystem(lab, hosts, tmp_path):
+    """On two hosts naming one ``shared_dir``: an exact (rank, step) order and kill_worker with exit_code on node
+    1 once HEALTHY are each one file in the job's orders dir there, which every node's
+    workers see: each obeyed once (exit 3, then 4 at rank 0's step 12; no copy left on the
+    other host to obey again after the restart), the job restarts twice and succeeds, the
+    orders count as obeyed, and the dir goes with the job."""
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    shared = [dataclasses.replace(spec, shared_dir=str(nfs)) for spec in hosts]
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=2, hosts=shared, start_method="spawn") as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "24", "0.05")
+        job.inject(WorkerKill(exit_code=4), AtStep(step=12, rank=0))
+        job.inject(WorkerKill(node=1, exit_code=3), OnState(WorkerState.HEALTHY))
+        result = job.wait(timeout=150)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        assert [e["exitcode"] for e in job.timeline.events("worker_exit") if e["exitcode"] > 0] == [3, 4]
+        obeyed = [(f["exit_code"], f["target_node"]) for f in job.timeline.faults()]
+        assert obeyed[0] == (3, 1) and obeyed[1][0] == 4 and len(obeyed) == 2, obeyed
+        assert job.timeline.restart_counts() == {0: 2, 1: 2}
         assert job.processes.unobeyed() == []
+        [orders] = nfs.glob("pe-shared-*/orders")
+        assert list(orders.iterdir()) == []
+    assert list(nfs.iterdir()) == []
+
+
+def test_an_exact_exit_order_needs_one_dir_every_node_sees():
+    """Refused on two hosts that share no filesystem, in one line naming them; left where
+    the hosts name one ``shared_dir``, or every node of the job is on one host."""
+    from harness.faults import ScheduledFault
+    from harness.hosts import parse_host
+
+    two = [parse_host("ssh://ci@10.0.0.5"), parse_host("ssh://ci@10.0.0.6")]
+    exact = [ScheduledFault(WorkerKill(exit_code=3), AtStep(step=2, rank=1))]
+    with pytest.raises(FaultRefused, match=r"is refused: the job's nodes are on hosts, and an exact \(rank, step\) "
+                       r"exit order .* may be on hosts ci@10.0.0.5:22, ci@10.0.0.6:22, which share no filesystem: "
+                       r"name one they share \(shared_dir in the hosts file\)"):
+        remote.refuse_faults(exact, two, None, 2)
+    remote.refuse_faults(exact, two, [0, 0], 2)  # one host: its own orders dir is every node's
+    remote.refuse_faults(exact, two, None, 1)
+    remote.refuse_faults(exact, [dataclasses.replace(spec, shared_dir="/nfs") for spec in two], None, 2)
 
 
 def test_a_hung_worker_on_a_host_is_stopped_there_and_its_stack_read_there(lab, hosts):

@@ -311,16 +311,18 @@ def test_the_bundled_resource_scenarios_run_on_hosts_that_allow_cgroups(lab, tmp
         out.stdout + out.stderr
 
 
-#: the bundled scenarios whose nodes, on two hosts, resume from each other's checkpoints in {shared}
+#: the bundled scenarios whose nodes, on two hosts, resume from each other's checkpoints in
+#: {shared}, and those with an exact (rank, step) exit order (one file in the hosts' shared dir)
 _SHARED_SCENARIOS = {"worker_crash_resume_is_golden": "training", "node_loss_scale_down_is_golden": "training",
-                     "scale_up_is_golden": "training"}
+                     "scale_up_is_golden": "training", "worker_crash_all_nodes": "multi_node",
+                     "worker_crash_resume": "single_node", "restarts_exhausted": "single_node"}
 
 
 @pytest.mark.slow
 def test_the_bundled_checkpoint_scenarios_run_on_hosts_that_share_a_filesystem(lab, tmp_path, work):
     """Without a ``shared_dir`` they are skipped on two hosts (one node's checkpoint is not
-    the other's); with one the hosts share, they run unchanged and pass, the twin included,
-    and the shared dir is left empty."""
+    the other's; an exit order is not one file); with one the hosts share, they run
+    unchanged and pass, the twin included, and the shared dir is left empty."""
     lab.start(0)
     lab.start(1, port=2222)
     shared = tmp_path / "nfs"

@@ -252,7 +252,7 @@ class _StandInJob:
         from harness.events import EventWriter
         from harness.sim.bus import EventBus
         from harness.sim.config import ClusterConfig
-        from harness.sim.nodes.faults import ProcessFaults
+        from harness.sim.nodes.faults import LocalOrders, ProcessFaults
 
         self.run_id = "fake"
         self.events_path = f"{directory}/events.jsonl"
@@ -263,7 +263,7 @@ class _StandInJob:
         self.nodes = {0: object()}
         self._worker_pid = worker_pid
         self.scheduler = None
-        self.processes = ProcessFaults(self)
+        self.processes = ProcessFaults(self, LocalOrders(directory))
 
     def node(self, node: int) -> object:
         if node not in self.nodes:

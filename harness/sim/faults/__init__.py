@@ -56,7 +56,6 @@ from harness.sim.faults.data import (
     register,
     to_spec,
     unregister,
-    write_exit_order,
 )
 
 __all__ = [  # = data.__all__ (tests/unit/test_exports.py)
@@ -66,7 +65,7 @@ __all__ = [  # = data.__all__ (tests/unit/test_exports.py)
     "Trigger", "Immediately", "After", "AfterHealthy", "OnState", "AtStep", "OnWorldSize", "OnFile",
     "ScheduledFault",
     "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "register", "unregister",
-    "BUILT_IN", "JobShape", "check_targets", "exit_order", "write_exit_order",
+    "BUILT_IN", "JobShape", "check_targets", "exit_order",
 ]
 
 

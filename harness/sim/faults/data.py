@@ -19,7 +19,6 @@ class holds data, a docstring, and nothing a row could say.
 
 from __future__ import annotations
 
-import os
 import signal
 from dataclasses import asdict, dataclass, field, make_dataclass
 from dataclasses import fields as dataclass_fields
@@ -43,7 +42,7 @@ PUBLIC = [
     "ScheduledFault",
 ]
 __all__ = [*PUBLIC, "ORDERS_ENV", "from_spec", "to_spec", "SPEC_KEYS", "fault_class", "register", "unregister",
-           "BUILT_IN", "JobShape", "check_targets", "exit_order", "write_exit_order"]
+           "BUILT_IN", "JobShape", "check_targets", "exit_order"]
 
 
 
@@ -456,17 +455,6 @@ def exit_order(rank: int, exit_code: int, step: int | None = None) -> tuple[str,
     """An order ``report_step`` obeys, as (its file's name in the orders dir, its text):
     rank ``rank`` exits with ``exit_code`` at ``step`` (None: its next)."""
     return f"{rank}.{'any' if step is None else step}", str(int(exit_code))
-
-
-def write_exit_order(orders_dir: str, rank: int, exit_code: int, step: int | None = None) -> str:
-    """Leave an order ``report_step`` obeys: exit with ``exit_code`` (at ``step`` or the
-    next); its path (``report_step`` removes it when it obeys)."""
-    name, text = exit_order(rank, exit_code, step)
-    path = os.path.join(orders_dir, name)
-    with open(path + ".tmp", "w") as fp:
-        fp.write(text)
-    os.replace(path + ".tmp", path)
-    return path
 
 
 # -- the registry: kind -> (row, class) -------------------------------------------------

@@ -14,7 +14,8 @@ worker's ``harness.report_step`` obeys.
 A node on a host (``RemoteNodeProcess``) is hit there: its agent's group or tree through
 its supervisor (``signal_remote_node``), one worker through the same supervisor, which
 signals a pid only if it is a process below the agent (``signal_worker``), its freeze seen
-by that supervisor (``await_stopped``), an exit-code order left in its orders dir there.
+by that supervisor (``await_stopped``). Its exit-code orders go where its workers look
+there (``host_orders.HostOrders``, the job's ``OrdersPlace`` on hosts).
 """
 
 from __future__ import annotations
@@ -23,12 +24,12 @@ import functools
 import os
 import signal
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
 from harness.procs import signal_process_group
 from harness.sim.errors import TargetNotReady
-from harness.sim.faults import exit_order, write_exit_order
+from harness.sim.faults import exit_order
 from harness.sim.faults.target import record_fault
 from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
 
@@ -36,17 +37,42 @@ if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
     from harness.sim.nodes.process import NodeProcess
 
-__all__ = ["ProcessFaults"]
+__all__ = ["LocalOrders", "OrdersPlace", "ProcessFaults"]
+
+
+class OrdersPlace(Protocol):
+    """Where a job's exit-code orders are left for its workers' ``report_step``."""
+
+    def leave(self, name: str, text: str, node: int | None) -> Callable[[], bool]:
+        """Leave order ``name`` (``harness.sim.faults.exit_order``) where the workers of
+        ``node`` look (None: an exact (rank, step) order, where every node looks); whether
+        it is still there (not obeyed yet)."""
+        ...
+
+
+class LocalOrders:
+    """The orders dir of a job on this machine: one, every node's workers look there."""
+
+    def __init__(self, orders_dir: str):
+        self.orders_dir = orders_dir
+
+    def leave(self, name: str, text: str, node: int | None) -> Callable[[], bool]:
+        path = os.path.join(self.orders_dir, name)
+        with open(path + ".tmp", "w") as fp:  # whole or not at all: a worker may look any time
+            fp.write(text)
+        os.replace(path + ".tmp", path)
+        return functools.partial(os.path.exists, path)
 
 
 class ProcessFaults:
     """The process faults of one job (``job.processes``); none of them lasts (no heal)."""
 
-    def __init__(self, target: FaultTarget):
+    def __init__(self, target: FaultTarget, orders: OrdersPlace):
         self._target = target
-        #: exit-code orders left for ``report_step``: path -> (what was ordered, why it may not
-        #: fire, whether it is still there: not obeyed yet)
-        self._orders: dict[str, tuple[str, str, Callable[[], bool]]] = {}
+        self._place = orders
+        #: exit-code orders left for ``report_step``: (what was ordered, why it may not fire,
+        #: whether it is still there: not obeyed yet)
+        self._orders: list[tuple[str, str, Callable[[], bool]]] = []
 
     # -- exit-code orders ---------------------------------------------------------------
 
@@ -59,29 +85,23 @@ class ProcessFaults:
         rank = starts[local_rank]["rank"]
         self._target.harness_events.emit("fault_armed", fault="kill_worker", target_node=node,
                                          local_rank=local_rank, rank=rank, exit_code=exit_code)
-        agent = self._target.node(node)
-        if isinstance(agent, RemoteNodeProcess):  # in the node's orders dir on its host
-            path = agent.leave_exit_order(*exit_order(rank, exit_code))
-            left = functools.partial(agent.exit_order_left, path)
-        else:
-            path = write_exit_order(self._target.orders_dir, rank, exit_code)
-            left = functools.partial(os.path.exists, path)
-        self._orders[path] = (f"exit {exit_code} ordered for node {node} local rank {local_rank}",
-                              f"rank {rank} reported no step after the order — does the script call "
-                              "harness.report_step?", left)
+        left = self._place.leave(*exit_order(rank, exit_code), node)
+        self._orders.append((f"exit {exit_code} ordered for node {node} local rank {local_rank}",
+                             f"rank {rank} reported no step after the order — does the script call "
+                             "harness.report_step?", left))
 
     def order_exit_at(self, rank: int, step: int, exit_code: int, what: str) -> None:
         """Rank ``rank`` exits with ``exit_code`` when it reports step ``step`` (an exact
         (rank, step) crash, obeyed by the worker itself); ``what`` names it in ``unobeyed``."""
         self._target.harness_events.emit("fault_armed", fault="kill_worker", rank=rank,
                                          step=step, exit_code=exit_code)
-        path = write_exit_order(self._target.orders_dir, rank, exit_code, step)
-        self._orders[path] = (what, f"rank {rank} reported no step {step} — does the script call "
-                              "harness.report_step?", functools.partial(os.path.exists, path))
+        left = self._place.leave(*exit_order(rank, exit_code, step), None)
+        self._orders.append((what, f"rank {rank} reported no step {step} — does the script call "
+                             "harness.report_step?", left))
 
     def unobeyed(self) -> list[tuple[str, str]]:
         """(order, why) of every exit-code order no worker obeyed yet (its file is still there)."""
-        return [(what, why) for what, why, left in self._orders.values() if left()]
+        return [(what, why) for what, why, left in self._orders if left()]
 
     # -- kills and stops ----------------------------------------------------------------
 

@@ -3,9 +3,12 @@
 Without it a job's ``{shared}`` on hosts is each host's own dir, and one node's checkpoint
 is not another's (a resume on two hosts hung on the mismatch). Where every host of a job
 names the same ``shared_dir`` (a path of a filesystem they all mount: NFS, a cluster
-filesystem; the lab's hosts share this machine's), the job's ``{shared}`` is one dir there,
-``pe-shared-<this machine>-<pid>-<run id>``: every node's agent makes it (``mkdir -p``,
-with its other dirs) and ``close()`` removes it over a host's connection. A controller
+filesystem; the lab's hosts share this machine's), the job has one dir there,
+``pe-shared-<this machine>-<pid>-<run id>``, holding its ``{shared}`` (``shared/``) and its
+exit-code orders (``orders/``: one file per order, which every node's workers see, so the
+one that obeys it removes it for all: ``host_orders``). Every node's agent makes them
+(``mkdir -p``, with its other dirs) and ``close()`` removes the job's dir over a host's
+connection. A controller
 killed outright cannot; the next job of this machine on those hosts removes the dirs named
 for this machine whose controller pid is dead (``sweep``), as dead owners' temp dirs,
 namespaces and cgroups are removed here. The harness does not serve it (storage faults on
@@ -41,7 +44,12 @@ class SharedDir:
 
     def __init__(self, base: str, run_id: str):
         self.base = base.rstrip("/") or "/"
-        self.path = f"{self.base}/{PREFIX}{_machine()}-{os.getpid()}-{run_id}"
+        #: the job's dir there (what ``remove`` and a later job's ``sweep`` remove)
+        self.root = f"{self.base}/{PREFIX}{_machine()}-{os.getpid()}-{run_id}"
+        #: the job's ``{shared}``
+        self.path = f"{self.root}/shared"
+        #: the job's exit-code orders, seen by every node
+        self.orders = f"{self.root}/orders"
         self.swept = False
 
     def sweep(self, host: SshHost) -> list[str]:
@@ -68,9 +76,9 @@ class SharedDir:
     def remove(self, host: SshHost) -> str | None:
         """Remove the job's dir over ``host``'s connection; a problem, or None."""
         try:
-            done = host.run(["rm", "-rf", "--", self.path], check=False)
+            done = host.run(["rm", "-rf", "--", self.root], check=False)
         except HostError as e:
-            return f"the job's shared dir {self.path}: {e}"
+            return f"the job's shared dir {self.root}: {e}"
         if done.returncode != 0:
-            return f"the job's shared dir {self.path} on host {host.spec.label}: rm exited {done.returncode}"
+            return f"the job's shared dir {self.root} on host {host.spec.label}: rm exited {done.returncode}"
         return None

@@ -33,14 +33,15 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   MS``); ``kill_worker`` and ``hang_worker`` signal the worker's pid of the host (its
   relayed ``worker_start``), which the supervisor signals only if it is a process below
   the agent (``pid Q PID N``: never a process the job did not start); a ``kill_worker``
-  with ``exit_code`` leaves its order in the node's orders dir there. Triggers are this
+  with ``exit_code``, and an exact (rank, step) crash, is an order left where the workers
+  look (``host_orders``: the hosts' shared filesystem, or the one host's own dir). Triggers are this
   machine's, as for local nodes. Network faults are the host's nftables
   (``host_network``), resource faults its cgroups (``harness.sim.resources.host_cgroups``:
   the agent's spec names them, ``job.resources.node_env``), where its ``capabilities``
-  allow them. Faults a host cannot do (those its capabilities do not allow, storage
-  faults; an exact (rank, step) exit order, whose rank's host is not known before it
-  runs) are refused when they are scheduled (``refuse``), in one line naming the host
-  and what it lacks.
+  allow them. Faults a host cannot do (those its capabilities do not allow, faults on
+  the shared filesystem; an exact (rank, step) exit order where the job's hosts share no
+  filesystem) are refused when they are scheduled (``refuse``), in one line naming the
+  host and what it lacks.
 * **The end.** ``close()`` ends each node (on the host), its relay, then each connection:
   the work dir and everything started there go with it (``SshHost.close``).
 
@@ -68,6 +69,7 @@ from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
+from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
 from harness.sim.nodes.host_shared import SharedDir, shared_base
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
@@ -109,9 +111,6 @@ STORAGE_CHAOS_ON_HOSTS = ("it may draw the shared filesystem, which is each host
 #: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
 NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
                           "fall too (a later part of issue 29)")
-_EXACT_EXIT = ("an exact (rank, step) exit order (exit_code at AtStep) needs the rank's host, which is not known "
-               "before the rank runs: on hosts, kill_worker at AtStep with a signal (no exit_code), or exit_code "
-               "with another trigger")
 _RELAY_CLOSE_S = 10.0
 #: how long a job's first round waits for more of its nodes once it has its minimum, on
 #: hosts: a fresh agent there imports the harness before it joins (under load, seconds
@@ -342,19 +341,6 @@ class RemoteNodeProcess(NodeProcess):
             _log.warning("node %d: its agent on host %s was sent SIGSTOP but is still running after %g s",
                          self.index, self.host, timeout)
 
-    def leave_exit_order(self, name: str, text: str) -> str:
-        """An exit-code order (``harness.sim.faults.exit_order``) in the node's orders dir
-        on its host, where its workers' ``report_step`` looks; its path there."""
-        return self.agent.host.put(f"node{self.index}/orders/{name}", text.encode())
-
-    def exit_order_left(self, path: str) -> bool:
-        """Whether the order at ``path`` on the host is still there (not obeyed yet)."""
-        try:
-            return self.agent.host.run(["test", "-e", path], check=False).returncode == 0
-        except HostError as e:  # the connection is gone, and the order with the work dir
-            _log.warning("node %d: %s", self.index, e)
-            return False
-
 
 # -- the job's hosts ---------------------------------------------------------------------
 
@@ -430,6 +416,8 @@ class RemoteNodes:
         base = shared_base(self.hosts)
         #: the job's ``{shared}`` where its hosts share a filesystem (None: each host's own dir)
         self.shared = SharedDir(base, job.run_id) if base is not None else None
+        #: where the job's exit-code orders are left for its workers there
+        self.orders = HostOrders(self, self.shared)
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
         self._upkeep: threading.Thread | None = None
 
@@ -449,6 +437,11 @@ class RemoteNodes:
         if link is None:
             raise NetworkError(f"node {node} has not started on its host {self.host_of(node).label}")
         return link.host, link.store_port
+
+    def opened(self, spec: HostSpec | None) -> SshHost | None:
+        """``spec``'s open connection (None: any open one), or None (``HostOrders``)."""
+        links = list(self._links.items())
+        return next((link.host for each, link in links if spec in (None, each)), None)
 
     def reconnect(self, node: int) -> SshHost:
         """A new connection to node ``node``'s host in place of one that was lost (the
@@ -571,7 +564,7 @@ class RemoteNodes:
         shared = self.shared.path if self.shared is not None else f"{host.work_dir}/shared"
         disk, worker_tmp = job.storage.serve_on_host(index, there)
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
-               WAKE_ENV: relay.wake_path, ORDERS_ENV: f"{there}/orders", "TMPDIR": f"{there}/tmp",
+               WAKE_ENV: relay.wake_path, ORDERS_ENV: self.orders.dir_on(host), "TMPDIR": f"{there}/tmp",
                SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: worker_tmp,
                STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret, **job.resources.node_env(index)}
         if settings.golden:
@@ -585,8 +578,8 @@ class RemoteNodes:
         head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
         args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
         node_spec = {"config": config, "entrypoint": SAME_PYTHON, "args": [*head, *args],
-                     "env": env, "dirs": [f"{there}/tmp", disk, worker_tmp, f"{there}/stacks", f"{there}/orders",
-                                          shared],
+                     "env": env, "dirs": [f"{there}/tmp", disk, worker_tmp, f"{there}/stacks",
+                                          self.orders.dir_on(host), shared],
                      "result_path": f"{there}/result.json"}
         spec_path = host.put(f"node{index}/spec.json", json.dumps(node_spec).encode())
         with open(os.path.join(directory, "agent.log"), "wb") as log:
@@ -698,7 +691,10 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
     for entry in entries:
         fault = entry.fault
         if getattr(fault, "exit_code", None) is not None and isinstance(entry.trigger, AtStep):
-            raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {_EXACT_EXIT}")
+            spread = [placed_host(hosts, placement, n) for n in range(max(nnodes, 1))]
+            exact = exact_order_refusal(hosts, spread)
+            if exact is not None:
+                raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {exact}")
         row = FAULT_KINDS.get(fault.kind)
         needs = set(row.needs if row is not None else ())
         if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
