@@ -23,8 +23,13 @@ connection that drops closes the channel too):
     below, whose supervisor's own stdout is its command's.
 ``run GRACE WORK_DIR ARGV...``
     Runs ARGV in a session of its own (its process group), its stdin /dev/null and its
-    stdout/stderr the channel's. A stdin line ``signal N`` sends N to the group, ``tree N``
-    to every descendant of ARGV's process (each one, whatever its group: an agent's
+    stdout/stderr pipes this supervisor copies to the channel's (``_relay``): the channel
+    ends when ARGV does, not when the last process holding its output does (sshd closes a
+    session once its command exited *and* its output pipes reached EOF, so an orphan
+    of ARGV's stuck in the kernel, a worker in a FUSE request held until its node's kill
+    is applied, held the channel open, and the kill waited on that channel). What the
+    pipes hold once ARGV ended is copied for up to ``_DRAIN_S``. A stdin line ``signal
+    N`` sends N to the group, ``tree N`` to every descendant of ARGV's process (each one, whatever its group: an agent's
     workers lead groups of their own) and then to the group. Two lines are questions,
     numbered Q and answered through the lease (``{"answer": Q, "result": ...}``):
     ``pid Q PID N`` sends N to PID only if PID is a process below ARGV's now
@@ -482,18 +487,56 @@ def _try_shared(fd: int) -> bool:
     return True
 
 
+#: after the command ended, how long what its output pipes still hold is copied (an orphan
+#: still writing, or stuck holding them, ends the copy then)
+_DRAIN_S = 1.0
+
+
+def _relay(source: int, target: int, ended: threading.Event) -> None:
+    """Copy the pipe ``source`` to ``target`` until EOF, or ``_DRAIN_S`` after ``ended``."""
+    import select
+    import time
+
+    deadline = None
+    while True:
+        if deadline is None and ended.is_set():
+            deadline = time.monotonic() + _DRAIN_S
+        wait = 0.1 if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([source], [], [], wait)
+        if not ready:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            continue
+        chunk = os.read(source, 65536)
+        if not chunk:
+            break
+        try:
+            while chunk:
+                chunk = chunk[os.write(target, chunk):]
+        except OSError:  # nobody reads the channel any more
+            break
+    os.close(source)
+
+
 def run(grace: float, work_dir: str, argv: list[str]) -> int:
     joined = _join_lease(work_dir)
     if isinstance(joined, str):
         sys.stderr.write(f"not started on this host: {joined}\n")
         return _CODE_NOT_RUN
     lease_fd, _running = joined  # the running lock is held until this process exits
+    pipes = [os.pipe(), os.pipe()]  # ARGV's stdout and stderr, copied to ours
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=_die_with_parent())
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=pipes[0][1], stderr=pipes[1][1],
+                                 start_new_session=True, preexec_fn=_die_with_parent())
     except OSError as e:
         sys.stderr.write(f"cannot run {argv[0]!r} on this host: {e.strerror or e}\n")
         return _CODE_NOT_RUN
+    ended = threading.Event()
+    relays = []
+    for (read, write), target in zip(pipes, (1, 2), strict=True):
+        os.close(write)
+        relays.append(threading.Thread(target=_relay, args=(read, target, ended), daemon=True))
+        relays[-1].start()
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # sshd or a user ending us
         signal.signal(sig, lambda signum, frame: _signal_group(child.pid, signum))
     threading.Thread(target=_watch_stdin, args=(child.pid, grace, work_dir), daemon=True).start()
@@ -503,6 +546,9 @@ def run(grace: float, work_dir: str, argv: list[str]) -> int:
     with _unreaped:
         _reaped.set()
     code = child.wait()
+    ended.set()
+    for relay in relays:
+        relay.join()
     _settle_answers()
     return code if code >= 0 else 128 - code
 

@@ -161,6 +161,12 @@ class RoundMachine:
                     return wait
                 return Step("write", self._open_next_round(state, dead | overstayed, meta))
             if me in state.waiting:
+                if all(n in dead for n in state.participants):
+                    # the running round's nodes are all dead: none of them will open the
+                    # next round for the waiting list, so this node does (torch marks such
+                    # a round incomplete and moves on: ``_remove_participant_epilogue``).
+                    # A node that joined as the last one died waited here to its join timeout
+                    return Step("write", self._open_next_round(state, dead, meta))
                 return wait
             new = state.copy()  # a complete round's count is fixed: the charge waits
             new.waiting.append(me)

@@ -1,8 +1,8 @@
 """Storage faults on hosts (issue 29): a node on a host whose capabilities list ``fuse``
 gets its disk served there by the harness's filesystem, whose control link comes over the
 connection; ``disk_full``, ``io_error``, ``slow_io`` on that disk are carried out there and
-healed; the mount goes with the job. What touches the shared filesystem (each host's own
-plain dir) is refused in one line.
+healed; the mount goes with the job. The same server serves its node's view of the job's
+shared filesystem, so its faults are carried out there too, where one dir is every node's.
 
 The writes are a worker's on its host (``disk_probe.py``: a process of the node, as the
 server knows from the node's events there); a host's mounts are read from its /proc over
@@ -12,6 +12,7 @@ missing, where FUSE cannot be had.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 
 import pytest
@@ -79,15 +80,59 @@ def test_a_nodes_disk_on_a_host_is_served_there_and_its_faults_are_carried_out_t
     assert [_mounts_there(lab, spec, w) for spec, w in zip(fuse_hosts, work, strict=True)] == [[], []]
 
 
-def test_what_touches_the_shared_filesystem_is_refused_on_hosts(lab, fuse_hosts):
-    """Each host's shared dir is its own plain one: a fault on it, or one that rolls back
-    what a node wrote there, is refused in one line, nothing recorded."""
-    with Cluster(nnodes=1, nproc_per_node=1, hosts=fuse_hosts, start_method="spawn",
+def test_the_shared_filesystem_on_hosts_is_each_nodes_view_served_by_its_server(lab, fuse_hosts, tmp_path):
+    """On two fuse hosts naming one ``shared_dir``, each node's ``{shared}`` is its view of
+    the job's dir there, in its disk's mount (one mount per host still), written by its
+    worker: ``disk_full`` with no node fails both nodes' writes there with ENOSPC; a node
+    added while it is in place (node 2, on host 0) gets it from its first steps (its
+    server is told before its node starts); the heal ends it on every view."""
+    nfs = tmp_path / "nfs"
+    nfs.mkdir()
+    shared = [dataclasses.replace(spec, shared_dir=str(nfs)) for spec in fuse_hosts]
+    with Cluster(nnodes="2:3", nproc_per_node=1, hosts=shared, start_method="spawn",
                  check_invariants=False) as cluster:
-        job = cluster.launch(SLEEPER)
-        for act in (lambda: job.disk_full(), lambda: job.inject(NodeKill(node=0, lose_unsynced=True))):
-            with pytest.raises(FaultRefused, match=r"refused: the job's nodes are on hosts, .*the shared "
-                                                   r"filesystem is each host's own plain dir") as info:
-                act()
-            assert "\n" not in str(info.value)
-        assert not job.timeline.faults()
+        job = cluster.launch(PROBE, str(1 << 30), "{shared}", nodes=2)
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        work = [job.remote.connection(i)[0].work_dir for i in (0, 1)]
+        assert [len(_mounts_there(lab, spec, w)) for spec, w in zip(shared, work, strict=True)] == [1, 1]
+        ok, full = {"plain": 0, "distcp": 0}, {"plain": errno.ENOSPC, "distcp": errno.ENOSPC}
+        assert _probed(job, 0, 0.0) == ok and _probed(job, 1, 0.0) == ok
+        job.disk_full()
+        fired = _now_on_timeline(job)
+        assert _probed(job, 0, fired) == full and _probed(job, 1, fired) == full
+        assert job.add_node() == 2
+        assert job.bus.wait_until(lambda: job.timeline.events("step", 2), 60), job.timeline.format()
+        assert _probed(job, 2, 0.0) == full
+        [written] = nfs.glob("pe-shared-*/shared")  # one dir: every node's files; no byte since full
+        assert {p.name: p.stat().st_size for p in written.iterdir()} == {
+            f"{name}{rank}.{ext}": 0 for rank in (0, 1, 2) for name, ext in (("probe", "bin"), ("shard", "distcp"))}
+        job.heal()
+        healed = _now_on_timeline(job)
+        assert all(_probed(job, node, healed) == ok for node in (0, 1, 2))
+        [heal] = job.timeline.events("heal")
+        assert heal["storage"] == {"shared": ["disk_full"]}
+    assert [_mounts_there(lab, spec, w) for spec, w in zip(shared, work, strict=True)] == [[], []]
+    assert list(nfs.iterdir()) == []
+
+
+def test_the_shared_filesystem_on_hosts_needs_one_dir_and_fuse_on_every_host():
+    """Refused in one line: where the nodes may be on two hosts that share no dir, and
+    where a host does not list fuse; carried out on one host, or on hosts sharing one."""
+    from harness.faults import DiskFull, ScheduledFault
+    from harness.faults import Immediately as Now
+    from harness.hosts import parse_host
+    from harness.sim.nodes.remote import refuse_faults
+
+    two = [parse_host("ssh://ci@10.0.0.5", capabilities=["fuse"]), parse_host("ssh://ci@10.0.0.6",
+                                                                             capabilities=["fuse"])]
+    for fault in (DiskFull(), NodeKill(node=0, lose_unsynced=True)):
+        with pytest.raises(FaultRefused, match=r"refused: the job's nodes are on hosts, and the shared filesystem of "
+                           r"a job whose nodes may be on hosts ci@10.0.0.5:22, ci@10.0.0.6:22 is each host's own dir: "
+                           r"name one they share \(shared_dir in the hosts file\)$"):
+            refuse_faults([ScheduledFault(fault, Now())], two, None, 2)
+        refuse_faults([ScheduledFault(fault, Now())], two, None, 1)
+        refuse_faults([ScheduledFault(fault, Now())], [dataclasses.replace(h, shared_dir="/nfs") for h in two], None, 2)
+    bare = [parse_host("ssh://ci@10.0.0.5"), parse_host("ssh://ci@10.0.0.6")]
+    with pytest.raises(FaultRefused, match=r"and the shared filesystem is served to each node by its host: host "
+                                           r"ci@10.0.0.5:22 cannot do it: it needs fuse"):
+        refuse_faults([ScheduledFault(DiskFull(), Now())], bare, None, 1)

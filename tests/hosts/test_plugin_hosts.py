@@ -36,6 +36,7 @@ import psutil
 import pytest
 
 from harness.sim.resources import CgroupSupport, probe
+from harness.sim.storage.mount import fuse_missing
 from tests.hosts.sshd import SshdLab
 
 #: each run starts a pytest session whose jobs put agents and workers on two hosts of this
@@ -332,6 +333,31 @@ def test_the_bundled_checkpoint_scenarios_run_on_hosts_that_share_a_filesystem(l
                            *(str(SCENARIOS / part / f"{name}.toml") for name, part in _SHARED_SCENARIOS.items()))
     cases = _junit(tmp_path / "run.xml")
     assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(_SHARED_SCENARIOS, "passed"), \
+        out.stdout + out.stderr
+    assert list(shared.iterdir()) == []
+
+
+_STORAGE_SCENARIOS = ("dcp_metadata_window_is_safe", "disk_full_during_save_then_healed",
+                      "naive_save_lost_on_node_crash", "safe_save_survives_node_crash")
+
+
+@pytest.mark.slow
+def test_the_bundled_storage_scenarios_run_on_fuse_hosts_that_share_a_filesystem(lab, tmp_path, work):
+    """``pytest scenarios/storage --elastic-hosts=FILE`` on hosts that list fuse and name one
+    ``shared_dir``: the checkpoints' disk full, the unsynced save a node crash takes back,
+    the DCP save held at its ``.metadata`` rename, each carried out by the nodes' servers on
+    their hosts, the scenarios' expectations unchanged; the shared dir left empty."""
+    if fuse_missing() is not None:
+        pytest.skip(f"needs FUSE: missing {fuse_missing()}")
+    lab.start(0)
+    lab.start(1, port=2222)
+    shared = tmp_path / "nfs"
+    shared.mkdir()
+    hosts = _hosts_file(lab, tmp_path, work, capabilities=["fuse"], shared_dir=shared)
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts.name}", "--junitxml=run.xml",
+                           *(str(SCENARIOS / "storage" / f"{name}.toml") for name in _STORAGE_SCENARIOS))
+    cases = _junit(tmp_path / "run.xml")
+    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(_STORAGE_SCENARIOS, "passed"), \
         out.stdout + out.stderr
     assert list(shared.iterdir()) == []
 

@@ -196,6 +196,22 @@ def test_newcomer_joins_a_running_round_via_the_waiting_list():
     assert w.clock.now() == 1001.5
 
 
+def test_a_waiting_node_opens_the_next_round_once_every_node_of_the_running_one_is_dead():
+    """A late joiner on the waiting list whose running round's nodes all died (a node added
+    the moment the only one was killed) is not left waiting for a re-rendezvous nobody will
+    start: it opens the next round, and with every node it expects in (itself), completes."""
+    w = World(rules(1, 2, last_call=1.0))
+    w.alone("a")
+    w.start("b")
+    assert w.step("b").kind == "write" and w.state.waiting == ["b"]
+    assert w.step("b").kind == "wait"  # a lives: a re-rendezvous is a's to start
+    w.dead = {"a"}
+    assert w.step("b").kind == "write"
+    assert (w.state.round, w.state.cause, w.state.expected, w.state.participants) == (1, "death", ["b"], ["b"])
+    assert w.step("b").kind == "write" and w.state.complete and w.state.participants == ["b"]
+    assert w.step("b").kind == "finish"
+
+
 def test_restart_round_closes_once_every_survivor_rejoined():
     w = World(rules(1, 2))
     form(w, "a", "b")

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from harness.hosts import HostError, HostSpec, SshHost
 from harness.sim.errors import TargetNotReady
-from harness.sim.nodes.host_shared import SharedDir, shared_base
+from harness.sim.nodes.host_shared import SharedDir, seen_by_all
 
 __all__ = ["HostOrders", "exact_order_refusal"]
 
@@ -45,7 +45,7 @@ def exact_order_refusal(hosts: Sequence[HostSpec], spread: Sequence[HostSpec]) -
     """Why an exact (rank, step) order cannot be left for a job on ``hosts`` whose nodes
     may be on the hosts of ``spread`` (one line), or None: they share a filesystem, or
     every node is on one host."""
-    if shared_base(hosts) is not None or len(set(spread)) <= 1:
+    if seen_by_all(hosts, spread):
         return None
     labels = sorted({spec.label for spec in spread})
     return (f"an exact (rank, step) exit order (exit_code at AtStep) is one file that whichever node runs the rank "

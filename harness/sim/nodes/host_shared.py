@@ -11,8 +11,13 @@ one that obeys it removes it for all: ``host_orders``). Every node's agent makes
 connection. A controller
 killed outright cannot; the next job of this machine on those hosts removes the dirs named
 for this machine whose controller pid is dead (``sweep``), as dead owners' temp dirs,
-namespaces and cgroups are removed here. The harness does not serve it (storage faults on
-it are refused on hosts: ``remote._SHARED_ON_HOSTS``).
+namespaces and cgroups are removed here.
+
+On a host whose capabilities list ``fuse`` each node's disk server serves the node its view
+of that dir (``harness.sim.storage.host_disks``), so the shared filesystem's faults
+(``disk_full`` with no node, ``lose_unsynced``, ``torn``, ``on_file``) are carried out there
+too, where one dir is every node's (``seen_by_all``) and every host serves it
+(``shared_fs_refusal``).
 """
 
 from __future__ import annotations
@@ -21,10 +26,11 @@ import os
 import socket
 from collections.abc import Sequence
 
-from harness.hosts import HostError, HostSpec, SshHost
+from harness.hosts import HostError, HostSpec, SshHost, refusal
 from harness.sim.leftovers import owner_alive
+from harness.sim.schema import FUSE
 
-__all__ = ["SharedDir", "shared_base"]
+__all__ = ["SharedDir", "seen_by_all", "shared_base", "shared_fs_refusal"]
 
 PREFIX = "pe-shared-"
 
@@ -33,6 +39,26 @@ def shared_base(hosts: Sequence[HostSpec]) -> str | None:
     """The ``shared_dir`` every one of ``hosts`` names, or None (one names none, or another)."""
     bases = {spec.shared_dir for spec in hosts}
     return bases.pop() if len(bases) == 1 and None not in bases else None
+
+
+def seen_by_all(hosts: Sequence[HostSpec], spread: Sequence[HostSpec]) -> bool:
+    """Whether one dir of a job on ``hosts`` whose nodes may be on the hosts of ``spread``
+    is seen by every node: the hosts share a filesystem, or the nodes are on one host."""
+    return shared_base(hosts) is not None or len(set(spread)) <= 1
+
+
+def shared_fs_refusal(hosts: Sequence[HostSpec], spread: Sequence[HostSpec]) -> str | None:
+    """Why a fault on the shared filesystem of a job on ``hosts`` whose nodes may be on
+    the hosts of ``spread`` cannot be carried out (one line), or None."""
+    if not seen_by_all(hosts, spread):
+        labels = ", ".join(sorted({spec.label for spec in spread}))
+        return (f"the shared filesystem of a job whose nodes may be on hosts {labels} is each host's own dir: name "
+                "one they share (shared_dir in the hosts file)")
+    for spec in dict.fromkeys(spread):
+        why = refusal(spec, [FUSE])
+        if why is not None:
+            return f"the shared filesystem is served to each node by its host: {why}"
+    return None
 
 
 def _machine() -> str:

@@ -70,7 +70,7 @@ from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
 from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
-from harness.sim.nodes.host_shared import SharedDir, shared_base
+from harness.sim.nodes.host_shared import SharedDir, shared_base, shared_fs_refusal
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "STORAGE_CHAOS_ON_HOSTS",
+__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
            "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
            "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
@@ -101,13 +101,6 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
                "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable", "slow_node", "memory_limit",
                "disk_full", "slow_io", "io_error")
-#: why what touches the shared filesystem is refused on hosts
-_SHARED_ON_HOSTS = ("on hosts the shared filesystem is each host's own plain dir, which the harness does not serve: "
-                    "storage faults on it, lose_unsynced, torn and on_file are a later part of issue 29 (a node's "
-                    "disk, node=..., is served on its host where its capabilities list fuse)")
-#: why chaos draws no storage fault on hosts (it may draw the shared filesystem: ``_SHARED_ON_HOSTS``)
-STORAGE_CHAOS_ON_HOSTS = ("it may draw the shared filesystem, which is each host's own plain dir there (a later "
-                          "part of issue 29)")
 #: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
 NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
                           "fall too (a later part of issue 29)")
@@ -396,7 +389,7 @@ class NodeEnv(Protocol):
 class NodeDisks(Protocol):
     """The job's storage part as a node's start on a host sees it (``StorageFaults``)."""
 
-    def serve_on_host(self, node: int, node_dir: str) -> tuple[str, str]: ...
+    def serve_on_host(self, node: int, node_dir: str, shared: str) -> tuple[str, str, str]: ...
 
 
 class RemoteNodes:
@@ -561,8 +554,9 @@ class RemoteNodes:
         config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
                                rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
                                last_call=HOSTS_LAST_CALL_S)
-        shared = self.shared.path if self.shared is not None else f"{host.work_dir}/shared"
-        disk, worker_tmp = job.storage.serve_on_host(index, there)
+        # the node's {shared}: its view of the job's shared dir, served by its disk's server where it has one
+        disk, worker_tmp, shared = job.storage.serve_on_host(
+            index, there, self.shared.path if self.shared is not None else f"{host.work_dir}/shared")
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: self.orders.dir_on(host), "TMPDIR": f"{there}/tmp",
                SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: worker_tmp,
@@ -688,24 +682,28 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
     from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS
 
+    spread = [placed_host(hosts, placement, n) for n in range(max(nnodes, 1))]
     for entry in entries:
         fault = entry.fault
         if getattr(fault, "exit_code", None) is not None and isinstance(entry.trigger, AtStep):
-            spread = [placed_host(hosts, placement, n) for n in range(max(nnodes, 1))]
             exact = exact_order_refusal(hosts, spread)
             if exact is not None:
                 raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {exact}")
         row = FAULT_KINDS.get(fault.kind)
         needs = set(row.needs if row is not None else ())
-        if getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or \
-                isinstance(entry.trigger, OnFile):
-            raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {_SHARED_ON_HOSTS}")
         node = getattr(fault, "node", None)
+        shared_fs = (getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or
+                     isinstance(entry.trigger, OnFile) or (not isinstance(node, int) and row is not None and
+                                                           row.part == "storage"))
+        if shared_fs:
+            why = shared_fs_refusal(hosts, spread)
+            if why is not None:
+                raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {why}")
         if not isinstance(node, int):
-            if needs or fault.kind not in HOST_FAULTS:
+            if not shared_fs and (needs or fault.kind not in HOST_FAULTS):
                 raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
-                                   f"{', '.join(sorted(needs)) or 'the nodes on this machine'}: "
-                                   f"{_SHARED_ON_HOSTS}")
+                                   f"{', '.join(sorted(needs)) or 'the nodes on this machine'} on every node's "
+                                   "host: name a node (node=...)")
             continue
         why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
         if why is None and row is not None and row.part == "network":

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
 from harness.sim.faults.target import Ended, NodeHosts, record_fault
-from harness.sim.storage.host_disks import HostDisks
+from harness.sim.storage.host_disks import HostDisk, HostDisks
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
@@ -64,8 +64,14 @@ class StorageFaults:
         # weakly: the mount's request thread holds this part, and must not keep the job alive
         self._target_ref = weakref.ref(target)
         #: the disks of nodes on hosts, served there (None: the nodes are on this machine)
-        self._hosts = HostDisks(hosts, lambda: target.run_id, self._on_request) if hosts is not None else None
+        self._hosts = (HostDisks(hosts, lambda: target.run_id, self._on_request, self._host_disk_started)
+                       if hosts is not None else None)
         self._on_hosts: dict[int, tuple[str, str]] = {}  # node -> its disk and TMPDIR on its host
+        #: on hosts, node -> its disk's server, once the shared filesystem's faults and
+        #: watches in place were replayed to it (each serves its node's view of that filesystem)
+        self._shared_views: dict[int, HostDisk] = {}
+        self._shared_faults: list[dict[str, Any]] = []  # on hosts: those in place, for a server started later
+        self._shared_watches: dict[int, str] = {}  # on hosts: watch id -> glob, of watches of every node
         self.mount = StorageMount(target.directory, target.events_path, target.run_id,
                                   on_request=self._on_request, standby=target.cluster.pool.storage_server(),
                                   give_back=target.cluster.pool.return_storage_server)
@@ -105,14 +111,25 @@ class StorageFaults:
         for sub in ("disk", "tmp"):
             os.makedirs(os.path.join(self.mount.root, f"node{node}", sub), exist_ok=True)
 
-    def serve_on_host(self, node: int, node_dir: str) -> tuple[str, str]:
-        """Node ``node``'s disk and its workers' TMPDIR on its host (``node_dir``: its dir
-        there), served by the harness's filesystem (``HostDisks``) where its capabilities
-        list ``fuse``, else plain dirs (its storage faults then say why)."""
-        disk = self._hosts.start(node, node_dir) if self._hosts is not None else None
+    def serve_on_host(self, node: int, node_dir: str, shared: str) -> tuple[str, str, str]:
+        """Node ``node``'s disk, its workers' TMPDIR and its view of the job's shared dir
+        ``shared`` on its host (``node_dir``: its dir there), served by the harness's
+        filesystem (``HostDisks``) where its capabilities list ``fuse``, else plain dirs
+        (its storage faults then say why)."""
+        disk = self._hosts.start(node, node_dir, shared) if self._hosts is not None else None
         paths = (disk.disk(), disk.tmp()) if disk is not None else (f"{node_dir}/disk", f"{node_dir}/disk/tmp")
         self._on_hosts[node] = paths
-        return paths
+        return (*paths, disk.shared() if disk is not None else shared)
+
+    def _host_disk_started(self, disk: HostDisk) -> None:
+        """A node's server on its host, mounted: the shared filesystem's faults and watches
+        in place reach it before its node starts (a node added after a ``disk_full``)."""
+        with self._lock:
+            for params in self._shared_faults:
+                disk.call("fault", device=None, **params)
+            for ident, glob in self._shared_watches.items():
+                disk.call("watch", ident=ident, glob=glob, node=None)
+            self._shared_views[disk.node] = disk
 
     def ready(self) -> None:
         """Until the filesystem is served (before the first node starts)."""
@@ -142,22 +159,36 @@ class StorageFaults:
             self.require(what)
             return self.mount
         if device is None:
-            raise ConfigError(what, "storage fault", "the nodes are on hosts, where the shared filesystem is each "
-                              "host's own plain dir (storage faults there are a later part of issue 29): name a "
-                              "node's disk (node=...)")
+            missing = [node for node in self._on_hosts if self._hosts.disk(node) is None]
+            if missing or not self._on_hosts:
+                raise ConfigError(what, "storage fault", "needs the shared filesystem served on every node's host; "
+                                  "missing: " + (self._hosts.unavailable(missing[0]) if missing else
+                                                 "a node started on a host"))
+            return None  # every node's server: ``_shared_views``
         disk = self._hosts.disk(device)
         if disk is None:
             raise ConfigError(what, "storage fault", f"needs node {device}'s disk served by the harness's "
                               f"filesystem on its host; missing: {self._hosts.unavailable(device)}")
         return disk
 
+    def _each_view(self, op: str, **args: Any) -> list[Any]:
+        """``op`` to every node's server on hosts (each serves its node's view of the shared
+        filesystem), but one whose link is gone (its host lost: the server went with the
+        connection); their answers. The caller holds ``_lock``."""
+        return [view.call(op, **args) for view in self._shared_views.values() if not view.link.closed]
+
     def _servers(self, device: int | None) -> list[Any]:
         """Every server ``device``'s files may be on (None on hosts: every node's disk
-        served there); none where nothing is served."""
+        server there, each serving its node's view of the shared filesystem too); none
+        where nothing is served."""
+        with self._lock:
+            return self._servers_locked(device)
+
+    def _servers_locked(self, device: int | None) -> list[Any]:
         if self._hosts is None:
             return [self.mount] if self.mount.available else []
         if device is None:
-            return self._hosts.disks()
+            return list(self._shared_views.values())
         disk = self._hosts.disk(device)
         return [disk] if disk is not None else []
 
@@ -165,8 +196,12 @@ class StorageFaults:
         where = self._where(node)
         server = self._server(node, kind)
         record_fault(self._target, kind, device=_device_name(node), **where, **params)
-        server.call("fault", device=node, kind=kind, **params)
         with self._lock:
+            if server is None:  # the shared filesystem on hosts: every node's view of it
+                self._each_view("fault", device=None, kind=kind, **params)
+                self._shared_faults.append({"kind": kind, **params})
+            else:
+                server.call("fault", device=node, kind=kind, **params)
             self._open.setdefault(node, []).append(kind)
 
     def disk_full(self, node: int | None = None) -> None:
@@ -207,7 +242,15 @@ class StorageFaults:
                 self._open.pop(d, None)
         per_disk: dict[str, list[str]] = {}
         for d in devices:
-            per_disk.update(self._server(d, "heal").call("heal", device=d))
+            server = self._server(d, "heal")
+            if server is not None:
+                per_disk.update(server.call("heal", device=d))
+                continue
+            with self._lock:  # the shared filesystem on hosts: every node's view of it
+                self._shared_faults.clear()
+                for healed in self._each_view("heal", device=None):
+                    for disk, kinds in healed.items():
+                        per_disk[disk] = sorted({*per_disk.get(disk, []), *kinds})
         names = sorted({kind for kinds in per_disk.values() for kind in kinds})
         return Ended(names, {"storage": per_disk} if per_disk else {})
 
@@ -256,8 +299,11 @@ class StorageFaults:
                 if ident in self._seen:
                     return True
         if arm:
-            for server in self._servers(node):
-                server.call("watch", ident=ident, glob=glob, node=node)
+            with self._lock:  # on hosts, a node's server started later gets it too (``_host_disk_started``)
+                if node is None and self._hosts is not None:
+                    self._shared_watches[ident] = glob
+                for server in self._servers_locked(node):
+                    server.call("watch", ident=ident, glob=glob, node=node)
         return False
 
     def _on_request(self, op: str, args: dict[str, Any]) -> Any:

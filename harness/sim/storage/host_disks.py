@@ -13,6 +13,12 @@ and the ``OnFile`` watches are the same requests to the same code, in the host's
 The server knows which node a writer belongs to from the node's events file there (its
 workers' ``worker_start``: pids of the host).
 
+It serves the node's view of the job's shared filesystem too, ``{node dir}/fs/shared``,
+backed by the job's ``{shared}`` there (the hosts' ``shared_dir``, or the one host's own
+dir): what the node writes there goes through its server, so a fault on the shared
+filesystem is one on every node's server (``StorageFaults``), and a crash of the node
+rolls back what it wrote there and never fsynced, as on this machine's one mount.
+
 Ownership: closing a disk unmounts it (SIGTERM: libfuse unmounts on its way out) and ends
 the server; its supervisor does the same when the connection ends in any way, and the
 lease detaches any mount left below the work dir (a server killed outright leaves a dead
@@ -55,14 +61,15 @@ class HostDisk:
     (``StorageServer.control``), as ``StorageMount.call`` is to a local one's."""
 
     def __init__(self, host: SshHost, node: int, node_dir: str, name: str,
-                 answer: Callable[[str, dict[str, Any]], Any]):
+                 answer: Callable[[str, dict[str, Any]], Any], shared: str):
         self.host, self.node = host, node
         self.mountpoint, self.backing = f"{node_dir}/fs", f"{node_dir}/backing"
         self._answer = answer
         self._mounted = threading.Event()
         self._released = threading.Event()
         python = host.spec.python
-        host.run(["mkdir", "-p", self.mountpoint, f"{self.backing}/node{node}/disk", f"{self.backing}/node{node}/tmp"])
+        host.run(["mkdir", "-p", self.mountpoint, f"{self.backing}/node{node}/disk", f"{self.backing}/node{node}/tmp",
+                  f"{self.backing}/shared", shared])  # the placeholder lists it at the root
         control = f"{node_dir}/storage.sock"
         self.proc = host.start(["env", *(f"{k}={v}" for k, v in LIBRARY_ENV.items()), python, "-m",
                                 "harness.sim.storage.server", "--control-socket", control], grace=_GRACE_S)
@@ -77,7 +84,7 @@ class HostDisk:
             try:
                 self.link.call("mount", timeout=_MOUNT_S, mountpoint=self.mountpoint, backing=self.backing,
                                fsname=f"harness-{name}-node{node}", events=f"{node_dir}/events.jsonl",
-                               log=f"{node_dir}/storage.log")
+                               log=f"{node_dir}/storage.log", devices={"shared": shared})
             except LinkClosed:
                 raise HostError(f"host {host.spec.label}: its storage server is not reachable over the connection "
                                 "(a socket forward its sshd denied? it must allow AllowTcpForwarding yes or "
@@ -106,6 +113,10 @@ class HostDisk:
         """Its workers' TMPDIR there, on the disk's filesystem."""
         return f"{self.mountpoint}/node{self.node}/tmp"
 
+    def shared(self) -> str:
+        """The node's view of the job's shared filesystem there (its ``{shared}``)."""
+        return f"{self.mountpoint}/shared"
+
     def call(self, op: str, **args: Any) -> Any:
         return self.link.call(op, **args)
 
@@ -125,17 +136,21 @@ class HostDisk:
 class HostDisks:
     """The disks of a job's nodes on hosts, one server per node whose host lists ``fuse``."""
 
-    def __init__(self, nodes: NodeHosts, run_id: Callable[[], str], answer: Callable[[str, dict[str, Any]], Any]):
+    def __init__(self, nodes: NodeHosts, run_id: Callable[[], str], answer: Callable[[str, dict[str, Any]], Any],
+                 started: Callable[[HostDisk], None]):
         self._nodes = nodes
         self._run_id = run_id
         self._answer = answer
+        self._started = started
         self._disks: dict[int, HostDisk] = {}
         self._why: dict[int, str] = {}
         self._lock = threading.Lock()
 
-    def start(self, node: int, node_dir: str) -> HostDisk | None:
-        """Node ``node``'s disk on its host, served (None: a plain dir; ``unavailable``
-        says why). Called as the node starts, once its connection is open."""
+    def start(self, node: int, node_dir: str, shared: str) -> HostDisk | None:
+        """Node ``node``'s disk on its host, and its view of ``shared`` (the job's shared
+        dir there), served (None: plain dirs; ``unavailable`` says why); ``started`` is
+        told before it is returned (the shared filesystem's faults in place reach it).
+        Called as the node starts, once its connection is open."""
         spec = self._nodes.host_of(node)
         if FUSE not in spec.capabilities:
             return None
@@ -145,7 +160,12 @@ class HostDisks:
             old.close()
         began = time.monotonic()
         try:
-            disk = HostDisk(self._nodes.connection(node)[0], node, node_dir, self._run_id(), self._answer)
+            disk = HostDisk(self._nodes.connection(node)[0], node, node_dir, self._run_id(), self._answer, shared)
+            try:
+                self._started(disk)
+            except BaseException:
+                disk.close()
+                raise
         except (HostError, LinkClosed, OSError, TimeoutError, RuntimeError) as e:
             self._why[node] = f"a disk served on host {spec.label} ({e})"
             _log.warning("node %d: %s", node, self._why[node])

@@ -122,8 +122,12 @@ class StorageServer:
 
     use_ns = True
 
-    def __init__(self, backing: str, events_path: str | None):
+    def __init__(self, backing: str, events_path: str | None, devices: dict[str, str] | None = None):
         self.root = os.path.realpath(backing)
+        #: a device (``shared``) backed elsewhere than below ``root``: on a host, the job's
+        #: dir in the filesystem the hosts share, which each host's server serves to its
+        #: node (so a write there is that node's, and its crash rolls it back)
+        self.devices = {f"/{name}": os.path.realpath(path) for name, path in (devices or {}).items()}
         self.owners = Owners(events_path)
         self.writeback = WriteBack()
         self.faults: dict[Device, DeviceFaults] = {}
@@ -209,6 +213,11 @@ class StorageServer:
     # -- helpers ------------------------------------------------------------------------------
 
     def _real(self, path: str) -> str:
+        if self.devices:
+            head, slash, rest = path.partition("/")[2].partition("/")
+            elsewhere = self.devices.get(f"/{head}")
+            if elsewhere is not None:
+                return elsewhere + slash + rest
         return self.root + path
 
     def _caller(self) -> int | None:
@@ -521,7 +530,7 @@ def _serve(order: dict[str, Any], link: Link, filesystem: type) -> bool:
     """Mount and serve one job's filesystem until SIGTERM (libfuse then unmounts); whether
     it mounted (a server whose mount failed is not used again)."""
     _log_to(str(order["log"]))
-    server = StorageServer(str(order["backing"]), order.get("events"))
+    server = StorageServer(str(order["backing"]), order.get("events"), order.get("devices"))
     server.control_link = link
     link.handler = server.control
     try:
