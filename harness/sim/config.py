@@ -127,16 +127,15 @@ def _host_specs(hosts: Sequence[Any]) -> tuple[Any, ...]:
 def _placement(hosts: tuple[Any, ...], placement: Sequence[int] | None, nodes: int, store_host: str,
                backend: str) -> tuple[int, ...] | None:
     """``placement`` checked against the hosts and the job's most nodes; what this slice of
-    issue 29 does not do yet (another store, a node here beside nodes on hosts) is refused
-    here, in one line."""
+    issue 29 does not do yet (etcd, a node here beside nodes on hosts) is refused here, in
+    one line. ``store_host`` is either: the harness's store (reached through each host's
+    connection) or node 0's agent's (on its host, at a port kept there)."""
     from harness.hosts import place
 
     where = "Cluster(placement=...)"
-    if store_host != "harness" or backend != "c10d":
-        raise ConfigError("store_host" if store_host != "harness" else "rdzv_backend",
-                          store_host if store_host != "harness" else backend,
-                          "must be 'harness' and 'c10d' with hosts (the store the harness runs, reached "
-                          "through each host's connection; docs/hosts.md)", "Cluster(hosts=...)")
+    if backend != "c10d":
+        raise ConfigError("rdzv_backend", backend, "must be 'c10d' with hosts (its store the harness's, reached "
+                          "through each host's connection, or node 0's; docs/hosts.md)", "Cluster(hosts=...)")
     if placement is None:
         return None
     for node, index in enumerate(placement):  # the schema took ints >= 0 (a node here beside hosts: not yet)

@@ -224,6 +224,37 @@ def test_a_worker_killed_on_its_host_restarts_the_job(lab, hosts):
         assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
+def _keeps_port(argv: list[str], address: str) -> bool:
+    """Whether ``argv`` is a port keeper's (``python -I -S -c SOURCE ADDRESS``) for ``address``."""
+    return len(argv) == 6 and argv[1:4] == ["-I", "-S", "-c"] and "signal.pause()" in argv[4] and argv[5] == address
+
+
+def test_node0_hosts_the_store_on_its_host_and_its_loss_fails_the_other_fast(lab, hosts):
+    """store_host="node0": node 0's agent hosts the store at its host's address, on a port
+    a keeper there held for the job; node 1, on the other host, reaches it across the
+    hosts' network. kill_store_host kills node 0 on its host, and node 1 fails fast naming
+    the lost store, as on this machine; nothing of the job (the keeper included) is left."""
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=3, hosts=hosts, start_method="spawn",
+                 store_host="node0") as cluster:
+        job = cluster.launch(str(SCRIPTS / "sleeper.py"))
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)
+        assert job.timeline.world_sizes() == [2]
+        endpoint = job.store.endpoint
+        assert endpoint.rsplit(":", 1)[0] == hosts[0].address, endpoint
+        [keeper] = [p.pid for p in psutil.process_iter(["cmdline"])  # on host 0 (its /proc is ours): not its
+                    if _keeps_port(p.info["cmdline"] or [], hosts[0].address)]  # supervisor, whose argv holds it
+        job.kill_store_host()
+        result = job.wait(timeout=60)
+        [fault] = job.timeline.faults()
+        assert fault["fault"] == "kill_store_host" and fault["target_node"] == 0
+        assert result.state == WorkerState.FAILED and result.exit_codes[1] == 1, job.agent_log(1)
+        assert f"lost the rendezvous store at {endpoint}" in job.agent_log(1)
+        work_dirs = _work_dirs(job)
+    for spec in hosts:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+    assert not psutil.pid_exists(keeper), keeper
+
+
 def test_exit_code_orders_on_hosts_that_share_a_filesystem(lab, hosts, tmp_path):
     """On two hosts naming one ``shared_dir``: an exact (rank, step) order and kill_worker with exit_code on node
     1 once HEALTHY are each one file in the job's orders dir there, which every node's

@@ -228,8 +228,10 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     test's node goes to host 0, and the fault it then asks for skips it; one whose marker
     says hosts=None runs here. Beside it (side by side: both mostly wait), the same hosts
     in a file whose capabilities list netns run the bundled asymmetric_store_partition
-    (the store cut one way, on the host's loopback) unchanged, and no nft table of ours is
-    left on either host."""
+    (the store cut one way, on the host's loopback) unchanged, and the bundled store_host_loss
+    (node 0's agent hosts the store on its host, the other reaches it across the hosts'
+    network; node 0 killed, the survivor fails fast), and no nft table of ours is left on
+    either host."""
     marked = tmp_path / "test_marked.py"
     marked.write_text(MARKED_TESTS)
     report = tmp_path / "report"
@@ -237,28 +239,25 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     out, cut = _pytests_on_hosts(
         lab, tmp_path, work,
         [f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}", "--junitxml=run.xml",
-         str(SCENARIOS / "multi_node" / "node_failure.toml"), str(SCENARIOS / "multi_node" / "store_host_loss.toml"),
+         str(SCENARIOS / "multi_node" / "node_failure.toml"),
          str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked)],
         [f"--elastic-hosts={netns.name}", "--junitxml=netns.xml",
-         str(SCENARIOS / "network" / "asymmetric_store_partition.toml")])
+         str(SCENARIOS / "network" / "asymmetric_store_partition.toml"),
+         str(SCENARIOS / "multi_node" / "store_host_loss.toml")])
     assert out.returncode == 0, out.stdout + out.stderr
-    assert cut.returncode == 0 and _junit(tmp_path / "netns.xml")["asymmetric_store_partition"]["outcome"] == \
-        "passed", cut.stdout + cut.stderr
+    assert cut.returncode == 0 and {name: case["outcome"] for name, case in _junit(tmp_path / "netns.xml").items()} \
+        == {"asymmetric_store_partition": "passed", "store_host_loss": "passed"}, cut.stdout + cut.stderr
     _assert_no_table(lab)
     labels = [f"root@{lab.hosts[0].address}:22", f"root@{lab.hosts[1].address}:2222"]
     assert f"elastic: nodes on 2 host(s) of hosts.toml: {labels[0]}, {labels[1]}" in out.stdout
     cases = _junit(tmp_path / "run.xml")
     assert {name: case["outcome"] for name, case in cases.items()} == {
-        "node_failure": "passed", "store_host_loss": "skipped", "store_partition_shrink_heal_grow": "skipped",
+        "node_failure": "passed", "store_partition_shrink_heal_grow": "skipped",
         "test_on_a_host_then_a_fault_it_cannot_do": "skipped", "test_own_hosts_none_runs_here": "passed"}
     assert cases["store_partition_shrink_heal_grow"]["message"] == (
         f"the nodes are on hosts, and [[fault]] kind='partition' is refused: host {labels[1]} cannot do it: it "
         "needs netns, which the host's capabilities (none) do not list; add 'netns' to its capabilities in the "
         "hosts file if the host has it, or place the node elsewhere")
-    assert cases["store_host_loss"]["message"] == (
-        "the nodes are on hosts (--elastic-hosts), and [job] store_host='node0' must be 'harness' and 'c10d' "
-        "with hosts (the store the harness runs, reached through each host's connection; docs/hosts.md) "
-        "(from Cluster(hosts=...))")
     refused = str(cases["test_on_a_host_then_a_fault_it_cannot_do"]["message"])
     assert refused.startswith("the nodes are on hosts (--elastic-hosts), and fault='Partition(node=0, ")
     assert f"is refused: host {labels[0]} cannot do it: it needs netns" in refused
@@ -448,13 +447,13 @@ def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
     scenarios = pytester.mkdir("scenarios")
     job = ('[job]\nscript = "train.py"\nnnodes = "1:2"\nhosts = ["ssh://ci@10.0.0.5", "ssh://ci@10.0.0.6"]\n')
     (scenarios / "cut.toml").write_text(job + '\n[[fault]]\nkind = "partition"\nnode = 1\n')
-    (scenarios / "store.toml").write_text(job.replace("[job]\n", '[job]\nstore_host = "node0"\n'))
+    (scenarios / "store.toml").write_text(job.replace("[job]\n", '[job]\nrdzv_backend = "etcd"\n'))
     result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "-p", "no:cacheprovider", "scenarios")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*scenario cut: [[][[]fault[]][]] kind='partition' is refused: host ci@10.0.0.6:22 "
                                  "cannot do it: it needs netns*",
-                                 "*scenario store: [[]job[]] store_host='node0' must be 'harness' and 'c10d' with "
-                                 "hosts*"], consecutive=False)
+                                 "*scenario store: [[]job[]] rdzv_backend='etcd' must be 'c10d' with hosts*"],
+                                consecutive=False)
 
 
 def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_failed():

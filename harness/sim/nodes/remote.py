@@ -16,7 +16,10 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   (``SshHost.forward_remote``) to a Unix socket here (``rendezvous_store.StoreBridge``),
   which relays to the store's TCP address. The agents rendezvous at ``127.0.0.1:PORT`` on
   their host. Only the SSH port must be open between this machine and a host; the store
-  is never exposed on a network.
+  is never exposed on a network. With ``store_host="node0"`` node 0's agent hosts it, as
+  torchrun's does, at its host's address and a port a keeper there holds for the job
+  (``reserve_port``); the others reach it across the hosts' network (the job's secret
+  keeps strangers out), and losing node 0 loses the store.
 * **Workers.** The node's ``local_addr`` is the host's address (its peers on other hosts
   reach its workers there; ``MASTER_ADDR`` is node 0's), gloo's interface the one that
   holds it. Workers start as the cluster's ``start_method`` says, a zygote being the
@@ -113,6 +116,32 @@ HOSTS_LAST_CALL_S = 5.0
 #: how often each host's clock offset is measured again while the job runs (clocks drift:
 #: NTP slews a host's wall clock, and two monotonic clocks run at their own crystals' rates)
 CLOCK_UPKEEP_S = 120.0
+
+
+#: run on a host: keep a port of its address bound (not listening) until ended; print it
+_KEEP_PORT = """
+import signal, socket, sys
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    sock.bind((sys.argv[1], 0))
+except OSError as e:
+    print(f"bind: {e.strerror or e}", flush=True)
+    sys.exit(1)
+print(sock.getsockname()[1], flush=True)
+while True:
+    signal.pause()
+"""
+
+
+class HostPort:
+    """A port kept on a host for the job's store (``RemoteNodes.reserve_port``)."""
+
+    def __init__(self, keeper: RemoteProcess):
+        self._keeper = keeper
+
+    def release(self) -> None:
+        self._keeper.close()
 
 
 # -- the events of a node on a host ------------------------------------------------------
@@ -469,6 +498,21 @@ class RemoteNodes:
                              if words and words[0].isdigit() else None)
         return counts
 
+    def reserve_port(self, node: int) -> tuple[HostPort, str]:
+        """A port on node ``node``'s host, at its address, kept for the job (a keeper there
+        holds it bound, not listening: the store node ``node``'s agent hosts binds it too,
+        with SO_REUSEADDR, as ``PortReservation`` keeps one here); the keeper and the
+        endpoint. The host's connection is opened for it (no store forwarded over it)."""
+        spec = self.host_of(node)
+        host = self._link(spec, None).host
+        keeper = host.start([spec.python, "-I", "-S", "-c", _KEEP_PORT, spec.address])
+        said = keeper.first_line(30.0).strip()
+        if not said.isdigit():
+            keeper.close()
+            raise HostError(f"host {spec.label}: no port could be kept at {spec.address} for the store node "
+                            f"{node} hosts: {said or 'no word'}")
+        return HostPort(keeper), f"{spec.address}:{said}"
+
     def node_count(self) -> int:
         """The node indices the job can have: its ``max_nodes``, and any added past it."""
         return max(self._job.cluster.config.max_nodes, len(self._job.nodes))
@@ -528,7 +572,8 @@ class RemoteNodes:
         """Start node ``index``'s agent on its host; its handle, not yet in ``job.nodes``."""
         job = self._job
         spec = self.host_of(index)
-        link = self._link(spec, rdzv["endpoint"] if job.store is not None else None)
+        here = job.store is not None and job.store.node is None  # the harness's store (not node 0's)
+        link = self._link(spec, rdzv["endpoint"] if here else None)
         host = link.host
         name = job.cluster.new_node_label(index)
         directory = os.path.join(job.directory, f"node{index}")

@@ -26,6 +26,10 @@ loopback needs.
 Where nodes run on hosts over SSH (``Cluster(hosts=...)``: ``harness.sim.nodes.remote``)
 the store server runs here, on loopback, and each host reaches it through a port forward
 of its connection that ends at a ``StoreBridge``: a Unix socket here relayed to the store.
+With ``store_host="node0"`` node 0's agent hosts it on its host's address, at a port a
+keeper there holds for the job (``RemoteNodes.reserve_port``), and the other nodes reach
+it there, across the hosts' network, as torchrun's nodes reach the store of the node
+that hosts it (the job's secret keeps strangers out).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
@@ -130,10 +134,16 @@ class StoreProcess:
         return f"StoreProcess({self.name}, {self.endpoint}, pid={self.pid}, {state})"
 
 
+class Reservation(Protocol):
+    """A port kept for the store (``PortReservation`` here; a keeper on a host)."""
+
+    def release(self) -> None: ...
+
+
 class NodeHostedStore:
     """The store inside node ``node``'s agent; the harness only keeps its port reserved."""
 
-    def __init__(self, job: Any, node: int, reservation: PortReservation | None, endpoint: str):
+    def __init__(self, job: Any, node: int, reservation: Reservation | None, endpoint: str):
         self._job = job
         self.node = node
         self.endpoint = endpoint
@@ -221,7 +231,10 @@ def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
 
 
 def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
-    if job.net.mode == "netns":
+    if getattr(job, "remote", None) is not None:  # on node 0's host, at a port kept there
+        kept, endpoint = job.remote.reserve_port(0)
+        store = NodeHostedStore(job, 0, kept, endpoint)
+    elif job.net.mode == "netns":
         store = NodeHostedStore(job, 0, None, f"{job.net.address(0)}:{NETNS_STORE_PORT}")
     else:
         reservation = PortReservation()
