@@ -19,6 +19,8 @@ The hosts file (TOML)::
     port = 2222
     work_dir = "/scratch"             # the per-session work dirs are made under it
     capabilities = ["netns", "cgroups"]
+    shared_dir = "/nfs/elastic"       # a filesystem the job's hosts share: its {shared} there
+    copy_script = true                # the job's script dir copied into the work dir
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class HostSpec:
     max_sessions: int = 10  # the host's sshd MaxSessions: commands at once on one connection (its default: 10)
     #: a dir of a filesystem every host of a job mounts there (NFS...): its ``{shared}`` goes there
     shared_dir: str | None = None
+    #: copy the job's script and its dir into the connection's work dir and run the copy
+    #: (False: the script must be at the same path there: a shared checkout, an image)
+    copy_script: bool = False
 
     @property
     def label(self) -> str:
@@ -140,6 +145,7 @@ FIELDS: dict[str, _Field] = {
     "trust_on_first_use": _Field(_flag, "must be true or false"),
     "max_sessions": _Field(_sessions, "must be an int in [2, 1024]: the host's sshd MaxSessions"),
     "shared_dir": _Field(_absolute, "must be an absolute path on the host, of a filesystem the job's hosts share"),
+    "copy_script": _Field(_flag, "must be true or false"),
 }
 _REQUIRED = ("address", "user")
 

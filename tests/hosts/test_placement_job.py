@@ -229,6 +229,53 @@ def _keeps_port(argv: list[str], address: str) -> bool:
     return len(argv) == 6 and argv[1:4] == ["-I", "-S", "-c"] and "signal.pause()" in argv[4] and argv[5] == address
 
 
+def test_hosts_that_copy_the_script_run_their_copy(lab, hosts, tmp_path):
+    """``copy_script``: the script's dir (not its hidden entries nor ``__pycache__``) is
+    copied into each host's work dir, and each node runs the copy, which imports its
+    sibling from there; the copy goes with the work dir."""
+    src = tmp_path / "job"
+    src.mkdir()
+    (src / ".env").write_text("TOKEN=not-for-the-hosts\n")
+    (src / "helper.py").write_text("GREETING = 'hello from the copy'\n")
+    (src / "main.py").write_text("import os\nimport helper\n\nprint(helper.GREETING, os.path.abspath(__file__), "
+                                 "os.path.abspath(helper.__file__), flush=True)\n")
+    copying = [dataclasses.replace(spec, copy_script=True) for spec in hosts]
+    with Cluster(nnodes=2, nproc_per_node=1, max_restarts=0, hosts=copying, start_method="spawn") as cluster:
+        job = cluster.launch(str(src / "main.py"))
+        result = job.wait(timeout=90)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        work_dirs = _work_dirs(job)
+        for node, spec in enumerate(copying):
+            there = f"{work_dirs[spec.label]}/script"
+            assert f"hello from the copy {there}/main.py {there}/helper.py" in job.agent_log(node)
+            listed = job.remote.connection(node)[0].run(["ls", "-A", there]).stdout.split()
+            assert set(listed) - {"__pycache__"} == {"helper.py", "main.py"}, listed  # its own bytecode aside
+    for spec in copying:
+        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+
+
+def test_the_script_copy_leaves_out_hidden_entries_and_bytecode_and_refuses_a_large_dir(tmp_path, monkeypatch):
+    import io
+    import tarfile
+
+    from harness.sim.nodes import host_script
+
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "__pycache__" / "util.cpython-311.pyc").write_bytes(b"stale")
+    (tmp_path / "pkg" / "util.py").write_text("X = 1\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref\n")
+    (tmp_path / ".env").write_text("TOKEN=x\n")
+    (tmp_path / "main.py").write_text("print(1)\n")
+    packed = host_script.ScriptCopy(str(tmp_path / "main.py"))._pack()
+    assert sorted(tarfile.open(fileobj=io.BytesIO(packed)).getnames()) == ["main.py", "pkg/util.py"]
+    (tmp_path / "data.bin").write_bytes(b"x" * 2048)
+    monkeypatch.setattr(host_script, "MAX_BYTES", 1024)
+    with pytest.raises(ConfigError, match=r"^copy_script=True cannot copy the script's dir .*: it holds more than 0 "
+                                          r"MiB; put the script on the hosts at the same path instead"):
+        host_script.ScriptCopy(str(tmp_path / "main.py"))._pack()
+
+
 def test_node0_hosts_the_store_on_its_host_and_its_loss_fails_the_other_fast(lab, hosts):
     """store_host="node0": node 0's agent hosts the store at its host's address, on a port
     a keeper there held for the job; node 1, on the other host, reaches it across the

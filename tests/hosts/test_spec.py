@@ -52,6 +52,7 @@ def test_bad_urls(url, expected):
                             "share"),
     ({"capabilities": "netns"}, "capabilities='netns' must be a list of names"),
     ({"trust_on_first_use": "yes"}, "trust_on_first_use='yes' must be true or false"),
+    ({"copy_script": 1}, "copy_script=1 must be true or false"),
     ({"max_sessions": 1}, "max_sessions=1 must be an int in [2, 1024]: the host's sshd MaxSessions"),
     ({"port": 2222}, "port=2222 is given by the URL already"),
 ])
@@ -87,6 +88,7 @@ user = "other"
 key = "/abs/key"
 trust_on_first_use = true
 max_sessions = 4
+copy_script = true
 """)
     first, second = load_hosts(path)
     assert first == HostSpec(address="10.0.0.5", user="ci", port=2222, key=str(tmp_path / "keys/ci_ed25519"),
@@ -94,6 +96,7 @@ max_sessions = 4
                              capabilities=frozenset({"netns", "cgroups"}))
     assert (second.user, second.key, second.port, second.trust_on_first_use) == ("other", "/abs/key", 22, True)
     assert (first.max_sessions, second.max_sessions) == (10, 4)
+    assert (first.copy_script, second.copy_script) == (False, True)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -20,6 +20,9 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   torchrun's does, at its host's address and a port a keeper there holds for the job
   (``reserve_port``); the others reach it across the hosts' network (the job's secret
   keeps strangers out), and losing node 0 loses the store.
+* **Script.** The node runs the job's script at its absolute path, which must be there on
+  the host (a shared checkout), or, where the host's spec says ``copy_script``, its copy in
+  the work dir (``host_script``).
 * **Workers.** The node's ``local_addr`` is the host's address (its peers on other hosts
   reach its workers there; ``MASTER_ADDR`` is node 0's), gloo's interface the one that
   holds it. Workers start as the cluster's ``start_method`` says, a zygote being the
@@ -73,6 +76,7 @@ from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
 from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
+from harness.sim.nodes.host_script import ScriptCopy
 from harness.sim.nodes.host_shared import SharedDir, shared_base, shared_fs_refusal
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
@@ -440,6 +444,7 @@ class RemoteNodes:
         self.shared = SharedDir(base, job.run_id) if base is not None else None
         #: where the job's exit-code orders are left for its workers there
         self.orders = HostOrders(self, self.shared)
+        self._script: ScriptCopy | None = None  # the job's script, for hosts that copy it
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
         self._upkeep: threading.Thread | None = None
 
@@ -614,7 +619,14 @@ class RemoteNodes:
 
         entry = job.entrypoint
         assert isinstance(entry, str)  # launch refuses a callable with hosts
-        head = ["-u", "-m", entry] if job.module else ["-u", os.path.abspath(entry)]
+        if job.module:
+            head = ["-u", "-m", entry]
+        elif spec.copy_script:  # its copy there (``host_script``)
+            if self._script is None:
+                self._script = ScriptCopy(entry)
+            head = ["-u", self._script.on(host)]
+        else:
+            head = ["-u", os.path.abspath(entry)]
         args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
         node_spec = {"config": config, "entrypoint": SAME_PYTHON, "args": [*head, *args],
                      "env": env, "dirs": [f"{there}/tmp", disk, worker_tmp, f"{there}/stacks",
