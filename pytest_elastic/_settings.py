@@ -197,14 +197,12 @@ def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tup
     the hosts can carry out none of them, every chaos kind they can (today the process
     faults: the default, kill_worker, is one of them)."""
     from harness.sim.nodes.host_shared import shared_fs_refusal
-    from harness.sim.nodes.remote import NETWORK_CHAOS_ON_HOSTS, host_refusal
+    from harness.sim.nodes.remote import host_refusal
     from harness.sim.schema import CHAOS_KINDS, parse_chaos_kinds
 
     def why_not(kind: str) -> str | None:
         why = next((why for host in hosts if (why := host_refusal(host, kind, CHAOS_KINDS[kind].needs))), None)
-        if why is None and CHAOS_KINDS[kind].part == "network":  # hosts can; a drawn node may share one
-            why = f"chaos on hosts draws no {kind} yet: {NETWORK_CHAOS_ON_HOSTS}"
-        elif why is None and CHAOS_KINDS[kind].part == "storage":  # it may draw the shared fs: any node's
+        if why is None and CHAOS_KINDS[kind].part == "storage":  # it may draw the shared fs: any node's
             shared = shared_fs_refusal(hosts, hosts)
             why = f"chaos on hosts draws no {kind}: it may draw the shared filesystem, and {shared}" if shared else None
         return why
@@ -233,8 +231,13 @@ def hosts_line(settings: Settings) -> str | None:
     line = (f"elastic: nodes on {len(settings.hosts)} host(s) of {settings.hosts_file}: "
             f"{', '.join(host.label for host in settings.hosts)}")
     if settings.chaos and settings.schedule is None:
+        from harness.sim.nodes.remote import NETWORK_CHAOS_ON_HOSTS
+        from harness.sim.schema import CHAOS_KINDS
+
         kinds, dropped = chaos_kinds_on_hosts(settings, settings.hosts)
         line += f"; chaos draws {','.join(kinds)} there"
+        if any(CHAOS_KINDS[kind].part == "network" for kind in kinds):
+            line += f" ({NETWORK_CHAOS_ON_HOSTS})"
         if dropped:
             line += f", not {_dropped(dropped)}"
     return line

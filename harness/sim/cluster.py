@@ -144,16 +144,23 @@ class Cluster:
         index = len(self.jobs) - 1
         seed = derive_seed(chaos.seed, f"job{index}")
         given = getattr(chaos, "schedules", None)
+        left_out: dict[str, str] = {}
         if given is not None and index < len(given):
             schedule = list(given[index])  # the same entries: callers match them by identity
         else:
-            schedule = generate_schedule(seed, chaos.kinds, config.min_nodes, config.max_nodes,
+            kinds = chaos.kinds
+            if job.remote is not None:  # on hosts: the kinds this job's placement allows
+                from harness.sim.nodes.remote import chaos_kinds
+
+                kinds, left_out = chaos_kinds(kinds, job.remote.hosts, job.remote.placement, config.max_nodes)
+            schedule = generate_schedule(seed, kinds, config.min_nodes, config.max_nodes,
                                          config.nproc_per_node, config.max_restarts, chaos.overload,
                                          chaos.max_faults, chaos.horizon, initial_nodes=count,
                                          reserved_nodes=chaos.reserved_nodes)
         job.chaos_schedule = schedule
         job.harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
-                                faults=[entry.describe() for entry in schedule])
+                                faults=[entry.describe() for entry in schedule],
+                                **({"left_out": left_out} if left_out else {}))
         job.schedule(schedule)
         for observer in chaos.on_job:
             observer(job)

@@ -397,6 +397,31 @@ def test_chaos_on_hosts_draws_what_they_can_do_and_replays_with_its_seed(lab, ho
     assert schedules[1] == schedules[0]
 
 
+@pytest.mark.slow
+def test_chaos_on_hosts_that_allow_network_faults_draws_partitions_and_replays(lab, tmp_path, work):
+    """--elastic-chaos --elastic-faults=partition on two hosts listing netns, a 1:2 job (each
+    node alone on a host): the drawn partition is carried out by the node's host's
+    nftables, healed, the job green; the same seed draws the same schedule; no table left."""
+    lab.start(0)
+    lab.start(1, port=2222)
+    hosts = _hosts_file(lab, tmp_path, work, capabilities=["netns"])
+    (tmp_path / "scenarios").mkdir()
+    (tmp_path / "scenarios" / "chaos_on_hosts.toml").write_text(CHAOS_SCENARIO)
+    runs = [[f"--elastic-hosts={hosts.name}", "--elastic-chaos", "--elastic-seed=29", "--elastic-faults=partition",
+             f"--junitxml=run{run}.xml", "scenarios/chaos_on_hosts.toml"] for run in (1, 2)]
+    schedules = []
+    for run, out in enumerate(_pytests_on_hosts(lab, tmp_path, work, *runs, rootdir=tmp_path), start=1):
+        assert out.returncode == 0, out.stdout + out.stderr
+        (case,) = _junit(tmp_path / f"run{run}.xml").values()
+        assert case["outcome"] == "passed", out.stdout + out.stderr
+        (job,) = json.loads(str(case["props"]["elastic_schedule"]))
+        assert "partition" in {fault["kind"] for fault in job}, job
+        assert "partition" in str(case["props"]["elastic_faults"]).split("; "), case["props"]  # it fired
+        schedules.append(job)
+    assert schedules[1] == schedules[0]
+    _assert_no_table(lab)
+
+
 # -- usage errors: no hosts needed -------------------------------------------------------
 
 
@@ -421,22 +446,44 @@ def test_chaos_kinds_the_hosts_cannot_do_are_a_usage_error(pytester):
     """--elastic-faults naming only kinds no host can carry out: one line saying why; with
     some the hosts can do, the header names those drawn and those left out. Nothing
     connects to a host while pytest configures."""
-    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.5"\nuser = "ci"\ncapabilities = ["netns"]\n')
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.5"\nuser = "ci"\n')
     result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "--elastic-chaos",
                                            "--elastic-faults=partition,packet_loss", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: --elastic-faults='partition,packet_loss' names no kind the hosts of "
-                                 "--elastic-hosts='hosts.toml' can carry out: partition (chaos on hosts draws no "
-                                 "partition yet: the node it picks may share its host with another, on which a "
-                                 "network fault would fall too (a later part of issue 29)); packet_loss (chaos on "
-                                 "hosts draws no packet_loss yet: *); name others, or leave --elastic-faults out*"])
+                                 "--elastic-hosts='hosts.toml' can carry out: partition, packet_loss (host "
+                                 "ci@10.0.0.5:22 cannot do it: it needs netns, *); name others, or leave "
+                                 "--elastic-faults out*"])
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.5"\nuser = "ci"\ncapabilities = ["netns"]\n')
     result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "--elastic-chaos", "--elastic-seed=3",
-                                           "--elastic-faults=partition,scale", "--co", "-p", "no:cacheprovider")
+                                           "--elastic-faults=partition,scale,slow_node", "--co", "-p",
+                                           "no:cacheprovider")
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
     result.stdout.fnmatch_lines([
-        "elastic: chaos=on seed=3 faults=partition,scale * hosts=hosts.toml network=*",
-        "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws remove_node,add_node there, "
-        "not partition (chaos on hosts draws no partition yet: *)"])
+        "elastic: chaos=on seed=3 faults=partition,scale,slow_node * hosts=hosts.toml network=*",
+        "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws partition,remove_node,add_node "
+        "there (network kinds in a job whose nodes are each alone on a host), not slow_node (host ci@10.0.0.5:22 "
+        "cannot do it: it needs cgroups, *)"])
+
+
+def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_on_its_host():
+    """A job whose nodes are each alone on a host draws the session's network kinds; one
+    whose host would carry two of its nodes leaves them out, saying why (the fault would
+    fall on both): the rest of its kinds are drawn."""
+    from harness.hosts import parse_host
+    from harness.sim.nodes.remote import chaos_kinds
+
+    two = [parse_host("ssh://ci@10.0.0.5", capabilities=["netns"]), parse_host("ssh://ci@10.0.0.6",
+                                                                              capabilities=["netns"])]
+    kinds = ("partition", "packet_loss", "kill_worker")
+    assert chaos_kinds(kinds, two, None, 2) == (kinds, {})
+    assert chaos_kinds(kinds, two, [1, 0], 2) == (kinds, {})
+    drawn, left_out = chaos_kinds(kinds, two, None, 3)
+    assert drawn == ("kill_worker",) and set(left_out) == {"partition", "packet_loss"}
+    assert left_out["partition"] == ("host ci@10.0.0.5:22 would carry 2 of this job's nodes, and a network fault "
+                                     "there falls on each (network kinds in a job whose nodes are each alone on a "
+                                     "host)")
+    assert chaos_kinds(kinds, two, [0, 0], 2)[0] == ("kill_worker",)
 
 
 def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):

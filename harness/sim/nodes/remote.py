@@ -96,7 +96,7 @@ if TYPE_CHECKING:
     from harness.sim.truth.timeline import Timeline
 
 __all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
-           "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "host_refusal",
+           "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "chaos_kinds", "connector", "host_refusal",
            "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
@@ -108,9 +108,8 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
                "kill_store_host", "heal", "partition", "packet_loss", "host_unreachable", "slow_node", "memory_limit",
                "disk_full", "slow_io", "io_error")
-#: why chaos draws no network fault on hosts (a scenario's or a test's own are carried out)
-NETWORK_CHAOS_ON_HOSTS = ("the node it picks may share its host with another, on which a network fault would "
-                          "fall too (a later part of issue 29)")
+#: where chaos draws network faults on hosts (``chaos_kinds``: a job's own are refused per node)
+NETWORK_CHAOS_ON_HOSTS = "network kinds in a job whose nodes are each alone on a host"
 _RELAY_CLOSE_S = 10.0
 #: how long a job's first round waits for more of its nodes once it has its minimum, on
 #: hosts: a fresh agent there imports the harness before it joins (under load, seconds
@@ -728,6 +727,25 @@ def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes:
                     f"{', '.join(map(str, others))}, which a cut from it would cut too: name them in peers, "
                     f"or place node {peer} alone on a host (placement=)")
     return None
+
+
+def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequence[int] | None,
+                max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The chaos kinds of ``kinds`` a job on ``hosts`` (placed by ``placement``, at most
+    ``max_nodes`` nodes: chaos adds none past it) draws, and those it leaves out, with why:
+    a network kind where a host would carry two of its nodes (the fault would fall on both,
+    and its refusal would fail the schedule). The session's kinds are the hosts' already
+    (``pytest_elastic``'s ``chaos_kinds_on_hosts``); this is the job's cut of them."""
+    from harness.sim.schema import CHAOS_KINDS
+
+    where = [placed_host(hosts, placement, node) for node in range(max_nodes)]
+    crowded = next((spec for spec in where if where.count(spec) > 1), None)
+    if crowded is None:
+        return tuple(kinds), {}
+    why = (f"host {crowded.label} would carry {where.count(crowded)} of this job's nodes, and a network fault "
+           f"there falls on each ({NETWORK_CHAOS_ON_HOSTS})")
+    left_out = {kind: why for kind in kinds if CHAOS_KINDS[kind].part == "network"}
+    return tuple(kind for kind in kinds if kind not in left_out), left_out
 
 
 def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
