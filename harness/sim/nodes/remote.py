@@ -76,6 +76,7 @@ from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
 from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
+from harness.sim.nodes.host_port import HostPort
 from harness.sim.nodes.host_script import ScriptCopy
 from harness.sim.nodes.host_shared import SharedDir, shared_base, shared_fs_refusal
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
@@ -119,32 +120,6 @@ HOSTS_LAST_CALL_S = 5.0
 #: how often each host's clock offset is measured again while the job runs (clocks drift:
 #: NTP slews a host's wall clock, and two monotonic clocks run at their own crystals' rates)
 CLOCK_UPKEEP_S = 120.0
-
-
-#: run on a host: keep a port of its address bound (not listening) until ended; print it
-_KEEP_PORT = """
-import signal, socket, sys
-sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-try:
-    sock.bind((sys.argv[1], 0))
-except OSError as e:
-    print(f"bind: {e.strerror or e}", flush=True)
-    sys.exit(1)
-print(sock.getsockname()[1], flush=True)
-while True:
-    signal.pause()
-"""
-
-
-class HostPort:
-    """A port kept on a host for the job's store (``RemoteNodes.reserve_port``)."""
-
-    def __init__(self, keeper: RemoteProcess):
-        self._keeper = keeper
-
-    def release(self) -> None:
-        self._keeper.close()
 
 
 # -- the events of a node on a host ------------------------------------------------------
@@ -508,14 +483,8 @@ class RemoteNodes:
         with SO_REUSEADDR, as ``PortReservation`` keeps one here); the keeper and the
         endpoint. The host's connection is opened for it (no store forwarded over it)."""
         spec = self.host_of(node)
-        host = self._link(spec, None).host
-        keeper = host.start([spec.python, "-I", "-S", "-c", _KEEP_PORT, spec.address])
-        said = keeper.first_line(30.0).strip()
-        if not said.isdigit():
-            keeper.close()
-            raise HostError(f"host {spec.label}: no port could be kept at {spec.address} for the store node "
-                            f"{node} hosts: {said or 'no word'}")
-        return HostPort(keeper), f"{spec.address}:{said}"
+        kept = HostPort(self._link(spec, None).host, f"for the store node {node} hosts")
+        return kept, f"{spec.address}:{kept.port}"
 
     def node_count(self) -> int:
         """The node indices the job can have: its ``max_nodes``, and any added past it."""
