@@ -300,11 +300,12 @@ def _end(proc: subprocess.Popen[bytes], first: int, grace: float) -> None:
         proc.wait()
 
 
-def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float) -> tuple[int, float, str, bool]:
+def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float,
+             grace: float = INTERRUPT_GRACE_S) -> tuple[int, float, str, bool]:
     """Run ``cmd`` from the repo root in its own session, output (stdout and stderr, in
     order) to a temp file: (returncode, wall seconds, output, timed out). On timeout the
     run's processes are SIGKILLed; on Ctrl-C or any other exception pytest gets SIGINT
-    (it tears its clusters down) and ``INTERRUPT_GRACE_S`` before that."""
+    (it tears its clusters down) and ``grace`` seconds before that."""
     with tempfile.TemporaryFile() as out:
         started = time.monotonic()
         proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -316,7 +317,7 @@ def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float) -> tuple[i
             timed_out = True
             _end(proc, signal.SIGKILL, 0.0)
         except BaseException:
-            _end(proc, signal.SIGINT, INTERRUPT_GRACE_S)
+            _end(proc, signal.SIGINT, grace)
             raise
         wall = time.monotonic() - started
         out.seek(0)
@@ -396,13 +397,14 @@ def run_tmpdir(number: int, suite: bool) -> str | None:
     return None if suite else tempfile.mkdtemp(prefix=f"fl{number}-", dir=SYSTEM_TMP)
 
 
-def do_run(number: int, cmd: Sequence[str], timeout: float, suite: bool = False) -> Run:
+def do_run(number: int, cmd: Sequence[str], timeout: float, suite: bool = False,
+           grace: float = INTERRUPT_GRACE_S) -> Run:
     """One run, in the temp dir ``run_tmpdir`` gives (removed after), read back into a ``Run``."""
     env = job_env()
     tmpdir = run_tmpdir(number, suite)
     env["TMPDIR"] = tmpdir or SYSTEM_TMP
     try:
-        rc, wall, output, timed_out = run_once(cmd, env, timeout)
+        rc, wall, output, timed_out = run_once(cmd, env, timeout, grace)
     finally:
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
@@ -503,6 +505,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help=f"per run; past it the run is killed and counted a hang "
                              f"({MAIN_TIMEOUT_S:g}; --suite {SUITE_TIMEOUT_S:g})")
+    parser.add_argument("--interrupt-grace", type=float, default=INTERRUPT_GRACE_S, metavar="S",
+                        help=f"after Ctrl-C or SIGTERM, how long the run's pytest may tear down before "
+                             f"SIGKILL ({INTERRUPT_GRACE_S:g})")
     parser.add_argument("--logs", type=Path, default=None, metavar="DIR",
                         help="where red runs' output goes (bench/flake-logs/<time>)")
     args = parser.parse_args(argv)
@@ -535,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with busy_loops(args.busy):
         try:
             for number in range(1, args.runs + 1):
-                run = do_run(number, cmd, args.timeout, runs_tests(args.suite, args.extra))
+                run = do_run(number, cmd, args.timeout, runs_tests(args.suite, args.extra), args.interrupt_grace)
                 if bad_setup(run):
                     print(run.output[-3000:], file=sys.stderr)
                     print(f"pytest exited {run.returncode} (usage error or nothing collected): stopping",

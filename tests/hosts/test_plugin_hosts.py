@@ -228,10 +228,8 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     test's node goes to host 0, and the fault it then asks for skips it; one whose marker
     says hosts=None runs here. Beside it (side by side: both mostly wait), the same hosts
     in a file whose capabilities list netns run the bundled asymmetric_store_partition
-    (the store cut one way, on the host's loopback) unchanged, and the bundled store_host_loss
-    (node 0's agent hosts the store on its host, the other reaches it across the hosts'
-    network; node 0 killed, the survivor fails fast), and no nft table of ours is left on
-    either host."""
+    (the store cut one way, on the host's loopback) unchanged, and no nft table of ours is
+    left on either host."""
     marked = tmp_path / "test_marked.py"
     marked.write_text(MARKED_TESTS)
     report = tmp_path / "report"
@@ -242,11 +240,10 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
          str(SCENARIOS / "multi_node" / "node_failure.toml"),
          str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked)],
         [f"--elastic-hosts={netns.name}", "--junitxml=netns.xml",
-         str(SCENARIOS / "network" / "asymmetric_store_partition.toml"),
-         str(SCENARIOS / "multi_node" / "store_host_loss.toml")])
+         str(SCENARIOS / "network" / "asymmetric_store_partition.toml")])
     assert out.returncode == 0, out.stdout + out.stderr
     assert cut.returncode == 0 and {name: case["outcome"] for name, case in _junit(tmp_path / "netns.xml").items()} \
-        == {"asymmetric_store_partition": "passed", "store_host_loss": "passed"}, cut.stdout + cut.stderr
+        == {"asymmetric_store_partition": "passed"}, cut.stdout + cut.stderr
     _assert_no_table(lab)
     labels = [f"root@{lab.hosts[0].address}:22", f"root@{lab.hosts[1].address}:2222"]
     assert f"elastic: nodes on 2 host(s) of hosts.toml: {labels[0]}, {labels[1]}" in out.stdout
@@ -312,10 +309,12 @@ def test_the_bundled_resource_scenarios_run_on_hosts_that_allow_cgroups(lab, tmp
 
 
 #: the bundled scenarios whose nodes, on two hosts, resume from each other's checkpoints in
-#: {shared}, and those with an exact (rank, step) exit order (one file in the hosts' shared dir)
+#: {shared}, those with an exact (rank, step) exit order (one file in the hosts' shared dir),
+#: and store_host_loss (node 0's agent hosts the store on its host; its loss fails the other)
 _SHARED_SCENARIOS = {"worker_crash_resume_is_golden": "training", "node_loss_scale_down_is_golden": "training",
                      "scale_up_is_golden": "training", "worker_crash_all_nodes": "multi_node",
-                     "worker_crash_resume": "single_node", "restarts_exhausted": "single_node"}
+                     "worker_crash_resume": "single_node", "restarts_exhausted": "single_node",
+                     "store_host_loss": "multi_node"}
 
 
 @pytest.mark.slow
