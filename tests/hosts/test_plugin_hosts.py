@@ -360,6 +360,29 @@ def test_the_bundled_storage_scenarios_run_on_fuse_hosts_that_share_a_filesystem
     assert list(shared.iterdir()) == []
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_every_bundled_scenario_runs_on_hosts_that_allow_every_fault(lab, tmp_path, work, monkeypatch):
+    """``pytest scenarios --elastic-hosts=FILE`` on two hosts whose capabilities list netns,
+    cgroups and fuse and that name one ``shared_dir``: every bundled scenario runs there
+    unchanged and passes (none skipped), and no table nor shared dir is left (~5 min here)."""
+    if fuse_missing() is not None or not isinstance(probe(), CgroupSupport):
+        pytest.skip(f"needs FUSE and cgroups: {fuse_missing() or probe()}")
+    monkeypatch.setattr(sys.modules[__name__], "_RUN_TIMEOUT_S", 1400)
+    lab.start(0)
+    lab.start(1, port=2222)
+    shared = tmp_path / "nfs"
+    shared.mkdir()
+    hosts = _hosts_file(lab, tmp_path, work, capabilities=["netns", "cgroups", "fuse"], shared_dir=shared)
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts.name}", "--junitxml=run.xml", str(SCENARIOS))
+    cases = _junit(tmp_path / "run.xml")
+    bundled = {path.stem for path in SCENARIOS.rglob("*.toml")}
+    assert {name: case["outcome"] for name, case in cases.items()} == dict.fromkeys(bundled, "passed"), \
+        out.stdout[-20000:] + out.stderr
+    _assert_no_table(lab)
+    assert list(shared.iterdir()) == []
+
+
 def _assert_no_table(lab: SshdLab) -> None:
     """No nft table of ours (``pe_...``) on either host, asked in its own namespace."""
     for index in (0, 1):
