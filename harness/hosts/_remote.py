@@ -489,7 +489,7 @@ def _try_shared(fd: int) -> bool:
 
 #: after the command ended, how long what its output pipes still hold is copied (an orphan
 #: still writing, or stuck holding them, ends the copy then)
-_DRAIN_S = 1.0
+_DRAIN_S = 0.3
 
 
 def _relay(source: int, target: int, ended: threading.Event) -> None:

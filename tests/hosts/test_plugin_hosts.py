@@ -226,25 +226,15 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
     """The bundled node_failure scenario passes with node 0 on host 0 and node 1 on host 1;
     the bundled scenarios the hosts cannot run are skipped in one line each; a marked
     test's node goes to host 0, and the fault it then asks for skips it; one whose marker
-    says hosts=None runs here. Beside it (side by side: both mostly wait), the same hosts
-    in a file whose capabilities list netns run the bundled asymmetric_store_partition
-    (the store cut one way, on the host's loopback) unchanged, and no nft table of ours is
-    left on either host."""
+    says hosts=None runs here. (The bundled network scenarios on hosts that list netns:
+    the slow tests below.)"""
     marked = tmp_path / "test_marked.py"
     marked.write_text(MARKED_TESTS)
     report = tmp_path / "report"
-    netns = _hosts_file(lab, tmp_path, work, capabilities=["netns"], name="netns.toml")
-    out, cut = _pytests_on_hosts(
-        lab, tmp_path, work,
-        [f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}", "--junitxml=run.xml",
-         str(SCENARIOS / "multi_node" / "node_failure.toml"),
-         str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked)],
-        [f"--elastic-hosts={netns.name}", "--junitxml=netns.xml",
-         str(SCENARIOS / "network" / "asymmetric_store_partition.toml")])
+    out = _pytest_on_hosts(lab, tmp_path, work, f"--elastic-hosts={hosts_toml.name}", f"--elastic-report={report}",
+                           "--junitxml=run.xml", str(SCENARIOS / "multi_node" / "node_failure.toml"),
+                           str(SCENARIOS / "network" / "store_partition_shrink_heal_grow.toml"), str(marked))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert cut.returncode == 0 and {name: case["outcome"] for name, case in _junit(tmp_path / "netns.xml").items()} \
-        == {"asymmetric_store_partition": "passed"}, cut.stdout + cut.stderr
-    _assert_no_table(lab)
     labels = [f"root@{lab.hosts[0].address}:22", f"root@{lab.hosts[1].address}:2222"]
     assert f"elastic: nodes on 2 host(s) of hosts.toml: {labels[0]}, {labels[1]}" in out.stdout
     cases = _junit(tmp_path / "run.xml")
@@ -391,16 +381,15 @@ def _assert_no_table(lab: SshdLab) -> None:
         assert "pe_" not in done.stdout, done.stdout
 
 
-def test_chaos_on_hosts_draws_what_they_can_do_and_replays_with_its_seed(lab, hosts_toml, tmp_path, work):
+def test_chaos_on_hosts_draws_what_they_can_do(lab, hosts_toml, tmp_path, work):
     """--elastic-chaos with hosts: the kinds drawn are those the hosts can carry out (the
     header says which: the default, kill_worker, is one); the run is green (the worker
-    killed on its host, the job restarted, no step lost), and the same seed draws the same
-    schedule again (the two sessions run side by side)."""
+    killed on its host, the job restarted, no step lost). (That the same seed draws the
+    same schedule on hosts: the slow partition test below, which runs it twice.)"""
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "chaos_on_hosts.toml").write_text(CHAOS_SCENARIO)
-    schedules = []
-    runs = [[f"--elastic-hosts={hosts_toml.name}", "--elastic-chaos", "--elastic-seed=29", f"--junitxml=run{run}.xml",
-             "scenarios/chaos_on_hosts.toml"] for run in (1, 2)]
+    runs = [[f"--elastic-hosts={hosts_toml.name}", "--elastic-chaos", "--elastic-seed=29", "--junitxml=run1.xml",
+             "scenarios/chaos_on_hosts.toml"]]
     for run, out in enumerate(_pytests_on_hosts(lab, tmp_path, work, *runs, rootdir=tmp_path), start=1):
         assert out.returncode == 0, out.stdout + out.stderr
         assert any(line.endswith("; chaos draws kill_worker there") for line in out.stdout.splitlines()), out.stdout
@@ -415,8 +404,6 @@ def test_chaos_on_hosts_draws_what_they_can_do_and_replays_with_its_seed(lab, ho
         # it fired on its host (after at most 1 s of a job that trains for 2 s) and the job recovered
         assert props["elastic_faults"] == "; ".join(fault["kind"] for fault in job)
         assert props["elastic_recovered"] == str(len(job))
-        schedules.append(job)
-    assert schedules[1] == schedules[0]
 
 
 @pytest.mark.slow
