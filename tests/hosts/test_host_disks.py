@@ -80,16 +80,18 @@ def test_a_nodes_disk_on_a_host_is_served_there_and_its_faults_are_carried_out_t
     assert [_mounts_there(lab, spec, w) for spec, w in zip(fuse_hosts, work, strict=True)] == [[], []]
 
 
-def test_the_shared_filesystem_on_hosts_is_each_nodes_view_served_by_its_server(lab, fuse_hosts, tmp_path):
+@pytest.mark.parametrize("add", [pytest.param(False, id="two"), pytest.param(True, id="add", marks=pytest.mark.slow)])
+def test_the_shared_filesystem_on_hosts_is_each_nodes_view_served_by_its_server(lab, fuse_hosts, tmp_path, add):
     """On two fuse hosts naming one ``shared_dir``, each node's ``{shared}`` is its view of
     the job's dir there, in its disk's mount (one mount per host still), written by its
-    worker: ``disk_full`` with no node fails both nodes' writes there with ENOSPC; a node
-    added while it is in place (node 2, on host 0) gets it from its first steps (its
-    server is told before its node starts); the heal ends it on every view."""
+    worker: ``disk_full`` with no node fails both nodes' writes there with ENOSPC; (slow, a
+    2:3 job, whose first round waits its last call for the third node:)
+    a node added while it is in place (node 2, on host 0) gets it from its first steps
+    (its server is told before its node starts); the heal ends it on every view."""
     nfs = tmp_path / "nfs"
     nfs.mkdir()
     shared = [dataclasses.replace(spec, shared_dir=str(nfs)) for spec in fuse_hosts]
-    with Cluster(nnodes="2:3", nproc_per_node=1, hosts=shared, start_method="spawn",
+    with Cluster(nnodes="2:3" if add else 2, nproc_per_node=1, hosts=shared, start_method="spawn",
                  check_invariants=False) as cluster:
         job = cluster.launch(PROBE, str(1 << 30), "{shared}", nodes=2)
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
@@ -100,15 +102,17 @@ def test_the_shared_filesystem_on_hosts_is_each_nodes_view_served_by_its_server(
         job.disk_full()
         fired = _now_on_timeline(job)
         assert _probed(job, 0, fired) == full and _probed(job, 1, fired) == full
-        assert job.add_node() == 2
-        assert job.bus.wait_until(lambda: job.timeline.events("step", 2), 60), job.timeline.format()
-        assert _probed(job, 2, 0.0) == full
+        nodes = (0, 1, 2) if add else (0, 1)
+        if add:
+            assert job.add_node() == 2
+            assert job.bus.wait_until(lambda: job.timeline.events("step", 2), 60), job.timeline.format()
+            assert _probed(job, 2, 0.0) == full
         [written] = nfs.glob("pe-shared-*/shared")  # one dir: every node's files; no byte since full
         assert {p.name: p.stat().st_size for p in written.iterdir()} == {
-            f"{name}{rank}.{ext}": 0 for rank in (0, 1, 2) for name, ext in (("probe", "bin"), ("shard", "distcp"))}
+            f"{name}{rank}.{ext}": 0 for rank in nodes for name, ext in (("probe", "bin"), ("shard", "distcp"))}
         job.heal()
         healed = _now_on_timeline(job)
-        assert all(_probed(job, node, healed) == ok for node in (0, 1, 2))
+        assert all(_probed(job, node, healed) == ok for node in nodes)
         [heal] = job.timeline.events("heal")
         assert heal["storage"] == {"shared": ["disk_full"]}
     assert [_mounts_there(lab, spec, w) for spec, w in zip(shared, work, strict=True)] == [[], []]

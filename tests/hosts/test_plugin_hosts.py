@@ -381,6 +381,7 @@ def _assert_no_table(lab: SshdLab) -> None:
         assert "pe_" not in done.stdout, done.stdout
 
 
+@pytest.mark.slow  # the default run: kill_worker on a host (test_placement_job), the header and usage errors
 def test_chaos_on_hosts_draws_what_they_can_do(lab, hosts_toml, tmp_path, work):
     """--elastic-chaos with hosts: the kinds drawn are those the hosts can carry out (the
     header says which: the default, kill_worker, is one); the run is green (the worker
