@@ -180,15 +180,17 @@ class Cluster:
         self._closed = True
         leaks: list[str] = []
         finished = {id(job): job.finished() for job in self.jobs}
-        for job in self.jobs:  # reported, not failed: a test may mean to end partitioned
-            unhealed = unhealed_message(job.network.open_faults())
-            if unhealed:
-                warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
-            unhealed = resources_unhealed(job.resources.open_faults())
-            if unhealed:
-                warnings.warn(f"job {job.run_id}: {unhealed}", UserWarning, stacklevel=2)
+        # unhealed faults are reported, not failed (a test may mean to end partitioned), and
+        # last: under -W error a warning is raised, and everything must be closed by then
+        given: list[Warning] = []
+        for job in self.jobs:
+            for unhealed in (unhealed_message(job.network.open_faults()),
+                             resources_unhealed(job.resources.open_faults())):
+                if unhealed:
+                    given.append(UserWarning(f"job {job.run_id}: {unhealed}"))
         for job in self.jobs:
             leaks.extend(job.terminate())
+            given += job.close_warnings
         for job in self.jobs:  # an agent that ended on its own must have removed its FIFOs
             for index, node in job.nodes.items():
                 if index not in job.killed_nodes:
@@ -204,6 +206,8 @@ class Cluster:
         else:
             self.pool.stand_by_storage()  # for the next cluster: started while nothing runs
         shutil.rmtree(self.directory, ignore_errors=True)
+        for warning in given:
+            warnings.warn(warning, stacklevel=2)
         if leaks:
             raise ClusterLeakError("still alive after close(): " + ", ".join(leaks))
         if violations:

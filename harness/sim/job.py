@@ -105,6 +105,9 @@ class Job:
         self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
+        #: what ``terminate`` found to warn about (unhealed faults): ``Cluster.close`` gives
+        #: them last, once everything is closed (under ``-W error`` a warning is raised)
+        self.close_warnings: list[Warning] = []
 
     # -- nodes ---------------------------------------------------------------------------
 
@@ -285,7 +288,7 @@ class Job:
         self.scheduler.stop()
         killed, alive = kill_all(self.nodes, self.timeline, self.ledger)
         self.killed_nodes |= killed
-        self.storage.close()  # reports what is unhealed
+        self.close_warnings += self.storage.close()  # what is unhealed: given once the cluster closed
         self.bus.close()
         self.harness_events.close()
         if self.store is not None:

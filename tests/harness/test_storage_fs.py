@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,26 @@ def test_io_error_hits_only_matching_files_and_slow_io_delays_writes(warm_pool):
         with pytest.warns(UserWarning, match="storage faults still in place.*shared: slow_io"):
             cluster.close()
         assert any(e["kind"] == "storage_unhealed" for e in job.timeline.events())
+
+
+@needs_fuse
+def test_unhealed_faults_under_w_error_are_raised_after_everything_is_closed(warm_pool):
+    """Under ``-W error`` the unhealed-fault warnings are raised, and only once everything
+    of the job is closed: its filesystem unmounted, its store and its node gone, the
+    cluster's dir removed (given first, the storage warning left the store server and the
+    dirs behind, and a network or resource one every node)."""
+    cluster = Cluster(pool=warm_pool, nnodes=1, check_invariants=False)
+    job = cluster.launch(WRITER)
+    _wait_ready(job, (0,))
+    job.disk_full()
+    mountpoint = job.storage.mount.mountpoint
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="storage faults still in place.*shared: disk_full"):
+            cluster.close()
+    with open("/proc/mounts") as mounts:
+        assert job.storage.mount.closed and mountpoint not in mounts.read()
+    assert not os.path.exists(cluster.directory) and not job.nodes[0].alive()
 
 
 def test_without_fuse_storage_faults_say_what_is_missing(monkeypatch):

@@ -35,7 +35,6 @@ import itertools
 import os
 import threading
 import time
-import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -324,17 +323,22 @@ class StorageFaults:
 
     # -- the end ----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Report faults still in place, then end the server (nothing stays mounted)."""
+    def close(self) -> list[Warning]:
+        """End the servers (nothing stays mounted), recording faults still in place; the
+        warnings to give once everything of the job is closed (``Cluster.close``: under
+        ``-W error`` a warning given here was raised before the rest was closed)."""
         if self.mount.closed:
-            return
+            return []
         still = self.open_faults()
         target = self._target_ref()
+        found: list[Warning] = []
         if still and target is not None:
             text = ", ".join(f"{d}: {'+'.join(kinds)}" for d, kinds in sorted(still.items()))
             target.harness_events.emit("storage_unhealed", faults=still)
-            warnings.warn(f"job {target.run_id}: storage faults still in place when the job ended ({text}); "
-                          "heal them in the test (job.heal()), or expect them", UserWarning, stacklevel=3)
-        for problem in self._hosts.close() if self._hosts is not None else []:
-            warnings.warn(problem, RuntimeWarning, stacklevel=3)
-        self.mount.close()
+            found.append(UserWarning(f"job {target.run_id}: storage faults still in place when the job ended "
+                                     f"({text}); heal them in the test (job.heal()), or expect them"))
+        try:
+            found += [RuntimeWarning(problem) for problem in (self._hosts.close() if self._hosts is not None else [])]
+        finally:
+            self.mount.close()
+        return found
