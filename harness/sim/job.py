@@ -98,16 +98,13 @@ class Job:
         self._rdzv: dict[str, Any] | None = None
         #: the rendezvous store the harness runs for the job (None: one node hosts its own)
         self.store: StoreHandle | None = None
-        #: the nodes' network (built with the first node: the store lives in it too)
-        self.net: Network = None  # type: ignore[assignment]
+        self.net: Network = None  # type: ignore[assignment]  # built with the first node (the store's too)
         self.processes = ProcessFaults(self, self.remote.orders if self.remote else LocalOrders(self.orders_dir))
         self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
         self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
-        #: what ``terminate`` found to warn about (unhealed faults): ``Cluster.close`` gives
-        #: them last, once everything is closed (under ``-W error`` a warning is raised)
-        self.close_warnings: list[Warning] = []
+        self.close_warnings: list[Warning] = []  # unhealed faults: Cluster.close warns once all is closed
 
     # -- nodes ---------------------------------------------------------------------------
 
