@@ -279,7 +279,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     from harness.errors import ConfigError
     from harness.sim.errors import FaultRefused
     from harness.sim.nodes.host_shared import shared_base
-    from harness.sim.nodes.remote import placed_host, refuse_faults
+    from harness.sim.nodes.remote import placed_hosts, refuse_faults
 
     try:
         config = ClusterConfig(**job)
@@ -288,7 +288,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
             pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
         raise ScenarioFailure(f"[job] {e}") from None
     hosts = tuple(config.hosts or ())
-    spread = {placed_host(hosts, config.placement, node) for node in range(config.max_nodes)}
+    spread = set(placed_hosts(hosts, config.placement, config.max_nodes))
     if len(spread) > 1 and shared_base(tuple(spread)) is None and any("{shared}" in arg for arg in args):
         why = ("its args use {shared}, the filesystem its nodes share (checkpoints), which is each host's own dir "
                "there: name one the hosts share (shared_dir in the hosts file)")

@@ -98,7 +98,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
            "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "chaos_kinds", "connector", "host_refusal",
-           "placed_host", "refuse_faults", "run_result_from_json", "signal_remote_node"]
+           "placed_host", "placed_hosts", "refuse_faults", "run_result_from_json", "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
 
@@ -664,6 +664,11 @@ def placed_host(hosts: Sequence[HostSpec], placement: Sequence[int] | None, node
     return placed
 
 
+def placed_hosts(hosts: Sequence[HostSpec], placement: Sequence[int] | None, count: int) -> list[HostSpec]:
+    """The hosts of nodes 0..``count``-1 (``placed_host`` each): where a job's nodes may be."""
+    return [placed_host(hosts, placement, node) for node in range(count)]
+
+
 def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
     or None: it lacks a capability (``refusal``), the kind is not done on hosts
@@ -682,7 +687,7 @@ def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes:
     name, or None: a host's rules are the host's, for every node it carries."""
     named = ({p for p in peers if isinstance(p, int) and not isinstance(p, bool) and p >= 0}
              if isinstance(peers, (list, tuple)) else set())  # a bad peer is the part's to name
-    where = [placed_host(hosts, placement, n) for n in range(max(nnodes, node + 1, *(p + 1 for p in named)))]
+    where = placed_hosts(hosts, placement, max(nnodes, node + 1, *(p + 1 for p in named)))
     on: dict[HostSpec, list[int]] = {}
     for n, host in enumerate(where):
         on.setdefault(host, []).append(n)
@@ -707,7 +712,7 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
     (``pytest_elastic``'s ``chaos_kinds_on_hosts``); this is the job's cut of them."""
     from harness.sim.schema import CHAOS_KINDS
 
-    where = [placed_host(hosts, placement, node) for node in range(max_nodes)]
+    where = placed_hosts(hosts, placement, max_nodes)
     crowded = next((spec for spec in where if where.count(spec) > 1), None)
     if crowded is None:
         return tuple(kinds), {}
@@ -726,7 +731,7 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
     from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS
 
-    spread = [placed_host(hosts, placement, n) for n in range(max(nnodes, 1))]
+    spread = placed_hosts(hosts, placement, max(nnodes, 1))
     for entry in entries:
         fault = entry.fault
         if getattr(fault, "exit_code", None) is not None and isinstance(entry.trigger, AtStep):

@@ -171,10 +171,9 @@ class StorageFaults:
         return disk
 
     def _each_view(self, op: str, **args: Any) -> list[Any]:
-        """``op`` to every node's server on hosts (each serves its node's view of the shared
-        filesystem), but one whose link is gone (its host lost: the server went with the
-        connection); their answers. The caller holds ``_lock``."""
-        return [view.call(op, **args) for view in self._shared_views.values() if not view.link.closed]
+        """``op`` to every node's server on hosts (``_servers_locked(None)``); their answers.
+        The caller holds ``_lock``."""
+        return [view.call(op, **args) for view in self._servers_locked(None)]
 
     def _servers(self, device: int | None) -> list[Any]:
         """Every server ``device``'s files may be on (None on hosts: every node's disk
@@ -186,8 +185,9 @@ class StorageFaults:
     def _servers_locked(self, device: int | None) -> list[Any]:
         if self._hosts is None:
             return [self.mount] if self.mount.available else []
-        if device is None:
-            return list(self._shared_views.values())
+        if device is None:  # each serves its node's view of the shared filesystem; not one whose link
+            # is gone (its host lost: the server went with the connection)
+            return [view for view in self._shared_views.values() if not view.link.closed]
         disk = self._hosts.disk(device)
         return [disk] if disk is not None else []
 
