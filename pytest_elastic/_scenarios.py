@@ -6,7 +6,7 @@ A scenario is a job, a fault schedule and expectations::
 
     [job]
     script = "scripts/train.py"         # relative to the .toml file (or module = "pkg.train")
-    args = ["--steps", "20", "--ckpt-dir", "{tmp}"]   # {tmp}: a fresh dir per run
+    args = ["--steps", "20", "--ckpt-dir", "{tmp}"]   # {tmp}: a fresh dir per job
     nnodes = "1:1"                      # + every other harness.Cluster keyword
     nproc_per_node = 2
     timeout = 60                        # seconds for the whole job
@@ -136,11 +136,9 @@ class _Launch:
     nodes: Any
 
     def start(self, cluster: Any) -> Any:
-        import tempfile
-
-        scratch = tempfile.mkdtemp(prefix="scenario_", dir=cluster.directory)
-        args = [a.replace("{tmp}", scratch) for a in self.args]  # a per-run dir, e.g. checkpoints
-        return cluster.launch(self.entry, *args, nodes=self.nodes, module=self.module)
+        # {tmp} (checkpoints) is the job's: filled in per node by the harness, where the node
+        # runs (on a host too), fresh for every job: the twin's is not this run's
+        return cluster.launch(self.entry, *self.args, nodes=self.nodes, module=self.module)
 
 
 def _launch_args(job_spec: dict[str, Any], base: Path) -> _Launch:
@@ -269,8 +267,8 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     saying why in one line, as one is where this machine lacks network namespaces, FUSE or
     cgroups: a ``[[fault]]`` its node's host cannot carry out (the refusal ``inject()``
     would give: ``harness.sim.nodes.remote.refuse_faults``), a ``[job]`` setting not
-    done with hosts (``store_host = "node0"``), or ``{shared}`` in its args where its nodes
-    may be on two hosts (each host's own dir there: one node's checkpoint is not the
+    done with hosts (``store_host = "node0"``), or ``{shared}`` or ``{tmp}`` in its args where
+    its nodes may be on two hosts (each host's own dir there: one node's checkpoint is not the
     other's, and a resume hung on the mismatch). Where the scenario names its own hosts,
     each fails it instead (it asked for what cannot be)."""
     if job.get("hosts") is None:
@@ -289,8 +287,9 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
         raise ScenarioFailure(f"[job] {e}") from None
     hosts = tuple(config.hosts or ())
     spread = set(placed_hosts(hosts, config.placement, config.max_nodes))
-    if len(spread) > 1 and shared_base(tuple(spread)) is None and any("{shared}" in arg for arg in args):
-        why = ("its args use {shared}, the filesystem its nodes share (checkpoints), which is each host's own dir "
+    shares = [p for p in ("{shared}", "{tmp}") if any(p in arg for arg in args)]
+    if len(spread) > 1 and shared_base(tuple(spread)) is None and shares:
+        why = (f"its args use {shares[0]}, a dir its nodes share (checkpoints), which is each host's own dir "
                "there: name one the hosts share (shared_dir in the hosts file)")
         if from_option:
             pytest.skip(f"the nodes are on hosts, and {why}")

@@ -217,7 +217,8 @@ JOB_ONLY_OPTIONS: tuple[Key, ...] = (
         example="../scripts/train.py"),
     Key("module", None, "run this module (python -m) instead of a script", TEXT,
         example="mypackage.train"),
-    Key("args", [], "arguments of the script; {tmp} becomes a fresh directory per run", ARGS,
+    Key("args", [], "arguments of the script; {tmp} becomes a fresh dir of the job's that every node sees "
+        "(checkpoints), {shared} its shared filesystem (storage faults), {node_disk} the node's disk", ARGS,
         example=["--steps", "20", "--ckpt-dir", "{tmp}"]),
     Key("nodes", None, "node agents started (default: the maximum of nnodes)", integer(1), example=1),
     Key("steps", None, "steps the script trains (for expect.no_lost_steps)", integer(0), example=20),

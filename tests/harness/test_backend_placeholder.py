@@ -1,10 +1,11 @@
 """``{backend}`` in a job's args: the cluster's process-group backend, per job, in the
-worker's argv (``harness.sim.nodes.start._command``), beside ``{shared}``. No GPU needed:
+worker's argv (``harness.sim.nodes.start._command``), beside ``{shared}`` and ``{tmp}``. No GPU needed:
 the device count is injected where the test needs one (``gpus=``), as ``test_gpu.py`` does."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -26,10 +27,17 @@ def _argvs(text: str) -> list[list[str]]:
 def test_backend_is_expanded_in_the_workers_argv(capfd, gpus, nnodes, backend, warm_pool):
     with Cluster(pool=warm_pool, nnodes=nnodes, nproc_per_node=1, gpus=gpus) as cluster:
         assert cluster.backend == backend
-        job = cluster.launch(ENV_DUMP, "{backend}", "--backend={backend}", "{shared}/ckpt")
+        job = cluster.launch(ENV_DUMP, "{backend}", "--backend={backend}", "{shared}/ckpt", "{tmp}")
         assert job.wait(timeout=60).state == WorkerState.SUCCEEDED, job.timeline.format()
-        shared = job.shared_dir
-    assert _argvs(capfd.readouterr().out) == [[backend, f"--backend={backend}", f"{shared}/ckpt"]] * nnodes
+        shared, scratch = job.shared_dir, job.storage.scratch_dir
+        assert os.path.isdir(scratch) and not scratch.startswith(job.storage.mount.mountpoint)  # no fault reaches it
+        assert job.args[-1] == "{tmp}"  # as written: the twin's key, and the twin fills in its own
+        other = cluster.launch(ENV_DUMP, "{tmp}")  # every job its own (a twin's is not the run's)
+        assert other.wait(timeout=60).state == WorkerState.SUCCEEDED, other.timeline.format()
+        assert other.storage.scratch_dir != scratch
+    argvs = _argvs(capfd.readouterr().out)
+    assert argvs[:nnodes] == [[backend, f"--backend={backend}", f"{shared}/ckpt", scratch]] * nnodes
+    assert argvs[nnodes:] == [[other.storage.scratch_dir]] * nnodes
 
 
 @pytest.mark.skipif(bool(detect_gpus()), reason="this machine has a GPU: its backend may be nccl")

@@ -307,12 +307,12 @@ def test_exit_code_orders_on_hosts_that_share_a_filesystem(lab, hosts, tmp_path)
     1 once HEALTHY are each one file in the job's orders dir there, which every node's
     workers see: each obeyed once (exit 3, then 4 at rank 0's step 12; no copy left on the
     other host to obey again after the restart), the job restarts twice and succeeds, the
-    orders count as obeyed, and the dir goes with the job."""
+    orders count as obeyed, and the dir goes with the job. Its ``{tmp}`` is one dir there too."""
     nfs = tmp_path / "nfs"
     nfs.mkdir()
     shared = [dataclasses.replace(spec, shared_dir=str(nfs)) for spec in hosts]
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=2, hosts=shared, start_method="spawn") as cluster:
-        job = cluster.launch(str(SCRIPTS / "stepper.py"), "24", "0.05")
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "24", "0.05", "{tmp}")
         job.inject(WorkerKill(exit_code=4), AtStep(step=12, rank=0))
         job.inject(WorkerKill(node=1, exit_code=3), OnState(WorkerState.HEALTHY))
         result = job.wait(timeout=150)
@@ -324,6 +324,8 @@ def test_exit_code_orders_on_hosts_that_share_a_filesystem(lab, hosts, tmp_path)
         assert job.processes.unobeyed() == []
         [orders] = nfs.glob("pe-shared-*/orders")
         assert list(orders.iterdir()) == []
+        # {tmp}: one dir of the job's in the shared filesystem, where both hosts' ranks finished
+        assert sorted(p.name for p in orders.parent.joinpath("scratch").iterdir()) == ["done-0-2", "done-1-2"]
     assert list(nfs.iterdir()) == []
 
 

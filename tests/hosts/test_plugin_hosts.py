@@ -92,8 +92,12 @@ def test_own_hosts_none_runs_here(elastic_cluster):
 def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path, capabilities: Sequence[str] = (),
                 name: str = "hosts.toml", shared_dir: Path | None = None) -> Path:
     """``name`` (hosts.toml) for the lab's two hosts (ports 22 and 2222), relative paths as a
-    user writes them; the hosts' work dirs under ``work``; both with ``capabilities`` (and
-    ``shared_dir``, if given: the lab's hosts share this machine's files)."""
+    user writes them; the hosts' work dirs under ``work``; both with ``capabilities`` and
+    ``shared_dir`` (the lab's hosts share this machine's files; by default ``tmp_path``/nfs:
+    a scenario's ``{tmp}``, its checkpoints, is there when its nodes are on both hosts)."""
+    if shared_dir is None:
+        shared_dir = tmp_path / "nfs"
+        shared_dir.mkdir(exist_ok=True)
     python = tmp_path / "host-python"
     python.write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                       f"export PYTHONPATH\nexec {shlex.quote(sys.executable)} \"$@\"\n")
@@ -107,7 +111,7 @@ known_hosts = "{lab.known_hosts.name}"
 python = {json.dumps(str(python))}
 work_dir = {json.dumps(str(work))}
 capabilities = {json.dumps(list(capabilities))}
-{f"shared_dir = {json.dumps(str(shared_dir))}" if shared_dir is not None else ""}
+shared_dir = {json.dumps(str(shared_dir))}
 
 [[host]]
 address = "{lab.hosts[0].address}"
@@ -179,7 +183,8 @@ def _pytests_on_hosts(lab: SshdLab, tmp_path: Path, work: Path, *runs: Sequence[
 def _assert_nothing_left(lab: SshdLab, tmp_path: Path, work: Path) -> None:
     """No session on either host's sshd, no process here or there (the hosts' processes are
     this machine's) whose command line or environment names this test's dir, the lab's
-    sshd listeners aside, and no work dir left under the hosts' ``work_dir``."""
+    sshd listeners aside, and no work dir left under the hosts' ``work_dir`` or job dir in
+    their ``shared_dir``."""
     listeners = {host.process.pid for host in lab.hosts.values()}
     mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
     needles = (str(tmp_path), str(work))
@@ -197,6 +202,7 @@ def _assert_nothing_left(lab: SshdLab, tmp_path: Path, work: Path) -> None:
             if any(needle in text for needle in needles):
                 named.append(proc)
         dirs = sorted(p.name for p in work.iterdir())
+        dirs += sorted(p.name for p in (tmp_path / "nfs").glob("*"))  # the jobs' dirs in the shared one
         if not sessions and not named and not dirs:
             return
         if time.monotonic() > deadline:  # an sshd session ends just after its client: allow it that
@@ -514,7 +520,7 @@ def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
 
 
 def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_failed():
-    """``{shared}`` is each host's own dir: a scenario whose nodes may be on two hosts and
+    """``{shared}`` and ``{tmp}`` are each host's own dir: a scenario whose nodes may be on two hosts and
     checkpoint there is skipped under ``--elastic-hosts`` (its resume hung on the mismatch:
     ``worker_crash_resume_is_golden`` ran to its timeout, 121 s), failed where it names its
     own hosts; one whose nodes all land on one host, that does not use it, or whose hosts
@@ -524,13 +530,14 @@ def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_fail
 
     two = [parse_host("ssh://ci@10.0.0.5"), parse_host("ssh://ci@10.0.0.6")]
     args = ["--ckpt-dir", "{shared}/ckpt"]
-    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{shared\}, the "
-                                                    "filesystem its nodes share .*each host's own dir"):
+    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{shared\}, a dir "
+                                                    "its nodes share .*each host's own dir"):
         _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=args)
     with pytest.raises(ScenarioFailure, match=r"^\[job\] its args use \{shared\}"):
         _skip_on_hosts({"hosts": two, "nnodes": "1:2"}, [], from_option=False, args=args)
     assert _skip_on_hosts({"hosts": two, "nnodes": 1}, [], from_option=True, args=args) == tuple(two)
     assert _skip_on_hosts({"hosts": two, "nnodes": 2, "placement": [0, 0]}, [], from_option=True, args=args)
-    assert _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=["--ckpt-dir", "{tmp}"])
+    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{tmp\}, a dir"):
+        _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=["--ckpt-dir", "{tmp}"])
     sharing = [parse_host(spec.url, shared_dir="/nfs") for spec in two]  # they name one they share: it runs
     assert _skip_on_hosts({"hosts": sharing, "nnodes": 2}, [], from_option=True, args=args) == tuple(sharing)

@@ -1,4 +1,5 @@
-"""Reports training steps (harness.report_step); resumes from a per-rank progress file."""
+"""Reports training steps (harness.report_step); resumes from a per-rank progress file.
+argv: [steps [delay [dir]]]: with a dir, each rank leaves ``done-<rank>-<attempt>`` there at its end."""
 import os
 import sys
 import time
@@ -12,3 +13,6 @@ for step in range(steps):
     time.sleep(delay)
 # one write: lines never interleave
 os.write(1, (f"DONE rank={os.environ['RANK']} attempt={os.environ['TORCHELASTIC_RESTART_COUNT']}" + "\n").encode())
+if len(sys.argv) > 3:
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    open(os.path.join(sys.argv[3], f"done-{os.environ['RANK']}-{attempt}"), "w").close()

@@ -4,9 +4,10 @@ Without it a job's ``{shared}`` on hosts is each host's own dir, and one node's 
 is not another's (a resume on two hosts hung on the mismatch). Where every host of a job
 names the same ``shared_dir`` (a path of a filesystem they all mount: NFS, a cluster
 filesystem; the lab's hosts share this machine's), the job has one dir there,
-``pe-shared-<this machine>-<pid>-<run id>``, holding its ``{shared}`` (``shared/``) and its
-exit-code orders (``orders/``: one file per order, which every node's workers see, so the
-one that obeys it removes it for all: ``host_orders``). Every node's agent makes them
+``pe-shared-<this machine>-<pid>-<run id>``, holding its ``{shared}`` (``shared/``), its
+``{tmp}`` (``scratch/``) and its exit-code orders (``orders/``: one file per order, which
+every node's workers see, so the one that obeys it removes it for all: ``host_orders``).
+Every node's agent makes them
 (``mkdir -p``, with its other dirs) and ``close()`` removes the job's dir over a host's
 connection. A controller
 killed outright cannot; the next job of this machine on those hosts removes the dirs named
@@ -76,6 +77,8 @@ class SharedDir:
         self.path = f"{self.root}/shared"
         #: the job's exit-code orders, seen by every node
         self.orders = f"{self.root}/orders"
+        #: the job's ``{tmp}``: seen by every node, served by no node's disk server (no fault reaches it)
+        self.scratch = f"{self.root}/scratch"
         self.swept = False
 
     def sweep(self, host: SshHost) -> list[str]:

@@ -595,10 +595,12 @@ class RemoteNodes:
             head = ["-u", self._script.on(host)]
         else:
             head = ["-u", os.path.abspath(entry)]
-        args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend) for arg in job.args]
+        # {tmp}: the job's dir every node sees (the shared filesystem's, beside {shared}; else the host's own)
+        scratch = self.shared.scratch if self.shared is not None else f"{host.work_dir}/scratch"
+        args = [fill_placeholders(str(arg), shared, disk, lambda: job.cluster.backend, scratch) for arg in job.args]
         node_spec = {"config": config, "entrypoint": SAME_PYTHON, "args": [*head, *args],
                      "env": env, "dirs": [f"{there}/tmp", disk, worker_tmp, f"{there}/stacks",
-                                          self.orders.dir_on(host), shared],
+                                          self.orders.dir_on(host), shared, scratch],
                      "result_path": f"{there}/result.json"}
         spec_path = host.put(f"node{index}/spec.json", json.dumps(node_spec).encode())
         with open(os.path.join(directory, "agent.log"), "wb") as log:

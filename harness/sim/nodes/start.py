@@ -99,6 +99,9 @@ class _Disks(Protocol):
 
     def tmp_of(self, node: int) -> str: ...
 
+    @property
+    def scratch_dir(self) -> str: ...
+
 
 class _Cgroups(Protocol):
     """The job's resource part as a node's start sees it (``ResourceFaults``)."""
@@ -245,22 +248,24 @@ def _environment(job: StartingJob, index: int, directory: str, gpus: tuple[str, 
     return env
 
 
-def fill_placeholders(arg: str, shared: str, node_disk: str, backend: Callable[[], str]) -> str:
-    """``arg`` with ``{shared}``, ``{node_disk}`` and ``{backend}`` filled in: one rule for a
-    node here and a node on a host (``nodes.remote``), with that node's dirs. ``backend`` is
-    asked for only where an arg names it (the cluster resolves its GPUs on first use)."""
-    text = arg.replace("{shared}", shared).replace("{node_disk}", node_disk)
+def fill_placeholders(arg: str, shared: str, node_disk: str, backend: Callable[[], str], scratch: str) -> str:
+    """``arg`` with ``{shared}``, ``{node_disk}``, ``{tmp}`` (``scratch``) and ``{backend}``
+    filled in: one rule for a node here and a node on a host (``nodes.remote``), with that
+    node's dirs. ``backend`` is asked for only where an arg names it (the cluster resolves
+    its GPUs on first use)."""
+    text = arg.replace("{shared}", shared).replace("{node_disk}", node_disk).replace("{tmp}", scratch)
     return text.replace("{backend}", backend()) if "{backend}" in text else text
 
 
 def _command(job: StartingJob, index: int) -> tuple[Callable[..., Any] | str, list[Any]]:
     """What node ``index``'s agent runs: the callable, or ``python -u [-m] entrypoint``, with
-    ``{shared}``, ``{node_disk}`` and ``{backend}`` (the cluster's process-group backend) in the
-    args filled in for this job and node."""
+    ``{shared}``, ``{node_disk}``, ``{tmp}`` and ``{backend}`` (the cluster's process-group
+    backend) in the args filled in for this job and node."""
     def expand(arg: Any) -> Any:
         if not isinstance(arg, str):
             return arg
-        return fill_placeholders(arg, job.shared_dir, job.storage.disk_of(index), lambda: job.cluster.backend)
+        return fill_placeholders(arg, job.shared_dir, job.storage.disk_of(index), lambda: job.cluster.backend,
+                                 job.storage.scratch_dir)
 
     if callable(job.entrypoint):
         return job.entrypoint, [expand(a) for a in job.args]

@@ -75,6 +75,11 @@ class StorageFaults:
                                   on_request=self._on_request, standby=target.cluster.pool.storage_server(),
                                   give_back=target.cluster.pool.return_storage_server)
         os.makedirs(os.path.join(self.mount.root, "shared"))
+        #: ``{tmp}`` in the job's args: a fresh dir of this job's that every node here sees
+        #: and no storage fault reaches (beside the mount, not in it). A twin is a new job:
+        #: it never finds the faulted run's files there
+        self.scratch_dir = os.path.join(target.directory, "scratch")
+        os.makedirs(self.scratch_dir)
         self._open: dict[int | None, list[str]] = {}  # device -> lasting faults in place
         self._watch_ids = itertools.count(1)
         self._watches: dict[int, object] = {}  # watch id -> its trigger (held strongly)
