@@ -188,8 +188,9 @@ def relay_latencies(host: SshHost, events: int) -> list[float]:
 
 
 def cleanup_after(lab: SshdLab, freeze: bool) -> float | None:
-    """Seconds from a controller's SIGKILL (or SIGSTOP) to its last process gone on the host."""
-    controller, seen = start_controller(lab, lost_after=LOST_AFTER_S if freeze else None)
+    """Seconds from a controller's SIGKILL (or SIGSTOP) to its last process gone on the host
+    (the lease keeping no events files: keep_missed=0, else its keep is the figure)."""
+    controller, seen = start_controller(lab, lost_after=LOST_AFTER_S if freeze else None, keep_missed=0.0)
     try:
         with lab.ssh_host(lab.spec(0)) as observer:
             watch = watch_host(observer, seen["work_dir"], [seen["lease"], seen["sleeper"]], 60)

@@ -103,6 +103,7 @@ class EventRelay:
         self.offset = offset if offset is not None else ClockOffset()
         self.on_refused = on_refused if on_refused is not None else _log.warning
         self.received = self.refused = 0
+        self.lines = 0  # lines of the file read so far (delivered, refused or skipped on the host)
         argv = [host.spec.python, "-I", "-S", "-c", _tail_source(), path, wake or f"{path}.wake", repr(float(safety))]
         self._proc = host.start(argv)
         try:
@@ -142,7 +143,7 @@ class EventRelay:
 
     def _read(self) -> None:
         stdout = self._stdout()
-        number, skipping = 0, False
+        skipping = False
         while True:
             try:
                 line = stdout.readline(MAX_LINE + 1)
@@ -154,17 +155,44 @@ class EventRelay:
             if skipping:  # the rest of a line refused as too long
                 skipping = not whole
                 continue
-            number += 1
+            self.lines += 1
             if not whole and len(line) > MAX_LINE:
                 skipping = True
-                self._refuse(number, f"longer than {MAX_LINE} characters", line)
+                self._refuse(self.lines, f"longer than {MAX_LINE} characters", line)
                 continue
-            event = check_event(line, self.node)
-            if isinstance(event, str):
-                self._refuse(number, event, line)
-                continue
-            self.received += 1
-            self.sink(self.offset.correct(event))
+            self._take(self.lines, line)
+
+    def _take(self, number: int, line: str) -> None:
+        """Line ``number``: checked, moved onto our clocks and delivered, or refused."""
+        event = check_event(line, self.node)
+        if isinstance(event, str):
+            self._refuse(number, event, line)
+            return
+        self.received += 1
+        self.sink(self.offset.correct(event))
+
+    def catch_up(self, host: SshHost, timeout: float = 10.0) -> int | None:
+        """Deliver the lines of the file past those this relay read, which its connection,
+        lost, never brought: read over ``host``, a new connection to the same host (once
+        the old one's lease ended and keeps the file: ``SshHost.kept``), checked and moved
+        onto our clocks as the relay's own. How many lines it read (None: the file is gone).
+        The reader of the lost connection is waited for first, so no line comes twice."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise HostTimeout(f"host {self.host}: the lost relay of {self.path} still reading {timeout:g} s on")
+        done = host.run(["tail", "-n", f"+{self.lines + 1}", "--", self.path], check=False, timeout=timeout + 20)
+        if done.returncode != 0:
+            return None
+        read = 0
+        for text in done.stdout.split("\n")[:-1]:  # the last: "" or a line its writer never finished
+            line = text + "\n"
+            self.lines += 1
+            read += 1
+            if len(text) > MAX_LINE:
+                self._refuse(self.lines, f"longer than {MAX_LINE} characters", line)
+            else:
+                self._take(self.lines, line)
+        return read
 
     def _refuse(self, number: int, why: str, line: str) -> None:
         self.refused += 1

@@ -6,7 +6,7 @@ Two modes, both tied to the SSH channel's stdin, the one thing that reliably end
 the controller does (its process dies, its fds close, sshd sees EOF on the channel; a
 connection that drops closes the channel too):
 
-``lease LOST_AFTER [BASE]``
+``lease LOST_AFTER KEEP [BASE]``
     The connection's own session. Makes a fresh work dir (under BASE or the host's temp
     dir) and holds an exclusive ``flock`` on its ``.lease`` file, prints one JSON line
     (interpreter, pytest-elastic's version, the work dir, its pid), then serves stdin:
@@ -17,7 +17,12 @@ connection that drops closes the channel too):
     link that hangs without closing. Ending, it lets go of the lock (every command's
     supervisor then ends its group), waits for those supervisors to be gone (the
     ``.running`` lock), and only then removes the work dir, so that nothing a dying
-    command writes there outlives it. It also binds the datagram socket ``.answers``
+    command writes there outlives it. Unless the controller said ``bye`` first (its
+    ``close()``): a lease that ended at EOF or silence may have lost a connection that the
+    controller will open again (``host_unreachable``), so it removes everything but the
+    nodes' events files, marks the dir ``.kept`` and keeps them for up to KEEP seconds,
+    until the controller, having read what its relays never delivered, removes the mark
+    (``kept`` below). It also binds the datagram socket ``.answers``
     in the work dir and writes each answer a supervisor sends there (one JSON object
     with an int ``answer``) on its stdout as a line: the way back for the questions
     below, whose supervisor's own stdout is its command's.
@@ -44,6 +49,10 @@ connection that drops closes the channel too):
     unreaped leader pins the group id, so the sweep cannot hit a stranger). It holds a
     shared lock on WORK_DIR's ``.running`` until then, and does not start ARGV at all
     when the lease has ended already.
+``kept WORK_DIR WAIT`` and ``release WORK_DIR``
+    ``kept`` prints ``kept`` once WORK_DIR's lease has ended and keeps its events (at most
+    WAIT seconds), ``gone`` where the dir is gone, ``running`` where the lease still runs
+    then. ``release`` removes the mark: the lease removes the dir now.
 ``put PATH``
     Writes its stdin, to EOF, to the new file PATH (mode 0600; it appears whole, linked
     into place once written, and never over another file; its missing dirs made 0700).
@@ -89,13 +98,20 @@ _ANSWER_MAX = 4096
 _SETTLE_S = 60.0
 #: a lost controller: silent for this many times the longest gap it has shown (if longer than LOST_AFTER)
 _GAPS = 3.0
+#: in the work dir of a lease that ended without the controller's ``bye``: there while it
+#: keeps the events files (``KEPT_FILES``) for the controller; the controller removes it
+KEPT_MARK = ".kept"
+#: what such a lease keeps: the nodes' events files (``harness.sim.nodes.remote``'s name)
+KEPT_FILES = ("events.jsonl",)
+#: how often a lease keeping its events, and ``kept``, look at the mark
+_KEPT_POLL_S = 0.1
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def lease(lost_after: float, base: str | None) -> None:
+def lease(lost_after: float, keep: float, base: str | None) -> None:
     import json
     import shutil
     import tempfile
@@ -106,6 +122,7 @@ def lease(lost_after: float, base: str | None) -> None:
         "python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable,
         "pytest_elastic": None, "problem": None, "work_dir": None, "pid": os.getpid()}
     work_dir = lock = answers = None
+    ended = "signal"  # a lease signalled (the host going down) removes everything at once
     try:
         try:
             from importlib.metadata import PackageNotFoundError, version
@@ -126,7 +143,7 @@ def lease(lost_after: float, base: str | None) -> None:
             report["problem"] = f"{type(e).__name__}: {e}"
         sys.stdout.write(json.dumps(report) + "\n")
         sys.stdout.flush()
-        _serve(lost_after, answers)
+        ended = _serve(lost_after, answers)
     finally:
         if answers is not None:
             answers.close()
@@ -135,7 +152,54 @@ def lease(lost_after: float, base: str | None) -> None:
         if work_dir is not None:
             _settle(work_dir)
             _unmount_under(work_dir)
-            shutil.rmtree(work_dir, ignore_errors=True)
+            try:
+                if ended != "bye" and keep > 0:
+                    _keep_events(work_dir, keep)
+            finally:  # a signal while it keeps them (SIGHUP: the session went) ends the keeping
+                shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _keep_events(work_dir: str, keep: float) -> None:
+    """A connection lost without the controller's ``bye``: it may come back over a new one
+    and read what its relays never delivered. Only the events files stay (the secrets, the
+    sockets, the nodes' files go now), for up to ``keep`` s or until the controller removes
+    ``KEPT_MARK``, which says to it that what ran here has ended: the files are whole."""
+    import time
+
+    for root, _, files in os.walk(work_dir):
+        for name in files:
+            if name not in KEPT_FILES:
+                try:
+                    os.unlink(os.path.join(root, name))
+                except OSError:
+                    pass
+    mark = os.path.join(work_dir, KEPT_MARK)
+    try:
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        return
+    deadline = time.monotonic() + keep
+    while os.path.exists(mark) and time.monotonic() < deadline:
+        time.sleep(_KEPT_POLL_S)
+
+
+def kept(work_dir: str, wait: float) -> int:
+    """``kept``, ``gone`` or ``running`` (see the module doc), within ``wait`` s."""
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        if os.path.exists(os.path.join(work_dir, KEPT_MARK)):
+            state = "kept"
+        elif not os.path.isdir(work_dir):
+            state = "gone"
+        elif time.monotonic() >= deadline:
+            state = "running"
+        else:
+            time.sleep(_KEPT_POLL_S)
+            continue
+        sys.stdout.write(state + "\n")
+        return 0
 
 
 def _bind_answers(path: str) -> socket.socket | None:
@@ -164,9 +228,10 @@ def _pass_answer(sock: socket.socket) -> None:
         _write_all(1, data + b"\n")
 
 
-def _serve(lost_after: float, answers: socket.socket | None = None) -> None:
-    """Answer pings, and pass on the supervisors' answers, until EOF or until the
-    controller is lost (silent for too long)."""
+def _serve(lost_after: float, answers: socket.socket | None = None) -> str:
+    """Answer pings, and pass on the supervisors' answers, until the controller says
+    ``bye`` (it closes: "bye"), EOF ("eof") or until it is lost (silent for too long:
+    "silent")."""
     import json
     import select
     import time
@@ -183,17 +248,19 @@ def _serve(lost_after: float, answers: socket.socket | None = None) -> None:
             if limit is not None and time.monotonic() - last >= limit:
                 sys.stderr.write(f"lease: the controller was silent for {time.monotonic() - last:.1f} s "
                                  f"(lost after {limit:g} s): ending this connection's commands\n")
-                return
+                return "silent"
             continue
         chunk = os.read(0, 65536)
         if not chunk:
-            return
+            return "eof"
         now = time.monotonic()
         longest, last = max(longest, now - last), now
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)
             words = line.split()
+            if words == [b"bye"]:
+                return "bye"
             if len(words) == 2 and words[0] == b"ping" and words[1].isdigit():
                 wall, mono = time.time(), time.monotonic()
                 _write_all(1, (json.dumps({"pong": int(words[1]), "wall": wall, "mono": mono}) + "\n").encode())
@@ -584,14 +651,23 @@ def put(path: str) -> int:
 
 
 def main(args: list[str]) -> int:
-    if args[:1] == ["lease"] and len(args) in (2, 3):
-        lease(float(args[1]), args[2] if len(args) > 2 else None)
+    if args[:1] == ["lease"] and len(args) in (3, 4):
+        lease(float(args[1]), float(args[2]), args[3] if len(args) > 3 else None)
+        return 0
+    if args[:1] == ["kept"] and len(args) == 3:
+        return kept(args[1], float(args[2]))
+    if args[:1] == ["release"] and len(args) == 2:
+        try:
+            os.unlink(os.path.join(args[1], KEPT_MARK))
+        except FileNotFoundError:
+            pass
         return 0
     if args[:1] == ["run"] and len(args) >= 4:
         return run(float(args[1]), args[2], args[3:])
     if args[:1] == ["put"] and len(args) == 2:
         return put(args[1])
-    sys.stderr.write("usage: lease LOST_AFTER [BASE] | run GRACE WORK_DIR ARGV... | put PATH\n")
+    sys.stderr.write("usage: lease LOST_AFTER KEEP [BASE] | run GRACE WORK_DIR ARGV... | kept WORK_DIR WAIT | "
+                     "release WORK_DIR | put PATH\n")
     return 2
 
 

@@ -79,6 +79,9 @@ _ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
 SILENT_LINK_S = float(_ALIVE_INTERVAL_S * _ALIVE_COUNT)
 #: the default of how long a host waits, hearing nothing from us, before it ends our commands
 LOST_AFTER_S = 30.0
+#: the default of how long a host keeps the nodes' events files of a connection lost
+#: without our ``close()``, for a new connection to read what never came (``_remote``)
+KEEP_MISSED_S = 20.0
 _MASTER_LOG = "master.log"
 
 
@@ -162,17 +165,23 @@ class SshHost:
     no config file at all; None: the user's, as ssh reads it). ``lost_after``: how long the
     host waits, hearing nothing from us, before it ends what we started there (None: only
     when the connection closes); we send a heartbeat every ``min(5, lost_after / 4)`` s.
+    ``keep_missed``: how long the host keeps the nodes' events files once it lost the
+    connection without our ``close()`` (0: not at all), for ``kept``; everything else of the
+    connection goes at once.
     """
 
     def __init__(self, spec: HostSpec, *, ssh_command: Sequence[str] = ("ssh",), ssh_config: str | None = None,
                  connect_timeout: float = 10.0, multiplex: bool = True, check_version: bool = True,
-                 lost_after: float | None = LOST_AFTER_S):
+                 lost_after: float | None = LOST_AFTER_S, keep_missed: float = KEEP_MISSED_S):
         if lost_after is not None and not (isinstance(lost_after, (int, float)) and lost_after > 0):
             raise ConfigError("lost_after", lost_after, "must be a number of seconds > 0, or None",
                               f"host {spec.label}")
         self.spec, self.ssh_command, self.ssh_config = spec, tuple(ssh_command), ssh_config
         self.connect_timeout, self.multiplex, self.check_version = connect_timeout, multiplex, check_version
-        self.lost_after = lost_after
+        if isinstance(keep_missed, bool) or not isinstance(keep_missed, (int, float)) or not 0 <= keep_missed <= 3600:
+            raise ConfigError("keep_missed", keep_missed, "must be a number of seconds in [0, 3600]",
+                              f"host {spec.label}")
+        self.lost_after, self.keep_missed = lost_after, float(keep_missed)
         self.info: RemoteInfo | None = None
         self._owned = _Owned(owner=os.getpid())
         self._finalizer = weakref.finalize(self, _teardown, self._owned, 5.0)
@@ -200,7 +209,8 @@ class SshHost:
     def _start_master(self) -> RemoteInfo:
         assert self._owned.control_dir is not None
         mux = ["-o", "ControlMaster=yes", "-o", "ControlPersist=no"] if self.multiplex else []
-        lease = ["lease", repr(float(self.lost_after or 0))] + ([self.spec.work_dir] if self.spec.work_dir else [])
+        lease = (["lease", repr(float(self.lost_after or 0)), repr(self.keep_missed)]
+                 + ([self.spec.work_dir] if self.spec.work_dir else []))
         theirs, ours = os.pipe()  # ssh reads, we hold the write end (close() closes it)
         with open(os.path.join(self._owned.control_dir, _MASTER_LOG), "w") as log:
             try:
@@ -363,6 +373,18 @@ class SshHost:
         if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
             raise ValueError(f"relative={relative!r} must be a plain relative path inside the work dir")
         return self.write(f"{work_dir}/{relative}", data, timeout=timeout)
+
+    def kept(self, work_dir: str, wait: float) -> str:
+        """What became of ``work_dir``, an earlier connection's to this host, lost without
+        ``close()``: "kept" (its lease has ended what it ran and keeps the nodes' events
+        files, whole: read them, then ``release``), "gone" (removed: its ``keep_missed``
+        ran out) or "running" (its lease has not noticed the loss within ``wait`` s)."""
+        argv = [self.spec.python, "-I", "-S", "-c", _remote_source(), "kept", work_dir, repr(float(wait))]
+        return self.run(argv, timeout=wait + self.connect_timeout + 20).stdout.strip()
+
+    def release(self, work_dir: str) -> None:
+        """Let the lease of the lost ``work_dir`` remove it now (``kept``)."""
+        self.run([self.spec.python, "-I", "-S", "-c", _remote_source(), "release", work_dir], check=False)
 
     def write(self, path: str, data: bytes, *, timeout: float = 30.0) -> str:
         """``put`` to the absolute ``path``, outside the work dir: a dir the job owns

@@ -1,6 +1,6 @@
 """Watching, from the host's side and over a connection of its own, what a controller left
 on a host: ``watch_host(observer, work_dir, pids)``; and the controller to watch, a process
-of its own to kill or freeze: ``start_controller(lab, lost_after)``. Used by the tests and
+of its own to kill or freeze: ``start_controller(lab, lost_after, keep_missed)``. Used by the tests and
 ``bench/hosts.py`` (no pytest here).
 
 It runs a small Python program on the host (through ``observer``, an ``SshHost`` opened
@@ -117,8 +117,9 @@ def watch_host(observer: SshHost, work_dir: str, pids: list[int], timeout: float
 CONTROLLER = """
 import json, sys, time
 from harness.hosts import EventRelay, HostSpec, SshHost
-fields, ssh_command, lost_after = (json.loads(arg) for arg in sys.argv[1:4])
-ssh = SshHost(HostSpec(**fields), ssh_command=ssh_command, ssh_config="none", lost_after=lost_after).open()
+fields, ssh_command, lost_after, keep = (json.loads(arg) for arg in sys.argv[1:5])
+ssh = SshHost(HostSpec(**fields), ssh_command=ssh_command, ssh_config="none", lost_after=lost_after,
+              keep_missed=keep).open()
 relay = EventRelay(ssh, ssh.work_dir + "/node0/events.jsonl", lambda event: None)
 proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
 print(json.dumps({"sleeper": int(proc.stdout.readline()), "pids": ssh.pids(), "work_dir": ssh.work_dir,
@@ -128,12 +129,15 @@ time.sleep(1000)
 """
 
 
-def start_controller(lab: SshdLab, lost_after: float | None) -> tuple[subprocess.Popen[str], dict[str, Any]]:
-    """A controller process with a command and an event relay running on host 0."""
+def start_controller(lab: SshdLab, lost_after: float | None,
+                     keep_missed: float = 1.0) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """A controller process with a command and an event relay running on host 0; its host
+    keeps the events files ``keep_missed`` s once it lost it (``SshHost``; 20 s by default)."""
     spec = lab.spec(0)
     fields = {name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")}
     controller = subprocess.Popen([sys.executable, "-c", CONTROLLER, json.dumps(fields),
-                                   json.dumps(list(lab.ssh_command)), json.dumps(lost_after)],
+                                   json.dumps(list(lab.ssh_command)), json.dumps(lost_after),
+                                   json.dumps(keep_missed)],
                                   stdout=subprocess.PIPE, text=True)
     assert controller.stdout is not None
     return controller, json.loads(controller.stdout.readline())

@@ -79,8 +79,8 @@ def test_a_lease_five_seconds_ahead_is_corrected(tmp_path: Path):
     """The real lease (``_remote.lease``) run by a process that adds 5 s to both its
     clocks: the measured offset is +5 s within the bound, and what the host stamps is
     moved back onto ours."""
-    lease = subprocess.Popen([sys.executable, FAKE_CLOCK, "5", "-c", _remote_source(), "lease", "0", str(tmp_path)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    argv = [sys.executable, FAKE_CLOCK, "5", "-c", _remote_source(), "lease", "0", "0", str(tmp_path)]
+    lease = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert lease.stdin is not None and lease.stdout is not None
     channel = LeaseChannel(os.dup(lease.stdin.fileno()), lease.stdout.fileno(), "fake")
     lease.stdin.close()

@@ -195,9 +195,11 @@ def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reco
     """host_unreachable(node=1, seconds=20): past SILENT_LINK_S (15 s) this machine's ssh
     client gives the connection up, and node 1 with it (its agent's client exits 255); node
     0 goes on alone and succeeds. When the cut is lifted the harness connects again and says
-    so (``host_reachable``: "reconnected"), with how many of node 1's event lines never came
-    (read over the new connection while the old lease still keeps them, or None). The old
-    lease ends what node 1 ran on the host within its lost_after: nothing is left there."""
+    so (``host_reachable``: "reconnected"), with how many of node 1's event lines never came,
+    which it read over the new connection from the file the old lease kept and put on the
+    timeline: node 1's own account of the cut is there. The old lease ends what node 1 ran
+    on the host at once (its sshd hears the reset), else within its lost_after, and removes
+    the kept file once read: nothing is left there."""
     with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=0, hosts=netns_hosts,
                  start_method="zygote") as cluster:
         job = cluster.launch(str(TRAIN), "--steps", "300", "--step-time", "0.05", "--ckpt-dir", str(tmp_path))
@@ -210,8 +212,12 @@ def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reco
         assert exits[1]["exitcode"] == 255, exits
         back = _host_reachable(job)
         assert back["connection"] == "reconnected" and back["unreachable_s"] >= 20, back
-        assert set(back["missed_events"]) == {"1"}, back  # None here: the old lease ended at once (below)
+        assert set(back["missed_events"]) == {"1"} and back["missed_events"]["1"] > 0, back
         assert job.remote.connection(1)[0].work_dir != old_work_dir  # the new connection
+        # node 1's own account of the cut (its workers stopped, fenced off the store) was
+        # written on the host after the cut stalled its relay: it came over the new connection
+        cut_at = job.timeline.faults()[0]["mono"]
+        assert "fenced" in [e["kind"] for e in job.timeline.events(node=1) if e["mono"] > cut_at], job.timeline.format()
     deadline = time.monotonic() + 60  # the old lease ends what it ran: at once (the host's sshd hears
     while processes_naming(old_work_dir) or os.path.exists(old_work_dir):  # the reset), else after lost_after
         assert time.monotonic() < deadline, f"left on the host: {processes_naming(old_work_dir)}"

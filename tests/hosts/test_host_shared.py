@@ -36,7 +36,7 @@ def test_two_hosts_naming_one_shared_dir_share_the_jobs_shared(lab, hosts, tmp_p
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()  # each saw the other's file
         [mine] = [p for p in base.iterdir()]  # the dead controller's swept, the job's own there
         assert mine.name.startswith(f"pe-shared-{socket.gethostname()}-{os.getpid()}-{job.run_id}")
-        assert sorted(p.name for p in mine.iterdir()) == ["orders", "shared"]
+        assert sorted(p.name for p in mine.iterdir()) == ["orders", "scratch", "shared"]
         assert sorted(p.name for p in (mine / "shared").iterdir()) == ["hello_0", "hello_1"]
     assert list(base.iterdir()) == []  # removed with the job
 

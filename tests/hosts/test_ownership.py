@@ -42,17 +42,25 @@ LOST_AFTER_S = 2.0
 class LocalLease:
     """``_remote.py lease`` run here, its stdin ours: what the master's session runs."""
 
-    def __init__(self, base: Path, lost_after: float = 0.0):
-        self.proc = subprocess.Popen([sys.executable, "-c", _remote_source(), "lease", repr(lost_after), str(base)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, base: Path, lost_after: float = 0.0, keep: float = 0.0):
+        self.proc = subprocess.Popen([sys.executable, "-c", _remote_source(), "lease", repr(lost_after), repr(keep),
+                                      str(base)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert self.proc.stdout is not None
         self.report = json.loads(self.proc.stdout.readline())
         self.work_dir: str = self.report["work_dir"]
 
     def end(self) -> tuple[int, str]:
         """Close its stdin (EOF); its status and stderr."""
+        if self.proc.stdin is not None and self.proc.stdin.closed:
+            self.proc.stdin = None  # closed by the test already: communicate() would flush it
         _, err = self.proc.communicate(timeout=GONE_WITHIN_S)
         return self.proc.returncode, err.decode()
+
+
+def remote(*args: str) -> str:
+    """``_remote.py ARGS...`` here, to its end: its stdout."""
+    return subprocess.run([sys.executable, "-I", "-S", "-c", _remote_source(), *args], capture_output=True,
+                          check=True, timeout=GONE_WITHIN_S, text=True).stdout
 
 
 def supervise(work_dir: str, *argv: str, grace: float = 5.0) -> subprocess.Popen[bytes]:
@@ -113,6 +121,43 @@ def test_the_work_dir_goes_after_the_commands(tmp_path: Path):
         reap(proc)
 
 
+def _files(root: str) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files)
+
+
+def test_a_lost_connections_lease_keeps_only_the_events_until_released(tmp_path: Path):
+    """EOF without ``bye`` (a connection lost, or a controller killed): the command ends at
+    once and everything but the nodes' events files goes (the secret too); they are kept,
+    the dir marked, until the controller, connected again, has read them and releases it
+    (``kept``/``release``); then the dir goes. A ``bye`` first (``close()``) removes all at
+    once; a keep that runs out removes it by itself."""
+    lease = LocalLease(tmp_path, keep=60)
+    work = Path(lease.work_dir)
+    (work / "node0").mkdir()
+    (work / "node0" / "events.jsonl").write_text('{"kind": "a"}\n{"kind": "b"}\n')
+    (work / "node0" / "rdzv.secret").write_text("s3cret")
+    proc = supervise(lease.work_dir, "sh", "-c", "echo $$; exec sleep 1000")
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        sleeper = int(proc.stdout.readline())
+        lease.proc.stdin.close()  # type: ignore[union-attr]
+        assert remote("kept", lease.work_dir, str(GONE_WITHIN_S)) == "kept\n"
+        assert survivors([sleeper], GONE_WITHIN_S) == []  # what ran there has ended first
+        assert _files(lease.work_dir) == [".kept", "node0/events.jsonl"]
+        assert lease.proc.poll() is None
+        remote("release", lease.work_dir)
+        assert lease.end() == (0, "")
+        assert os.listdir(tmp_path) == [] and remote("kept", lease.work_dir, "1") == "gone\n"
+    finally:
+        reap(proc)
+    said_bye = LocalLease(tmp_path, keep=60)
+    assert said_bye.proc.stdin is not None
+    said_bye.proc.stdin.write(b"bye\n")
+    assert said_bye.end() == (0, "") and os.listdir(tmp_path) == []
+    ran_out = LocalLease(tmp_path, keep=0.5)
+    assert ran_out.end() == (0, "") and os.listdir(tmp_path) == []
+
+
 def test_a_silent_controller_is_lost(tmp_path: Path):
     """Heartbeats keep the lease; silence past lost_after ends it, with one line saying so."""
     lease = LocalLease(tmp_path, lost_after=0.5)
@@ -137,8 +182,9 @@ def test_a_silent_controller_is_lost(tmp_path: Path):
 def test_a_killed_controller_leaves_nothing_behind(lab: SshdLab):
     """SIGKILL: no close(), no finalizer. The kernel closes the controller's fds, so every
     ssh client's stdin (the lifeline) and the master's reach EOF: the supervisors end the
-    command and the relay, the lease removes the work dir after them, the clients and the
-    master exit, and the master removes its socket. Seen from the host, over a connection
+    command and the relay at once, the lease removes the work dir after them and the
+    nodes' events files after its ``keep_missed`` (1 s here: no controller comes back for
+    them), the clients and the master exit, and the master removes its socket. Seen from the host, over a connection
     of its own; only the empty control dir stays here, for the next SshHost to sweep."""
     lab.start(0)
     controller, seen = start_controller(lab, lost_after=None)

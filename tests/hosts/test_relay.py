@@ -1,8 +1,9 @@
 """A node's events from a host (``harness.hosts.EventRelay``): the line checks on their own,
 then real sshd hosts: lines written on the host by the real ``EventWriter`` arrive in
 order and on our clocks (from a host whose monotonic clock runs 1000 s ahead), garbage
-and over-long lines are refused with one line each and the stream goes on, and closing
-delivers what the file holds.
+and over-long lines are refused with one line each and the stream goes on, closing
+delivers what the file holds, and what a lost connection never brought is read over a
+new one.
 """
 
 from __future__ import annotations
@@ -161,3 +162,33 @@ def test_a_relay_that_cannot_start_says_why(lab: SshdLab):
                            f"{len(ssh.work_dir) + 126} bytes, over the 107 a Unix socket's may be: give the host a "
                            "shorter work_dir (the hosts file's work_dir)")
         assert len(ssh.pids()) == 1  # only the master: the relay's client was reaped
+
+
+def test_lines_a_lost_connection_never_brought_are_read_over_a_new_one(lab: SshdLab):
+    """The connection dies with the relay's host side (its sshd sessions killed): the old
+    lease ends what ran there and keeps the events file, marked (``kept``). Lines the
+    file got that never came (appended here once the old lease ended: the lab's hosts share
+    this machine's files) are read over a new connection from where the relay stopped,
+    checked as the relay's own (a garbage one refused, numbered in the file), delivered
+    once each; ``release`` lets the old lease remove the dir."""
+    lab.start(0)
+    sink = Sink()
+    with lab.ssh_host(lab.spec(0), keep_missed=60) as lost:
+        relay = EventRelay(lost, f"{lost.work_dir}/node0/events.jsonl", sink, node=3, on_refused=sink.refused.append)
+        write_on(lost, relay, [0, 1])
+        assert [event["seq"] for _, event in sink.take(2)] == [0, 1]
+        work_dir = lost.work_dir
+        for session in lab.sessions(0):  # the connection drops
+            session.kill()
+        with lab.ssh_host(lab.spec(0)) as again:
+            assert again.kept(work_dir, 30) == "kept"
+            with open(relay.path, "a") as f:
+                f.write("".join(json.dumps({**GOOD, "node": 3, "seq": i}) + "\n" for i in (2, 3)))
+                f.write("not json\n" + json.dumps({**GOOD, "node": 3, "seq": 4}) + "\n" + '{"half": ')
+            assert relay.catch_up(again) == 4
+            assert [event["seq"] for _, event in sink.take(3)] == [2, 3, 4] and sink.events.empty()
+            assert (relay.received, relay.refused, relay.lines) == (5, 1, 6)
+            assert sink.refused == [f"host {lost.spec.label}: events {relay.path} line 5 refused: not JSON "
+                                    "(Expecting value: line 1 column 1 (char 0)): 'not json'"]
+            again.release(work_dir)
+            assert again.kept(work_dir, 30) == "gone"

@@ -404,9 +404,10 @@ def test_a_forgotten_host_is_closed_by_the_garbage_collector(lab: SshdLab):
 
 def test_a_dropped_connection_ends_the_remote_commands(lab: SshdLab):
     """The host's side of the connection dies: the supervisor's stdin closes, the command
-    goes, and the next command says the connection is closed."""
+    goes, the lease keeps the events files for its keep_missed (1 s here), and the next
+    command says the connection is closed."""
     lab.start(0)
-    with lab.ssh_host(lab.spec(0)) as ssh:
+    with lab.ssh_host(lab.spec(0), keep_missed=1.0) as ssh:
         proc = ssh.start(["sh", "-c", "echo $$; exec sleep 1000"])
         sleeper = remote_pid(proc)
         work_dir = ssh.work_dir

@@ -159,9 +159,10 @@ class NodeLinks(Protocol):
         """A new connection to node ``node``'s host, in place of one that was lost."""
         ...
 
-    def missed(self, node: int) -> dict[int, int | None]:
-        """For each node on node ``node``'s host: how many lines its agent wrote to its
-        events file there that never reached this machine (None: the file is gone)."""
+    def deliver_missed(self, node: int) -> dict[int, int | None]:
+        """For each node that ran on node ``node``'s host over the connection lost: how many
+        lines its agent wrote to its events file there that never reached this machine,
+        now read over the new connection and delivered (None: the host no longer had them)."""
         ...
 
 
@@ -222,7 +223,9 @@ class HostNetwork:
         the node (its host's lease ends what it started there). Returns once the cut is
         felt here; ``on_back`` is called, from a thread, with what came of it once the host
         answers again: ``connection`` "kept", "reconnected" (a new connection; the node is
-        lost) or "lost" (no answer), and ``unreachable_s``."""
+        lost) or "lost" (no answer), and ``unreachable_s``; reconnected, ``missed_events``:
+        per node, the lines the lost connection never brought, now delivered
+        (``deliver_missed``)."""
         self._check_node(node)
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
             raise ConfigError("seconds", seconds, "must be a number of seconds in (0, 3600]")
@@ -263,7 +266,7 @@ class HostNetwork:
             return  # the job ended meanwhile (closed its hosts): nobody is left to tell
         fields: dict[str, Any] = {"connection": connection, "unreachable_s": round(time.monotonic() - began, 3)}
         if connection == "reconnected":  # what the lost connection never delivered, read over the new one
-            fields["missed_events"] = {str(n): count for n, count in self._links.missed(node).items()}
+            fields["missed_events"] = {str(n): count for n, count in self._links.deliver_missed(node).items()}
         if on_back is not None:
             try:
                 on_back(fields)

@@ -120,6 +120,9 @@ HOSTS_LAST_CALL_S = 5.0
 #: how often each host's clock offset is measured again while the job runs (clocks drift:
 #: NTP slews a host's wall clock, and two monotonic clocks run at their own crystals' rates)
 CLOCK_UPKEEP_S = 120.0
+#: a lost connection's lease ends at most this many times its ``lost_after`` after the loss
+#: (``_remote``: three times the longest gap the controller showed, if longer), plus the margin
+_GAPS_LOST, KEPT_MARGIN_S = 3.0, 10.0
 
 
 # -- the events of a node on a host ------------------------------------------------------
@@ -408,6 +411,7 @@ class RemoteNodes:
         self.hosts: tuple[HostSpec, ...] = tuple(settings.hosts or ())
         self.placement = settings.placement
         self._links: dict[HostSpec, _Link] = {}
+        self._lost: dict[HostSpec, SshHost] = {}  # a host's connection lost, until what it missed is read
         self._bridge: StoreBridge | None = None
         self._sink: EventWriter | None = None
         self._lock = threading.Lock()
@@ -451,30 +455,35 @@ class RemoteNodes:
         spec = self.host_of(node)
         with self._lock:
             old = self._links.pop(spec, None)
+            if old is not None:
+                self._lost[spec] = old.host
         if old is not None:
             old.host.close()
         return self._link(spec, None).host  # the store's bridge, if the job has one, is forwarded again
 
-    def missed(self, node: int) -> dict[int, int | None]:
-        """For each node placed on node ``node``'s host (started, over a connection now
-        lost): the lines of its events file there that its relay never delivered, counted
-        over the host's current connection while the old lease still keeps its work dir
-        (None: the file is gone: the old lease has ended and removed it)."""
+    def deliver_missed(self, node: int) -> dict[int, int | None]:
+        """For each node that ran on node ``node``'s host over the connection ``reconnect``
+        replaced: how many lines of its events file there its relay never brought, now read
+        over the new connection and delivered to the timeline (None: the host no longer had
+        them). They are read once the old lease has ended what it ran there (the files are
+        whole), which it does at once where its sshd hears the reset, else after its
+        ``lost_after``; it keeps them for ``keep_missed`` s (``SshHost``), then lets go."""
         spec = self.host_of(node)
         with self._lock:
-            link = self._links.get(spec)
-        counts: dict[int, int | None] = {}
-        for index, handle in self._job.nodes.items():
-            if not isinstance(handle, RemoteNodeProcess) or self.host_of(index) != spec or link is None:
-                continue
-            relay = handle.agent.relay
-            try:
-                out = link.host.run(["sh", "-c", 'wc -l < "$0" 2>/dev/null', relay.path], check=False).stdout
-            except HostError:
-                out = ""
-            words = out.split()
-            counts[index] = (int(words[0]) - relay.received - relay.refused
-                             if words and words[0].isdigit() else None)
+            link, old = self._links.get(spec), self._lost.pop(spec, None)
+        if link is None or old is None or old.info is None:
+            return {}
+        lost = [(index, handle.agent.relay) for index, handle in self._job.nodes.items()
+                if isinstance(handle, RemoteNodeProcess) and handle.agent.host is old]
+        host, work_dir = link.host, old.info.work_dir
+        try:
+            state = host.kept(work_dir, _GAPS_LOST * (old.lost_after or 0) + KEPT_MARGIN_S)
+            counts = {index: relay.catch_up(host) if state == "kept" else None for index, relay in lost}
+            if state == "kept":
+                host.release(work_dir)
+        except HostError as e:  # the job ended meanwhile, or the host went again
+            _log.warning("host %s: what its lost connection missed could not be read: %s", spec.label, e)
+            return {index: None for index, _ in lost}
         return counts
 
     def reserve_port(self, node: int) -> tuple[HostPort, str]:
