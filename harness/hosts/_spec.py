@@ -21,6 +21,7 @@ The hosts file (TOML)::
     capabilities = ["netns", "cgroups"]
     shared_dir = "/nfs/elastic"       # a filesystem the job's hosts share: its {shared} there
     copy_script = true                # the job's script dir copied into the work dir
+    keep_missed = 20                  # s the host keeps a lost connection's events files
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - the dependency pyproject names for 3.10
     import tomli as tomllib
 
-__all__ = ["FIELDS", "HostSpec", "parse_host", "load_hosts"]
+__all__ = ["FIELDS", "HostSpec", "KEEP_MISSED_S", "parse_host", "load_hosts"]
+
+#: the default of how long a host keeps the nodes' events files of a connection lost
+#: without the controller's ``close()``, for a new connection to read what never came
+#: (``_remote``'s lease; ``host_unreachable``); everything else of it goes at once
+KEEP_MISSED_S = 20.0
 
 _HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
@@ -69,6 +75,8 @@ class HostSpec:
     #: copy the job's script and its dir into the connection's work dir and run the copy
     #: (False: the script must be at the same path there: a shared checkout, an image)
     copy_script: bool = False
+    #: seconds the host keeps a lost connection's events files (``KEEP_MISSED_S``; 0: none)
+    keep_missed: float = KEEP_MISSED_S
 
     @property
     def label(self) -> str:
@@ -121,6 +129,11 @@ def _flag(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def _keep(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 3600
+    return float(value) if ok else None
+
+
 def _sessions(value: Any) -> int | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 1024
     return value if ok else None
@@ -146,6 +159,7 @@ FIELDS: dict[str, _Field] = {
     "max_sessions": _Field(_sessions, "must be an int in [2, 1024]: the host's sshd MaxSessions"),
     "shared_dir": _Field(_absolute, "must be an absolute path on the host, of a filesystem the job's hosts share"),
     "copy_script": _Field(_flag, "must be true or false"),
+    "keep_missed": _Field(_keep, "must be a number of seconds in [0, 3600]"),
 }
 _REQUIRED = ("address", "user")
 

@@ -79,9 +79,6 @@ _ALIVE_INTERVAL_S, _ALIVE_COUNT = 5, 3
 SILENT_LINK_S = float(_ALIVE_INTERVAL_S * _ALIVE_COUNT)
 #: the default of how long a host waits, hearing nothing from us, before it ends our commands
 LOST_AFTER_S = 30.0
-#: the default of how long a host keeps the nodes' events files of a connection lost
-#: without our ``close()``, for a new connection to read what never came (``_remote``)
-KEEP_MISSED_S = 20.0
 _MASTER_LOG = "master.log"
 
 
@@ -166,18 +163,19 @@ class SshHost:
     host waits, hearing nothing from us, before it ends what we started there (None: only
     when the connection closes); we send a heartbeat every ``min(5, lost_after / 4)`` s.
     ``keep_missed``: how long the host keeps the nodes' events files once it lost the
-    connection without our ``close()`` (0: not at all), for ``kept``; everything else of the
-    connection goes at once.
+    connection without our ``close()`` (0: not at all; None: the spec's ``keep_missed``),
+    for ``kept``; everything else of the connection goes at once.
     """
 
     def __init__(self, spec: HostSpec, *, ssh_command: Sequence[str] = ("ssh",), ssh_config: str | None = None,
                  connect_timeout: float = 10.0, multiplex: bool = True, check_version: bool = True,
-                 lost_after: float | None = LOST_AFTER_S, keep_missed: float = KEEP_MISSED_S):
+                 lost_after: float | None = LOST_AFTER_S, keep_missed: float | None = None):
         if lost_after is not None and not (isinstance(lost_after, (int, float)) and lost_after > 0):
             raise ConfigError("lost_after", lost_after, "must be a number of seconds > 0, or None",
                               f"host {spec.label}")
         self.spec, self.ssh_command, self.ssh_config = spec, tuple(ssh_command), ssh_config
         self.connect_timeout, self.multiplex, self.check_version = connect_timeout, multiplex, check_version
+        keep_missed = spec.keep_missed if keep_missed is None else keep_missed
         if isinstance(keep_missed, bool) or not isinstance(keep_missed, (int, float)) or not 0 <= keep_missed <= 3600:
             raise ConfigError("keep_missed", keep_missed, "must be a number of seconds in [0, 3600]",
                               f"host {spec.label}")

@@ -25,6 +25,7 @@ from harness.hosts import HostSpec
 from harness.sim.faults import fault_class
 from harness.sim.net.host_rules import HostLoss, HostPartition
 from harness.sim.nodes.host_network import HostFirewall
+from harness.sim.nodes.host_shaping import HostShaper
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.hosts.observe import processes_naming
@@ -94,6 +95,86 @@ def test_a_partition_on_a_host_spares_the_harness_and_goes_with_its_owner(lab: S
     assert _reach(lab, 1, spec.address, spec.port) == "banner"
 
 
+_RECEIVER = """
+import socket, sys, time
+s = socket.create_server((sys.argv[1], 0))
+print(s.getsockname()[1], flush=True)
+s.settimeout(30)
+conn, _ = s.accept()
+conn.settimeout(5)
+moved, first = 0, None
+while first is None or time.monotonic() - first < float(sys.argv[2]):
+    data = conn.recv(1 << 16)
+    if not data:
+        break
+    first = first or time.monotonic()
+    moved += len(data)
+print(moved, flush=True)
+"""
+_SENDER = """
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+end, chunk = time.monotonic() + float(sys.argv[3]), bytes(1 << 16)
+try:
+    while time.monotonic() < end:
+        s.sendall(chunk)
+except OSError:
+    pass
+"""
+
+
+def _moved(lab: SshdLab, sender: int, receiver: int, seconds: float = 1.0) -> int:
+    """Bytes host ``sender`` got across to host ``receiver`` over TCP in ``seconds``
+    (from the first byte): the way the job's peers talk."""
+    def inside(host: int, *argv: str) -> list[str]:
+        return ["nsenter", f"--net={lab.net.namespace_path(host)}", "python3", "-c", *argv]
+
+    address = lab.spec(receiver).address
+    with subprocess.Popen(inside(receiver, _RECEIVER, address, repr(seconds)), stdout=subprocess.PIPE,
+                          text=True) as rx:
+        assert rx.stdout is not None
+        port = rx.stdout.readline().strip()
+        subprocess.run(inside(sender, _SENDER, address, port, repr(seconds + 2)), timeout=60, check=True)
+        return int(rx.communicate(timeout=30)[0].strip() or 0)
+
+
+def test_bandwidth_on_a_host_shapes_its_links_each_way_and_spares_the_harness(lab: SshdLab):
+    """1 mbit/s on host 0's links: what host 1 sends it and what it sends host 1 slow by
+    an order of magnitude (125 kB/s, the bucket's burst and slack allowed), while the
+    harness's own connection is not limited (4 MB through it, 32 s at that rate, come at
+    once). Cleared: full speed. Shaped again, then this side's ssh clients SIGKILLed (a
+    controller that dies): the host removes the qdiscs and the ifb device itself."""
+    lab.start(0)
+    lab.start(1)
+    spec = lab.spec(0)
+    assert min(_moved(lab, 1, 0), _moved(lab, 0, 1)) > 1_250_000  # unshaped: far above 1 mbit/s
+    with lab.ssh_host(spec) as ssh:
+        firewall = HostFirewall(ssh)
+        shaper = HostShaper(ssh, firewall.control(), firewall.table)
+        shaper.shape(1_000_000, [lab.spec(1).address])
+        shown = shaper.shown()
+        assert "qdisc htb 1: root" in shown and "qdisc ingress ffff:" in shown, shown
+        assert _moved(lab, 1, 0) < 1_250_000 and _moved(lab, 0, 1) < 1_250_000
+        assert len(ssh.run(["head", "-c", "4000000", "/dev/zero"], timeout=10).stdout) == 4_000_000
+        shaper.clear()
+        assert "htb" not in shaper.shown()
+        assert _moved(lab, 1, 0) > 1_250_000
+        shaper.shape(1_000_000, [lab.spec(1).address])
+        for pid in ssh.pids():  # the controller dies: its ssh clients with it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        deadline = time.monotonic() + 20
+        while True:
+            links = subprocess.run(["ip", "-n", lab.net.namespace(0), "-o", "link"], capture_output=True,
+                                   text=True).stdout
+            qdiscs = subprocess.run(["tc", "-n", lab.net.namespace(0), "qdisc"], capture_output=True,
+                                    text=True).stdout
+            if shaper.ifb not in links and "htb" not in qdiscs:
+                break
+            assert time.monotonic() < deadline, f"the shaping outlived its owner's connection by 20 s: {qdiscs}"
+            time.sleep(0.2)
+
+
 def test_a_host_without_nft_says_so_in_one_line(lab: SshdLab, tmp_path: Path):
     """A host where ``nft`` cannot run: one line naming the host and what a network fault
     needs there, never a traceback wall."""
@@ -140,15 +221,15 @@ def test_a_partitioned_node_on_a_host_is_left_behind_and_rejoins_when_healed(lab
 
 
 def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts):
-    """bandwidth and link_down (they would slow or cut the harness's own connection), and
-    a network fault on a node that shares its host (three nodes on two hosts: nodes 0 and
-    2 share host 0): refused when injected and when called, nothing recorded."""
+    """link_down (it would cut the harness's own connection), and a network fault on a node
+    that shares its host (three nodes on two hosts: nodes 0 and 2 share host 0): refused
+    when injected and when called, nothing recorded. bandwidth on node 1, alone on host 1,
+    is carried out there (its links' qdiscs) and healed."""
     with Cluster(nnodes="2:3", nproc_per_node=1, hosts=netns_hosts, start_method="spawn",
                  check_invariants=False) as cluster:
         job = cluster.launch(str(ROOT / "tests" / "scripts" / "sleeper.py"))
-        with pytest.raises(FaultRefused, match=r"Bandwidth\(node=1.* refused: bandwidth is not done on hosts: it "
-                                               r"would shape the host's own link"):
-            job.inject(Bandwidth(node=1, rate="1mbit"))
+        with pytest.raises(FaultRefused, match=r"Bandwidth\(node=0.* refused: host .* carries nodes 0, 2 of this job"):
+            job.inject(Bandwidth(node=0, rate="1mbit"))
         with pytest.raises(FaultRefused, match=r"refused: link_down is not done on hosts: it would cut the host off"):
             job.link_down(1)
         with pytest.raises(FaultRefused) as info:
@@ -162,6 +243,17 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
         assert not job.timeline.events("fault", HARNESS) and job.pending_faults() == []
         with pytest.raises(ConfigError, match="must be a node index"):
             job.remote.network.partition(7)
+        job.wait_for_state(WorkerState.HEALTHY, timeout=90)  # node 1 started on host 1: its connection is open
+        job.bandwidth(1, "2mbit")
+        [fault] = job.timeline.events("fault", HARNESS)
+        assert (fault["fault"], fault["target_node"], fault["bits_per_second"]) == ("bandwidth", 1, 2_000_000)
+        shaper = job.remote.network._shaper(1)
+        assert "rate 2Mbit" in subprocess.run(["tc", "-n", lab.net.namespace(1), "class", "show", "dev",
+                                               shaper.ifb], capture_output=True, text=True).stdout
+        assert job.remote.network.faulted() == {1: ["bandwidth"]}
+        job.heal(1)
+        assert job.timeline.events("heal", HARNESS)[-1]["healed"] == ["bandwidth"]
+        assert "htb" not in shaper.shown()
 
 
 def test_a_host_unreachable_for_a_while_is_ridden_out(lab, netns_hosts, tmp_path):

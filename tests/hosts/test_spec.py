@@ -89,6 +89,7 @@ key = "/abs/key"
 trust_on_first_use = true
 max_sessions = 4
 copy_script = true
+keep_missed = 0
 """)
     first, second = load_hosts(path)
     assert first == HostSpec(address="10.0.0.5", user="ci", port=2222, key=str(tmp_path / "keys/ci_ed25519"),
@@ -97,6 +98,7 @@ copy_script = true
     assert (second.user, second.key, second.port, second.trust_on_first_use) == ("other", "/abs/key", 22, True)
     assert (first.max_sessions, second.max_sessions) == (10, 4)
     assert (first.copy_script, second.copy_script) == (False, True)
+    assert (first.keep_missed, second.keep_missed) == (20.0, 0.0)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -109,6 +111,8 @@ copy_script = true
     ('[[hosts]]\naddress = "a"\n', "table='hosts' is not one of a hosts file's ([defaults], [[host]])"),
     ('[defaults]\nuser = "ci"\n', "host=[] needs at least one [[host]] table"),
     ('[[host]\n', "is not TOML"),
+    ('[[host]]\naddress = "a"\nuser = "ci"\nkeep_missed = -1\n',
+     "keep_missed=-1 must be a number of seconds in [0, 3600]"),
 ])
 def test_bad_hosts_files(tmp_path: Path, text, expected):
     with pytest.raises(ConfigError) as caught:

@@ -32,7 +32,8 @@ from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
 from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_cut, render_host
 from harness.sim.net.network import NetworkChange
-from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability
+from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability, parse_rate
+from harness.sim.nodes.host_shaping import HostShaper
 
 if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
@@ -43,8 +44,6 @@ _log = logging.getLogger(__name__)
 
 #: the network faults not done on hosts, and why
 NOT_ON_HOSTS = {
-    "bandwidth": "it would shape the host's own link, which the harness's SSH connection shares "
-                 "(partition and packet_loss are done on hosts; they spare that connection)",
     "link_down": "it would cut the host off from this machine, the harness's SSH connection with it "
                  "(partition with peers='all' cuts the node off and spares that connection)",
 }
@@ -174,6 +173,8 @@ class HostNetwork:
         self._links = links
         self._rules: dict[int, list[HostRule]] = {}
         self._firewalls: dict[SshHost, HostFirewall] = {}
+        self._shapers: dict[SshHost, HostShaper] = {}
+        self._shaped: dict[int, int] = {}  # node -> the rate its host's links are shaped to (bits/s)
         self._lock = threading.RLock()  # faults come from the scheduler's thread and the test's
 
     def address(self, node: int) -> str:
@@ -207,7 +208,17 @@ class HostNetwork:
         return NetworkChange("packet_loss", node, {"probability": p})
 
     def bandwidth(self, node: int, rate: str | int) -> NetworkChange:
-        raise ConfigError("fault", "bandwidth", f"is not done on hosts: {NOT_ON_HOSTS['bandwidth']}")
+        """As ``Network.bandwidth``: node ``node``'s host's links toward this machine and the
+        job's other hosts limited to ``rate`` each way, the harness's connection spared
+        (``host_shaping``); replaces an earlier rate."""
+        self._check_node(node)
+        bits = parse_rate(rate)
+        own = self._links.address(node)
+        peers = [a for a in dict.fromkeys(self._links.address(n) for n in range(self._links.node_count())) if a != own]
+        with self._lock:
+            self._shaper(node).shape(bits, peers)
+            self._shaped[node] = bits
+        return NetworkChange("bandwidth", node, {"rate": rate, "bits_per_second": bits})
 
     def link_down(self, node: int) -> NetworkChange:
         raise ConfigError("fault", "link_down", f"is not done on hosts: {NOT_ON_HOSTS['link_down']}")
@@ -279,16 +290,22 @@ class HostNetwork:
             self._check_node(node)
         healed: set[str] = set()
         with self._lock:
-            for n in [node] if node is not None else sorted(self._rules):
+            for n in [node] if node is not None else sorted({*self._rules, *self._shaped}):
                 if self._rules.pop(n, None):
                     healed.add("partition/packet_loss")
                     self._apply(n)
+                if self._shaped.pop(n, None) is not None:
+                    healed.add("bandwidth")
+                    self._shaper(n).clear()
         return NetworkChange("heal", node, {"healed": sorted(healed)})
 
     def faulted(self) -> dict[int, list[str]]:
         with self._lock:
-            return {n: ["partition" if isinstance(r, HostPartition) else "packet_loss" for r in rules]
-                    for n, rules in self._rules.items() if rules}
+            faulted = {n: ["partition" if isinstance(r, HostPartition) else "packet_loss" for r in rules]
+                       for n, rules in self._rules.items() if rules}
+            for n in self._shaped:
+                faulted.setdefault(n, []).append("bandwidth")
+            return faulted
 
     def firewall(self, node: int) -> HostFirewall:
         """Node ``node``'s host's fault table (made on first use)."""
@@ -299,6 +316,15 @@ class HostNetwork:
             if host not in self._firewalls:
                 self._firewalls[host] = HostFirewall(host)
             return self._firewalls[host]
+
+    def _shaper(self, node: int) -> HostShaper:
+        """Node ``node``'s host's shaping (made on first use; it asks the fault table for how
+        the host sees the harness's connection)."""
+        firewall = self.firewall(node)
+        with self._lock:
+            if firewall.host not in self._shapers:
+                self._shapers[firewall.host] = HostShaper(firewall.host, firewall.control(), firewall.table)
+            return self._shapers[firewall.host]
 
     def _apply(self, node: int) -> None:
         host, store_port = self._links.connection(node)
