@@ -1,5 +1,7 @@
 """Rendezvous: how the agents of a job find each other and agree on ranks."""
 
+from collections.abc import Mapping
+
 from harness.rendezvous._api import (
     MAX_LEASE_FACTOR,
     RendezvousClosedError,
@@ -36,6 +38,16 @@ __all__ = [
     "SECRET_ENV",
     "SECRET_ENVS",
     "SECRET_FILE_ENV",
+    "enable_etcd_auth",
     "get_rendezvous_handler",
     "rendezvous_handler_registry",
 ]
+
+
+def enable_etcd_auth(host: str, port: int, env: Mapping[str, str]) -> None:
+    """Turn on authentication in the fresh etcd at ``host:port``: from then on only a node
+    holding the job secret ``env`` names (``SECRET_FILE_ENV`` or ``SECRET_ENV``) reads or
+    writes a key there. Imported when called: an agent on c10d never loads the etcd client."""
+    from harness.rendezvous._etcd import enable_job_auth
+
+    enable_job_auth(host, port, env)

@@ -33,9 +33,10 @@ import base64
 import http.client
 import json
 import math
+import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -43,15 +44,29 @@ from harness.errors import ConfigError
 from harness.rendezvous._api import RendezvousParameters
 from harness.rendezvous._c10d import C10dRendezvousHandler, C10dSettings
 from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
+from harness.rendezvous._store_auth import job_secret
 from harness.rendezvous._store_host import NoAnswer, StoreHost
 
-__all__ = ["EtcdStore", "EtcdRendezvousHandler", "DEFAULT_ETCD_PORT"]
+__all__ = ["EtcdStore", "EtcdRendezvousHandler", "DEFAULT_ETCD_PORT", "ETCD_USER", "enable_auth", "enable_job_auth"]
 
 DEFAULT_ETCD_PORT = 2379
+#: the etcd user a job's nodes authenticate as (etcd enables auth only once ``root`` exists)
+ETCD_USER = "root"
+#: what the job's password is derived for (``JobSecret.password``)
+ETCD_SERVICE = "etcd"
 
 
 def _b64(data: bytes | str) -> str:
     return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _said(data: bytes) -> str:
+    """etcd's own words in an error reply (its ``error``), else the reply's start."""
+    try:
+        said = json.loads(data).get("error")
+    except (ValueError, AttributeError):
+        said = None
+    return str(said) if said else repr(data[:120])
 
 
 def _unb64(text: str | None) -> bytes:
@@ -62,6 +77,47 @@ def _seconds(timeout: float | timedelta | None, default: float) -> float:
     if timeout is None:
         return default
     return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+
+
+def _post(host: str, port: int, path: str, body: dict[str, Any], timeout: float,
+          token: str | None = None) -> tuple[int, bytes]:
+    """One gateway request on a connection of its own: its HTTP status and body."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        headers = {"Content-Type": "application/json", **({"Authorization": token} if token else {})}
+        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def enable_auth(host: str, port: int, password: str, timeout: float = 10.0) -> None:
+    """Turn on authentication in the fresh etcd at ``host:port``: user ``ETCD_USER`` with
+    ``password`` (the job's: ``JobSecret.password("etcd")``) and the root role. From then
+    on a client that has not authenticated as that user can neither read nor write a key
+    (etcd answers "user name is empty"); the harness's etcd is reached from hosts through
+    ports any user there may connect to."""
+    for path, body in (("/v3/auth/user/add", {"name": ETCD_USER, "password": password}),
+                       ("/v3/auth/user/grant", {"user": ETCD_USER, "role": "root"}),
+                       ("/v3/auth/enable", {})):
+        try:
+            status, data = _post(host, port, path, body, timeout)
+        except (OSError, http.client.HTTPException) as e:
+            raise StoreConnectionError(f"etcd {host}:{port}: turning on authentication ({path}): {e}") from None
+        if status != 200:
+            raise StoreConnectionError(f"etcd {host}:{port}: turning on authentication: {path} answered HTTP "
+                                       f"{status}: {data[:200]!r}")
+
+
+def enable_job_auth(host: str, port: int, env: Mapping[str, str]) -> None:
+    """``enable_auth`` with the password of the job secret ``env`` names (the environment
+    its nodes get: ``HARNESS_RDZV_SECRET_FILE`` or ``HARNESS_RDZV_SECRET``)."""
+    secret = job_secret(env)
+    if secret is None:
+        raise ConfigError("secret", None, "is needed to turn on etcd's authentication: the job's "
+                          "(HARNESS_RDZV_SECRET_FILE or HARNESS_RDZV_SECRET)", "etcd")
+    enable_auth(host, port, secret.password(ETCD_SERVICE))
 
 
 class _LeaseNotFound(StoreConnectionError):
@@ -85,8 +141,11 @@ class EtcdStore:
 
     def __init__(self, host: str, port: int, prefix: str = "/harness", timeout: float = 60.0,
                  connect_timeout: float | None = None, lease_ttl: int = 2,
-                 _lease: _Lease | None = None):
+                 _lease: _Lease | None = None, password: str | None = None):
         self.host, self.port = host, port
+        #: the job's etcd password (None: etcd without authentication, as torch's backend uses it)
+        self._password = password
+        self._token: str | None = None
         self.prefix = prefix.rstrip("/") + "/"
         self.timeout = float(timeout)
         self._connect_timeout = self.timeout if connect_timeout is None else connect_timeout
@@ -96,7 +155,11 @@ class EtcdStore:
         self._lease = _lease or _Lease(lease_ttl)
         self._leased: set[str] = set()
         self.leases_regranted = 0  # leases found expired and granted anew (``_write``)
-        self._connect()
+        try:
+            self._connect()
+        except BaseException:  # refused (a wrong secret) or unreachable: no connection left open
+            self._drop()
+            raise
 
     @property
     def address(self) -> str:
@@ -107,7 +170,7 @@ class EtcdStore:
 
     def clone(self) -> EtcdStore:
         other = EtcdStore(self.host, self.port, self.prefix, self.timeout, self._connect_timeout,
-                          self._lease.ttl, _lease=self._lease)
+                          self._lease.ttl, _lease=self._lease, password=self._password)
         other._leased = set(self._leased)
         return other
 
@@ -119,7 +182,7 @@ class EtcdStore:
         while True:
             try:
                 self._call("/v3/maintenance/status", {}, retry=False)
-                return
+                break
             except StoreConnectionError as e:
                 error = str(e)
             if time.monotonic() + delay > deadline:
@@ -128,11 +191,35 @@ class EtcdStore:
                     f"({error}); is etcd running there?")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
+        if self._password is not None:
+            self._authenticate()
+
+    def _authenticate(self) -> None:
+        """A token for this client, as the job's etcd user (``enable_auth``). An etcd with
+        authentication off (a user's own, as torch's backend uses one) is used without."""
+        try:
+            status, data = _post(self.host, self.port, "/v3/auth/authenticate",
+                                 {"name": ETCD_USER, "password": self._password}, self._connect_timeout)
+        except (OSError, http.client.HTTPException) as e:
+            raise StoreConnectionError(f"lost the connection to etcd at {self.address} while authenticating: "
+                                       f"{e}") from None
+        if status == 412 and b"authentication is not enabled" in data:
+            self._token = None
+            return
+        if status != 200:
+            raise StoreConnectionError(f"etcd {self.address} refused this node's job secret (HTTP {status}: "
+                                       f"{_said(data)}): not this job's etcd, or its secret is not this one")
+        token = json.loads(data).get("token")
+        if not isinstance(token, str) or not token:
+            raise StoreConnectionError(f"etcd {self.address} authenticated this node but gave no token; "
+                                       "authentication is off there")
+        self._token = token
 
     def _call(self, path: str, body: dict[str, Any], retry: bool = True,
               timeout: float | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode()
-        for attempt in (0, 1):
+        reconnected = reauthenticated = False  # each done at most once per call
+        while True:
             with self._lock:
                 if self._conn is None:
                     self._conn = http.client.HTTPConnection(self.host, self.port,
@@ -142,8 +229,7 @@ class EtcdStore:
                     conn.timeout = timeout or self.timeout
                     if conn.sock is not None:
                         conn.sock.settimeout(conn.timeout)
-                    conn.request("POST", path, body=payload,
-                                 headers={"Content-Type": "application/json"})
+                    conn.request("POST", path, body=payload, headers=self._headers())
                     response = conn.getresponse()
                     data = response.read()
                     status = response.status
@@ -153,10 +239,20 @@ class EtcdStore:
                                             f"{conn.timeout:g}s") from None
                 except (OSError, http.client.HTTPException) as e:
                     self._drop()
-                    if attempt == 0 and retry:
+                    if retry and not reconnected:
+                        reconnected = True
                         continue  # a kept-alive connection the server closed: reconnect once
                     raise StoreConnectionError(f"lost the connection to etcd at {self.address} "
                                                f"during {path}: {e}") from None
+            if status == 401 and b"invalid auth token" in data and self._password is not None \
+                    and not reauthenticated:  # its token expired (etcd's simple tokens live 5 min unused)
+                reauthenticated = True
+                self._authenticate()
+                continue
+            if status == 400 and b"user name is empty" in data:
+                raise StoreConnectionError(f"etcd {self.address} wants the job's secret (authentication is on "
+                                           "there), and this node has none: HARNESS_RDZV_SECRET_FILE or "
+                                           "HARNESS_RDZV_SECRET")
             if status == 404 and b"requested lease not found" in data:
                 raise _LeaseNotFound(f"etcd {self.address}: this node's lease expired")
             if status != 200:
@@ -168,7 +264,10 @@ class EtcdStore:
             except ValueError:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered non-JSON "
                                            f"{data[:80]!r}; is this an etcd v3 server?") from None
-        raise AssertionError("unreachable")
+
+    def _headers(self) -> dict[str, str]:
+        token = self._token
+        return {"Content-Type": "application/json", **({"Authorization": token} if token else {})}
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -327,7 +426,7 @@ class EtcdStore:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=remaining)
         try:
             conn.request("POST", "/v3/watch", body=json.dumps({"create_request": {
-                "key": self._k(key), "start_revision": str(start)}}))
+                "key": self._k(key), "start_revision": str(start)}}), headers=self._headers())
             response = conn.getresponse()
             while True:
                 remaining = deadline - time.monotonic()
@@ -375,8 +474,9 @@ class EtcdStoreHost(StoreHost):
     vanishes on the server when the node dies)."""
 
     def __init__(self, host: str, port: int, read_timeout: float, prefix: str, lease_ttl: int,
-                 heartbeat_key: str):
+                 heartbeat_key: str, password: str | None = None):
         super().__init__(host, port, read_timeout=read_timeout, is_host=False)
+        self._password = password
         self._prefix = prefix
         self._lease_ttl = lease_ttl
         self._heartbeat_key = heartbeat_key
@@ -384,7 +484,7 @@ class EtcdStoreHost(StoreHost):
     def _connect_main(self) -> Any:
         timeout = self._read_timeout
         store = EtcdStore(self.host, self.port, self._prefix, timeout=timeout,
-                          connect_timeout=timeout, lease_ttl=self._lease_ttl)
+                          connect_timeout=timeout, lease_ttl=self._lease_ttl, password=self._password)
         store.attach_lease(self._heartbeat_key)
         return store
 
@@ -432,5 +532,9 @@ class EtcdRendezvousHandler(C10dRendezvousHandler):
         super().__init__(params, settings, backend_name, default_port=DEFAULT_ETCD_PORT)
 
     def _store_host(self, host: str, port: int) -> StoreHost:
+        """As c10d's: the job secret, if the environment holds one, read here once: the
+        node authenticates to etcd with the password derived from it (``enable_auth``)."""
+        secret = job_secret(os.environ)
         return EtcdStoreHost(host, port, self._settings.read_timeout, self._etcd_prefix,
-                             self._lease_ttl, self._keys.heartbeat(self._node))
+                             self._lease_ttl, self._keys.heartbeat(self._node),
+                             password=secret.password(ETCD_SERVICE) if secret is not None else None)

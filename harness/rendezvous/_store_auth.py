@@ -87,6 +87,11 @@ class JobSecret:
     def __repr__(self) -> str:
         return "JobSecret(<hidden>)"
 
+    def password(self, service: str) -> str:
+        """The job's password for ``service`` (a server that takes a user's password rather
+        than a proof: etcd), derived from the secret, which itself never leaves this process."""
+        return hmac.new(self._key, b"pytest-elastic password for " + service.encode(), hashlib.sha256).hexdigest()
+
     def client_proof(self, store_nonce: bytes, client_nonce: bytes) -> bytes:
         return hmac.new(self._key, CLIENT_CONTEXT + store_nonce + client_nonce, hashlib.sha256).digest()
 

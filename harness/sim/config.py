@@ -92,7 +92,7 @@ class ClusterConfig:
             frozen["gpus"] = tuple(self.gpus)
         if self.hosts is not None:
             frozen["hosts"] = specs = _host_specs(self.hosts)
-            frozen["placement"] = _placement(specs, self.placement, high, self.store_host, self.rdzv_backend)
+            frozen["placement"] = _placement(specs, self.placement, high)
         elif self.placement is not None:
             raise ConfigError("placement", self.placement, "places nodes on hosts: give hosts= too",
                               "Cluster(placement=...)")
@@ -124,18 +124,14 @@ def _host_specs(hosts: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(specs)
 
 
-def _placement(hosts: tuple[Any, ...], placement: Sequence[int] | None, nodes: int, store_host: str,
-               backend: str) -> tuple[int, ...] | None:
-    """``placement`` checked against the hosts and the job's most nodes; what this slice of
-    issue 29 does not do yet (etcd, a node here beside nodes on hosts) is refused here, in
-    one line. ``store_host`` is either: the harness's store (reached through each host's
-    connection) or node 0's agent's (on its host, at a port kept there)."""
+def _placement(hosts: tuple[Any, ...], placement: Sequence[int] | None, nodes: int) -> tuple[int, ...] | None:
+    """``placement`` checked against the hosts and the job's most nodes, in one line; a
+    node here beside nodes on hosts is not done yet (the schema takes host indexes only).
+    Every rendezvous works with hosts: the harness's store or etcd, reached through each
+    host's connection, or node 0's store on its host."""
     from harness.hosts import place
 
     where = "Cluster(placement=...)"
-    if backend != "c10d":
-        raise ConfigError("rdzv_backend", backend, "must be 'c10d' with hosts (its store the harness's, reached "
-                          "through each host's connection, or node 0's; docs/hosts.md)", "Cluster(hosts=...)")
     if placement is None:
         return None
     for node, index in enumerate(placement):  # the schema took ints >= 0 (a node here beside hosts: not yet)

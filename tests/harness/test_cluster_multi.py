@@ -345,11 +345,32 @@ def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd, warm_pool):
         assert job.result().state == S.SUCCEEDED and job.timeline.world_sizes() == [2, 1]
         lost = cluster.launch(SLEEPER)
         lost.wait_for_state(S.HEALTHY, timeout=30)
+        lost.net.call_in_store(lambda: _strangers_cannot_use(lost.store.endpoint))  # beside etcd, as a peer
         lost.kill_store_host()  # etcd dies: no node can go on
         assert lost.wait(timeout=30).exit_codes == {0: 1, 1: 1}
         assert _fault_kinds(lost) == ["kill_store_host"]
         assert all("lost the etcd rendezvous store" in lost.agent_log(i) for i in (0, 1))
     assert sorted(re.findall(r"SUM rank=(\d) world=2 value=3", capfd.readouterr().out)) == ["0", "1"]
+
+
+def _strangers_cannot_use(endpoint: str) -> None:
+    """The harness's etcd has authentication on (its user's password derived from the job
+    secret): a client without the password reads no key, one with a wrong one is refused,
+    each in one line. The job's nodes got in (the job formed above)."""
+    from harness.rendezvous._etcd import EtcdStore
+    from harness.rendezvous._store import StoreConnectionError
+
+    host, port = endpoint.rsplit(":", 1)
+    stranger = EtcdStore(host, int(port), prefix="/", timeout=5)
+    try:
+        with pytest.raises(StoreConnectionError, match=r"^etcd .* wants the job's secret \(authentication is on "
+                                                       r"there\), and this node has none"):
+            stranger.num_keys()
+    finally:
+        stranger.close()
+    with pytest.raises(StoreConnectionError, match=r"^etcd .* refused this node's job secret \(HTTP 400: etcdserver: "
+                                                   r"authentication failed, invalid user ID or password\)"):
+        EtcdStore(host, int(port), prefix="/", timeout=5, password="not the job's")
 
 
 def test_bad_multinode_configurations_are_clear_errors():

@@ -510,12 +510,12 @@ def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):
     scenarios = pytester.mkdir("scenarios")
     job = ('[job]\nscript = "train.py"\nnnodes = "1:2"\nhosts = ["ssh://ci@10.0.0.5", "ssh://ci@10.0.0.6"]\n')
     (scenarios / "cut.toml").write_text(job + '\n[[fault]]\nkind = "partition"\nnode = 1\n')
-    (scenarios / "store.toml").write_text(job.replace("[job]\n", '[job]\nrdzv_backend = "etcd"\n'))
+    (scenarios / "store.toml").write_text(job + 'args = ["--ckpt-dir", "{tmp}"]\n')
     result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "-p", "no:cacheprovider", "scenarios")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*scenario cut: [[][[]fault[]][]] kind='partition' is refused: host ci@10.0.0.6:22 "
                                  "cannot do it: it needs netns*",
-                                 "*scenario store: [[]job[]] rdzv_backend='etcd' must be 'c10d' with hosts*"],
+                                 "*scenario store: [[]job[]] its args use {tmp}, a dir its nodes share*"],
                                 consecutive=False)
 
 

@@ -159,9 +159,6 @@ def test_hosts_are_parsed_once_into_specs_and_placement_frozen():
      "placement=[0, None] must be a list of host indexes (ints >= 0), one per node (or None) "
      "(from Cluster(placement=...))"),
     ({"placement": [0]}, "placement=[0] places nodes on hosts: give hosts= too (from Cluster(placement=...))"),
-    ({"nnodes": 2, "hosts": ["ssh://ci@a"], "rdzv_backend": "etcd"},
-     "rdzv_backend='etcd' must be 'c10d' with hosts (its store the harness's, reached through each host's "
-     "connection, or node 0's; docs/hosts.md) (from Cluster(hosts=...))"),
 ])
 def test_bad_hosts_or_placement_is_one_line_naming_the_keyword(keywords, message):
     with pytest.raises(ConfigError) as info:

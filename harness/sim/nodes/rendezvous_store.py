@@ -13,7 +13,9 @@ handle on the store with ``close()`` (end of job) and ``kill()`` (store-host los
   losing node 0 (agent and workers); the survivors fail fast with an error naming the store.
 * ``rdzv_backend="etcd"`` (or ``"etcd-v2"``): a real etcd server on reserved loopback
   ports, a child of the harness that dies with it (its data dir lives in the job's temp
-  dir). A missing ``etcd`` binary is a ``ConfigError`` that says how to install it.
+  dir), with authentication on: its one user's password is derived from the job's secret,
+  so only the job's nodes read or write a key. A missing ``etcd`` binary is a
+  ``ConfigError`` that says how to install it.
 
 Store-host loss (``Job.kill_store_host()``) is ``kill()`` on the handle: SIGKILL of the
 store process, or of node 0 (agent and workers) when node 0 hosts the store.
@@ -48,7 +50,7 @@ from typing import Any, Protocol
 
 from harness.endpoints import PortReservation
 from harness.errors import ConfigError, ElasticError
-from harness.rendezvous import SECRET_ENV
+from harness.rendezvous import SECRET_ENV, enable_etcd_auth
 from harness.sim.leftovers import owned_tempdir
 from harness.sim.nodes.process import job_secret_env
 
@@ -265,8 +267,12 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
                          "--initial-cluster", f"harness={peer_url}"], log_path, None)
     endpoint = f"{host}:{client_port}"
     store = StoreProcess("etcd", popen, endpoint, reservations, data_dir)
+    secret_env = job_secret_env(job.directory)
     try:
         job.net.call_in_store(lambda: _wait_listening(popen, host, client_port, log_path))
+        # only the job's nodes (its secret's password) may read or write a key: on hosts
+        # etcd is reached through ports every user of a host may connect to
+        job.net.call_in_store(lambda: enable_etcd_auth(host, client_port, secret_env))
     except BaseException:
         store.close()
         raise
