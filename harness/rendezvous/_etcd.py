@@ -420,6 +420,24 @@ class EtcdStore:
                 self._watch_for(key, revision + 1, deadline, total)
 
     def _watch_for(self, key: str, start: int, deadline: float, total: float) -> None:
+        """Until ``key`` is put (at revision ``start`` or later). A watch etcd cancels for an
+        expired token is opened again once, re-authenticated; one it cancels for another
+        reason is a one-line error now, not a wait to the deadline."""
+        for renewed in (False, True):
+            reason = self._watch_once(key, start, deadline, total)
+            if not reason:
+                return
+            if "invalid auth token" in reason and self._password is not None and not renewed:
+                self._authenticate()
+                continue
+            if "user name is empty" in reason:
+                raise StoreConnectionError(f"etcd {self.address} wants the job's secret (authentication is on "
+                                           "there), and this node has none: HARNESS_RDZV_SECRET_FILE or "
+                                           "HARNESS_RDZV_SECRET")
+            raise StoreConnectionError(f"etcd {self.address} canceled the watch on {key!r}: {reason}")
+
+    def _watch_once(self, key: str, start: int, deadline: float, total: float) -> str:
+        """One watch: returns once ``key`` is put (""), or why etcd canceled it."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise StoreTimeoutError(f"etcd {self.address}: wait for {key!r} timed out after {total:g}s")
@@ -439,7 +457,9 @@ class EtcdStore:
                 result = json.loads(line).get("result", {})
                 for event in result.get("events", []):
                     if event.get("type", "PUT") == "PUT":
-                        return
+                        return ""
+                if result.get("canceled"):
+                    return str(result.get("cancel_reason") or "no reason given")
         except TimeoutError:
             raise StoreTimeoutError(f"etcd {self.address}: wait for {key!r} timed out after "
                                     f"{total:g}s") from None

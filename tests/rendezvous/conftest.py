@@ -148,6 +148,26 @@ def kill_node(node: Node) -> None:
 @pytest.fixture(scope="module")
 def etcd_endpoint(tmp_path_factory):
     """A real etcd server on free loopback ports, for this module; dies with the test run."""
+    yield from _etcd(tmp_path_factory)
+
+
+#: the password of ``etcd_auth_endpoint``'s one user
+ETCD_PASSWORD = "the job's password"
+
+
+@pytest.fixture(scope="module")
+def etcd_auth_endpoint(tmp_path_factory):
+    """As ``etcd_endpoint``, with authentication on as the harness turns it on for its
+    own (``enable_auth``): user root, ``ETCD_PASSWORD``."""
+    from harness.rendezvous._etcd import enable_auth
+
+    for endpoint in _etcd(tmp_path_factory):
+        host, port = endpoint.split(":")
+        enable_auth(host, int(port), ETCD_PASSWORD)
+        yield endpoint
+
+
+def _etcd(tmp_path_factory):
     import shutil
 
     binary = shutil.which("etcd")

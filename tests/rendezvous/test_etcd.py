@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import pytest
 
 from harness.rendezvous._etcd import EtcdStore
-from harness.rendezvous._store import StoreTimeoutError
+from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
 from tests.conftest import run_elastic
-from tests.rendezvous.conftest import ALLREDUCE, ENV_DUMP, HERE, LOOP, kill_node
+from tests.rendezvous.conftest import ALLREDUCE, ENV_DUMP, ETCD_PASSWORD, HERE, LOOP, kill_node
 
 
 def etcd_args(endpoint: str, nnodes: str, run_id: str, *extra: str, backend: str = "etcd",
@@ -134,3 +135,31 @@ def _first_to_exit(agents: list, timeout: float):
                 return agent
         time.sleep(0.05)
     raise AssertionError("no agent exited:\n" + "\n".join(a.output for a in agents))
+
+
+def test_an_etcd_with_authentication_admits_only_the_password_and_renews_a_token(etcd_auth_endpoint):
+    """The harness's etcd has authentication on (``enable_auth``): a client with the
+    password reads and writes; one without reads no key and one with a wrong password is
+    refused, each in one line. A token etcd no longer takes ("invalid auth token": expired;
+    here one etcd never issued) is renewed once, for a request and for a watch."""
+    host, port = etcd_auth_endpoint.split(":")
+    store = EtcdStore(host, int(port), prefix="/t-auth", timeout=5, password=ETCD_PASSWORD)
+    other, stranger = store.clone(), EtcdStore(host, int(port), prefix="/t-auth", timeout=5)
+    try:
+        store.set("k", b"v")
+        assert other.get("k") == b"v"
+        with pytest.raises(StoreConnectionError, match=r"wants the job's secret .* and this node has none"):
+            stranger.get("k")
+        with pytest.raises(StoreConnectionError, match=r"refused this node's job secret \(HTTP 400: etcdserver: "
+                                                       r"authentication failed, invalid user ID or password\)"):
+            EtcdStore(host, int(port), prefix="/t-auth", timeout=5, password="a stranger's")
+        store._token = "expired.1"
+        assert store.get("k") == b"v" and store._token != "expired.1"
+        _, revision = store._range_many(["w"])
+        store._token = "expired.2"
+        threading.Timer(0.2, lambda: other.set("w", b"1")).start()
+        store._watch_for("w", revision + 1, time.monotonic() + 5, 5)  # returns once "w" is put
+        assert store._token != "expired.2"
+    finally:
+        for client in (store, other, stranger):
+            client.close()

@@ -264,7 +264,8 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
     popen = _spawn(job, [binary, "--data-dir", data_dir, "--name", "harness",
                          "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
                          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                         "--initial-cluster", f"harness={peer_url}"], log_path, None)
+                         "--initial-cluster", f"harness={peer_url}",
+                         "--auth-token-ttl", "86400"], log_path, None)  # a node's token outlives its job
     endpoint = f"{host}:{client_port}"
     store = StoreProcess("etcd", popen, endpoint, reservations, data_dir)
     secret_env = job_secret_env(job.directory)
