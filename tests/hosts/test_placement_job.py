@@ -92,31 +92,6 @@ def _left_on(lab: SshdLab, spec: HostSpec, dirs: list[str]) -> dict[str, list]:
     return json.loads(out)
 
 
-def test_a_two_node_job_runs_on_two_hosts(lab, hosts):
-    """Round robin: node 0 on host 0, node 1 on host 1; gloo between them; both nodes'
-    events in the timeline, the workers' output in the agents' logs; nothing left after."""
-    with Cluster(nnodes=2, nproc_per_node=1, hosts=hosts, start_method="spawn") as cluster:
-        job = cluster.launch(str(SCRIPTS / "allreduce.py"))
-        result = job.wait(timeout=150)
-        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
-        starts = {e["target_node"]: e for e in job.timeline.events("node_start", HARNESS)}
-        assert {i: (e["host"], e["addr"]) for i, e in starts.items()} == {
-            0: (hosts[0].label, hosts[0].address), 1: (hosts[1].label, hosts[1].address)}
-        for node in (0, 1):  # the agents' and the workers' own events, relayed
-            assert job.timeline.states(node)[-1] == WorkerState.SUCCEEDED
-            assert len(job.timeline.events("worker_start", node)) == 1
-            assert "SUM rank=" in job.agent_log(node) and "world=2 value=3" in job.agent_log(node)
-        assert job.timeline.world_sizes() == [2]
-        assert {e["master_addr"] for e in job.timeline.events("rendezvous")} == {hosts[0].address}
-        assert [job.node_address(i) for i in (0, 1)] == [hosts[0].address, hosts[1].address]
-        assert set(result.run_results) == {0, 1}
-        assert all(r.state == WorkerState.SUCCEEDED for r in result.run_results.values())
-        work_dirs = _work_dirs(job)
-        assert set(work_dirs) == {h.label for h in hosts}
-    for spec in hosts:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
-
-
 #: a stranger on a host: every key of the etcd at 127.0.0.1:argv[1], asked without a token
 _ETCD_STRANGER = ("import http.client, sys\n"
                   "c = http.client.HTTPConnection('127.0.0.1', int(sys.argv[1]), timeout=10)\n"
@@ -221,14 +196,27 @@ def _status(pid: int) -> str:
 
 
 def test_a_worker_killed_on_its_host_restarts_the_job(lab, hosts):
-    """kill_worker at a step (SIGTERM) on node 1's host: its supervisor signals the
-    worker's pid there; the worker's exit is on the timeline with the signal, the job
-    restarts once and succeeds; nothing left on the hosts."""
+    """Round robin: node 0 on host 0, node 1 on host 1; both nodes' events in the
+    timeline, the workers' output in the agents' logs. kill_worker at a step (SIGTERM) on
+    node 1's host: its supervisor signals the worker's pid there; the worker's exit is on
+    the timeline with the signal, the job restarts once and succeeds; nothing left on the
+    hosts. (gloo between two hosts: the DDP trainer of the host_unreachable and plugin tests.)"""
     with Cluster(nnodes=2, nproc_per_node=1, max_restarts=1, hosts=hosts, start_method="spawn") as cluster:
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "30", "0.05")
         job.inject(WorkerKill(node=1, sig=int(signal.SIGTERM)), AtStep(step=4, rank=0))
         result = job.wait(timeout=150)
         assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        starts = {e["target_node"]: e for e in job.timeline.events("node_start", HARNESS)}
+        assert {i: (e["host"], e["addr"]) for i, e in starts.items()} == {
+            0: (hosts[0].label, hosts[0].address), 1: (hosts[1].label, hosts[1].address)}
+        for node in (0, 1):  # the agents' and the workers' own events, relayed
+            assert job.timeline.states(node)[-1] == WorkerState.SUCCEEDED
+            assert len(job.timeline.events("worker_start", node)) == 2
+            assert f"DONE rank={node} attempt=1" in job.agent_log(node)
+        assert {e["master_addr"] for e in job.timeline.events("rendezvous")} == {hosts[0].address}
+        assert [job.node_address(i) for i in (0, 1)] == [hosts[0].address, hosts[1].address]
+        assert set(result.run_results) == {0, 1}
+        assert all(r.state == WorkerState.SUCCEEDED for r in result.run_results.values())
         [fault] = job.timeline.faults()
         assert (fault["fault"], fault["target_node"], fault["sig"]) == ("kill_worker", 1, signal.SIGTERM)
         [victim] = [e for e in job.timeline.events("worker_start", 1) if e["restart_count"] == 0]

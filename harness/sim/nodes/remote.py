@@ -107,9 +107,8 @@ connector: Callable[[HostSpec], SshHost] = SshHost
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal", "partition", "packet_loss", "bandwidth", "host_unreachable", "slow_node",
-               "memory_limit",
-               "disk_full", "slow_io", "io_error")
+               "kill_store_host", "heal", "partition", "packet_loss", "bandwidth", "host_unreachable",
+               "slow_node", "memory_limit", "disk_full", "slow_io", "io_error")
 #: where chaos draws network faults on hosts (``chaos_kinds``: a job's own are refused per node)
 NETWORK_CHAOS_ON_HOSTS = "network kinds in a job whose nodes are each alone on a host"
 _RELAY_CLOSE_S = 10.0
