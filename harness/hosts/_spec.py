@@ -22,6 +22,7 @@ The hosts file (TOML)::
     shared_dir = "/nfs/elastic"       # a filesystem the job's hosts share: its {shared} there
     copy_script = true                # the job's script dir copied into the work dir
     keep_missed = 20                  # s the host keeps a lost connection's events files
+    gpus = 8                          # its GPUs (a count, or ids): split between its nodes
 """
 
 from __future__ import annotations
@@ -77,6 +78,9 @@ class HostSpec:
     copy_script: bool = False
     #: seconds the host keeps a lost connection's events files (``KEEP_MISSED_S``; 0: none)
     keep_missed: float = KEEP_MISSED_S
+    #: the host's GPUs (``CUDA_VISIBLE_DEVICES`` ids) the harness splits between the job's
+    #: nodes there (``harness.sim.nodes.host_gpus``); empty: none handed out
+    gpus: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -134,6 +138,17 @@ def _keep(value: Any) -> float | None:
     return float(value) if ok else None
 
 
+def _gpus(value: Any) -> tuple[str, ...] | None:
+    """A count (ids 0..n-1) or a list of device ids, as ``CUDA_VISIBLE_DEVICES`` takes them."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return tuple(str(i) for i in range(value)) if 0 <= value <= 1024 else None
+    ok = isinstance(value, (list, tuple)) and all(
+        isinstance(v, (int, str)) and not isinstance(v, bool) and str(v).strip() and "," not in str(v) for v in value)
+    return tuple(str(v).strip() for v in value) if ok else None
+
+
 def _sessions(value: Any) -> int | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 1024
     return value if ok else None
@@ -160,6 +175,7 @@ FIELDS: dict[str, _Field] = {
     "shared_dir": _Field(_absolute, "must be an absolute path on the host, of a filesystem the job's hosts share"),
     "copy_script": _Field(_flag, "must be true or false"),
     "keep_missed": _Field(_keep, "must be a number of seconds in [0, 3600]"),
+    "gpus": _Field(_gpus, "must be a GPU count in [0, 1024] or a list of device ids"),
 }
 _REQUIRED = ("address", "user")
 

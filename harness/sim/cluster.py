@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, ElasticError
@@ -242,13 +242,21 @@ class Cluster:
 
     @property
     def gpu_plan(self) -> Any:
-        """How this machine's GPUs are split between node slots (``harness.sim.nodes.gpus.GpuPlan``)."""
+        """How this machine's GPUs are split between node slots (``harness.sim.nodes.gpus.GpuPlan``),
+        or with hosts each host's between the slots placed on it (``host_gpus.HostsGpuPlan``)."""
         if self._gpu_plan is None:
-            from harness.sim.nodes.gpus import GpuPlan
-
             config = self.config
-            self._gpu_plan = GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node,
-                                             {**os.environ, **config.env})
+            if config.remote:
+                from harness.sim.nodes.host_gpus import HostsGpuPlan
+
+                placement = tuple(config.placement) if config.placement is not None else None
+                self._gpu_plan = HostsGpuPlan(tuple(config.hosts or ()), placement, config.max_nodes,
+                                              config.nproc_per_node)
+            else:
+                from harness.sim.nodes.gpus import GpuPlan
+
+                self._gpu_plan = GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node,
+                                                 {**os.environ, **config.env})
         return self._gpu_plan
 
     @property
@@ -257,6 +265,12 @@ class Cluster:
         its own, else ``gloo``."""
         backend: str = self.gpu_plan.backend
         return backend
+
+    def gpus_on_host(self, node: int, host: Any, held: Collection[int]) -> tuple[int, tuple[str, ...]]:
+        """With hosts: node ``node``'s slot and its devices on ``host`` (its spec), the
+        slots live nodes hold being ``held`` (``host_gpus.HostsGpuPlan.for_node``)."""
+        placed: tuple[int, tuple[str, ...]] = self.gpu_plan.for_node(node, host, held)
+        return placed
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """``CUDA_VISIBLE_DEVICES`` ids of node slot ``node`` (0..max_nodes-1; empty

@@ -91,6 +91,9 @@ class ClusterConfig:
         if isinstance(self.gpus, list):
             frozen["gpus"] = tuple(self.gpus)
         if self.hosts is not None:
+            if self.gpus is not None:
+                raise ConfigError("gpus", self.gpus, "is this machine's: with hosts, each host's own are split "
+                                  "(gpus in its spec, the hosts file's gpus = N)", "Cluster(hosts=...)")
             frozen["hosts"] = specs = _host_specs(self.hosts)
             frozen["placement"] = _placement(specs, self.placement, high)
         elif self.placement is not None:

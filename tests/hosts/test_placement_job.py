@@ -106,8 +106,11 @@ def test_a_node_killed_on_its_host_leaves_the_survivor_going(lab, hosts):
     etcd (every other job on hosts here uses the harness's c10d store): the harness's etcd,
     here, reached through each host's connection (the port it forwards there), with
     authentication on: each node authenticates with the job's password, while a stranger
-    on a host, at that same port, reads no key."""
-    with Cluster(nnodes="1:2", nproc_per_node=1, hosts=hosts, rdzv_backend="etcd", start_method="spawn") as cluster:
+    on a host, at that same port, reads no key. The hosts list 2 GPUs each: each node's
+    worker gets its host's device 0 (CUDA_VISIBLE_DEVICES there), and the backend is nccl."""
+    with_gpus = [dataclasses.replace(spec, gpus=("0", "1")) for spec in hosts]
+    with Cluster(nnodes="1:2", nproc_per_node=1, hosts=with_gpus, rdzv_backend="etcd",
+                 start_method="spawn") as cluster:
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
         assert job.store is not None and job.store.name == "etcd"
@@ -116,6 +119,8 @@ def test_a_node_killed_on_its_host_leaves_the_survivor_going(lab, hosts):
         assert out.startswith("400 ") and "user name is empty" in out, out
         victims = job.worker_pids(1)
         assert list(victims) == [0]
+        assert cluster.backend == "nccl" and job.gpus_for(1) == ("0",)
+        assert psutil.Process(victims[0]).environ().get("CUDA_VISIBLE_DEVICES") == "0"  # set on its host
         job.kill_node(1)  # the host's processes are this machine's (one kernel): watched from here
         assert survivors(list(victims.values()), 15) == []  # the worker leads its own group: the tree reached it
         exit_of_1 = [e for e in job.timeline.events("node_exit", HARNESS) if e["target_node"] == 1]

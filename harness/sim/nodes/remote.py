@@ -74,6 +74,7 @@ from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost,
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import FaultRefused, NetworkError
+from harness.sim.nodes.gpus import VISIBLE_ENV
 from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
 from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
 from harness.sim.nodes.host_port import HostPort
@@ -562,17 +563,19 @@ class RemoteNodes:
         os.makedirs(directory)
         there = f"{host.work_dir}/node{index}"
         relay = EventRelay(host, f"{there}/events.jsonl", self._events().write, offset=link.offset, node=index)
+        held = {n.slot for n in job.nodes.values() if n.alive()}
+        slot, gpus = job.cluster.gpus_on_host(index, spec, held)  # the host's own GPUs (``host_gpus``)
         try:
-            proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory)
+            proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory, gpus)
         except BaseException:
             relay.close()
             raise
         agent = RemoteAgent(proc, relay, host)
-        return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=index, gpus=(),
+        return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=slot, gpus=gpus,
                                  host=spec.label, remote_directory=there, timeline=job.timeline)
 
     def _start_agent(self, index: int, name: str, spec: HostSpec, link: _Link, there: str, relay: EventRelay,
-                     rdzv: Mapping[str, Any], directory: str) -> RemoteProcess:
+                     rdzv: Mapping[str, Any], directory: str, gpus: tuple[str, ...]) -> RemoteProcess:
         job = self._job
         settings = job.cluster.config
         host = link.host
@@ -588,6 +591,8 @@ class RemoteNodes:
                WAKE_ENV: relay.wake_path, ORDERS_ENV: self.orders.dir_on(host), "TMPDIR": f"{there}/tmp",
                SHARED_DIR_ENV: shared, NODE_DISK_ENV: disk, WORKER_TMPDIR_ENV: worker_tmp,
                STACKS_ENV: f"{there}/stacks", SECRET_FILE_ENV: secret, **job.resources.node_env(index)}
+        if gpus:
+            env[VISIBLE_ENV] = ",".join(gpus)
         if settings.golden:
             env[DIGEST_ENV] = "1"
         if settings.nproc_per_node > 1:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ERROR_FILE_ENV
@@ -68,6 +68,8 @@ class NodesCluster(Protocol):
     def new_node_label(self, index: int) -> str: ...
 
     def gpus_for(self, node: int) -> tuple[str, ...]: ...
+
+    def gpus_on_host(self, node: int, host: Any, held: Collection[int]) -> tuple[int, tuple[str, ...]]: ...
 
     def zygote_env(self) -> dict[str, str]: ...
 
