@@ -209,10 +209,13 @@ class EtcdStore:
         if status != 200:
             raise StoreConnectionError(f"etcd {self.address} refused this node's job secret (HTTP {status}: "
                                        f"{_said(data)}): not this job's etcd, or its secret is not this one")
-        token = json.loads(data).get("token")
+        try:
+            token = json.loads(data).get("token")
+        except (ValueError, AttributeError):  # not etcd's JSON object
+            token = None
         if not isinstance(token, str) or not token:
-            raise StoreConnectionError(f"etcd {self.address} authenticated this node but gave no token; "
-                                       "authentication is off there")
+            raise StoreConnectionError(f"etcd {self.address} answered the authentication with no token: "
+                                       f"{_said(data)}; is this an etcd v3 server?")
         self._token = token
 
     def _call(self, path: str, body: dict[str, Any], retry: bool = True,
