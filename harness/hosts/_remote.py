@@ -22,7 +22,9 @@ connection that drops closes the channel too):
     controller will open again (``host_unreachable``), so it removes everything but the
     nodes' events files, marks the dir ``.kept`` and keeps them for up to KEEP seconds,
     until the controller, having read what its relays never delivered, removes the mark
-    (``kept`` below). It also binds the datagram socket ``.answers``
+    (``kept`` below). The mark names the keeping lease (pid and start time): a lease that
+    starts removes the kept dirs beside its own whose lease was killed outright meanwhile
+    (``_sweep_kept``). It also binds the datagram socket ``.answers``
     in the work dir and writes each answer a supervisor sends there (one JSON object
     with an int ``answer``) on its stdout as a line: the way back for the questions
     below, whose supervisor's own stdout is its command's.
@@ -105,6 +107,8 @@ KEPT_MARK = ".kept"
 KEPT_FILES = ("events.jsonl",)
 #: how often a lease keeping its events, and ``kept``, look at the mark
 _KEPT_POLL_S = 0.1
+#: the name of every connection's work dir starts so (``tempfile.mkdtemp``'s prefix)
+WORK_PREFIX = "pytest-elastic-"
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -134,7 +138,8 @@ def lease(lost_after: float, keep: float, base: str | None) -> None:
             if base is not None and not os.path.isdir(base):
                 report["problem"] = f"work_dir={base!r} does not exist"
             else:
-                work_dir = report["work_dir"] = tempfile.mkdtemp(prefix="pytest-elastic-", dir=base)
+                work_dir = report["work_dir"] = tempfile.mkdtemp(prefix=WORK_PREFIX, dir=base)
+                _sweep_kept(os.path.dirname(work_dir))
                 lock = os.open(os.path.join(work_dir, LEASE_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 os.close(os.open(os.path.join(work_dir, RUNNING_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
@@ -174,13 +179,44 @@ def _keep_events(work_dir: str, keep: float) -> None:
                 except OSError:
                     pass
     mark = os.path.join(work_dir, KEPT_MARK)
-    try:
-        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    try:  # who keeps them: a lease killed outright meanwhile leaves a mark naming a process gone
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{os.getpid()} {_started(os.getpid())}\n")
     except OSError:
         return
     deadline = time.monotonic() + keep
     while os.path.exists(mark) and time.monotonic() < deadline:
         time.sleep(_KEPT_POLL_S)
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (``/proc/PID/stat``'s starttime): a pid and this name
+    one process, never a later one that reused the pid. None: no such process."""
+    fields = _stat(str(pid))
+    return fields[19].decode() if fields is not None and len(fields) > 19 else None
+
+
+def _sweep_kept(base: str) -> None:
+    """Remove the work dirs under ``base`` whose lease was keeping their events and died
+    without removing them (killed outright: SIGKILL, the host's OOM killer): their mark
+    names a process that is gone. A live lease's dir has no mark, or a mark naming it."""
+    import shutil
+
+    try:
+        names = [name for name in os.listdir(base) if name.startswith(WORK_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        work_dir = os.path.join(base, name)
+        try:
+            with open(os.path.join(work_dir, KEPT_MARK)) as f:
+                words = f.read().split()
+        except OSError:  # no mark (a lease at work), or not ours to read
+            continue
+        if len(words) == 2 and words[0].isdigit() and _started(int(words[0])) != words[1]:
+            _unmount_under(work_dir)
+            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def kept(work_dir: str, wait: float) -> int:

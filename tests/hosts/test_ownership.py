@@ -158,6 +158,26 @@ def test_a_lost_connections_lease_keeps_only_the_events_until_released(tmp_path:
     assert ran_out.end() == (0, "") and os.listdir(tmp_path) == []
 
 
+def test_a_kept_dir_whose_lease_was_killed_outright_is_removed_by_the_next_lease(tmp_path: Path):
+    """A lease keeping its events is SIGKILLed (the host's OOM killer, say): it cannot
+    remove its dir. Its mark names it (pid and start time), so the next lease on the host
+    sees that process gone and removes the dir before it reports; its own stays, and so
+    does the dir of a lease still keeping its events."""
+    lease, keeping = LocalLease(tmp_path, keep=60), LocalLease(tmp_path, keep=60)
+    for each in (lease, keeping):
+        (Path(each.work_dir) / "node0").mkdir()
+        (Path(each.work_dir) / "node0" / "events.jsonl").write_text('{"kind": "a"}\n')
+        each.proc.stdin.close()  # type: ignore[union-attr]
+        assert remote("kept", each.work_dir, str(GONE_WITHIN_S)) == "kept\n"
+    lease.proc.kill()
+    assert lease.end()[0] == -signal.SIGKILL
+    assert os.path.isdir(lease.work_dir)  # left behind
+    after = LocalLease(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(w) for w in (keeping.work_dir, after.work_dir))
+    remote("release", keeping.work_dir)
+    assert keeping.end() == (0, "") and after.end() == (0, "") and os.listdir(tmp_path) == []
+
+
 def test_a_silent_controller_is_lost(tmp_path: Path):
     """Heartbeats keep the lease; silence past lost_after ends it, with one line saying so."""
     lease = LocalLease(tmp_path, lost_after=0.5)
