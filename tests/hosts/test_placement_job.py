@@ -460,13 +460,14 @@ def test_a_killed_controller_leaves_nothing_of_its_job_on_the_hosts(lab, hosts):
     process on either host names the job's work dirs, the workers are gone, and so are the
     work dirs and, where this machine has cgroups, the nodes' cgroups (their keepers remove
     them when their connection ends), and where it has FUSE, the nodes' disks mounted there
-    (a work dir with a mount in it could not be removed); the nodes' events files last,
-    kept for the hosts' keep_missed (1 s here; 20 s by default) in case the controller came
-    back. Seen from here: the lab's hosts share this machine's /proc, files and cgroups."""
+    (a work dir with a mount in it could not be removed). The hosts keep no events files
+    for a controller that might come back (keep_missed 0 here; 20 s by default, checked in
+    test_ownership.py). Seen from here: the lab's hosts share this machine's /proc, files
+    and cgroups."""
     with_cgroups = ["cgroups"] if isinstance(probe(), CgroupSupport) else []
     with_fuse = ["fuse"] if fuse_missing() is None else []  # a mounted disk pins its work dir
     fields = [{**{name: getattr(spec, name) for name in ("address", "user", "port", "key", "python", "known_hosts")},
-               "capabilities": with_cgroups + with_fuse, "keep_missed": 1.0} for spec in hosts]
+               "capabilities": with_cgroups + with_fuse, "keep_missed": 0.0} for spec in hosts]
     controller = subprocess.Popen([sys.executable, "-c", _JOB_CONTROLLER, json.dumps(fields),
                                    json.dumps(list(lab.ssh_command)), str(SCRIPTS / "sleeper.py")],
                                   stdout=subprocess.PIPE, text=True, cwd=ROOT,
