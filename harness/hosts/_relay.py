@@ -163,7 +163,11 @@ class EventRelay:
             self._take(self.lines, line)
 
     def _take(self, number: int, line: str) -> None:
-        """Line ``number``: checked, moved onto our clocks and delivered, or refused."""
+        """Line ``number`` (whole, with its newline): checked, moved onto our clocks and
+        delivered, or refused."""
+        if len(line) > MAX_LINE + 1:  # read whole where the stream's reader could not (``catch_up``)
+            self._refuse(number, f"longer than {MAX_LINE} characters", line)
+            return
         event = check_event(line, self.node)
         if isinstance(event, str):
             self._refuse(number, event, line)
@@ -185,13 +189,9 @@ class EventRelay:
             return None
         read = 0
         for text in done.stdout.split("\n")[:-1]:  # the last: "" or a line its writer never finished
-            line = text + "\n"
             self.lines += 1
             read += 1
-            if len(text) > MAX_LINE:
-                self._refuse(self.lines, f"longer than {MAX_LINE} characters", line)
-            else:
-                self._take(self.lines, line)
+            self._take(self.lines, text + "\n")
         return read
 
     def _refuse(self, number: int, why: str, line: str) -> None:

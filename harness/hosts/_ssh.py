@@ -66,7 +66,7 @@ from harness.hosts._errors import (
     last_line,
 )
 from harness.hosts._process import CommandResult, RemoteProcess, show_argv, stop_local
-from harness.hosts._spec import HostSpec
+from harness.hosts._spec import FIELDS, HostSpec
 
 __all__ = ["SILENT_LINK_S", "SshHost", "RemoteInfo"]
 
@@ -175,11 +175,10 @@ class SshHost:
                               f"host {spec.label}")
         self.spec, self.ssh_command, self.ssh_config = spec, tuple(ssh_command), ssh_config
         self.connect_timeout, self.multiplex, self.check_version = connect_timeout, multiplex, check_version
-        keep_missed = spec.keep_missed if keep_missed is None else keep_missed
-        if isinstance(keep_missed, bool) or not isinstance(keep_missed, (int, float)) or not 0 <= keep_missed <= 3600:
-            raise ConfigError("keep_missed", keep_missed, "must be a number of seconds in [0, 3600]",
-                              f"host {spec.label}")
-        self.lost_after, self.keep_missed = lost_after, float(keep_missed)
+        keep = spec.keep_missed if keep_missed is None else FIELDS["keep_missed"].check(keep_missed)
+        if keep is None:  # the hosts file's own check of the field
+            raise ConfigError("keep_missed", keep_missed, FIELDS["keep_missed"].constraint, f"host {spec.label}")
+        self.lost_after, self.keep_missed = lost_after, float(keep)
         self.info: RemoteInfo | None = None
         self._owned = _Owned(owner=os.getpid())
         self._finalizer = weakref.finalize(self, _teardown, self._owned, 5.0)
@@ -377,12 +376,16 @@ class SshHost:
         ``close()``: "kept" (its lease has ended what it ran and keeps the nodes' events
         files, whole: read them, then ``release``), "gone" (removed: its ``keep_missed``
         ran out) or "running" (its lease has not noticed the loss within ``wait`` s)."""
-        argv = [self.spec.python, "-I", "-S", "-c", _remote_source(), "kept", work_dir, repr(float(wait))]
+        argv = self._remote_argv("kept", work_dir, repr(float(wait)))
         return self.run(argv, timeout=wait + self.connect_timeout + 20).stdout.strip()
 
     def release(self, work_dir: str) -> None:
         """Let the lease of the lost ``work_dir`` remove it now (``kept``)."""
-        self.run([self.spec.python, "-I", "-S", "-c", _remote_source(), "release", work_dir], check=False)
+        self.run(self._remote_argv("release", work_dir), check=False)
+
+    def _remote_argv(self, *args: str) -> list[str]:
+        """``_remote`` run as a command (under its supervisor), with the host's bare interpreter."""
+        return [self.spec.python, "-I", "-S", "-c", _remote_source(), *args]
 
     def write(self, path: str, data: bytes, *, timeout: float = 30.0) -> str:
         """``put`` to the absolute ``path``, outside the work dir: a dir the job owns

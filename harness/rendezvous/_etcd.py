@@ -79,13 +79,11 @@ def _seconds(timeout: float | timedelta | None, default: float) -> float:
     return timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
 
 
-def _post(host: str, port: int, path: str, body: dict[str, Any], timeout: float,
-          token: str | None = None) -> tuple[int, bytes]:
-    """One gateway request on a connection of its own: its HTTP status and body."""
+def _post(host: str, port: int, path: str, body: dict[str, Any], timeout: float) -> tuple[int, bytes]:
+    """One gateway request, with no token, on a connection of its own: its HTTP status and body."""
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        headers = {"Content-Type": "application/json", **({"Authorization": token} if token else {})}
-        conn.request("POST", path, body=json.dumps(body), headers=headers)
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -253,9 +251,7 @@ class EtcdStore:
                 self._authenticate()
                 continue
             if status == 400 and b"user name is empty" in data:
-                raise StoreConnectionError(f"etcd {self.address} wants the job's secret (authentication is on "
-                                           "there), and this node has none: HARNESS_RDZV_SECRET_FILE or "
-                                           "HARNESS_RDZV_SECRET")
+                raise self._no_secret()
             if status == 404 and b"requested lease not found" in data:
                 raise _LeaseNotFound(f"etcd {self.address}: this node's lease expired")
             if status != 200:
@@ -267,6 +263,11 @@ class EtcdStore:
             except ValueError:
                 raise StoreConnectionError(f"etcd {self.address}: {path} answered non-JSON "
                                            f"{data[:80]!r}; is this an etcd v3 server?") from None
+
+    def _no_secret(self) -> StoreConnectionError:
+        """What etcd's "user name is empty" means here, for a request and for a watch."""
+        return StoreConnectionError(f"etcd {self.address} wants the job's secret (authentication is on there), "
+                                    "and this node has none: HARNESS_RDZV_SECRET_FILE or HARNESS_RDZV_SECRET")
 
     def _headers(self) -> dict[str, str]:
         token = self._token
@@ -434,9 +435,7 @@ class EtcdStore:
                 self._authenticate()
                 continue
             if "user name is empty" in reason:
-                raise StoreConnectionError(f"etcd {self.address} wants the job's secret (authentication is on "
-                                           "there), and this node has none: HARNESS_RDZV_SECRET_FILE or "
-                                           "HARNESS_RDZV_SECRET")
+                raise self._no_secret()
             raise StoreConnectionError(f"etcd {self.address} canceled the watch on {key!r}: {reason}")
 
     def _watch_once(self, key: str, start: int, deadline: float, total: float) -> str:

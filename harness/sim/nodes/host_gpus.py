@@ -13,6 +13,7 @@ worker of every host has a device of its own; a host that lists none makes the j
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -32,9 +33,14 @@ class HostsGpuPlan:
     max_nodes: int
     nproc_per_node: int
 
+    @functools.cached_property
+    def _where(self) -> list[HostSpec]:
+        """The host of each node slot (0..max_nodes-1)."""
+        return placed_hosts(self.hosts, self.placement, self.max_nodes)
+
     def _slots_on(self, spec: HostSpec) -> list[int]:
-        """The node slots (0..max_nodes-1) placed on ``spec``, in order."""
-        return [n for n, h in enumerate(placed_hosts(self.hosts, self.placement, self.max_nodes)) if h == spec]
+        """The node slots placed on ``spec``, in order."""
+        return [n for n, h in enumerate(self._where) if h == spec]
 
     def _plan(self, spec: HostSpec) -> GpuPlan:
         return GpuPlan(tuple(spec.gpus), max(1, len(self._slots_on(spec))), self.nproc_per_node)
@@ -43,14 +49,14 @@ class HostsGpuPlan:
     def backend(self) -> str:
         """``nccl`` when every worker on every host the job's slots use has a device of its
         own, else ``gloo``."""
-        used = dict.fromkeys(placed_hosts(self.hosts, self.placement, self.max_nodes))
+        used = dict.fromkeys(self._where)
         return "nccl" if all(self._plan(spec).backend == "nccl" for spec in used) else "gloo"
 
     def slot(self, index: int) -> tuple[str, ...]:
         """The devices of node slot ``index`` (0 <= index < max_nodes) on its host."""
         if not 0 <= index < self.max_nodes:
             raise IndexError(f"slot {index} is not in 0..{self.max_nodes - 1}")
-        spec = placed_hosts(self.hosts, self.placement, index + 1)[index]
+        spec = self._where[index]
         return self._plan(spec).slot(self._slots_on(spec).index(index))
 
     def for_node(self, index: int, spec: HostSpec, held: Collection[int]) -> tuple[int, tuple[str, ...]]:
