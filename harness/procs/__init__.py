@@ -7,7 +7,7 @@ named in them is gone, the cgroups a process is in, joining a network namespace,
 zygote server (a warm interpreter that has imported torch and forks workers).
 """
 
-from harness.procs._cgroup import OOM_REASON, cgroup_dirs
+from harness.procs._cgroup import OOM_REASON, cgroup_dirs, cgroup_mounts
 from harness.procs._context import START_METHODS, ProcessContext, RunProcsResult
 from harness.procs._handles import (
     is_same_process,
@@ -28,7 +28,7 @@ from harness.procs._zygote_client import ZygoteError, ZygoteServerProcess
 __all__ = [
     "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
     "LogsSpecs", "ProcessContext",
-    "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",
+    "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "cgroup_mounts", "die_with_parent",
     "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned", "render_prefix",
     "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
 ]

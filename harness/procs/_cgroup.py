@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["cgroup_dirs", "join_cgroups", "memory_cgroup", "memory_limit", "OomLedger", "OOM_REASON",
+__all__ = ["cgroup_dirs", "cgroup_mounts", "join_cgroups", "memory_cgroup", "memory_limit", "OomLedger", "OOM_REASON",
            "parse_cgroup", "parse_mountinfo"]
 
 #: the ``reason`` a worker the OOM killer took gets (``worker_exit`` events)
@@ -34,8 +34,9 @@ _UNIFIED = ""  # the controller key of the cgroup v2 (unified) hierarchy
 _OPTIONS = frozenset({"rw", "ro", "noprefix", "xattr", "clone_children", "cpuset_v2_mode", "none"})
 
 
-def _mounts() -> dict[str, tuple[str, str]]:
-    """controller -> (mount point, mount root) of every cgroup hierarchy mounted here."""
+def cgroup_mounts() -> dict[str, tuple[str, str]]:
+    """controller -> (mount point, mount root) of every cgroup hierarchy mounted here
+    (``""``: the cgroup v2 unified hierarchy)."""
     try:
         with open("/proc/self/mountinfo") as fp:
             return parse_mountinfo(fp.read())
@@ -76,7 +77,7 @@ def cgroup_dirs(pid: int | str = "self") -> dict[str, str]:
             text = fp.read()
     except OSError:
         return {}
-    return parse_cgroup(text, _mounts())
+    return parse_cgroup(text, cgroup_mounts())
 
 
 def parse_cgroup(text: str, mounts: dict[str, tuple[str, str]]) -> dict[str, str]:

@@ -150,7 +150,7 @@ class Cluster:
         else:
             kinds = chaos.kinds
             if job.remote is not None:  # on hosts: the kinds this job's placement allows
-                from harness.sim.nodes.remote import chaos_kinds
+                from harness.sim.nodes.host_refusals import chaos_kinds
 
                 kinds, left_out = chaos_kinds(kinds, job.remote.hosts, job.remote.placement, config.max_nodes)
             schedule = generate_schedule(seed, kinds, config.min_nodes, config.max_nodes,

@@ -55,6 +55,13 @@ def netns_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
+def netns_cgroup_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
+    """Two hosts for a job whose capabilities allow network faults and cgroups: a network
+    fault on one of several nodes of a host falls on its sockets alone."""
+    return _job_hosts(lab, tmp_path, monkeypatch, capabilities=("netns", "cgroups"))
+
+
+@pytest.fixture
 def cgroup_hosts(lab: SshdLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[HostSpec]:
     """Two hosts for a job whose capabilities allow resource faults (root and cgroups: the
     lab's hosts share this machine's kernel, so their cgroups are this machine's)."""

@@ -11,8 +11,10 @@ partition of node 1 and its heal, as the bundled ``flapping_link`` scenario does
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -21,11 +23,12 @@ import pytest
 from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import AtStep, Bandwidth, FaultRefused, Heal, OnWorldSize, Partition, ScheduledFault
-from harness.hosts import HostSpec
+from harness.hosts import HostSpec, RemoteProcess, SshHost
 from harness.sim.faults import fault_class
-from harness.sim.net.host_rules import HostLoss, HostPartition
+from harness.sim.net.host_rules import HostLoss, HostPartition, NodeSockets
 from harness.sim.nodes.host_network import HostFirewall
 from harness.sim.nodes.host_shaping import HostShaper
+from harness.sim.resources.host_cgroups import HostNodeCgroup
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.hosts.observe import processes_naming
@@ -39,10 +42,13 @@ TRAIN = ROOT / "scenarios" / "scripts" / "train.py"
 _DROPPED_AFTER_S = 1.0
 
 
-def _reach(lab: SshdLab, from_host: int, address: str, port: int) -> str:
-    """From host ``from_host``'s namespace, a TCP connection to ``address:port``:
-    "banner" (it answered), "refused", or "silence" (nothing back: dropped)."""
-    probe = ("import socket, sys\n"
+def _reach(lab: SshdLab, from_host: int, address: str, port: int, cgroup: HostNodeCgroup | None = None) -> str:
+    """From host ``from_host``'s namespace (in ``cgroup``: as a process of that node), a TCP
+    connection to ``address:port``: "banner" (it answered), "refused", or "silence"
+    (nothing back: dropped)."""
+    joins = cgroup.procs_files() if cgroup is not None else []
+    probe = ("import os, socket, sys\n"
+             f"for path in {joins!r}: open(path, 'w').write(str(os.getpid()))\n"
              "try:\n"
              f"    s = socket.create_connection(({address!r}, {port}), timeout={_DROPPED_AFTER_S})\n"
              "    s.settimeout(5); print('banner' if s.recv(8).startswith(b'SSH-') else 'other')\n"
@@ -73,16 +79,16 @@ def test_a_partition_on_a_host_spares_the_harness_and_goes_with_its_owner(lab: S
     assert _reach(lab, 1, spec.address, spec.port) == "banner"
     with lab.ssh_host(spec) as ssh:
         firewall = HostFirewall(ssh)
-        firewall.apply([HostPartition((), "both", store=True)], store_port=None)
+        firewall.apply({0: [HostPartition((), "both", store=True)]}, store_port=None)
         listed = firewall.listed()
         assert listed is not None and "drop" in listed
         assert _reach(lab, 1, spec.address, spec.port) == "silence"
         ssh.ping()  # the harness's own connection is spared
         assert _table_on(lab, spec, firewall.table) == listed  # and a new one of this machine's gets in
-        firewall.apply([], store_port=None)  # healed
+        firewall.apply({}, store_port=None)  # healed
         assert firewall.listed() is None
         assert _reach(lab, 1, spec.address, spec.port) == "banner"
-        firewall.apply([HostLoss(1.0)], store_port=None)  # every packet lost, but the harness's
+        firewall.apply({0: [HostLoss(1.0)]}, store_port=None)  # every packet lost, but the harness's
         assert _reach(lab, 1, spec.address, spec.port) == "silence"
         ssh.ping()
         for pid in ssh.pids():  # the controller dies: its ssh clients with it
@@ -93,6 +99,68 @@ def test_a_partition_on_a_host_spares_the_harness_and_goes_with_its_owner(lab: S
             assert time.monotonic() < deadline, "the table outlived its owner's connection by 20 s"
             time.sleep(0.2)
     assert _reach(lab, 1, spec.address, spec.port) == "banner"
+
+
+#: a banner server in a node's cgroup: joins it (argv 1: its cgroup.procs files), listens
+#: at argv 2, prints its port, greets each connection as sshd would
+_GREETER = """
+import os, socket, sys
+for path in filter(None, sys.argv[1].split(":")):
+    open(path, "w").write(str(os.getpid()))
+s = socket.create_server((sys.argv[2], 0))
+print(s.getsockname()[1], flush=True)
+while True:
+    conn, _ = s.accept()
+    conn.sendall(b"SSH-2.0-greeter\\r\\n")
+    conn.close()
+"""
+
+
+def _node_cgroup(host: SshHost, node: int) -> tuple[HostNodeCgroup, RemoteProcess]:
+    """Node ``node``'s cgroup on ``host``, made by its keeper there as a job's is; the keeper."""
+    keeper = host.start([host.spec.python, "-m", "harness.sim.resources.on_host", "keep", "netcut", str(node)])
+    said = json.loads(keeper.first_line(60))
+    assert said.get("socket"), said  # the lab's hosts have the unified hierarchy (hybrid or v2)
+    return HostNodeCgroup(host, said["version"], said["dirs"], tuple(said["socket"])), keeper
+
+
+def test_a_fault_on_one_of_two_nodes_of_a_host_falls_on_its_sockets_alone(lab: SshdLab):
+    """Nodes 0 and 1 on host 0, each in its own cgroup (its keeper's), each with a server
+    at the host's address. Node 1 cut from everyone (and from node 0): node 1 reaches no
+    one, and no one reaches it, over the wire (host 1) or the loopback (node 0); node 0
+    reaches and is reached by everyone; each node still reaches its own server, and the
+    harness's connection goes on. Healed: all reach all again."""
+    lab.start(0)
+    lab.start(1)
+    spec = lab.spec(0)
+    address, other = spec.address, lab.spec(1)
+    with lab.ssh_host(spec) as ssh:
+        cgroups, keepers = zip(*(_node_cgroup(ssh, node) for node in (0, 1)), strict=True)
+        greeters = [subprocess.Popen(["nsenter", f"--net={lab.net.namespace_path(0)}", sys.executable, "-c",
+                                      _GREETER, ":".join(c.procs_files()), address], stdout=subprocess.PIPE,
+                                     text=True) for c in cgroups]
+        try:
+            ports = [int(g.stdout.readline()) for g in greeters if g.stdout is not None]
+            sockets = {n: NodeSockets(n, *c.socket_cgroup()) for n, c in enumerate(cgroups)}
+            firewall = HostFirewall(ssh)
+            firewall.apply({1: [HostPartition((), "both", store=True, neighbours=(0,))]}, None, sockets)
+            assert [_reach(lab, 0, address, ports[0], cgroups[n]) for n in (0, 1)] == ["banner", "silence"]
+            assert [_reach(lab, 0, address, ports[1], cgroups[n]) for n in (0, 1)] == ["silence", "banner"]
+            assert [_reach(lab, 1, address, port) for port in ports] == ["banner", "silence"]
+            assert [_reach(lab, 0, other.address, other.port, c) for c in cgroups] == ["banner", "silence"]
+            ssh.ping()
+            firewall.apply({}, None, sockets)
+            assert _reach(lab, 0, address, ports[0], cgroups[1]) == "banner"
+            assert _reach(lab, 1, address, ports[1]) == "banner"
+        finally:
+            for greeter in greeters:
+                greeter.kill()
+                greeter.communicate()
+            for keeper in keepers:
+                keeper.terminate()
+                keeper.communicate(30)
+                keeper.close()
+        assert not any(os.path.exists(d) for c in cgroups for d in c.distinct())
 
 
 _RECEIVER = """
@@ -196,7 +264,7 @@ def test_a_host_without_nft_says_so_in_one_line(lab: SshdLab, tmp_path: Path):
         firewall = HostFirewall(ssh)
         firewall.table = "not a table name"  # nft refuses it as it would refuse a host without root
         with pytest.raises(Exception) as info:
-            firewall.apply([HostPartition((), "both")], store_port=None)
+            firewall.apply({0: [HostPartition((), "both")]}, store_port=None)
         message = str(info.value)
         assert "\n" not in message
         assert message.startswith(f"host {lab.spec(0).label}: nft -f exited 1: ")
@@ -233,10 +301,34 @@ def test_a_partitioned_node_on_a_host_is_left_behind_and_rejoins_when_healed(lab
         assert heal["healed"] == ["partition/packet_loss"]
 
 
+@pytest.mark.slow  # the default run checks the same rules on a host without a job (..._falls_on_its_sockets_alone)
+def test_a_partitioned_node_that_shares_its_host_is_left_behind_alone(lab, netns_cgroup_hosts, tmp_path):
+    """Three nodes on two hosts: nodes 0 and 2 share host 0, which lists cgroups. Node 2 cut
+    from everyone at step 5: its peers on the wire (node 1) and on its host's loopback
+    (node 0) and the store lose it, and nodes 0 and 1 go on as two; healed then, node 2
+    rejoins. Nothing of node 0's was cut: the job never went below two."""
+    with Cluster(nnodes="2:3", nproc_per_node=1, max_restarts=0, hosts=netns_cgroup_hosts,
+                 start_method="zygote") as cluster:
+        job = cluster.launch(str(TRAIN), "--steps", "60", "--step-time", "0.05", "--ckpt-dir", str(tmp_path))
+        job.schedule([ScheduledFault(Partition(node=2, peers="all"), AtStep(step=5, rank=0)),
+                      ScheduledFault(Heal(node=2), OnWorldSize(2), after_previous=True)])
+        deadline = time.monotonic() + 120
+        while not job.timeline.faults():
+            assert time.monotonic() < deadline, f"{job.timeline.format()}\n{job.agent_log(0)}"
+            time.sleep(0.05)
+        during = job.remote.network.firewall(2).listed()
+        result = job.wait(timeout=240)
+        assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
+        assert job.timeline.world_sizes() == [3, 2, 3], job.timeline.format()
+        assert during is not None and 'socket cgroupv2' in during and "meta priority set" in during, during
+        assert job.remote.network.firewall(2).listed() is None
+
+
 def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts):
     """link_down (it would cut the harness's own connection), and a network fault on a node
-    that shares its host (three nodes on two hosts: nodes 0 and 2 share host 0): refused
-    when injected and when called, nothing recorded. bandwidth on node 1, alone on host 1,
+    that shares its host (three nodes on two hosts: nodes 0 and 2 share host 0), which lists
+    no cgroups (a partition there could not tell their sockets apart): refused when
+    injected and when called, nothing recorded. bandwidth on node 1, alone on host 1,
     is carried out there (its links' qdiscs) and healed."""
     with Cluster(nnodes="2:3", nproc_per_node=1, hosts=netns_hosts, start_method="spawn",
                  check_invariants=False) as cluster:
@@ -248,8 +340,9 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
         with pytest.raises(FaultRefused) as info:
             job.inject(Partition(node=0))
         assert str(info.value).endswith(f"refused: host {netns_hosts[0].label} carries nodes 0, 2 of this job, and "
-                                        "a network fault there falls on every node it carries: place node 0 alone "
-                                        "on a host (placement=)")
+                                        "a partition of one of them alone needs 'cgroups' in that host's capabilities "
+                                        "(each node's own cgroup there, by which nft tells their sockets apart), or "
+                                        "node 0 alone on a host (placement=)")
         with pytest.raises(FaultRefused, match=r"peer node 0's host .* also carries node\(s\) 2, which a cut from "
                                                r"it would cut too"):
             job.partition(1, peers=[0])

@@ -32,7 +32,7 @@ from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.hosts import HostSpec
 from harness.sim.leftovers import remove_dead_owners
-from harness.sim.nodes import remote
+from harness.sim.nodes import host_refusals, remote
 from harness.sim.resources import CgroupSupport, probe
 from harness.sim.storage.mount import fuse_missing
 from harness.sim.truth.stacks import all_stacks
@@ -349,10 +349,10 @@ def test_an_exact_exit_order_needs_one_dir_every_node_sees():
     with pytest.raises(FaultRefused, match=r"is refused: the job's nodes are on hosts, and an exact \(rank, step\) "
                        r"exit order .* may be on hosts ci@10.0.0.5:22, ci@10.0.0.6:22, which share no filesystem: "
                        r"name one they share \(shared_dir in the hosts file\)"):
-        remote.refuse_faults(exact, two, None, 2)
-    remote.refuse_faults(exact, two, [0, 0], 2)  # one host: its own orders dir is every node's
-    remote.refuse_faults(exact, two, None, 1)
-    remote.refuse_faults(exact, [dataclasses.replace(spec, shared_dir="/nfs") for spec in two], None, 2)
+        host_refusals.refuse_faults(exact, two, None, 2)
+    host_refusals.refuse_faults(exact, two, [0, 0], 2)  # one host: its own orders dir is every node's
+    host_refusals.refuse_faults(exact, two, None, 1)
+    host_refusals.refuse_faults(exact, [dataclasses.replace(spec, shared_dir="/nfs") for spec in two], None, 2)
 
 
 def test_a_hung_worker_on_a_host_is_stopped_there_and_its_stack_read_there(lab, hosts):

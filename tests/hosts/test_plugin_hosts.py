@@ -478,16 +478,17 @@ def test_chaos_kinds_the_hosts_cannot_do_are_a_usage_error(pytester):
     result.stdout.fnmatch_lines([
         "elastic: chaos=on seed=3 faults=partition,scale,slow_node * hosts=hosts.toml network=*",
         "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws partition,remove_node,add_node "
-        "there (network kinds in a job whose nodes are each alone on a host), not slow_node (host ci@10.0.0.5:22 "
-        "cannot do it: it needs cgroups, *)"])
+        "there (network kinds where each of a job's nodes is alone on its host, or its host lists 'cgroups'), "
+        "not slow_node (host ci@10.0.0.5:22 cannot do it: it needs cgroups, *)"])
 
 
-def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_on_its_host():
+def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_or_its_host_has_cgroups():
     """A job whose nodes are each alone on a host draws the session's network kinds; one
     whose host would carry two of its nodes leaves them out, saying why (the fault would
-    fall on both): the rest of its kinds are drawn."""
+    fall on both), unless that host lists cgroups (a fault falls on the node's sockets):
+    the rest of its kinds are drawn."""
     from harness.hosts import parse_host
-    from harness.sim.nodes.remote import chaos_kinds
+    from harness.sim.nodes.host_refusals import chaos_kinds
 
     two = [parse_host("ssh://ci@10.0.0.5", capabilities=["netns"]), parse_host("ssh://ci@10.0.0.6",
                                                                               capabilities=["netns"])]
@@ -497,9 +498,12 @@ def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_on_its
     drawn, left_out = chaos_kinds(kinds, two, None, 3)
     assert drawn == ("kill_worker",) and set(left_out) == {"partition", "packet_loss"}
     assert left_out["partition"] == ("host ci@10.0.0.5:22 would carry 2 of this job's nodes, and a network fault "
-                                     "there falls on each (network kinds in a job whose nodes are each alone on a "
-                                     "host)")
+                                     "there falls on each (network kinds where each of a job's nodes is alone on its "
+                                     "host, or its host lists 'cgroups')")
     assert chaos_kinds(kinds, two, [0, 0], 2)[0] == ("kill_worker",)
+    sockets = [parse_host("ssh://ci@10.0.0.5", capabilities=["netns", "cgroups"]), two[1]]
+    assert chaos_kinds(kinds, sockets, [0, 0], 2) == (kinds, {})
+    assert chaos_kinds(kinds, sockets, [1, 1], 2)[0] == ("kill_worker",)
 
 
 def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):

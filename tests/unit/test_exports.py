@@ -26,7 +26,8 @@ PINNED = {
     "harness.procs": {
         "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
         "LogsSpecs", "ProcessContext",
-        "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "die_with_parent",
+        "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "cgroup_mounts",
+        "die_with_parent",
         "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned", "render_prefix",
         "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
     },
@@ -109,13 +110,13 @@ def test_the_simulations_errors_live_in_one_leaf_and_stay_where_they_were():
     from harness.sim import cluster, net
     from harness.sim.faults import scheduler
     from harness.sim.net import network
-    from harness.sim.nodes import remote
+    from harness.sim.nodes import host_refusals
     from harness.sim.truth import hangs, invariants, twin
 
     homes = {cluster: ["ClusterLeakError"], invariants: ["InvariantViolation"], hangs: ["JobHung"],
              scheduler: ["FaultError", "FaultNotFired", "TargetNotReady"], twin: ["TwinError"],
              network: ["NetworkError", "NetworkUnavailable"], net: ["NetworkError", "NetworkUnavailable"],
-             remote: ["FaultRefused"],
+             host_refusals: ["FaultRefused"],
              harness.faults: ["FaultError", "FaultNotFired", "TargetNotReady", "FaultRefused"],
              harness: ["ClusterLeakError", "InvariantViolation"]}
     assert sorted({name for names in homes.values() for name in names}) == sorted(errors.__all__)

@@ -12,9 +12,13 @@ supervisor sends SIGTERM when the connection ends in any way (``close()``, this 
 process dying, the link dropping: the lease ends), so the table never outlives its
 owner, whichever way the owner goes. ``heal`` removes the table at once.
 
-Only a node alone on its host is faulted (``remote.refuse_faults`` refuses the others
-before anything is recorded): the table is the host's, so a fault on one of two nodes
-that share it would fall on both.
+A node alone on its host is faulted by address: the table is the host's. A partition or
+packet loss of a node that shares its host with others of the job falls on its sockets
+alone (``host_rules.NodeSockets``: its cgroup v2 dir there, which its resource keeper
+makes, where the host lists ``cgroups``); the other network faults of such a node are
+refused before anything is recorded (``host_refusals``), as they would fall on every node
+of the host. One table per host holds the rules of each of its faulted nodes, and is
+written again when a node of the host starts (its loopback packets are tagged from then).
 """
 
 from __future__ import annotations
@@ -24,13 +28,21 @@ import re
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
 from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
-from harness.sim.net.host_rules import Control, HostLoss, HostPartition, HostRule, render_cut, render_host
+from harness.sim.net.host_rules import (
+    Control,
+    HostLoss,
+    HostPartition,
+    HostRule,
+    NodeSockets,
+    render_cut,
+    render_host,
+)
 from harness.sim.net.network import NetworkChange
 from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability, parse_rate
 from harness.sim.nodes.host_shaping import HostShaper
@@ -93,12 +105,14 @@ class HostFirewall:
             self._control = Control(words[0], int(words[3]))
         return self._control
 
-    def apply(self, rules: Sequence[HostRule], store_port: int | None) -> None:
-        """The table made to hold ``rules`` (none: removed), in one transaction."""
-        if rules and self._keeper is None:
+    def apply(self, faults: Mapping[int, Sequence[HostRule]], store_port: int | None,
+              sockets: Mapping[int, NodeSockets] | None = None) -> None:
+        """The table made to hold the rules of ``faults`` (node -> its rules; none: removed),
+        in one transaction; ``sockets`` as ``render_host`` takes them."""
+        if any(faults.values()) and self._keeper is None:
             self._keeper = self.host.start(["sh", "-c", _KEEPER, self.table], stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL)
-        self._nft("-f", self._put(render_host(self.table, rules, self.control(), store_port)))
+        self._nft("-f", self._put(render_host(self.table, faults, self.control(), store_port, sockets)))
 
     def cut(self, seconds: float) -> RemoteProcess:
         """This machine's SSH connections to the host dropped there for ``seconds``: the
@@ -154,6 +168,15 @@ class NodeLinks(Protocol):
         """How many node indices the job can have (its network's slots)."""
         ...
 
+    def neighbours(self, node: int) -> list[int]:
+        """The job's other node indices placed on node ``node``'s host."""
+        ...
+
+    def sockets(self, node: int) -> tuple[str, int] | str:
+        """Node ``node``'s cgroup v2 dir as its host's nft matches its sockets (``[path,
+        level]``), or why it has none (a clause: what is missing)."""
+        ...
+
     def reconnect(self, node: int) -> SshHost:
         """A new connection to node ``node``'s host, in place of one that was lost."""
         ...
@@ -187,14 +210,18 @@ class HostNetwork:
         check_direction(direction)
         checked = check_peers(node, peers, self._links.node_count())
         shown: str | list[int]
-        if isinstance(checked, str):  # "all": every host and the store; "store": the store alone
-            rule, shown = HostPartition((), direction, wire=checked == "all", store=True), checked
+        near = self._links.neighbours(node)  # cut over its host's loopback, by their sockets
+        if isinstance(checked, str):  # "all": every host, the store and its neighbours; "store": the store alone
+            every = checked == "all"
+            rule = HostPartition((), direction, wire=every, store=True, neighbours=tuple(near) if every else ())
+            shown = checked
         else:
-            addresses = tuple(dict.fromkeys(self._links.address(p) for p in checked))
-            rule, shown = HostPartition(addresses, direction), sorted(set(checked))
+            addresses = tuple(dict.fromkeys(self._links.address(p) for p in checked if p not in near))
+            rule = HostPartition(addresses, direction, wire=bool(addresses),
+                                 neighbours=tuple(sorted({p for p in checked if p in near})))
+            shown = sorted(set(checked))
         with self._lock:
-            self._rules.setdefault(node, []).append(rule)
-            self._apply(node)
+            self._change(node, [*self._rules.get(node, []), rule])
         return NetworkChange("partition", node, {"peers": shown, "direction": direction})
 
     def packet_loss(self, node: int, probability: float) -> NetworkChange:
@@ -203,8 +230,7 @@ class HostNetwork:
         p = check_probability(probability)
         with self._lock:
             kept = [r for r in self._rules.get(node, []) if not isinstance(r, HostLoss)]
-            self._rules[node] = kept + ([HostLoss(p)] if p > 0 else [])
-            self._apply(node)
+            self._change(node, kept + ([HostLoss(p)] if p > 0 else []))
         return NetworkChange("packet_loss", node, {"probability": p})
 
     def bandwidth(self, node: int, rate: str | int) -> NetworkChange:
@@ -326,9 +352,50 @@ class HostNetwork:
                 self._shapers[firewall.host] = HostShaper(firewall.host, firewall.control(), firewall.table)
             return self._shapers[firewall.host]
 
+    def _change(self, node: int, rules: list[HostRule]) -> None:
+        """Node ``node``'s rules made ``rules`` on its host; as they were if that fails."""
+        before = self._rules.get(node)
+        self._rules[node] = rules
+        try:
+            self._apply(node)
+        except BaseException:
+            if before is None:
+                self._rules.pop(node, None)
+            else:
+                self._rules[node] = before
+            raise
+
+    def node_started(self, node: int) -> None:
+        """Node ``node`` started on its host: where the host's table holds a rule, it is
+        written again, so that it knows the node's sockets (its loopback packets tagged)."""
+        with self._lock:
+            if self._links.neighbours(node) and any(self._rules.get(n) for n in self._on_host(node)):
+                try:
+                    self._apply(node)
+                except (NetworkError, HostError) as e:  # the faults in place stay; the node's start goes on
+                    _log.warning("node %d: its host's fault table was not written again as it started: %s", node, e)
+
+    def _on_host(self, node: int) -> list[int]:
+        return sorted([node, *self._links.neighbours(node)])
+
     def _apply(self, node: int) -> None:
+        """Node ``node``'s host's table written with the rules of each of its nodes: by
+        address where the node is alone there, else by each node's sockets."""
         host, store_port = self._links.connection(node)
-        self._firewall_of(host).apply(self._rules.get(node, []), store_port)
+        on_host = self._on_host(node)
+        faults = {n: self._rules[n] for n in on_host if self._rules.get(n)}
+        sockets: dict[int, NodeSockets] | None = None
+        if len(on_host) > 1:
+            sockets = {}
+            for n in on_host:
+                found = self._links.sockets(n)
+                if isinstance(found, tuple):
+                    sockets[n] = NodeSockets(n, *found)
+                elif n in faults:
+                    raise NetworkError(f"node {n} shares its host {host.spec.label} with node(s) "
+                                       f"{', '.join(str(m) for m in on_host if m != n)}, and a network fault on it "
+                                       f"alone needs {found}: not applied")
+        self._firewall_of(host).apply(faults, store_port, sockets)
 
     def _check_node(self, node: object) -> int:
         return check_node(node, self._links.node_count())

@@ -63,23 +63,24 @@ import logging
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from harness.agent import RunResult
 from harness.errors import ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
-from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset, place, refusal
+from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
-from harness.sim.errors import FaultRefused, NetworkError
+from harness.sim.errors import NetworkError
 from harness.sim.nodes.gpus import VISIBLE_ENV
-from harness.sim.nodes.host_network import NOT_ON_HOSTS, HostNetwork
-from harness.sim.nodes.host_orders import HostOrders, exact_order_refusal
+from harness.sim.nodes.host_network import HostNetwork
+from harness.sim.nodes.host_orders import HostOrders
 from harness.sim.nodes.host_port import HostPort
+from harness.sim.nodes.host_refusals import placed_host, refuse_faults
 from harness.sim.nodes.host_script import ScriptCopy
-from harness.sim.nodes.host_shared import SharedDir, shared_base, shared_fs_refusal
+from harness.sim.nodes.host_shared import SharedDir, shared_base
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
@@ -97,21 +98,14 @@ if TYPE_CHECKING:
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS",
-           "HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "chaos_kinds", "connector", "host_refusal",
-           "placed_host", "placed_hosts", "refuse_faults", "run_result_from_json", "signal_remote_node"]
+__all__ = ["HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json",
+           "signal_remote_node"]
 
 _log = logging.getLogger(__name__)
 
 #: what a job opens a host's connection with (replace it to run ``ssh`` otherwise)
 connector: Callable[[HostSpec], SshHost] = SshHost
 
-#: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
-HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
-               "kill_store_host", "heal", "partition", "packet_loss", "bandwidth", "host_unreachable",
-               "slow_node", "memory_limit", "disk_full", "slow_io", "io_error")
-#: where chaos draws network faults on hosts (``chaos_kinds``: a job's own are refused per node)
-NETWORK_CHAOS_ON_HOSTS = "network kinds in a job whose nodes are each alone on a host"
 _RELAY_CLOSE_S = 10.0
 #: how long a job's first round waits for more of its nodes once it has its minimum, on
 #: hosts: a fresh agent there imports the harness before it joins (under load, seconds
@@ -396,6 +390,8 @@ class NodeEnv(Protocol):
 
     def node_env(self, node: int) -> dict[str, str]: ...
 
+    def socket_cgroup(self, node: int) -> tuple[str, int] | str: ...
+
 
 class NodeDisks(Protocol):
     """The job's storage part as a node's start on a host sees it (``StorageFaults``)."""
@@ -412,6 +408,7 @@ class RemoteNodes:
         self.hosts: tuple[HostSpec, ...] = tuple(settings.hosts or ())
         self.placement = settings.placement
         self._links: dict[HostSpec, _Link] = {}
+        self._started: set[int] = set()  # the nodes started on their hosts (their cgroups made there)
         self._lost: dict[HostSpec, SshHost] = {}  # a host's connection lost, until what it missed is read
         self._bridge: StoreBridge | None = None
         self._sink: EventWriter | None = None
@@ -500,6 +497,18 @@ class RemoteNodes:
         """The node indices the job can have: its ``max_nodes``, and any added past it."""
         return max(self._job.cluster.config.max_nodes, len(self._job.nodes))
 
+    def neighbours(self, node: int) -> list[int]:
+        """The job's other node indices placed on node ``node``'s host (``NodeLinks``)."""
+        spec = self.host_of(node)
+        return [n for n in range(max(self.node_count(), node + 1)) if n != node and self.host_of(n) == spec]
+
+    def sockets(self, node: int) -> tuple[str, int] | str:
+        """Node ``node``'s cgroup v2 dir as its host's nft names it, or why it has none
+        (``NodeLinks``): its cgroup there is made as it starts (``node_env``)."""
+        if node not in self._started:
+            return f"node {node} to have started on its host {self.host_of(node).label}"
+        return self._job.resources.socket_cgroup(node)
+
     def _link(self, spec: HostSpec, store_endpoint: str | None) -> _Link:
         """The job's connection to ``spec`` (opened on first use), the store forwarded there."""
         with self._lock:
@@ -571,6 +580,8 @@ class RemoteNodes:
             relay.close()
             raise
         agent = RemoteAgent(proc, relay, host)
+        self._started.add(index)
+        self.network.node_started(index)  # a table of its host's tags its loopback packets from now
         return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=slot, gpus=gpus,
                                  host=spec.label, remote_directory=there, timeline=job.timeline)
 
@@ -666,115 +677,6 @@ class RemoteNodes:
             self._sink.close()
             self._sink = None
         return problems
-
-
-# -- where a node runs, and what its host cannot do ----------------------------------------
-
-
-def placed_host(hosts: Sequence[HostSpec], placement: Sequence[int] | None, node: int) -> HostSpec:
-    """Node ``node``'s host: ``placement`` for the nodes it names, round robin past them."""
-    if placement is not None and node < len(placement):
-        return hosts[placement[node]]
-    placed = place(node + 1, hosts)[node]
-    assert placed is not None
-    return placed
-
-
-def placed_hosts(hosts: Sequence[HostSpec], placement: Sequence[int] | None, count: int) -> list[HostSpec]:
-    """The hosts of nodes 0..``count``-1 (``placed_host`` each): where a job's nodes may be."""
-    return [placed_host(hosts, placement, node) for node in range(count)]
-
-
-def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
-    """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
-    or None: it lacks a capability (``refusal``), the kind is not done on hosts
-    (``NOT_ON_HOSTS``), or this slice does not do it there."""
-    why = refusal(host, needs)
-    if why is None and kind in NOT_ON_HOSTS:
-        why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
-    elif why is None and kind not in HOST_FAULTS:
-        why = f"host {host.label} cannot do it yet: {kind} on hosts is a later part of issue 29"
-    return why
-
-
-def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes: int, node: int,
-             peers: object) -> str | None:
-    """Why a network fault on ``node`` (cut from ``peers``) would fall on nodes it does not
-    name, or None: a host's rules are the host's, for every node it carries."""
-    named = ({p for p in peers if isinstance(p, int) and not isinstance(p, bool) and p >= 0}
-             if isinstance(peers, (list, tuple)) else set())  # a bad peer is the part's to name
-    where = placed_hosts(hosts, placement, max(nnodes, node + 1, *(p + 1 for p in named)))
-    on: dict[HostSpec, list[int]] = {}
-    for n, host in enumerate(where):
-        on.setdefault(host, []).append(n)
-    if len(on[where[node]]) > 1:
-        return (f"host {where[node].label} carries nodes {', '.join(map(str, on[where[node]]))} of this job, and a "
-                f"network fault there falls on every node it carries: place node {node} alone on a host (placement=)")
-    for peer in sorted(named):
-        others = [n for n in on[where[peer]] if n not in named]
-        if others:
-            return (f"peer node {peer}'s host {where[peer].label} also carries node(s) "
-                    f"{', '.join(map(str, others))}, which a cut from it would cut too: name them in peers, "
-                    f"or place node {peer} alone on a host (placement=)")
-    return None
-
-
-def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequence[int] | None,
-                max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
-    """The chaos kinds of ``kinds`` a job on ``hosts`` (placed by ``placement``, at most
-    ``max_nodes`` nodes: chaos adds none past it) draws, and those it leaves out, with why:
-    a network kind where a host would carry two of its nodes (the fault would fall on both,
-    and its refusal would fail the schedule). The session's kinds are the hosts' already
-    (``pytest_elastic``'s ``chaos_kinds_on_hosts``); this is the job's cut of them."""
-    from harness.sim.schema import CHAOS_KINDS
-
-    where = placed_hosts(hosts, placement, max_nodes)
-    crowded = next((spec for spec in where if where.count(spec) > 1), None)
-    if crowded is None:
-        return tuple(kinds), {}
-    why = (f"host {crowded.label} would carry {where.count(crowded)} of this job's nodes, and a network fault "
-           f"there falls on each ({NETWORK_CHAOS_ON_HOSTS})")
-    left_out = {kind: why for kind in kinds if CHAOS_KINDS[kind].part == "network"}
-    return tuple(kind for kind in kinds if kind not in left_out), left_out
-
-
-def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
-                  placement: Sequence[int] | None, nnodes: int = 0) -> None:
-    """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
-    ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
-    before it starts (the plugin skips it, saying why). ``nnodes``: how many nodes the
-    job can have (a network fault on a node that shares its host is refused)."""
-    from harness.sim.faults import AtStep, OnFile
-    from harness.sim.schema import FAULT_KINDS
-
-    spread = placed_hosts(hosts, placement, max(nnodes, 1))
-    for entry in entries:
-        fault = entry.fault
-        if getattr(fault, "exit_code", None) is not None and isinstance(entry.trigger, AtStep):
-            exact = exact_order_refusal(hosts, spread)
-            if exact is not None:
-                raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {exact}")
-        row = FAULT_KINDS.get(fault.kind)
-        needs = set(row.needs if row is not None else ())
-        node = getattr(fault, "node", None)
-        shared_fs = (getattr(fault, "lose_unsynced", False) or getattr(fault, "torn", False) or
-                     isinstance(entry.trigger, OnFile) or (not isinstance(node, int) and row is not None and
-                                                           row.part == "storage"))
-        if shared_fs:
-            why = shared_fs_refusal(hosts, spread)
-            if why is not None:
-                raise FaultRefused(entry.describe(), f"the job's nodes are on hosts, and {why}")
-        if not isinstance(node, int):
-            if not shared_fs and (needs or fault.kind not in HOST_FAULTS):
-                raise FaultRefused(entry.describe(), "the job's nodes are on hosts, and it needs "
-                                   f"{', '.join(sorted(needs)) or 'the nodes on this machine'} on every node's "
-                                   "host: name a node (node=...)")
-            continue
-        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
-        if why is None and row is not None and row.part == "network":
-            why = _sharing(hosts, placement, nnodes, node, getattr(fault, "peers", None))
-        if why is not None:
-            raise FaultRefused(entry.describe(), why)  # the description names the node
 
 
 def signal_remote_node(node: RemoteNodeProcess, sig: int, workers: bool) -> None:

@@ -17,6 +17,13 @@ escaped the harness's kill) is moved to the parent first, and named.
 
 Where cgroups cannot be made (nothing mounted, a controller missing, no write access),
 ``probe()`` says what is missing, and the resource faults raise ``ConfigError`` with it.
+
+A node's v2 dir is also who its sockets are: nftables matches a packet's socket by the
+cgroup v2 dir its process is in (``socket cgroupv2``), which is how a network fault on a
+host falls on one of the nodes sharing it (``harness.sim.net.host_rules``). So on a hybrid
+host (v1 controllers, the unified hierarchy mounted beside them, as systemd's "hybrid"
+mode has it) a node's cgroup spans the unified hierarchy too, where it is writable: a dir
+that holds the node's processes and nothing else (no controller is enabled there).
 """
 
 from __future__ import annotations
@@ -28,11 +35,11 @@ import re
 import time
 from dataclasses import dataclass
 
-from harness.procs import cgroup_dirs
+from harness.procs import cgroup_dirs, cgroup_mounts
 from harness.sim.leftovers import owner_alive
 
-__all__ = ["CgroupSupport", "JobCgroup", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes",
-           "PREFIX", "PERIOD_US", "AGENT", "WORKERS"]
+__all__ = ["CgroupSupport", "JobCgroup", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes", "socket_cgroup",
+           "PREFIX", "PERIOD_US", "AGENT", "WORKERS", "NFT_CGROUP_ROOT"]
 
 PREFIX = "elastic_"
 _NAME = re.compile(r"elastic_(\d+)_[A-Za-z0-9]+")
@@ -41,6 +48,8 @@ _V1 = ("cpu", "cpuacct", "memory")  # the v1 hierarchies a node's cgroup spans
 _V2 = ("cpu", "memory")  # the v2 controllers it needs
 _UNIFIED = ""
 _SETTLE_S = 5.0  # how long removal waits for the processes of a killed job to be gone
+#: where nft looks up the cgroup v2 path of a ``socket cgroupv2`` match (it prepends it)
+NFT_CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 @dataclass(frozen=True)
@@ -72,6 +81,9 @@ def probe() -> CgroupSupport | str:
             return f"cgroups (the hierarchy that holds {base} is not mounted here)"
         if not os.access(base, os.W_OK):
             return f"write access to the cgroup {base} (run as root, or in a cgroup delegated to this user)"
+    unified = dirs.get(_UNIFIED)
+    if unified is not None and os.path.isdir(unified) and os.access(unified, os.W_OK):
+        bases[_UNIFIED] = unified  # hybrid: the node's sockets named by a v2 dir (the module's docstring)
     return CgroupSupport(1, bases)
 
 
@@ -105,6 +117,21 @@ def _probe_v2(own: str) -> CgroupSupport | str:
     if not os.access(base, os.W_OK):
         return f"write access to the cgroup {base} (run as root, or in a cgroup delegated to this user)"
     return CgroupSupport(2, {_UNIFIED: base})
+
+
+def socket_cgroup(directory: str) -> tuple[str, int] | None:
+    """A cgroup v2 dir of this machine as nft's ``socket cgroupv2 level LEVEL "PATH"`` names
+    it: PATH relative to ``NFT_CGROUP_ROOT`` (nft resolves it there, to the dir's id), and
+    LEVEL its depth below the v2 hierarchy's root (the kernel compares the id of a socket's
+    cgroup's ancestor at that depth). None where nft cannot name it (not under
+    ``NFT_CGROUP_ROOT``, or the hierarchy is mounted from a subtree: a container's)."""
+    point, root = cgroup_mounts().get(_UNIFIED, ("", ""))
+    directory = os.path.normpath(directory)
+    if not point or root != "/" or not directory.startswith(point.rstrip(os.sep) + os.sep) or \
+            not directory.startswith(NFT_CGROUP_ROOT + os.sep):
+        return None
+    depth = len(os.path.relpath(directory, point).split(os.sep))
+    return os.path.relpath(directory, NFT_CGROUP_ROOT), depth
 
 
 def parse_bytes(value: str | int) -> int:
@@ -190,6 +217,11 @@ class NodeCgroup:
         for directory in sorted(set(self.agent_dirs.values()) | set(self.workers_dirs.values())):
             if not os.path.isdir(directory):
                 os.mkdir(directory)
+
+    def socket_cgroup(self) -> tuple[str, int] | None:
+        """Its v2 dir as nft matches its processes' sockets (``socket_cgroup``); None
+        where it has none, or nft cannot name it."""
+        return socket_cgroup(self.dirs[_UNIFIED]) if _UNIFIED in self.dirs else None
 
     def distinct(self) -> list[str]:
         """Every directory of it, children before the node's (the order removal needs)."""

@@ -28,7 +28,7 @@ from harness.procs import WORKER_CGROUP_ENV
 from harness.sim.errors import FaultError
 from harness.sim.faults.target import Ended, NodeHosts, record_fault
 from harness.sim.nodes.main import CGROUP_ENV
-from harness.sim.resources.cgroups import CgroupSupport, JobCgroup, parse_bytes, probe
+from harness.sim.resources.cgroups import NFT_CGROUP_ROOT, CgroupSupport, JobCgroup, parse_bytes, probe
 from harness.sim.resources.host_cgroups import HostCgroups
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class CgroupOfNode(Protocol):
     def worker_procs_files(self) -> list[str]: ...
 
     def distinct(self) -> list[str]: ...
+
+    def socket_cgroup(self) -> tuple[str, int] | None: ...
 
     def pids(self) -> list[int]: ...
 
@@ -131,6 +133,16 @@ class ResourceFaults:
             why = self._unavailable or (self._elsewhere.unavailable(node) if self._elsewhere is not None else "")
             raise ConfigError("node", node, f"has no cgroup: resource faults need {why}")
         return cgroup
+
+    def socket_cgroup(self, node: int) -> tuple[str, int] | str:
+        """Node ``node``'s cgroup v2 dir as nft matches its sockets on its host (``[path,
+        level]``: a network fault on one of several nodes of a host falls on it alone), or
+        why it has none (a clause: what is missing)."""
+        cgroup = self._node_cgroup(node)
+        if cgroup is None:
+            return self._unavailable or (self._elsewhere.unavailable(node) if self._elsewhere is not None else "")
+        return cgroup.socket_cgroup() or (f"a cgroup v2 hierarchy under {NFT_CGROUP_ROOT} where its cgroup spans it "
+                                          "(nft matches a socket by its cgroup v2 dir)")
 
     def _live_cgroup(self, node: int, what: str) -> CgroupOfNode:
         """Node ``node``'s cgroup, its live agent in it: a fault written to a cgroup the

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -53,10 +54,11 @@ class HostNodeCgroup:
     host) and methods, each carried out there by ``on_host apply``. An ``OSError`` there
     comes back as one (``errno`` kept): the kernel's refusal reads the same."""
 
-    def __init__(self, host: SshHost, version: int, dirs: dict[str, str]):
+    def __init__(self, host: SshHost, version: int, dirs: dict[str, str], socket: tuple[str, int] | None = None):
         self.host = host
         self.version = version
         self.dirs = dirs
+        self._socket = socket
         self._paths = NodeCgroup(CgroupSupport(version, {}), dirs)  # paths only: never touches this machine
         self.agent_dirs = self._paths.agent_dirs
         self.workers_dirs = self._paths.workers_dirs
@@ -71,6 +73,10 @@ class HostNodeCgroup:
 
     def distinct(self) -> list[str]:
         return self._paths.distinct()
+
+    def socket_cgroup(self) -> tuple[str, int] | None:
+        """Its v2 dir as the host's nft matches its processes' sockets (the keeper said)."""
+        return self._socket
 
     # -- on the host --------------------------------------------------------------------
 
@@ -196,7 +202,8 @@ class HostCgroups:
         except ValueError:
             said = None
         if isinstance(said, dict) and isinstance(said.get("dirs"), dict) and said.get("version") in (1, 2):
-            return _Keeper(proc, HostNodeCgroup(host, int(said["version"]), dict(said["dirs"])), None)
+            return _Keeper(proc, HostNodeCgroup(host, int(said["version"]), dict(said["dirs"]),
+                                                _socket(said.get("socket"))), None)
         why = said.get("unavailable") if isinstance(said, dict) else None
         if not why:
             proc.terminate()  # its last words first, then its pipes closed
@@ -235,6 +242,15 @@ class HostCgroups:
                 continue
             problems += [f"host {label}: {line}" for line in left]
         return problems
+
+
+def _socket(said: object) -> tuple[str, int] | None:
+    """A keeper's ``socket`` (``[path, level]``) as ``socket_cgroup`` returns it; None for
+    anything else (it goes into an nft rule: a path with a quote in it is refused)."""
+    if isinstance(said, list) and len(said) == 2 and isinstance(said[0], str) and type(said[1]) is int \
+            and 0 < said[1] < 64 and re.fullmatch(r"[\w./@:+-]+", said[0]) and ".." not in said[0].split("/"):
+        return said[0], said[1]
+    return None
 
 
 def _said_left(out: str) -> list[str] | None:

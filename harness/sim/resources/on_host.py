@@ -5,7 +5,8 @@ and its installed pytest-elastic (the controller's version, checked when it conn
 
 * ``keep RUN_ID NODE``: makes the node's cgroup there (``JobCgroup``: under the cgroup this
   command runs in, named ``elastic_<this pid>_<run id>/node<i>``, the dead owners' of this
-  host swept first), prints one JSON line (``{"version", "dirs"}``, or ``{"unavailable":
+  host swept first), prints one JSON line (``{"version", "dirs", "socket"}``: ``socket`` is
+  its v2 dir as nft names it, ``[path, level]``, or null; or ``{"unavailable":
   why}`` where the host cannot make one), then waits. When it is told to end (SIGTERM: the
   supervisor's, at the controller's ``close`` or when the connection is lost, the
   controller killed or its lease ended) it removes the cgroup, once the node's processes
@@ -60,7 +61,7 @@ def keep(run_id: str, node: int) -> int:
         _say({"unavailable": f"a cgroup of its own ({e.strerror} making one under "
                              f"{' '.join(support.distinct_bases())})"})
         return 0
-    _say({"version": support.version, "dirs": cgroup.dirs})
+    _say({"version": support.version, "dirs": cgroup.dirs, "socket": cgroup.socket_cgroup()})
     signal.sigwait(ends)
     _say({"left": job.remove()})
     return 0
