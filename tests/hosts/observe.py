@@ -25,10 +25,10 @@ from typing import Any
 
 import psutil
 
-from harness.hosts import ClockOffset, RemoteProcess, SshHost, measure_offset
+from harness.hosts import ClockOffset, HostSpec, RemoteProcess, SshHost, measure_offset
 from tests.hosts.sshd import SshdLab
 
-__all__ = ["Watch", "Gone", "watch_host", "start_controller", "end_controller", "processes_naming"]
+__all__ = ["Watch", "Gone", "watch_host", "start_controller", "end_controller", "left_on", "processes_naming"]
 
 _WATCHER = r"""
 import json, os, select, sys, time
@@ -162,3 +162,41 @@ def processes_naming(text: str) -> list[int]:
         if text in words and proc.pid != os.getpid():
             found.append(proc.pid)
     return found
+
+
+#: run on a host: what of a job's is left there (a process whose command line or
+#: environment names one of the given dirs, or the dirs themselves), this watcher and its
+#: ancestors (its supervisor names the dirs too) aside, and any process that carries this
+#: program (the lab's hosts share this machine's /proc: the observer's own ssh client)
+_LEFT = r"""
+# pe-left-watch
+import json, os, sys
+dirs = [d.encode() for d in json.loads(sys.argv[1])]
+mine, pid = set(), os.getpid()
+while pid > 1:
+    mine.add(pid)
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+procs = []
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) not in mine:
+        for name in ("cmdline", "environ"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            if name == "cmdline" and b"# pe-left-watch" in data:
+                break
+            if any(d in data for d in dirs):
+                procs.append(int(entry))
+                break
+print(json.dumps({"procs": procs, "dirs": [d.decode() for d in dirs if os.path.exists(d)]}))
+"""
+
+
+def left_on(lab: SshdLab, spec: HostSpec, dirs: list[str]) -> dict[str, list]:
+    """What is left on ``spec`` of ``dirs``, seen over a fresh connection of its own."""
+    with lab.ssh_host(spec) as observer:
+        out = observer.run([spec.python, "-c", _LEFT, json.dumps(dirs)]).stdout
+    return json.loads(out)

@@ -30,7 +30,6 @@ import pytest
 from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
-from harness.hosts import HostSpec
 from harness.sim.leftovers import remove_dead_owners
 from harness.sim.nodes import host_refusals, remote
 from harness.sim.resources import CgroupSupport, probe
@@ -39,8 +38,7 @@ from harness.sim.truth.stacks import all_stacks
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.conftest import survivors
-from tests.hosts.observe import processes_naming
-from tests.hosts.sshd import SshdLab
+from tests.hosts.observe import left_on, processes_naming
 
 #: each test starts agents and workers on two hosts of this (loaded, 2-core) machine
 pytestmark = pytest.mark.timeout(240)
@@ -48,48 +46,10 @@ pytestmark = pytest.mark.timeout(240)
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "scripts"
 
-#: run on a host: what of a job's is left there (a process whose command line or
-#: environment names one of the given dirs, or the dirs themselves), this watcher and its
-#: ancestors (its supervisor names the dirs too) aside, and any process that carries this
-#: program (the lab's hosts share this machine's /proc: the observer's own ssh client)
-_LEFT = r"""
-# pe-left-watch
-import json, os, sys
-dirs = [d.encode() for d in json.loads(sys.argv[1])]
-mine, pid = set(), os.getpid()
-while pid > 1:
-    mine.add(pid)
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        pid = int(f.read().rsplit(b")", 1)[1].split()[1])
-procs = []
-for entry in os.listdir("/proc"):
-    if entry.isdigit() and int(entry) not in mine:
-        for name in ("cmdline", "environ"):
-            try:
-                with open(f"/proc/{entry}/{name}", "rb") as f:
-                    data = f.read()
-            except OSError:
-                continue
-            if name == "cmdline" and b"# pe-left-watch" in data:
-                break
-            if any(d in data for d in dirs):
-                procs.append(int(entry))
-                break
-print(json.dumps({"procs": procs, "dirs": [d.decode() for d in dirs if os.path.exists(d)]}))
-"""
-
-
 def _work_dirs(job) -> dict[str, str]:
     """host label -> the job's work dir there (the connection's)."""
     assert job.remote is not None
     return {spec.label: link.host.work_dir for spec, link in job.remote._links.items()}
-
-
-def _left_on(lab: SshdLab, spec: HostSpec, dirs: list[str]) -> dict[str, list]:
-    """What is left on ``spec`` of ``dirs``, seen over a fresh connection of its own."""
-    with lab.ssh_host(spec) as observer:
-        out = observer.run([spec.python, "-c", _LEFT, json.dumps(dirs)]).stdout
-    return json.loads(out)
 
 
 #: a stranger on a host: every key of the etcd at 127.0.0.1:argv[1], asked without a token
@@ -142,15 +102,15 @@ def test_close_leaves_nothing_on_the_hosts(lab, hosts):
         work_dirs = _work_dirs(job)
         secret = Path(job.directory, "rdzv.secret").read_text()
         for spec in hosts:  # the watch sees the job's processes while they run
-            left = _left_on(lab, spec, [work_dirs[spec.label]])
+            left = left_on(lab, spec, [work_dirs[spec.label]])
             assert len(left["procs"]) >= 2 and left["dirs"] == [work_dirs[spec.label]]
             # the secret reached the host in a 0600 file, on no command line and in no environment
-            assert _left_on(lab, spec, [secret])["procs"] == []
+            assert left_on(lab, spec, [secret])["procs"] == []
             path = f"{work_dirs[spec.label]}/node{hosts.index(spec)}/rdzv.secret"
             with lab.ssh_host(spec) as observer:
                 assert observer.run(["stat", "-c", "%a", path]).stdout == "600\n"
     for spec in hosts:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+        assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
 def test_faults_a_host_cannot_do_are_refused_in_one_line(lab, hosts):
@@ -230,7 +190,7 @@ def test_a_worker_killed_on_its_host_restarts_the_job(lab, hosts):
         assert job.timeline.restart_counts() == {0: 1, 1: 1}
         work_dirs = _work_dirs(job)
     for spec in hosts:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+        assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
 def _keeps_port(argv: list[str], address: str) -> bool:
@@ -260,7 +220,7 @@ def test_hosts_that_copy_the_script_run_their_copy(lab, hosts, tmp_path):
             listed = job.remote.connection(node)[0].run(["ls", "-A", there]).stdout.split()
             assert set(listed) - {"__pycache__"} == {"helper.py", "main.py"}, listed  # its own bytecode aside
     for spec in copying:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+        assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
 def test_the_script_copy_leaves_out_hidden_entries_and_bytecode_and_refuses_a_large_dir(tmp_path, monkeypatch):
@@ -307,7 +267,7 @@ def test_node0_hosts_the_store_on_its_host_and_its_loss_fails_the_other_fast(lab
         assert f"lost the rendezvous store at {endpoint}" in job.agent_log(1)
         work_dirs = _work_dirs(job)
     for spec in hosts:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+        assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
     assert not psutil.pid_exists(keeper), keeper
 
 
@@ -378,7 +338,7 @@ def test_a_hung_worker_on_a_host_is_stopped_there_and_its_stack_read_there(lab, 
         _until(lambda: _status(pid) == psutil.STATUS_STOPPED, 15, "the worker stopped again", job)
         work_dirs = _work_dirs(job)
     assert survivors([pid], 15) == []
-    assert _left_on(lab, hosts[0], [work_dirs[hosts[0].label]]) == {"procs": [], "dirs": []}
+    assert left_on(lab, hosts[0], [work_dirs[hosts[0].label]]) == {"procs": [], "dirs": []}
 
 
 def test_a_node_frozen_on_its_host_is_left_behind(lab, hosts):
@@ -401,7 +361,7 @@ def test_a_node_frozen_on_its_host_is_left_behind(lab, hosts):
     exits = {e["target_node"]: e for e in job.timeline.events("node_exit", HARNESS)}
     assert (exits[1]["cause"], exits[1]["signal"]) == ("freeze_node", signal.SIGKILL)  # at close
     for spec in hosts:
-        assert _left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
+        assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
 
 
 def test_each_hosts_clock_is_measured_again_while_the_job_runs(lab, hosts, monkeypatch):
