@@ -377,19 +377,32 @@ class HeapTimerServer(TimerServer):
 
     # ---- the watchdog's side ----------------------------------------------------------
 
-    def _next_wakeup(self) -> float | None:
+    def _nearest_deadline(self) -> float | None:
+        """The earliest deadline of a live timer (stale heap entries dropped on the way)."""
         with self._lock:
             while self._heap and self._current(self._heap[0]) is None:
                 heapq.heappop(self._heap)
-            nearest = self._heap[0][0] if self._heap else None
+            return self._heap[0][0] if self._heap else None
+
+    def _next_wakeup(self) -> float | None:
+        nearest = self._nearest_deadline()
         if nearest is None:
             return self._next_housekeeping
         return min(nearest, self._next_housekeeping)
 
     def _expire_due(self) -> None:
+        now = self._clock.now()
+        nearest = self._nearest_deadline()
+        if nearest is not None and nearest <= now:
+            # Requests already sent are read first, without waiting: a release sent before
+            # the deadline must count even when this thread read its acquire, lost the CPU
+            # and came back past the deadline (seen under load: a worker killed for a scope
+            # it had released). One sent after this read was sent after ``now``: late.
+            waiting = self._receive(0.0)
+            if waiting:
+                self.register_timers(waiting)
         events: list[Any] = []
         with self._lock:
-            now = self._clock.now()
             due: dict[int, list[_Timer]] = {}
             while self._heap and self._heap[0][0] <= now:
                 timer = self._current(heapq.heappop(self._heap))

@@ -126,27 +126,33 @@ def test_reacquire_moves_the_deadline(server, clock, w1):
 
 
 class SlowReader(Recording):
-    """Runs ``meanwhile`` right after its first read: what happens while the watchdog
-    thread, holding requests it has not registered yet, is off the CPU."""
+    """Runs ``meanwhile`` right after its ``after``-th read: what happens while the
+    watchdog thread, holding requests it has not registered yet, is off the CPU."""
 
-    def __init__(self, clock, meanwhile):
+    def __init__(self, clock, meanwhile, after=1):
         super().__init__(clock)
         self._meanwhile = meanwhile
+        self._reads_left = after
 
     def _receive(self, timeout):
         got = super()._receive(timeout)
-        meanwhile, self._meanwhile = self._meanwhile, None
+        self._reads_left -= 1
+        meanwhile, self._meanwhile = (self._meanwhile, None) if self._reads_left == 0 else (None, self._meanwhile)
         if meanwhile is not None:
             meanwhile()
         return got
 
 
-def test_a_release_sent_in_time_beats_a_slow_read(clock, w1):
-    def meanwhile():  # the worker releases in time; the thread resumes past the deadline
+@pytest.mark.parametrize("after", [1, 2], ids=["after its first read", "after it read what came meanwhile"])
+def test_a_release_sent_in_time_beats_a_slow_read(clock, w1, after):
+    """The release comes while the thread holds the acquire unregistered, after its first
+    read or after the read of what came meanwhile (seen once under the full suite: a
+    worker killed for a scope it had released); the thread resumes past the deadline."""
+    def meanwhile():
         server._mp_queue.put(release(w1.pid, "s"))
         clock.advance(10)
 
-    server = SlowReader(clock, meanwhile)
+    server = SlowReader(clock, meanwhile, after)
     try:
         server._mp_queue.put(acquire(clock, w1.pid, "s", 5))
         server._run_watchdog()
