@@ -14,6 +14,7 @@ and for the names below on first access (module ``__getattr__``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -139,8 +140,11 @@ def _pick(cli: Any, env_name: str, ini: Any, default: Any, convert: Any, name: s
     return default
 
 
-def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = None) -> Settings:
-    """``option``: pytest's parsed options; ``ini``: a callable name -> ini value."""
+def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = None, processes: int = 1) -> Settings:
+    """``option``: pytest's parsed options; ``ini``: a callable name -> ini value;
+    ``processes``: how many processes run the session's tests at once (pytest -n): with
+    more than one, two jobs may run on one host of ``--elastic-hosts`` at once, so the
+    hosts are not a job's alone (``exclusive`` false: a fault on a whole host is refused)."""
     chaos = _pick(option.elastic_chaos, "CHAOS", ini("elastic_chaos"), False,
                   lambda v: _bool(str(v), "chaos"), "chaos")
     seed_text = _pick(option.elastic_seed, "SEED", None, None, int, "seed")
@@ -155,6 +159,8 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
                      _schedule_text, "schedule")
     hosts_file, hosts = _pick(getattr(option, "elastic_hosts", None), "HOSTS", None, (None, None), _hosts_file,
                               "hosts")
+    if hosts is not None and processes > 1:
+        hosts = tuple(dataclasses.replace(host, exclusive=False) for host in hosts)
 
     settings = Settings(
         chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given,
@@ -196,12 +202,14 @@ def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tup
     for are ``settings.faults``; where those are the default (no ``--elastic-faults``) and
     the hosts can carry out none of them, every chaos kind they can (today the process
     faults: the default, kill_worker, is one of them)."""
-    from harness.sim.nodes.host_refusals import host_refusal
+    from harness.sim.nodes.host_refusals import host_refusal, shared_host_refusal
     from harness.sim.nodes.host_shared import shared_fs_refusal
     from harness.sim.schema import CHAOS_KINDS, parse_chaos_kinds
 
     def why_not(kind: str) -> str | None:
         why = next((why for host in hosts if (why := host_refusal(host, kind, CHAOS_KINDS[kind].needs))), None)
+        if why is None and CHAOS_KINDS[kind].part == "network":  # a host other jobs run on too (pytest -n)
+            why = next((why for host in hosts if (why := shared_host_refusal(host, kind))), None)
         if why is None and CHAOS_KINDS[kind].part == "storage":  # it may draw the shared fs: any node's
             shared = shared_fs_refusal(hosts, hosts)
             why = f"chaos on hosts draws no {kind}: it may draw the shared filesystem, and {shared}" if shared else None

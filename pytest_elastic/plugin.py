@@ -8,6 +8,7 @@ here hand each job to a module below (``_settings`` at the bottom; ``_replay``, 
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
@@ -89,12 +90,25 @@ def _marker_signature() -> str:
             "elastic_cluster fixture is built from these keywords (the same as harness.Cluster's)")
 
 
+def _test_processes(config: pytest.Config) -> int:
+    """How many processes run the session's tests at once: pytest-xdist's workers (its
+    ``-n``, as a worker is told it and as the controller was given it), else 1."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput:
+        return max(1, int(workerinput.get("workercount", 1)))
+    asked = getattr(config.option, "numprocesses", None)
+    if isinstance(asked, str):  # "auto" / "logical", not yet resolved by xdist
+        return os.cpu_count() or 1
+    return asked if isinstance(asked, int) and asked > 1 else 1
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _marker_signature())
     workerinput = getattr(config, "workerinput", None)
     seed = workerinput.get(_SEED_INPUT) if workerinput else None
     try:
-        settings = resolve_settings(config.option, config.getini, seed_from_controller=seed)
+        settings = resolve_settings(config.option, config.getini, seed_from_controller=seed,
+                                    processes=_test_processes(config))
     except SettingError as e:
         raise pytest.UsageError(str(e)) from None
     config.stash[SETTINGS_KEY] = settings

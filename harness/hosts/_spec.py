@@ -23,6 +23,7 @@ The hosts file (TOML)::
     copy_script = true                # the job's script dir copied into the work dir
     keep_missed = 20                  # s the host keeps a lost connection's events files
     gpus = 8                          # its GPUs (a count, or ids): split between its nodes
+    exclusive = false                 # other jobs run there too: no fault on the whole host
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ class HostSpec:
     #: the host's GPUs (``CUDA_VISIBLE_DEVICES`` ids) the harness splits between the job's
     #: nodes there (``harness.sim.nodes.host_gpus``); empty: none handed out
     gpus: tuple[str, ...] = ()
+    #: no other job runs on the host while the job does (False: others may, as a test
+    #: session's under pytest -n, or a pool several pipelines share): a fault that would
+    #: fall on the whole host, and so on their nodes too, is refused where it is False
+    exclusive: bool = True
 
     @property
     def label(self) -> str:
@@ -176,6 +181,7 @@ FIELDS: dict[str, _Field] = {
     "copy_script": _Field(_flag, "must be true or false"),
     "keep_missed": _Field(_keep, "must be a number of seconds in [0, 3600]"),
     "gpus": _Field(_gpus, "must be a GPU count in [0, 1024] or a list of device ids"),
+    "exclusive": _Field(_flag, "must be true or false"),
 }
 _REQUIRED = ("address", "user")
 

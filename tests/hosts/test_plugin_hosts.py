@@ -20,6 +20,7 @@ hosts and run anywhere.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -90,11 +91,12 @@ def test_own_hosts_none_runs_here(elastic_cluster):
 
 
 def _hosts_file(lab: SshdLab, tmp_path: Path, work: Path, capabilities: Sequence[str] = (),
-                name: str = "hosts.toml", shared_dir: Path | None = None) -> Path:
+                name: str = "hosts.toml", shared_dir: Path | None = None, exclusive: bool = True) -> Path:
     """``name`` (hosts.toml) for the lab's two hosts (ports 22 and 2222), relative paths as a
-    user writes them; the hosts' work dirs under ``work``; both with ``capabilities`` and
-    ``shared_dir`` (the lab's hosts share this machine's files; by default ``tmp_path``/nfs:
-    a scenario's ``{tmp}``, its checkpoints, is there when its nodes are on both hosts)."""
+    user writes them; the hosts' work dirs under ``work``; both with ``capabilities``,
+    ``exclusive`` and ``shared_dir`` (the lab's hosts share this machine's files; by default
+    ``tmp_path``/nfs: a scenario's ``{tmp}``, its checkpoints, is there when its nodes are on
+    both hosts)."""
     if shared_dir is None:
         shared_dir = tmp_path / "nfs"
         shared_dir.mkdir(exist_ok=True)
@@ -112,6 +114,7 @@ python = {json.dumps(str(python))}
 work_dir = {json.dumps(str(work))}
 capabilities = {json.dumps(list(capabilities))}
 shared_dir = {json.dumps(str(shared_dir))}
+exclusive = {json.dumps(exclusive)}
 
 [[host]]
 address = "{lab.hosts[0].address}"
@@ -415,12 +418,15 @@ def test_chaos_on_hosts_draws_what_they_can_do(lab, hosts_toml, tmp_path, work):
 
 @pytest.mark.slow
 def test_chaos_on_hosts_that_allow_network_faults_draws_partitions_and_replays(lab, tmp_path, work):
-    """--elastic-chaos --elastic-faults=partition on two hosts listing netns, a 1:2 job (each
-    node alone on a host): the drawn partition is carried out by the node's host's
-    nftables, healed, the job green; the same seed draws the same schedule; no table left."""
+    """--elastic-chaos --elastic-faults=partition on two hosts listing netns and cgroups, a
+    1:2 job (each node alone on a host): the drawn partition is carried out by the node's
+    host's nftables, healed, the job green; the same seed draws the same schedule; no table
+    left. The two sessions run side by side on the same hosts, so the file says they are
+    not a job's alone (exclusive = false): each partition falls on its node's sockets, never
+    on the other session's nodes."""
     lab.start(0)
     lab.start(1, port=2222)
-    hosts = _hosts_file(lab, tmp_path, work, capabilities=["netns"])
+    hosts = _hosts_file(lab, tmp_path, work, capabilities=["netns", "cgroups"], exclusive=False)
     (tmp_path / "scenarios").mkdir()
     (tmp_path / "scenarios" / "chaos_on_hosts.toml").write_text(CHAOS_SCENARIO)
     runs = [[f"--elastic-hosts={hosts.name}", "--elastic-chaos", "--elastic-seed=29", "--elastic-faults=partition",
@@ -478,8 +484,8 @@ def test_chaos_kinds_the_hosts_cannot_do_are_a_usage_error(pytester):
     result.stdout.fnmatch_lines([
         "elastic: chaos=on seed=3 faults=partition,scale,slow_node * hosts=hosts.toml network=*",
         "elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws partition,remove_node,add_node "
-        "there (network kinds where each of a job's nodes is alone on its host, or its host lists 'cgroups'), "
-        "not slow_node (host ci@10.0.0.5:22 cannot do it: it needs cgroups, *)"])
+        "there (network kinds where each of a job's nodes is alone on its host, which no other job shares, or its "
+        "host lists 'cgroups'), not slow_node (host ci@10.0.0.5:22 cannot do it: it needs cgroups, *)"])
 
 
 def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_or_its_host_has_cgroups():
@@ -499,11 +505,50 @@ def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_or_its
     assert drawn == ("kill_worker",) and set(left_out) == {"partition", "packet_loss"}
     assert left_out["partition"] == ("host ci@10.0.0.5:22 would carry 2 of this job's nodes, and a network fault "
                                      "there falls on each (network kinds where each of a job's nodes is alone on its "
-                                     "host, or its host lists 'cgroups')")
+                                     "host, which no other job shares, or its host lists 'cgroups')")
     assert chaos_kinds(kinds, two, [0, 0], 2)[0] == ("kill_worker",)
     sockets = [parse_host("ssh://ci@10.0.0.5", capabilities=["netns", "cgroups"]), two[1]]
     assert chaos_kinds(kinds, sockets, [0, 0], 2) == (kinds, {})
     assert chaos_kinds(kinds, sockets, [1, 1], 2)[0] == ("kill_worker",)
+
+
+def test_hosts_other_jobs_share_take_only_the_faults_that_fall_on_the_nodes_sockets(pytester):
+    """Hosts that are not a job's alone (``exclusive = false``; what pytest -n makes of the
+    --elastic-hosts ones, as two of its workers may put jobs on one host at once): a fault
+    that falls on the whole host (bandwidth, host_unreachable, a partition where the host
+    lists no cgroups) is refused, saying why, and chaos leaves such kinds out; a partition
+    where the host lists cgroups falls on the node's sockets, and is kept."""
+    from harness.faults import Bandwidth, FaultRefused, Immediately, Partition, ScheduledFault
+    from harness.hosts import parse_host
+    from harness.sim.faults import fault_class
+    from harness.sim.nodes.host_refusals import chaos_kinds, refuse_faults
+
+    def shared(*capabilities: str) -> list:
+        return [dataclasses.replace(parse_host(f"ssh://ci@10.0.0.{i}", capabilities=capabilities), exclusive=False)
+                for i in (5, 6)]
+
+    def now(fault) -> list[ScheduledFault]:
+        return [ScheduledFault(fault, Immediately())]
+
+    refuse_faults(now(Partition(node=1)), shared("netns", "cgroups"), None, 2)
+    for fault, hosts, why in [
+            (Partition(node=1), shared("netns"), "it needs 'cgroups' in that host's capabilities"),
+            (Bandwidth(node=1, rate="1mbit"), shared("netns", "cgroups"), "run it where no other job does"),
+            (fault_class("host_unreachable")(node=1), shared("netns", "cgroups"), "run it where no other job does")]:
+        with pytest.raises(FaultRefused, match=r"host ci@10.0.0.6:22 is not the job's alone \(exclusive = false: "
+                                               r"other jobs run there too, as under pytest -n\), and a \w+ there "
+                                               rf"falls on their nodes too: {why}"):
+            refuse_faults(now(fault), hosts, None, 2)
+    kinds = ("partition", "kill_worker")
+    assert chaos_kinds(kinds, shared("netns", "cgroups"), None, 2) == (kinds, {})
+    drawn, left_out = chaos_kinds(kinds, shared("netns"), None, 2)
+    assert drawn == ("kill_worker",) and "is not the job's alone" in left_out["partition"]
+    pytester.makefile(".toml", hosts='[[host]]\naddress = "10.0.0.5"\nuser = "ci"\ncapabilities = ["netns"]\n')
+    result = pytester.runpytest_subprocess("--elastic-hosts=hosts.toml", "--elastic-chaos",
+                                           "--elastic-faults=partition,kill_worker", "-n", "2", "--co", "-p",
+                                           "no:cacheprovider")
+    result.stdout.fnmatch_lines(["elastic: nodes on 1 host(s) of hosts.toml: ci@10.0.0.5:22; chaos draws kill_worker "
+                                 "there, not partition (host ci@10.0.0.5:22 is not the job's alone *)"])
 
 
 def test_a_scenario_with_its_own_hosts_fails_on_what_they_cannot_do(pytester):

@@ -90,6 +90,7 @@ trust_on_first_use = true
 max_sessions = 4
 copy_script = true
 keep_missed = 0
+exclusive = false
 """)
     first, second = load_hosts(path)
     assert first == HostSpec(address="10.0.0.5", user="ci", port=2222, key=str(tmp_path / "keys/ci_ed25519"),
@@ -99,6 +100,7 @@ keep_missed = 0
     assert (first.max_sessions, second.max_sessions) == (10, 4)
     assert (first.copy_script, second.copy_script) == (False, True)
     assert (first.keep_missed, second.keep_missed) == (20.0, 0.0)
+    assert (first.exclusive, second.exclusive) == (True, False)
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -186,12 +186,13 @@ def render_host(table: str, faults: Mapping[int, Sequence[HostRule]], control: C
     """An ``nft -f`` script that replaces the host's fault table ``table`` by the rules of
     ``faults`` (node -> its rules; none: no table). ``store_port``: the store's forwarded
     port on the host's loopback (None: the job has no store of the harness's).
-    ``sockets``: None where the faulted node is alone on the host (its rules are the
-    host's); else the sockets of each of the job's nodes there that has started, every
-    faulted one among them (each's rules are its sockets')."""
+    ``sockets``: None where the host cannot say whose sockets are whose (it lists no
+    cgroups: the faulted node's rules are the host's, and it is alone there); else the
+    sockets of each of the job's nodes there that has started, every faulted one among
+    them (each's rules are its sockets')."""
     script = f"table inet {table}\ndelete table inet {table}\n"
     if sockets is not None and not set(faults) <= set(sockets):
-        raise ValueError(f"nodes {sorted(set(faults) - set(sockets))} share the host, and their sockets are unknown")
+        raise ValueError(f"the sockets of nodes {sorted(set(faults) - set(sockets))} are unknown")
     if any(faults.values()):
         script += (f"table inet {table} {{\n{_chain('input', faults, control, store_port, sockets)}"
                    f"{_chain('output', faults, control, store_port, sockets)}}}\n")

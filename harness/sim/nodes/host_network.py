@@ -12,12 +12,13 @@ supervisor sends SIGTERM when the connection ends in any way (``close()``, this 
 process dying, the link dropping: the lease ends), so the table never outlives its
 owner, whichever way the owner goes. ``heal`` removes the table at once.
 
-A node alone on its host is faulted by address: the table is the host's. A partition or
-packet loss of a node that shares its host with others of the job falls on its sockets
-alone (``host_rules.NodeSockets``: its cgroup v2 dir there, which its resource keeper
-makes, where the host lists ``cgroups``); the other network faults of such a node are
-refused before anything is recorded (``host_refusals``), as they would fall on every node
-of the host. One table per host holds the rules of each of its faulted nodes, and is
+A partition or packet loss falls on the node's sockets alone where its host lists
+``cgroups`` (``host_rules.NodeSockets``: its cgroup v2 dir there, which its resource
+keeper makes), so neither the job's other nodes there nor another job's (a host that is
+not the job's alone: ``exclusive``) are cut. Elsewhere the table matches by address, and
+so falls on the whole host: it is refused before anything is recorded (``host_refusals``)
+where the host carries another node of the job or is not the job's alone, as the other
+network faults of such a node are. One table per host holds the rules of each of its faulted nodes, and is
 written again when a node of the host starts (its loopback packets are tagged from then).
 """
 
@@ -380,22 +381,23 @@ class HostNetwork:
 
     def _apply(self, node: int) -> None:
         """Node ``node``'s host's table written with the rules of each of its nodes: by
-        address where the node is alone there, else by each node's sockets."""
+        each node's sockets where the host knows them (it lists cgroups), else by address
+        (the node is then alone there: refused otherwise, ``host_refusals``)."""
         host, store_port = self._links.connection(node)
         on_host = self._on_host(node)
         faults = {n: self._rules[n] for n in on_host if self._rules.get(n)}
-        sockets: dict[int, NodeSockets] | None = None
-        if len(on_host) > 1:
-            sockets = {}
-            for n in on_host:
-                found = self._links.sockets(n)
-                if isinstance(found, tuple):
-                    sockets[n] = NodeSockets(n, *found)
-                elif n in faults:
-                    raise NetworkError(f"node {n} shares its host {host.spec.label} with node(s) "
-                                       f"{', '.join(str(m) for m in on_host if m != n)}, and a network fault on it "
-                                       f"alone needs {found}: not applied")
-        self._firewall_of(host).apply(faults, store_port, sockets)
+        sockets: dict[int, NodeSockets] = {}
+        for n in on_host:
+            found = self._links.sockets(n)
+            if isinstance(found, tuple):
+                sockets[n] = NodeSockets(n, *found)
+            elif n in faults and len(on_host) > 1:
+                raise NetworkError(f"node {n} shares its host {host.spec.label} with node(s) "
+                                   f"{', '.join(str(m) for m in on_host if m != n)}, and a network fault on it "
+                                   f"alone needs {found}: not applied")
+        # by sockets wherever the host says whose they are: no other node, of this job or of
+        # another one there (``exclusive``), is cut; by address only where it cannot say
+        self._firewall_of(host).apply(faults, store_port, sockets if sockets else None)
 
     def _check_node(self, node: object) -> int:
         return check_node(node, self._links.node_count())

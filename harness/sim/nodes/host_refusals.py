@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from harness.sim.faults import ScheduledFault
 
 __all__ = ["BY_SOCKETS", "HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "chaos_kinds", "host_refusal", "placed_host",
-           "placed_hosts", "refuse_faults"]
+           "placed_hosts", "refuse_faults", "shared_host_refusal"]
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
@@ -37,8 +37,8 @@ HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_
 #: the network faults that fall on one node of several on a host (by its sockets), where it lists cgroups
 BY_SOCKETS = ("partition", "packet_loss")
 #: where chaos draws network faults on hosts (``chaos_kinds``: a job's own are refused per node)
-NETWORK_CHAOS_ON_HOSTS = ("network kinds where each of a job's nodes is alone on its host, or its host lists "
-                          f"'{CGROUPS}'")
+NETWORK_CHAOS_ON_HOSTS = ("network kinds where each of a job's nodes is alone on its host, which no other job "
+                          f"shares, or its host lists '{CGROUPS}'")
 
 
 def placed_host(hosts: Sequence[HostSpec], placement: Sequence[int] | None, node: int) -> HostSpec:
@@ -67,14 +67,27 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | 
     return why
 
 
+def shared_host_refusal(host: HostSpec, kind: str) -> str | None:
+    """Why a network fault of ``kind`` on a node of ``host``, a host that is not the job's
+    alone (``exclusive`` false), would fall on the other jobs' nodes there too; None where
+    it is the job's alone, or the fault falls on the node's sockets alone."""
+    if host.exclusive or (kind in BY_SOCKETS and CGROUPS in host.capabilities):
+        return None
+    return (f"host {host.label} is not the job's alone (exclusive = false: other jobs run there too, as under "
+            f"pytest -n), and a {kind} there falls on their nodes too: "
+            + (f"it needs '{CGROUPS}' in that host's capabilities, by which nft tells the node's sockets apart"
+               if kind in BY_SOCKETS else "run it where no other job does"))
+
+
 def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes: int, node: int, kind: str,
              peers: object) -> str | None:
     """Why a network fault of ``kind`` on ``node`` (cut from ``peers``) would fall on nodes
-    it does not name, or None. A host's rules match by address, and so fall on every node
-    it carries, but those of a partition or packet loss, which match the faulted node's own
-    sockets where its host carries others of the job and lets the harness make cgroups
-    there (``host_rules.NodeSockets``). A peer is matched by its host's address, unless it
-    shares the faulted node's host (then by its sockets)."""
+    it does not name, of this job or of another one on a host that is not this job's alone
+    (``exclusive``), or None. A host's rules match by address, and so fall on every node
+    it carries, but those of a partition or packet loss where the host lets the harness
+    make cgroups: they match the faulted node's own sockets (``host_rules.NodeSockets``).
+    A peer is matched by its host's address, unless it shares the faulted node's host
+    (then by its sockets)."""
     named = ({p for p in peers if isinstance(p, int) and not isinstance(p, bool) and p >= 0}
              if isinstance(peers, (list, tuple)) else set())  # a bad peer is the part's to name
     where = placed_hosts(hosts, placement, max(nnodes, node + 1, *(p + 1 for p in named)))
@@ -82,6 +95,9 @@ def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes:
     for n, host in enumerate(where):
         on.setdefault(host, []).append(n)
     own = where[node]
+    why = shared_host_refusal(own, kind)
+    if why is not None:
+        return why
     if len(on[own]) > 1:
         carried = f"host {own.label} carries nodes {', '.join(map(str, on[own]))} of this job"
         if kind not in BY_SOCKETS:
@@ -106,8 +122,9 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
                 max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
     """The chaos kinds of ``kinds`` a job on ``hosts`` (placed by ``placement``, at most
     ``max_nodes`` nodes: chaos adds none past it) draws, and those it leaves out, with why:
-    a network kind where a host would carry two of its nodes and could not tell their
-    sockets apart (the fault would fall on both, and its refusal would fail the schedule).
+    a network kind where a host would carry two of its nodes, or is not the job's alone
+    (``exclusive``), and could not tell their sockets apart (the fault would fall on both,
+    and its refusal would fail the schedule).
     The session's kinds are the hosts' already (``pytest_elastic``'s
     ``chaos_kinds_on_hosts``); this is the job's cut of them."""
     from harness.sim.schema import CHAOS_KINDS
@@ -117,11 +134,14 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
     for kind in kinds:
         if CHAOS_KINDS[kind].part != "network":
             continue
-        crowded = next((spec for spec in where if where.count(spec) > 1 and
-                        (kind not in BY_SOCKETS or CGROUPS not in spec.capabilities)), None)
+        blind = [spec for spec in dict.fromkeys(where) if kind not in BY_SOCKETS or CGROUPS not in spec.capabilities]
+        crowded = next((spec for spec in blind if where.count(spec) > 1), None)
+        shared = next((why for spec in blind if (why := shared_host_refusal(spec, kind))), None)
         if crowded is not None:
             left_out[kind] = (f"host {crowded.label} would carry {where.count(crowded)} of this job's nodes, and a "
                               f"network fault there falls on each ({NETWORK_CHAOS_ON_HOSTS})")
+        elif shared is not None:
+            left_out[kind] = shared
     return tuple(kind for kind in kinds if kind not in left_out), left_out
 
 
