@@ -257,6 +257,8 @@ class SimpleElasticAgent(ElasticAgent):
             fenced = _fence_reason(spec.rdzv_handler)
             changed = (fenced is None and needs_membership_check(state)
                        and spec.rdzv_handler.membership_changed(confirm=is_failure(state)))
+            if changed:  # the check may wait out this node's keep-alive bound: a fence then, not a change
+                fenced = _fence_reason(spec.rdzv_handler)
             decision = decide(Tick(state, changed, fenced), self._restarts.remaining)
             action = decision.action
             if action is Action.WAIT:

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -144,14 +145,21 @@ def test_a_fault_on_one_of_two_nodes_of_a_host_falls_on_its_sockets_alone(lab: S
             sockets = {n: NodeSockets(n, *c.socket_cgroup()) for n, c in enumerate(cgroups)}
             firewall = HostFirewall(ssh)
             firewall.apply({1: [HostPartition((), "both", store=True, neighbours=(0,))]}, None, sockets)
-            assert [_reach(lab, 0, address, ports[0], cgroups[n]) for n in (0, 1)] == ["banner", "silence"]
-            assert [_reach(lab, 0, address, ports[1], cgroups[n]) for n in (0, 1)] == ["silence", "banner"]
-            assert [_reach(lab, 1, address, port) for port in ports] == ["banner", "silence"]
-            assert [_reach(lab, 0, other.address, other.port, c) for c in cgroups] == ["banner", "silence"]
+            probes = {  # (from host, to address, port, as node) -> what it gets; all at once (a silence takes 1 s)
+                (0, address, ports[0], 0): "banner", (0, address, ports[0], 1): "silence",  # loopback: to node 0
+                (0, address, ports[1], 0): "silence", (0, address, ports[1], 1): "banner",  # loopback: to node 1
+                (1, address, ports[0], None): "banner", (1, address, ports[1], None): "silence",  # wire: in
+                (0, other.address, other.port, 0): "banner", (0, other.address, other.port, 1): "silence"}  # out
+            with ThreadPoolExecutor(len(probes)) as pool:
+                got = dict(zip(probes, pool.map(lambda p: _reach(lab, *p[:3], None if p[3] is None else cgroups[p[3]]),
+                                                probes), strict=True))
+            assert got == probes
             ssh.ping()
             firewall.apply({}, None, sockets)
-            assert _reach(lab, 0, address, ports[0], cgroups[1]) == "banner"
-            assert _reach(lab, 1, address, ports[1]) == "banner"
+            with ThreadPoolExecutor(2) as pool:
+                healed = list(pool.map(lambda p: _reach(lab, *p), [(0, address, ports[0], cgroups[1]),
+                                                                   (1, address, ports[1])]))
+            assert healed == ["banner", "banner"]
         finally:
             for greeter in greeters:
                 greeter.kill()

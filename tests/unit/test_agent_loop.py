@@ -133,6 +133,29 @@ def test_fence_wins_over_a_failure_and_a_membership_change():
     assert "fenced" in agent.events.kinds
 
 
+class FencedWhileAsked(Handler):
+    """A fence that begins while the membership check waits: the agent's workers failed
+    (a peer's were stopped by its own fence), it asks for news newer than the failure, and
+    the store stays silent until this node's keep-alive bound runs out too."""
+
+    def membership_changed(self, confirm: bool = False) -> bool:
+        self.confirms.append(confirm)
+        fence(self)
+        return True  # the keeper's reason: the fence
+
+
+def test_a_fence_that_begins_during_the_membership_check_is_a_fence():
+    """Seen once in the full suite (test_fencing's frozen store): the second agent's
+    workers failed because the first's fence stopped theirs, and its check ended in its own
+    fence, which it took for a membership change (no "fenced" on its timeline)."""
+    handler = FencedWhileAsked()
+    agent = ScriptedAgent(handler, [(S.FAILED, nothing), (S.SUCCEEDED, nothing)])
+    assert agent.run().state is S.SUCCEEDED
+    assert handler.confirms == [True]
+    assert "fenced" in agent.events.kinds and "membership_change" not in agent.events.kinds
+    assert agent.restart_count == 0
+
+
 def test_failure_after_a_membership_change_reforms_without_a_restart():
     agent = ScriptedAgent(Handler(), [(S.FAILED, change), (S.SUCCEEDED, nothing)])
     assert agent.run().state is S.SUCCEEDED
