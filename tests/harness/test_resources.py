@@ -128,8 +128,13 @@ def test_slow_node_holds_the_node_to_its_cpu_quota_until_healed(warm_pool):
         used1, periods1 = cpu_periods(slow)
         # the kernel's guarantee: at most the quota in each period the cgroup ran in
         quota_s = 0.2 * PERIOD_US / 1e6
-        assert used1 - used0 <= (periods1 - periods0 + 1) * quota_s * 1.05
-        assert slow.throttled() > throttled0  # the quota did stop it
+        used, periods = used1 - used0, periods1 - periods0
+        assert used <= (periods + 1) * quota_s * 1.05
+        # and the quota did stop it, where it wanted more than its quota: on a loaded machine
+        # (the suite beside two busy loops: bench/flake.py --suite) the scheduler gave this
+        # niced worker less than a fifth of a CPU in every period, and there was nothing for
+        # the quota to stop (never throttled, it used less than the quota in each period)
+        assert slow.throttled() > throttled0 or used < periods * quota_s, (used, periods, slow.throttled())
         # (which rank the step rates call the straggler is judged in lockstep training, where
         # the others sleep in the collective: scenarios/resources/straggler.toml; these two
         # workers both burn CPU, and on a loaded machine the free one waits for it too)
