@@ -18,8 +18,9 @@ keeper makes), so neither the job's other nodes there nor another job's (a host 
 not the job's alone: ``exclusive``) are cut. Elsewhere the table matches by address, and
 so falls on the whole host: it is refused before anything is recorded (``host_refusals``)
 where the host carries another node of the job or is not the job's alone, as the other
-network faults of such a node are. One table per host holds the rules of each of its faulted nodes, and is
-written again when a node of the host starts (its loopback packets are tagged from then).
+network faults of such a node are. One table per host holds the rules of each of its
+faulted nodes, and is written again when a node of the host starts (its loopback packets
+are tagged from then).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from harness.sim.schema import CGROUPS
 if TYPE_CHECKING:
     from harness.sim.faults import ScheduledFault
 
-__all__ = ["BY_SOCKETS", "HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "chaos_kinds", "host_refusal", "placed_host",
-           "placed_hosts", "refuse_faults", "shared_host_refusal"]
+__all__ = ["BY_SOCKETS", "HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "by_sockets", "chaos_kinds", "host_refusal",
+           "placed_host", "placed_hosts", "refuse_faults", "shared_host_refusal"]
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
@@ -67,11 +67,17 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | 
     return why
 
 
+def by_sockets(host: HostSpec, kind: str) -> bool:
+    """Whether a network fault of ``kind`` on a node of ``host`` falls on that node's
+    sockets alone (``host_rules.NodeSockets``), and not on everything the host carries."""
+    return kind in BY_SOCKETS and CGROUPS in host.capabilities
+
+
 def shared_host_refusal(host: HostSpec, kind: str) -> str | None:
     """Why a network fault of ``kind`` on a node of ``host``, a host that is not the job's
     alone (``exclusive`` false), would fall on the other jobs' nodes there too; None where
     it is the job's alone, or the fault falls on the node's sockets alone."""
-    if host.exclusive or (kind in BY_SOCKETS and CGROUPS in host.capabilities):
+    if host.exclusive or by_sockets(host, kind):
         return None
     return (f"host {host.label} is not the job's alone (exclusive = false: other jobs run there too, as under "
             f"pytest -n), and a {kind} there falls on their nodes too: "
@@ -134,9 +140,9 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
     for kind in kinds:
         if CHAOS_KINDS[kind].part != "network":
             continue
-        blind = [spec for spec in dict.fromkeys(where) if kind not in BY_SOCKETS or CGROUPS not in spec.capabilities]
-        crowded = next((spec for spec in blind if where.count(spec) > 1), None)
-        shared = next((why for spec in blind if (why := shared_host_refusal(spec, kind))), None)
+        crowded = next((spec for spec in dict.fromkeys(where) if where.count(spec) > 1 and not by_sockets(spec, kind)),
+                       None)
+        shared = next((why for spec in dict.fromkeys(where) if (why := shared_host_refusal(spec, kind))), None)
         if crowded is not None:
             left_out[kind] = (f"host {crowded.label} would carry {where.count(crowded)} of this job's nodes, and a "
                               f"network fault there falls on each ({NETWORK_CHAOS_ON_HOSTS})")
