@@ -1,7 +1,7 @@
 """Flake bench (issue 26 part 1): how often the README's main job goes red on this machine, and why.
 
     python bench/flake.py [--runs 10] [--busy K] [--suite] [--pytest-args "-k scale_down"]
-                          [--timeout S] [--logs DIR]
+                          [--faults KINDS ...] [--timeout S] [--logs DIR]
 
 Runs ``python -m pytest scenarios --elastic-chaos -n 2`` (``--suite``: the test suite,
 ``python -m pytest -n 2``) from the repo root with the interpreter that runs the bench,
@@ -13,6 +13,12 @@ seed from the header (``elastic: chaos=on seed=N ...``) and every red item with 
 (``classify``: false-liveness, hang, invariant, timing, other); at the end the totals, the
 red items by test, and each red run's seed with the command that replays it. The full
 output of every red run is kept under ``--logs``.
+
+``--faults KINDS`` runs the main job under those chaos kinds (``--elastic-faults``); given
+several times, each is a group of ``--runs`` runs, and the totals, red items and wall times
+are printed per group. ``all`` is every chaos kind together, ``each`` one group per kind
+alone, ``default`` the plugin's default kinds; the last table gives each group's median and
+slowest run against the ``default`` group's median (a group run without it: no ratio).
 
 No torchrun side, unlike the other benches here: what is measured is our own suite's red
 rate, and torchrun has no suite of ours to run; a torchrun "flake rate" of different jobs
@@ -81,8 +87,9 @@ _LIVENESS_FAULTS = re.compile(
     r"|Partition|PacketLoss|LinkDown|StoreHostKill|StoreHostLoss|NodeFreeze|NodeKill|AgentKill"
     r"|NodeRemove|NodeLeave)\b")
 _HANG = re.compile(
-    r"did not finish within|still running|\bnot within [\d.]+ ?s|did not \w+(?: [\w.]+)* within [\d.]+ ?s"
-    r"|\bTimeout\b|TimeoutError|timed out")  # Job.wait, the suite's own waits, pytest-timeout
+    r"did not finish within|still running|\bstalled: no event"
+    r"|\bnot within [\d.]+ ?s|did not \w+(?: [\w.]+)* within [\d.]+ ?s"
+    r"|\bTimeout\b|TimeoutError|timed out")  # Job.wait (a hang, a stall), the suite's own waits, pytest-timeout
 _INVARIANT = re.compile(r"invariant\(s\) violated|InvariantViolation")
 _TIMING = re.compile(
     r"\bworld[ _]sizes\b|final world size|\bexpected\b[^\n]*\bgot\b|FaultNotFired|never fired"
@@ -245,6 +252,8 @@ class Run:
     seed: int | None = None
     items: list[RedItem] = field(default_factory=list)
     log: Path | None = None
+    #: the pytest arguments it ran with past the job's own (``--elastic-faults``...)
+    extra: list[str] = field(default_factory=list)
 
     @property
     def red(self) -> bool:
@@ -486,13 +495,49 @@ def print_red_runs(runs: Sequence[Run], suite: bool, extra: Sequence[str]) -> No
     print("\nred runs (seed, replay of the run, replay of each red chaos test, full output):")
     for run in red:
         print(f"  run {run.number}: seed {run.seed if run.seed is not None else '-'}")
-        print(f"    {replay_command(run.seed, suite, extra)}")
+        print(f"    {replay_command(run.seed, suite, run.extra or extra)}")
         for replay in dict.fromkeys(i.replay for i in run.items if i.replay):
             print(f"    {replay}")
         print(f"    log: {run.log}")
 
 
 # -- main ----------------------------------------------------------------------------------
+
+
+def fault_groups(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``--faults`` values -> (label, pytest arguments) per group: ``default`` adds none,
+    ``all`` every chaos kind, ``each`` one group per kind, anything else is passed as is."""
+    if not specs:
+        return [("", [])]
+    from harness.sim.schema import CHAOS_KINDS
+
+    groups: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        if spec == "default":
+            groups.append(("default", []))
+        elif spec == "all":
+            groups.append(("all", [f"--elastic-faults={','.join(CHAOS_KINDS)}"]))
+        elif spec == "each":
+            groups += [(kind, [f"--elastic-faults={kind}"]) for kind in CHAOS_KINDS]
+        else:
+            groups.append((spec, [f"--elastic-faults={spec}"]))
+    return groups
+
+
+def print_groups(results: Sequence[tuple[str, Sequence[Run]]]) -> None:
+    """Per group of ``--faults``: runs, red, red items with causes, median and max wall time,
+    and both against the ``default`` group's median."""
+    base = next((median([r.wall_s for r in runs]) for label, runs in results if label == "default"), None)
+    rows = []
+    for label, runs in results:
+        walls = [r.wall_s for r in runs]
+        mid, top = median(walls) or 0.0, max(walls, default=0.0)
+        reds = Counter(f"{i.nodeid.rpartition('/')[2]} ({i.cause})" for r in runs for i in r.items)
+        ratio = f"{mid / base:.2f}x / {top / base:.2f}x" if base else "-"
+        rows.append([label, str(len(runs)), str(sum(r.red for r in runs)), f"{mid:.1f} s", f"{top:.1f} s", ratio,
+                     ", ".join(f"{k} x{v}" for k, v in reds.most_common()) or "-"])
+    print()
+    print_table(["faults", "runs", "red", "median", "max", "vs default (median / max)", "red items"], rows)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -502,6 +547,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--suite", action="store_true", help="run the test suite (pytest -n 2) instead")
     parser.add_argument("--pytest-args", default="", metavar="ARGS",
                         help='more pytest arguments, e.g. "-k scale_down" (paths replace scenarios)')
+    parser.add_argument("--faults", action="append", default=[], metavar="KINDS",
+                        help="chaos kinds of the main job (--elastic-faults): KINDS, 'all', 'each' or "
+                             "'default'; repeat for several groups of --runs runs each")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help=f"per run; past it the run is killed and counted a hang "
                              f"({MAIN_TIMEOUT_S:g}; --suite {SUITE_TIMEOUT_S:g})")
@@ -514,6 +562,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.runs < 1 or args.busy < 0:
         parser.error(f"--runs={args.runs} must be >= 1 and --busy={args.busy} >= 0")
     args.extra = shlex.split(args.pytest_args)
+    if args.faults and args.suite:
+        parser.error("--faults is for the main job, not --suite")
     args.timeout = args.timeout or (SUITE_TIMEOUT_S if args.suite else MAIN_TIMEOUT_S)
     args.logs = args.logs or DEFAULT_LOGS / time.strftime("%Y%m%d-%H%M%S")
     return args
@@ -531,25 +581,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM's default action skipped both (a count stopped this way left them in /tmp)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     isolate_tmpdir()
-    cmd = command(args.suite, args.extra)
-    print(f"bench/flake.py: {args.runs} run(s) of {shlex.join(cmd)}, {args.busy} busy loop(s) beside it, "
-          f"timeout {args.timeout:g} s; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
+    groups = fault_groups(args.faults)
+    total = args.runs * len(groups)
+    print(f"bench/flake.py: {args.runs} run(s) of {shlex.join(command(args.suite, args.extra))}"
+          f"{f' per each of {len(groups)} fault groups' if args.faults else ''}, {args.busy} busy loop(s) "
+          f"beside it, timeout {args.timeout:g} s; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; "
           f"red runs' output to {args.logs}", file=sys.stderr, flush=True)
     runs: list[Run] = []
+    results: list[tuple[str, list[Run]]] = []
     interrupted = False
     with busy_loops(args.busy):
         try:
-            for number in range(1, args.runs + 1):
-                run = do_run(number, cmd, args.timeout, runs_tests(args.suite, args.extra), args.interrupt_grace)
-                if bad_setup(run):
-                    print(run.output[-3000:], file=sys.stderr)
-                    print(f"pytest exited {run.returncode} (usage error or nothing collected): stopping",
-                          file=sys.stderr)
-                    return 2
-                if run.red:
-                    run.log = keep_log(run, args.logs, cmd)
-                runs.append(run)
-                print(run_line(run, args.runs), flush=True)
+            for label, faults in groups:
+                extra = [*faults, *args.extra]
+                cmd = command(args.suite, extra)
+                results.append((label, []))
+                for _ in range(args.runs):
+                    run = do_run(len(runs) + 1, cmd, args.timeout, runs_tests(args.suite, extra),
+                                 args.interrupt_grace)
+                    if bad_setup(run):
+                        print(run.output[-3000:], file=sys.stderr)
+                        print(f"pytest exited {run.returncode} (usage error or nothing collected): stopping",
+                              file=sys.stderr)
+                        return 2
+                    run.extra = extra
+                    if run.red:
+                        run.log = keep_log(run, args.logs, cmd)
+                    runs.append(run)
+                    results[-1][1].append(run)
+                    print(run_line(run, total) + (f"  [{label}]" if label else ""), flush=True)
         except KeyboardInterrupt:
             interrupted = True
             print(f"interrupted after {len(runs)} run(s)", file=sys.stderr)
@@ -558,6 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print_totals(runs)
     print_red_items(runs)
+    if args.faults:
+        print_groups([(label, group) for label, group in results if group])
     print_red_runs(runs, args.suite, args.extra)
     red = any(r.red for r in runs)
     print(f"\nfull output of the red runs: {args.logs}" if red else "\nno red run: no log kept")

@@ -380,27 +380,38 @@ def _check_expectations(expect: dict[str, Any], job: Any, result: Any, steps: in
     sizes = job.timeline.world_sizes()
     if "world_sizes" in expect and not chaotic and sizes != expect["world_sizes"]:
         problems.append(f"world sizes {sizes}, expected {expect['world_sizes']}")
-    if "min_world_size" in expect and any(size < expect["min_world_size"] for size in sizes):
-        problems.append(f"world sizes {sizes}, none expected below {expect['min_world_size']}")
-    if "final_world_size" in expect and (not sizes or sizes[-1] != expect["final_world_size"]):
-        problems.append(f"final world size {sizes[-1] if sizes else None}, expected {expect['final_world_size']}")
+    leaves, joins = _chaos_membership(job) if chaotic else (0, 0)
+    nproc = job.cluster.config.nproc_per_node if leaves or joins else 0
+    if "min_world_size" in expect:
+        floor = expect["min_world_size"] - leaves * nproc  # chaos may take out as many nodes as it did
+        if any(size < floor for size in sizes):
+            problems.append(f"world sizes {sizes}, none expected below {floor}" + _modulo(expect["min_world_size"],
+                                                                                          leaves, joins))
+    if "final_world_size" in expect:
+        low, high = expect["final_world_size"] - leaves * nproc, expect["final_world_size"] + joins * nproc
+        if not sizes or not low <= sizes[-1] <= high:
+            wanted = f"{low}..{high}" if low != high else str(low)
+            problems.append(f"final world size {sizes[-1] if sizes else None}, expected {wanted}"
+                            + _modulo(expect["final_world_size"], leaves, joins))
     restarts = max(job.timeline.restart_counts().values(), default=0)
     if "restarts" in expect and not chaotic and restarts != expect["restarts"]:
         problems.append(f"{restarts} restart(s), expected {expect['restarts']}")
+    own = [f for f in job.timeline.faults() if not f.get("chaos")]  # the scenario's own faults
     if "faults_fired" in expect:
         # a heal is a scheduled entry too: it fired when its ``heal`` event was recorded
-        fired = [f["fault"] for f in job.timeline.faults()] + ["heal"] * len(job.timeline.events("heal"))
+        heals = [h for h in job.timeline.events("heal") if not h.get("chaos")]
+        fired = [f["fault"] for f in own] + ["heal"] * len(heals)
         if len(fired) < expect["faults_fired"]:
             problems.append(f"{len(fired)} fault(s) fired {fired}, expected {expect['faults_fired']}")
     if expect.get("no_lost_steps") and steps:
         problems.extend(_lost_progress(job, steps))
     bound = expect.get("max_recovery_latency")
     if bound is not None:
-        for fault in job.timeline.faults():
+        for fault in own:
             latency = fault.recovery_latency
             if latency is not None and latency > bound:
                 problems.append(f"{fault['fault']} recovered after {latency:.2f}s > {bound}s")
-    problems.extend(_training_truth(expect, job, timeout))
+    problems.extend(_training_truth(expect, job, timeout, own, chaotic))
     problems.extend(_resource_truth(expect, job))
     if problems:
         raise ScenarioFailure("; ".join(problems) + "\n" + timeline_chart(job.timeline))
@@ -477,19 +488,42 @@ def _node_of_rank(job: Any, rank: int, at: float) -> Any:
     return starts[-1]["node"] if starts else None
 
 
-def _training_truth(expect: dict[str, Any], job: Any, timeout: float) -> list[str]:
-    """The expectations judged on the training: resume latency, goodput, the twin."""
+def _chaos_membership(job: Any) -> tuple[int, int]:
+    """(nodes chaos took out, nodes chaos added) in this job: its fired faults whose kind
+    changes the membership (a partition counts as a node taken out: its node may end the job
+    cut off)."""
+    from harness.sim.schema import FAULT_KINDS
+
+    rows = [FAULT_KINDS.get(f["fault"]) for f in job.timeline.faults() if f.get("chaos")]
+    return (sum(1 for row in rows if row is not None and row.membership < 0),
+            sum(1 for row in rows if row is not None and row.membership > 0))
+
+
+def _modulo(expected: int, leaves: int, joins: int) -> str:
+    """What a world size was compared with under chaos (empty without chaos membership)."""
+    if not leaves and not joins:
+        return ""
+    return f" ({expected} modulo chaos's membership changes: {leaves} node(s) out, {joins} in)"
+
+
+def _training_truth(expect: dict[str, Any], job: Any, timeout: float, own: list[Any] | None = None,
+                    chaotic: bool = False) -> list[str]:
+    """The expectations judged on the training: resume latency, goodput, the twin. Under
+    chaos, the latency bounds hold for the scenario's ``own`` faults and ``min_goodput`` is
+    not judged (chaos's faults cost what they cost); the twin is, bitwise."""
     problems: list[str] = []
     bound = expect.get("max_resume_latency")
     if bound is not None:
-        for fault in job.timeline.faults():
+        for fault in (own if own is not None else job.timeline.faults()):
             latency = fault.resume_latency
             if latency is None:
                 problems.append(f"{fault['fault']}: training never resumed after it")
             elif latency > bound:
                 problems.append(f"{fault['fault']}: training resumed after {latency:.2f}s > {bound}s")
     floor = expect.get("min_goodput")
-    if floor is not None:
+    if floor is not None and chaotic:
+        print(f"scenario: min_goodput {floor} not judged under chaos (its faults cost goodput too)")
+    elif floor is not None:
         goodput = job.goodput()
         if goodput.ratio < floor:
             problems.append(f"{goodput.summary()} < min_goodput {floor}")

@@ -231,6 +231,9 @@ def _record_ci_properties(item: pytest.Item, record: ElasticRecord, failed: bool
         if ran is not None:
             props.append(("elastic_schedule", ran))
         props.append(("elastic_chaos_faults", record.settings.faults))
+        left_out = chaos_left_out(record.cluster.jobs)
+        if left_out:
+            props.append(("elastic_chaos_left_out", left_out))
         props.append(("elastic_chaos_overload", record.settings.overload))
 
 
@@ -293,11 +296,26 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         unfired = [entry.describe() for job in record.cluster.jobs for entry in job.unfired_faults()]
         replayed = ["replayed from the last failure (pytest --lf): its seed and schedule, "
                     "kept in pytest's cache"] if _replayed(item) else []
+        left_out = [f"  {kind}: {why}" for kind, why in chaos_left_out(record.cluster.jobs).items()]
         text = "\n".join([*replayed, "fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
+                          *(["left out (the job cannot survive them as configured):", *left_out] if left_out else []),
                           *(["not fired (the job ended first, or it could not be applied):"]
                             + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))
+
+
+def chaos_left_out(jobs: Sequence[Any]) -> dict[str, str]:
+    """Chaos kinds left out of the jobs' schedules -> why (the first job's reason for each):
+    what the jobs could not survive as configured, or their machine could not carry out."""
+    from harness.sim.truth.timeline import HARNESS
+
+    left_out: dict[str, str] = {}
+    for job in jobs:
+        for event in job.timeline.events("chaos_schedule", HARNESS):
+            for kind, why in (event.get("left_out") or {}).items():
+                left_out.setdefault(str(kind), str(why))
+    return left_out
 
 
 def _replayed(item: pytest.Item) -> bool:

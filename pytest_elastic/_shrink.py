@@ -3,8 +3,10 @@ schedule that still fails the same way is reported, with a line that replays it.
 
 A chaos schedule is data (one list of ``ScheduledFault`` per job), so a smaller one is
 just another list handed to ``Cluster`` through ``ChaosConfig.schedules``. The search is
-deterministic (the same outcomes give the same candidates) and bounded by a budget of
-re-runs (``--elastic-shrink-budget``), each re-run by the test's own timeout:
+deterministic (the same outcomes give the same candidates) and bounded twice: by a budget
+of re-runs (``--elastic-shrink-budget``), and in time, the re-runs together taking at most
+``TIME_FACTOR`` times the failing run (each re-run's timeout is what is left of that, at most
+the test's own; a re-run cut short fails differently, so it is not kept):
 
 0. free: faults that had not fired when the test failed are dropped without a re-run;
 1. drop: with two or more faults, the empty schedule first (does it fail without chaos?),
@@ -44,6 +46,8 @@ __all__ = ["run_with_shrinking", "shrink", "Outcome", "ShrinkResult", "schedules
            "schedules_from_json", "signature"]
 
 SECTION = "elastic chaos: minimal failing schedule"
+#: the re-runs of a shrink together take at most this many times the failing run
+TIME_FACTOR = 3.0
 _TIMEOUT_MESSAGE = "Timeout (>"  # pytest-timeout's failure message starts so
 
 
@@ -119,6 +123,9 @@ class ShrinkResult:
     steps: list[Step] = field(default_factory=list)
     exhausted: bool = False
     seconds: float = 0.0
+    #: the re-runs' time budget (s; None: none) and whether it ran out
+    time_budget: float | None = None
+    out_of_time: bool = False
 
     @property
     def original_count(self) -> int:
@@ -179,14 +186,15 @@ def _label(job: int, entry: Any) -> str:
     return f"job {job}: {entry.describe()}"
 
 
-def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
-           clock: Callable[[], float] = time.monotonic) -> ShrinkResult:
-    """Shrink ``first`` (a failing outcome) by calling ``run(candidate)`` at most ``budget``
-    times; ``run`` is the test re-run with that schedule (a fake in unit tests)."""
+def shrink(first: Outcome, run: Callable[[Schedules, float | None], Outcome], budget: int,
+           clock: Callable[[], float] = time.monotonic, time_budget: float | None = None) -> ShrinkResult:
+    """Shrink ``first`` (a failing outcome) by calling ``run(candidate, seconds_left)`` at
+    most ``budget`` times, and none once ``time_budget`` seconds have gone by; ``run`` is the
+    test re-run with that schedule within the seconds left (a fake in unit tests)."""
     assert first.signature is not None  # first.failed, spelled so that the type narrows
     started = clock()
     result = ShrinkResult(first.schedules, _fired_units(first.schedules, first.fired), 0, budget,
-                          first.signature)
+                          first.signature, time_budget=time_budget)
     unfired = _count(first.schedules) - _count(result.minimal)
     if unfired:
         result.steps.append(Step(f"drop {unfired} fault(s) not yet fired when the test failed",
@@ -196,8 +204,12 @@ def shrink(first: Outcome, run: Callable[[Schedules], Outcome], budget: int,
         if result.runs >= budget:
             result.exhausted = True
             return False
+        left = None if time_budget is None else time_budget - (clock() - started)
+        if left is not None and left <= 0:
+            result.exhausted = result.out_of_time = True
+            return False
         result.runs += 1
-        outcome = run(candidate)
+        outcome = run(candidate, left)
         if outcome.signature == first.signature:
             # keep what fired; what never fired before the failure cannot be needed
             result.minimal = (_fired_units(outcome.schedules, outcome.fired) if outcome.schedules
@@ -252,7 +264,9 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
     schedule with re-runs, then log the first run's reports (with the result section)."""
     ihook = item.ihook
     ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    began = time.monotonic()
     reports = runtestprotocol(item, nextitem=nextitem, log=False)
+    took = time.monotonic() - began
     record = item.stash.get(RECORD_KEY, None)
     first = outcome_of(reports, record)
     if first.failed and record is not None and record.chaos_seed is not None:
@@ -264,17 +278,17 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
         else:
             saved = list(item.user_properties)
 
-            def run(candidate: Schedules) -> Outcome:
+            def run(candidate: Schedules, seconds_left: float | None) -> Outcome:
                 item.stash[SCHEDULE_OVERRIDE_KEY] = candidate  # read by the re-run's cluster
                 try:
-                    with rearmed(item):
+                    with rearmed(item, limit=seconds_left):
                         rerun = runtestprotocol(item, nextitem=nextitem, log=False)
                 finally:
                     del item.stash[SCHEDULE_OVERRIDE_KEY]
                 return outcome_of(rerun, item.stash.get(RECORD_KEY, None))
 
             try:
-                result = shrink(first, run, settings.shrink_budget)
+                result = shrink(first, run, settings.shrink_budget, time_budget=TIME_FACTOR * took)
             finally:
                 item.user_properties[:] = saved
                 item.stash[RECORD_KEY] = record  # the first run's: its reports are the ones logged
@@ -294,7 +308,10 @@ def describe(result: ShrinkResult, test_id: str, settings: Settings) -> str:
     lines = [f"shrunk {result.original_count} fault(s) to {result.minimal_count} in {result.runs} "
              f"re-run(s) (budget {result.budget}, {result.seconds:.1f}s); same failure throughout: "
              f"{_describe_signature(result.signature)}"]
-    if result.exhausted:
+    if result.out_of_time and result.time_budget is not None:
+        lines.append(f"the time ran out ({result.time_budget:.1f}s: {TIME_FACTOR:g}x the failing run): a smaller "
+                     "schedule may exist (replay the minimal one below and shrink again)")
+    elif result.exhausted:
         lines.append("the budget ran out: a smaller schedule may exist (--elastic-shrink-budget=N)")
     lines.append("minimal failing schedule:")
     if result.minimal_count:

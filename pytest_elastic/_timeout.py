@@ -178,14 +178,17 @@ def _debugging(pt: Any, timeout_settings: Any) -> bool:
 
 
 @contextmanager
-def rearmed(item: pytest.Item) -> Iterator[None]:
+def rearmed(item: pytest.Item, limit: float | None = None) -> Iterator[None]:
     """A fresh pytest-timeout timer around one re-run of ``item`` (shrinking), as the
-    protocol's own timer covers one run; nothing without pytest-timeout."""
+    protocol's own timer covers one run, of at most ``limit`` seconds (what is left of the
+    shrink's time); nothing without pytest-timeout."""
     pt = timeout_plugin(item.config)
     get_settings = getattr(pt, "_get_item_settings", None)
     timeout_settings = get_settings(item) if get_settings else None
     armed = bool(timeout_settings and timeout_settings.timeout and timeout_settings.timeout > 0
                  and not timeout_settings.func_only)  # func_only: its call hook arms per run
+    if armed and limit is not None and timeout_settings is not None:
+        timeout_settings = timeout_settings._replace(timeout=max(1.0, min(timeout_settings.timeout, limit)))
     hook = item.config.hook
     if armed:
         hook.pytest_timeout_cancel_timer(item=item)  # the first run's, if still set

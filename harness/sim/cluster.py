@@ -39,7 +39,7 @@ from harness.sim.truth.invariants import InvariantViolation
 from harness.sim.truth.net_invariants import unhealed_message
 
 if TYPE_CHECKING:
-    from harness.sim.faults.chaos import ChaosConfig
+    from harness.sim.faults.chaos import ChaosConfig, JobFacts
 
 __all__ = ["Cluster", "ClusterConfig", "Job", "JobResult", "ClusterLeakError"]
 
@@ -138,7 +138,7 @@ class Cluster:
         return job
 
     def _unleash_chaos(self, job: Job, count: int, chaos: ChaosConfig) -> None:
-        from harness.sim.faults.chaos import derive_seed, generate_schedule
+        from harness.sim.faults.chaos import derive_seed, generate_schedule, survivable
 
         config = self.config
         index = len(self.jobs) - 1
@@ -153,17 +153,50 @@ class Cluster:
                 from harness.sim.nodes.host_refusals import chaos_kinds
 
                 kinds, left_out = chaos_kinds(kinds, job.remote.hosts, job.remote.placement, config.max_nodes)
+            if not chaos.overload:  # what the job can survive by its own configuration
+                kinds, cannot = survivable(kinds, self._chaos_facts(job, count, chaos))
+                left_out.update(cannot)
             schedule = generate_schedule(seed, kinds, config.min_nodes, config.max_nodes,
                                          config.nproc_per_node, config.max_restarts, chaos.overload,
                                          chaos.max_faults, chaos.horizon, initial_nodes=count,
-                                         reserved_nodes=chaos.reserved_nodes)
+                                         reserved_nodes=chaos.reserved_nodes,
+                                         protected_nodes=(0,) if config.store_host == "node0" else ())
         job.chaos_schedule = schedule
         job.harness_events.emit("chaos_schedule", seed=seed, given=given is not None and index < len(given),
                                 faults=[entry.describe() for entry in schedule],
                                 **({"left_out": left_out} if left_out else {}))
+        job.scheduler.adopt_chaos(schedule)  # its events say chaos; its heals come by the job's end
         job.schedule(schedule)
         for observer in chaos.on_job:
             observer(job)
+
+    def _chaos_facts(self, job: Job, count: int, chaos: ChaosConfig) -> JobFacts:
+        """What chaos must know of ``job`` (started on ``count`` nodes) to draw only faults it
+        can survive: its nodes, its watchdog, and what its machine or settings lack (on hosts
+        ``host_refusals.chaos_kinds`` has judged the machines)."""
+        from harness.sim.faults.chaos import JobFacts
+        from harness.sim.schema import CGROUPS, FUSE, NETNS
+        from harness.timer_env import ENABLE_FILE_TIMER_ENV
+
+        config = self.config
+        missing: dict[str, str] = {}
+        if job.remote is None:
+            if self.network != "netns":
+                missing[NETNS] = (f"the job's nodes share one network (network={self.network!r}): a network "
+                                  "fault needs network='netns'")
+            from harness.sim.resources import probe
+            from harness.sim.storage.mount import fuse_missing
+
+            cgroups = probe()
+            if isinstance(cgroups, str):
+                missing[CGROUPS] = f"this machine lacks {cgroups}"
+            fuse = fuse_missing()
+            if fuse is not None:
+                missing[FUSE] = f"this machine lacks {fuse}"
+        env = {**os.environ, **config.env}
+        return JobFacts(min_nodes=config.min_nodes, max_nodes=config.max_nodes, nodes=count,
+                        reserved_nodes=chaos.reserved_nodes, watchdog=env.get(ENABLE_FILE_TIMER_ENV, "0") == "1",
+                        missing=missing)
 
     def fault_free_copy(self) -> Cluster:
         """A new cluster of this one's settings, sharing its pool, for the fault-free twin
@@ -184,6 +217,7 @@ class Cluster:
         # last: under -W error a warning is raised, and everything must be closed by then
         given: list[Warning] = []
         for job in self.jobs:
+            job.scheduler.fire_at_end()  # chaos's lasting faults end with the job
             for unhealed in (unhealed_message(job.network.open_faults()),
                              resources_unhealed(job.resources.open_faults())):
                 if unhealed:

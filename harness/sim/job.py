@@ -187,21 +187,21 @@ class Job:
         deprecated("Job.join_node", "Job.add_node", "method")
         return self.add_node()
 
-    def heal(self, node: int | None = None) -> None:
-        """End node ``node``'s lasting faults (every node's, every disk's and the shared
-        filesystem's with None), of each part in ``lasting``; one ``heal`` event names what
-        ended (``harness.sim.faults.target.end_every``: loopback mode's network refuses)."""
+    def heal(self, node: int | None = None, at_end: bool = False) -> None:
+        """End node ``node``'s lasting faults (every node's, disk's and the shared filesystem's
+        with None), of each part in ``lasting``; one ``heal`` event names what ended (``end_every``:
+        loopback's network refuses; ``at_end``: chaos's, come because the job ends)."""
         if node is not None:
             self.node(node)  # an unknown node raises first
         ended = end_every(self.lasting, node)
         self.record("heal", **({"target_node": node} if node is not None else {}), healed=ended.names,
-                    **ended.detail)
+                    **ended.detail, **({"at_end": True} if at_end else {}))
 
     def record(self, event: str, **fields: Any) -> None:
         """Write the event of something the harness does to the job (a ``fault``, a
         ``heal``); a scheduled action fires atomically with the write."""
-        with self.scheduler.recording():
-            self.harness_events.emit(event, **fields)
+        with self.scheduler.recording() as origin:
+            self.harness_events.emit(event, **fields, **origin)
 
     def inject(self, fault: Fault, trigger: Trigger | None = None) -> None:
         """Schedule ``fault`` to fire when ``trigger`` (default: now) is met."""

@@ -8,6 +8,8 @@ must hear at once rather than at its timeout:
 * a hang (``harness.sim.truth.hangs``: a node still running past the exit barrier after its
   peers' training succeeded): ``JobHung``, with what the hung node's workers last did and
   their Python stacks (``harness.sim.truth.stacks``);
+* a stall (``hangs.find_stall``: no event at all for the job's stall bound): ``JobHung``
+  too, naming the fault that left it stuck and what the job lacks to survive it;
 * at the job's end, faults of the caller's that never fired: ``FaultNotFired``, saying why
   for each (chaos faults never count: they may not fire).
 
@@ -17,13 +19,23 @@ scheduled faults ask) is read here from the timeline too.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from harness.errors import ElasticError
 from harness.sim.errors import FaultError, FaultNotFired, JobHung
-from harness.sim.truth.hangs import GRACE_S, Hang, describe_workers, find_hang, teardown_hint
+from harness.sim.truth.hangs import (
+    GRACE_S,
+    Hang,
+    Stall,
+    describe_workers,
+    find_hang,
+    find_stall,
+    stall_cause,
+    teardown_hint,
+)
 from harness.sim.truth.subject import Configured, PlacedNode, StackedJob
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
@@ -52,6 +64,10 @@ class _Faults(Protocol):
     def failures(self) -> Sequence[tuple[_Described, str]]: ...
 
     def never_fired(self) -> Sequence[tuple[_Described, str]]: ...
+
+    def fire_at_end(self) -> None: ...
+
+    def next_due(self) -> float | None: ...
 
 
 class _Orders(Protocol):
@@ -196,20 +212,31 @@ def _running(job: WaitedJob) -> list[int]:
 def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResult:
     """Until every running node's agent ended (``Job.wait``); the merged result."""
     hangs: list[Hang] = []
+    stalls: list[Stall] = []
 
     def over() -> bool:
         running = _running(job)
-        hang = find_hang(job.timeline, running, time.monotonic(), job.cluster.config.exit_barrier_timeout + GRACE_S,
-                         {n: job.worker_pids(n).values() for n in running}) if running else None
+        if not running:
+            return True
+        now = time.monotonic()
+        hang = find_hang(job.timeline, running, now, job.cluster.config.exit_barrier_timeout + GRACE_S,
+                         {n: job.worker_pids(n).values() for n in running})
         if hang is not None:
             hangs.append(hang)
-        return not running or hang is not None
+            return True
+        stall = find_stall(job.timeline, now, job.scheduler.next_due())
+        if stall is not None:
+            stalls.append(stall)
+        return stall is not None
 
     if not _until(job, over, timeout, lifecycle=True):
         raise TimeoutError(f"job {job.run_id} did not finish within {timeout:g}s; nodes "
                            f"{_running(job)} still running\n{job.timeline.format()}")
     if hangs:
         raise JobHung(_hang_report(job, hangs[0]))
+    if stalls:
+        raise JobHung(_stall_report(job, stalls[0]))
+    job.scheduler.fire_at_end()  # chaos's lasting faults end with the job
     if not allow_unfired:
         unfired = _never_fired(job)
         if unfired:
@@ -249,3 +276,30 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
     hint = teardown_hint(stacks) if finished else None
     return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),
                       "stacks:", stacks, "timeline:", job.timeline.format()])
+
+
+def _stall_report(job: WaitedJob, stall: Stall) -> str:
+    """``JobHung``'s message for a stalled job: one line with the fault that left it stuck
+    and what the job lacks to survive it, then what each running node's workers last did,
+    their stacks and the timeline."""
+    from harness.sim.truth.stacks import LocalWorkers, all_stacks
+    from harness.timer_env import ENABLE_FILE_TIMER_ENV
+
+    env = {**os.environ, **job.cluster.config.env}
+    cause = stall_cause(job.timeline, watchdog=env.get(ENABLE_FILE_TIMER_ENV, "0") == "1")
+    events = job.timeline.events()
+    t0 = events[0]["mono"] if events else stall.last_event
+    head = (f"job {job.run_id} stalled: no event from any node or worker for {stall.waited:.1f}s (since "
+            f"{stall.last_event - t0:.1f}s; its step time is {stall.step_time:.3g}s, and a job is stalled after "
+            f"{stall.bound:.1f}s without one): {cause}.")
+    running = _running(job)
+    lines: list[str] = []
+    for node in running:
+        alive = job.worker_pids(node)
+        access = job.nodes[node].worker_access() or LocalWorkers(job.stacks_dir)
+        status = access.states(list(alive.values()))
+        described, _ = describe_workers(job.timeline, node, alive, status)
+        lines += [f"node {node}:", *(f"  {line}" for line in described)]
+    stacks = all_stacks(job, job.stacks_dir, nodes=running)
+    return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks, "timeline:",
+                      job.timeline.format()])

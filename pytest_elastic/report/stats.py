@@ -94,8 +94,29 @@ def session_summary(stats: list[dict[str, Any]], settings: Any) -> list[str]:
         lines.append(f"shrunk: {len(shrunk)} failing chaos test(s), to "
                      f"{', '.join(str(s['elastic_minimal_faults']) for s in shrunk)} fault(s); "
                      "see their 'elastic chaos: minimal failing schedule' sections")
+    left_out: dict[str, dict[str, int]] = {}  # kind -> why -> tests
+    for s in stats:
+        for kind, why in (s.get("elastic_chaos_left_out") or {}).items():
+            left_out.setdefault(kind, {}).setdefault(why, 0)
+            left_out[kind][why] += 1
+    lines.extend(_left_out_lines(left_out))
     if settings.chaos:
         lines.append(f"chaos seed: {settings.seed} (replay with --elastic-chaos --elastic-seed={settings.seed})")
+    return lines
+
+
+def _left_out_lines(left_out: dict[str, dict[str, int]]) -> list[str]:
+    """One line per reason chaos left kinds out of the session's jobs: the kinds left out of
+    as many tests for the same most common reason share a line."""
+    grouped: dict[tuple[int, str, int], list[str]] = {}
+    for kind, whys in left_out.items():
+        tests = sum(whys.values())
+        why = max(whys, key=lambda w: (whys[w], w))
+        grouped.setdefault((tests, why, len(whys) - 1), []).append(kind)
+    lines = []
+    for (tests, why, others), kinds in sorted(grouped.items(), key=lambda item: (-item[0][0], item[1])):
+        more = f" (and {others} other reason(s): each test's 'elastic chaos' section)" if others else ""
+        lines.append(f"chaos left out {', '.join(kinds)} in {tests} test(s): {why}{more}")
     return lines
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import Cluster
+from harness import Cluster, WorkerState
+from harness.faults import AtStep, WorkerHang
 from harness.sim import waits
 from harness.sim.truth.hangs import JobHung
 from tests.conftest import SCRIPTS
@@ -56,3 +57,39 @@ def test_a_worker_that_never_exits_after_a_worker_of_its_round_did_is_named_in_a
     assert message.startswith(f"job {job.run_id} hung: node 0 ")
     assert "after rank 0 (pid " in message and "succeeded (round 0" in message
     assert "linger_after_training" in message
+
+
+TRAIN = str(SCRIPTS.parent.parent / "scenarios" / "scripts" / "train.py")
+
+
+@pytest.fixture
+def short_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 2 s floor instead of 20 s: the same rule, named 18 s sooner (the job's step time
+    is a few ms here, so the floor is the bound)."""
+    from harness.sim.truth import hangs
+
+    monkeypatch.setattr(hangs, "STALL_FLOOR_S", 2.0)
+
+
+@pytest.mark.parametrize("watchdog", [False, True])
+def test_a_job_stuck_on_a_hung_worker_nothing_reaps_is_named_stalled_with_its_weakness(warm_pool, short_stall,
+                                                                                      watchdog):
+    """No node succeeds, so no exit barrier can name it: rank 1 is stopped (hang_worker) and
+    rank 0 waits in the all-reduce with it. With no watchdog nothing would ever reap it; with
+    the watchdog on but no timer held (the script times no step) neither. ``wait`` names the
+    stall in one line that says what the job lacks, not at its timeout."""
+    env = {"TORCHELASTIC_ENABLE_FILE_TIMER": "1"} if watchdog else {}
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1, env=env) as cluster:
+        job = cluster.launch(TRAIN, "--steps", "100000")
+        job.wait_for_state(WorkerState.HEALTHY, timeout=60)
+        job.inject(WorkerHang(node=0, local_rank=1), AtStep(step=5, rank=1))
+        with pytest.raises(JobHung) as caught:
+            job.wait(timeout=120)
+        job.terminate()
+    head = str(caught.value).splitlines()[0]
+    assert head.startswith(f"job {job.run_id} stalled: no event from any node or worker for ")
+    if watchdog:
+        assert "held no timer when it was stopped" in head
+    else:
+        assert "reaped by nothing" in head and "TORCHELASTIC_ENABLE_FILE_TIMER=1" in head
+    assert "stacks:" in str(caught.value) and "rank 1 (local 1, pid " in str(caught.value)

@@ -32,7 +32,7 @@ class FakeTest:
         self.not_before, self.horizon, self.other = not_before, horizon, other_bug_if_empty
         self.runs: list[tuple] = []
 
-    def __call__(self, schedules: tuple) -> Outcome:
+    def __call__(self, schedules: tuple, seconds_left: float | None = None) -> Outcome:
         self.runs.append(schedules)
         fired = tuple(tuple(e for e in job if e.trigger.seconds <= self.horizon) for job in schedules)
         hit = any(e.fault.local_rank == 1 and e.trigger.seconds >= self.not_before
@@ -97,6 +97,25 @@ def test_moving_later_is_kept_only_while_it_fails():
     assert result.steps[-1].result == "passes: not kept"
 
 
+def test_the_re_runs_stop_when_their_time_is_spent():
+    """Each re-run takes 10 s of a 25 s budget (a fake clock): the third starts with 5 s
+    left and is given no more, and no fourth starts, whatever the re-run budget."""
+    now = [0.0]
+    given: list[float | None] = []
+
+    class SlowFake(FakeTest):
+        def __call__(self, schedules: tuple, seconds_left: float | None = None) -> Outcome:
+            given.append(seconds_left)
+            now[0] += 10.0
+            return super().__call__(schedules, seconds_left)
+
+    entries = tuple(crash(i % 2, 0.1 * i) for i in range(1, 7))
+    fake = SlowFake(not_before=0.0)
+    result = shrink(Outcome(BUG, (entries,), (entries,)), fake, budget=8, clock=lambda: now[0], time_budget=25.0)
+    assert given == [25.0, 15.0, 5.0]
+    assert result.runs == 3 and result.out_of_time and result.exhausted
+
+
 def partition_then_heal(node: int, after: float) -> tuple[ScheduledFault, ScheduledFault]:
     """As chaos draws a lasting fault: the heal is chained to its partition."""
     return (ScheduledFault(Partition(node=node, peers="store"), AfterHealthy(seconds=after)),
@@ -110,7 +129,7 @@ class PartitionBug:
     def __init__(self) -> None:
         self.runs: list[tuple] = []
 
-    def __call__(self, schedules: tuple) -> Outcome:
+    def __call__(self, schedules: tuple, seconds_left: float | None = None) -> Outcome:
         self.runs.append(schedules)
         fired = tuple(tuple(e for e in job if not isinstance(e.fault, Heal)) for job in schedules)
         hit = any(isinstance(e.fault, Partition) and e.fault.node == 1 for job in fired for e in job)

@@ -39,6 +39,8 @@ def test_a_live_node_taken_for_dead_is_false_liveness(text: str) -> None:
     f"{HANG}\n{WORKER_KILL}",
     "Failed: Timeout (>130.0s) from pytest-timeout.",
     "E   TimeoutError: nodes did not reach HEALTHY within 30s",
+    "scenario x: job 1a2b stalled: no event from any node or worker for 20.5s (since 3.1s; ...): the worker "
+    "hang_worker stopped (node 0, local rank 1) is reaped by nothing",
 ])
 def test_what_did_not_finish_in_time_is_a_hang(text: str) -> None:
     assert classify(text) == "hang"

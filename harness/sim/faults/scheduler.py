@@ -13,6 +13,13 @@ event. Any other error while evaluating or applying it is a *failure*: the entry
 the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
 ``FaultError`` with the reason.
 
+Chaos ends the job with its lasting faults healed: each chaos ``heal`` (``adopt_chaos``)
+comes due by its own trigger or as soon as the job's training is over
+(``harness.sim.truth.hangs.training_over``), whichever comes first, and ``fire_at_end``
+fires the armed ones still pending when the job has ended (a job that failed, or was never
+waited for). Its ``heal`` event then says ``at_end``: the fault lasted until the job's end,
+not longer, and nothing chaos put in place is left for the test to answer for.
+
 ``schedule`` arms a list of entries, each checked against what the job can ever have
 (``check_targets``) before any is armed; an exact (rank, step) crash is no entry here but an
 order the worker obeys itself (``ProcessFaults.order_exit_at``). The thread starts with the
@@ -32,11 +39,12 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.sim.bus import SAFETY_S
 from harness.sim.errors import FaultError, FaultNotFired, TargetNotReady
-from harness.sim.faults.data import AtStep, JobShape, NodeAdd, ScheduledFault, Trigger, WorkerKill, check_targets
+from harness.sim.faults.data import AtStep, Heal, JobShape, NodeAdd, ScheduledFault, Trigger, WorkerKill, check_targets
+from harness.sim.truth.hangs import training_over
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import ScheduledJob
@@ -72,6 +80,47 @@ class FaultScheduler:
         self._applying: _Pending | None = None  # the entry this thread is applying now
         self._joins = 0  # node joins scheduled: each makes one more node index valid
         self._thread: threading.Thread | None = None
+        #: ids of chaos's entries (``adopt_chaos``): their events say ``chaos``
+        self._chaos: set[int] = set()
+        #: ids of chaos's heals: they come due when the job's training is over too
+        self._at_end: set[int] = set()
+        self._ending: _Pending | None = None  # the heal ``fire_at_end`` applies in the caller's thread
+
+    def adopt_chaos(self, entries: list[ScheduledFault]) -> None:
+        """``entries`` are chaos's (adopted before they are scheduled): each one's event says ``chaos: true``
+        (a scenario's expectations tell its own faults from chaos's by it), and each ``Heal``
+        comes due when the job's training is over as well as by its own trigger, and fires at
+        ``fire_at_end`` if still armed: a fault chaos put in place lasts until its heal or the
+        job's end, never past it."""
+        with self._lock:
+            self._chaos.update(id(entry) for entry in entries)
+            self._at_end.update(id(entry) for entry in entries if isinstance(entry.fault, Heal))
+
+    def fire_at_end(self) -> None:
+        """The job has ended (or is being closed): fire, in the caller's thread, every armed
+        entry of ``adopt_chaos`` still pending (its fault fired; its heal had not come)."""
+        with self._settled:
+            self._settled.wait_for(lambda: self._applying is None or id(self._applying.entry) not in self._at_end,
+                                   SAFETY_S)
+            due = [p for p in self._entries if p.armed_at is not None and id(p.entry) in self._at_end]
+            for p in due:
+                p.armed_at = None  # claimed here: the thread passes it over
+        for p in due:
+            self._heal_at_end(p)
+
+    def _heal_at_end(self, p: _Pending) -> None:
+        """Apply the chaos heal ``p`` because the job ends, then mark it fired."""
+        fault = p.entry.fault
+        assert isinstance(fault, Heal)
+        self._ending = p if threading.current_thread() is not self._thread else None
+        try:
+            self._job.heal(fault.node, at_end=True)
+        except Exception as e:  # recorded and raised by the job's waits, never dropped
+            self._fail(p, e)
+            return
+        finally:
+            self._ending = None
+        self._fired(p)
 
     def schedule(self, entries: list[ScheduledFault]) -> None:
         """Arm ``entries``: all of them, or (``ConfigError``, naming the first that names a
@@ -150,6 +199,22 @@ class FaultScheduler:
             reasons.append((p.entry, why))
         return reasons
 
+    def next_due(self) -> float | None:
+        """The earliest monotonic time an armed entry comes due by time alone (None: none
+        does): the job is waiting for the harness until then, not stalled."""
+        with self._lock:
+            armed = [(p.entry.trigger, p.armed_at) for p in self._entries if p.armed_at is not None]
+        times = []
+        for trigger, armed_at in armed:
+            assert armed_at is not None
+            try:
+                at = trigger.deadline(self._job, armed_at)
+            except Exception:  # a trigger that cannot say is the fault thread's to report
+                continue
+            if at is not None:
+                times.append(at)
+        return min(times, default=None)
+
     def unfired(self) -> list[ScheduledFault]:
         """Entries pending, then those that failed before they fired."""
         with self._lock:
@@ -203,16 +268,25 @@ class FaultScheduler:
         of the others comes due (None: only events can make one due)."""
         now = time.monotonic()
         due: list[_Pending] = []
+        ending: set[int] = set()  # ids of the heals due because the job's training is over
         next_at: float | None = None
         with self._lock:
             armed = [p for p in self._entries if p.armed_at is not None]
+            at_end = [p for p in armed if id(p.entry) in self._at_end]
+        over = training_over(self._job.timeline) is not None if at_end else False
         for p in armed:
-            assert p.armed_at is not None
+            armed_at = p.armed_at
+            if armed_at is None:  # claimed by ``fire_at_end`` meanwhile
+                continue
             try:
-                if p.entry.trigger.ready(self._job, p.armed_at, now):
+                if p.entry.trigger.ready(self._job, armed_at, now):
                     due.append(p)
                     continue
-                at = p.entry.trigger.deadline(self._job, p.armed_at)
+                if over and p in at_end:
+                    due.append(p)
+                    ending.add(id(p))
+                    continue
+                at = p.entry.trigger.deadline(self._job, armed_at)
             except Exception as e:  # recorded and raised by the job's waits, never dropped
                 self._fail(p, e)
                 continue
@@ -222,7 +296,12 @@ class FaultScheduler:
             if self._stop.is_set():
                 break
             with self._lock:
+                if p.armed_at is None or p not in self._entries:  # ``fire_at_end`` took it
+                    continue
                 self._applying = p
+            if id(p) in ending:
+                self._heal_at_end_here(p)
+                continue
             try:
                 p.entry.fault.apply(self._job)
             except TargetNotReady as e:
@@ -238,18 +317,31 @@ class FaultScheduler:
             self._fired(p)
         return next_at
 
+    def _heal_at_end_here(self, p: _Pending) -> None:
+        """``_heal_at_end`` on this thread (``p`` is ``_applying``)."""
+        try:
+            self._heal_at_end(p)
+        finally:
+            with self._lock:
+                self._applying = None
+                self._settled.notify_all()
+
     @contextlib.contextmanager
-    def recording(self) -> Iterator[None]:
+    def recording(self) -> Iterator[dict[str, Any]]:
         """The job writes a fault's event inside: if this thread is applying an entry, the
-        entry fires, atomically with the write as ``pending()`` sees it."""
+        entry fires, atomically with the write as ``pending()`` sees it. Yields the fields
+        the event adds (``chaos: true`` for an entry of chaos's)."""
         p = self._applying
         if p is None or threading.current_thread() is not self._thread:
-            yield
+            yield self._origin_of(self._ending)
             return
         with self._lock:
             self._mark_fired(p)
-            yield
+            yield self._origin_of(p)
         self._job.bus.notify()  # waiters on pending_faults()
+
+    def _origin_of(self, p: _Pending | None) -> dict[str, Any]:
+        return {"chaos": True} if p is not None and id(p.entry) in self._chaos else {}
 
     def _fired(self, p: _Pending) -> None:
         with self._lock:

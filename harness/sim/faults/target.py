@@ -219,8 +219,9 @@ class ScheduledJob(FaultTarget, Protocol):
         """When the job was first seen HEALTHY (monotonic); None: not yet."""
         ...
 
-    def heal(self, node: int | None = None) -> None:
-        """End node ``node``'s lasting faults (every node's with None), one ``heal`` event."""
+    def heal(self, node: int | None = None, at_end: bool = False) -> None:
+        """End node ``node``'s lasting faults (every node's with None), one ``heal`` event
+        (``at_end``: chaos's, because the job ends)."""
         ...
 
 

@@ -136,7 +136,7 @@ class ProcessFaults:
     def hang_worker(self, node: int, local_rank: int) -> None:
         """SIGSTOP: the worker is stuck, not dead."""
         pid = self._worker_pid(node, local_rank)
-        record_fault(self._target, "hang_worker", target_node=node, local_rank=local_rank)
+        record_fault(self._target, "hang_worker", target_node=node, local_rank=local_rank, worker_pid=pid)
         self._target.node(node).signal_worker(pid, signal.SIGSTOP)
 
     def kill_agent(self, node: int) -> None:

@@ -14,14 +14,22 @@ Python stacks (``harness.sim.truth.stacks``), and says whether the workers finis
 and did not exit (torch's teardown, or the script's end) or stopped short of the steps
 their peers completed (a collective that cannot complete, the script's own wait).
 
-A rule on step silence alone ("no step for N s") is left out on purpose: a stuck worker is
-the watchdog timer's to find (``--step-timeout``, ``hang_worker`` scenarios), and a
-scenario may stop training on purpose (``freeze_node``); the peers' success is the one fact
-that says the wait can only be a hang.
+A job none of whose nodes succeeds can hang too: a worker hung where nothing reaps it, and
+its peers blocked in a collective with it (gloo waits 30 minutes). That is a *stall*
+(``find_stall``): no event at all -- no step, no state change, no worker start or exit, no
+fault, no heal -- from any node, worker or the harness for ``stall_bound`` seconds, ``STALL_STEPS``
+times the job's own step time and never less than ``STALL_FLOOR_S``, while no scheduled fault
+is coming due (a heal the test scheduled is a wait it asked for). A job that has reported no
+step has no step time, and is never called stalled: only its timeout ends it. A stuck
+worker is the watchdog timer's to reap; the floor is there for the timers' own bounds, so a
+job whose timer will fire is not called stalled first. ``Job.wait`` then raises ``JobHung``
+naming the fault that left the job stuck and what the job lacks to survive it
+(``stall_cause``).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +38,8 @@ from harness.sim.errors import JobHung
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
 
-__all__ = ["GRACE_S", "Hang", "JobHung", "find_hang", "describe_workers", "teardown_hint"]
+__all__ = ["GRACE_S", "STALL_FLOOR_S", "STALL_STEPS", "Hang", "JobHung", "Stall", "describe_workers", "find_hang",
+           "find_stall", "stall_bound", "stall_cause", "step_time", "teardown_hint", "training_over"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
@@ -44,6 +53,95 @@ class Hang:
     finished_at: float  # when (monotonic)
     finished_round: int | None
     waited: float  # seconds the hung node has run on since
+
+
+#: a job is stalled after this many of its own step times without any event ...
+STALL_STEPS = 50
+#: ... and never sooner than this (s): a watchdog timer's bound, a restart under load
+STALL_FLOOR_S = 20.0
+
+
+@dataclass(frozen=True)
+class Stall:
+    last_event: float  # monotonic time of the job's last event
+    waited: float  # seconds without one since
+    step_time: float  # the job's own step time (s)
+    bound: float  # the silence it takes to be called stalled (s)
+
+
+def step_time(timeline: Timeline) -> float | None:
+    """The job's own step time: the median time between two steps one worker reported in a
+    row (None: no worker reported two)."""
+    last: dict[object, float] = {}
+    gaps: list[float] = []
+    for event in timeline.events("step"):
+        pid = event.get("pid")
+        if pid in last and event["mono"] > last[pid]:
+            gaps.append(event["mono"] - last[pid])
+        last[pid] = event["mono"]
+    return statistics.median(gaps) if gaps else None
+
+
+def stall_bound(seconds_per_step: float) -> float:
+    """The silence (s) that makes a job of that step time stalled."""
+    return max(STALL_STEPS * seconds_per_step, STALL_FLOOR_S)
+
+
+def find_stall(timeline: Timeline, now: float, waiting_until: float | None = None) -> Stall | None:
+    """The job's stall (``Stall``) if it has had no event for its ``stall_bound`` and none is
+    owed before ``waiting_until`` (a scheduled fault coming due then); None otherwise."""
+    events = timeline.events()
+    if not events:
+        return None
+    last = float(events[-1]["mono"])
+    if now - max(last, waiting_until or 0.0) <= STALL_FLOOR_S:  # the cheap test first: most calls end here
+        return None
+    per_step = step_time(timeline)
+    if per_step is None:
+        return None
+    bound = stall_bound(per_step)
+    if now - max(last, waiting_until or 0.0) <= bound:
+        return None
+    return Stall(last, now - last, per_step, bound)
+
+
+#: what a job needs to survive a stuck worker, for the one line that names its weakness
+GUARD = ("run each step under a timer (torch.distributed.elastic.timer.expires, or harness.timer.expires) "
+         "with the agents' file-timer watchdog on (TORCHELASTIC_ENABLE_FILE_TIMER=1)")
+
+
+def stall_cause(timeline: Timeline, watchdog: bool) -> str:
+    """Why the stalled job could not go on, in one clause: the last fault before its last
+    event and what the job lacks to survive it, or (no fault) what it lacks in general."""
+    faults = [e for e in timeline.events("fault")]
+    fault = faults[-1] if faults else None
+    if fault is None:
+        return f"no fault was injected: a worker is stuck on its own and nothing reaps it: {GUARD}"
+    kind = fault.get("fault")
+    where = f"node {fault.get('target_node')}" + (f", local rank {fault['local_rank']}"
+                                                    if fault.get("local_rank") is not None else "")
+    if kind == "hang_worker":
+        if watchdog:
+            return (f"the worker hang_worker stopped ({where}) held no timer when it was stopped, so the "
+                    "agent's watchdog had nothing to expire: every moment of a step (and what runs between "
+                    "steps) must be under a timer")
+        return f"the worker hang_worker stopped ({where}) is reaped by nothing: {GUARD}"
+    if kind == "partition":
+        return (f"partition ({where}) left workers blocked in a collective that only gloo's timeout (30 "
+                f"minutes) would end: {GUARD}")
+    return f"the job stopped after {kind} ({where}) and nothing in it reaps a stuck worker: {GUARD}"
+
+
+def training_over(timeline: Timeline) -> float | None:
+    """When the job's training was first over (monotonic; None: not yet): a node's workers
+    all succeeded, or a worker exited 0 (a single node's round is over as soon as one of its
+    workers is: the rest finish the same steps). From then on the job is ending, and what
+    holds a node back from its end (a cut link, a quota, a slow disk) only keeps it from
+    ending: chaos's heals come due then (``FaultScheduler.adopt_chaos``)."""
+    firsts = [event["mono"] for event in timeline.events("state")
+              if event.get("state") == WorkerState.SUCCEEDED.value][:1]
+    firsts += [event["mono"] for event in timeline.events("worker_exit") if event.get("exitcode") == 0][:1]
+    return min(firsts, default=None)
 
 
 def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: float,

@@ -1,0 +1,49 @@
+"""Chaos draws only what the job can survive by its own configuration: a kind the job has
+no means to survive is left out of its schedule, saying why (``chaos.survivable``)."""
+
+from __future__ import annotations
+
+from harness.sim.faults.chaos import NO_WATCHDOG, JobFacts, generate_schedule, survivable
+from harness.sim.schema import CHAOS_KINDS, NETNS
+
+EVERY = tuple(CHAOS_KINDS)
+
+
+def test_a_hung_worker_is_drawn_only_where_a_watchdog_reaps_it():
+    kinds, left_out = survivable(("kill_worker", "hang_worker"), JobFacts(1, 1, 1))
+    assert kinds == ("kill_worker",) and left_out == {"hang_worker": NO_WATCHDOG}
+    kinds, left_out = survivable(("kill_worker", "hang_worker"), JobFacts(1, 1, 1, watchdog=True))
+    assert kinds == ("kill_worker", "hang_worker") and left_out == {}
+
+
+def test_a_job_with_no_node_to_spare_loses_none_and_gains_none():
+    kinds, left_out = survivable(EVERY, JobFacts(min_nodes=1, max_nodes=1, nodes=1, watchdog=True))
+    takers = {k for k in EVERY if CHAOS_KINDS[k].membership != 0}
+    assert takers and not takers & set(kinds)
+    assert "no node to spare: it starts 1 and needs min_nodes=1" in left_out["kill_node"]
+    assert "starts at its max_nodes (1)" in left_out["add_node"]
+
+
+def test_a_node_the_tests_own_faults_take_is_not_spare():
+    _, left_out = survivable(("kill_node",), JobFacts(min_nodes=1, max_nodes=2, nodes=2, reserved_nodes=1))
+    assert "the test's own faults take 1" in left_out["kill_node"]
+
+
+def test_a_node_may_join_where_chaos_may_take_one_out_first():
+    kinds, _ = survivable(("remove_node", "add_node"), JobFacts(min_nodes=1, max_nodes=2, nodes=2))
+    assert kinds == ("remove_node", "add_node")
+
+
+def test_what_the_machine_lacks_is_said_first():
+    why = "the job's nodes share one network (network='loopback')"
+    kinds, left_out = survivable(("partition", "kill_worker"), JobFacts(1, 2, 2, missing={NETNS: why}))
+    assert kinds == ("kill_worker",) and left_out == {"partition": why}
+
+
+def test_node_0_hosting_the_store_is_never_taken_out():
+    takers = ("kill_agent", "kill_node", "remove_node", "freeze_node")
+    for seed in range(40):
+        schedule = generate_schedule(seed, takers, min_nodes=1, max_nodes=3, nproc_per_node=1, max_restarts=3,
+                                     protected_nodes=(0,))
+        assert schedule and all(entry.fault.node != 0 for entry in schedule)  # type: ignore[attr-defined]
+
