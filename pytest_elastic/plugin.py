@@ -35,7 +35,8 @@ _SEED_INPUT = "elastic_seed"
 def pytest_addoption(parser: pytest.Parser) -> None:
     from harness.sim import schema  # the lists in the help; pytest_configure needs it anyway
 
-    aliases = "; ".join(f"{a} = {','.join(k)}" for a, k in schema.CHAOS_ALIASES.items())
+    aliases = "; ".join([*(f"{a} = {','.join(k)}" for a, k in schema.CHAOS_ALIASES.items()),
+                         f"{schema.EVERY_CHAOS_KIND} = every kind"])
     group = parser.getgroup("elastic", "elastic distributed training (pytest-elastic)")
     group.addoption("--elastic-chaos", action="store_true", default=None,
                     help="inject a seeded random fault schedule into every elastic job")

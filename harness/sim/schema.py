@@ -106,7 +106,7 @@ __all__ = [
     "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS", "RENAMED_EVENTS",
     "event_kind", "modern_event",
     "deprecated", "modern_spec", "vocabulary_table", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
-    "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS",
+    "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS", "EVERY_CHAOS_KIND",
     "START_METHODS", "STATES",
     "runtime_rule", "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
     "check_cluster_keywords", "check_fields",
@@ -680,6 +680,8 @@ CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("remove_node", "add_node"
 #: every --elastic-faults name (``add_kind`` rebinds it: read it as ``schema.CHAOS_CHOICES``)
 CHAOS_CHOICES: tuple[str, ...] = ()
 DEFAULT_CHAOS_KINDS: tuple[str, ...] = ("kill_worker",)
+#: the --elastic-faults name of every chaos kind at once (each job then draws those it can survive)
+EVERY_CHAOS_KIND = "all"
 
 
 def _derive() -> None:
@@ -688,7 +690,7 @@ def _derive() -> None:
     global CHAOS_CHOICES
     CHAOS_KINDS.clear()
     CHAOS_KINDS.update({row.chaos: row for row in FAULT_KINDS.values() if row.chaos})
-    CHAOS_CHOICES = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES)
+    CHAOS_CHOICES = tuple(CHAOS_KINDS) + tuple(CHAOS_ALIASES) + (EVERY_CHAOS_KIND,)
 
 
 _derive()
@@ -708,12 +710,13 @@ def parse_chaos_kinds(text: str | None) -> tuple[str, ...]:
         if name in RENAMED_CHAOS_KINDS:
             deprecated(name, RENAMED_CHAOS_KINDS[name], "chaos kind")
             name = RENAMED_CHAOS_KINDS[name]
-        expanded.extend(CHAOS_ALIASES.get(name, (name,)))
+        expanded.extend(CHAOS_KINDS if name == EVERY_CHAOS_KIND else CHAOS_ALIASES.get(name, (name,)))
     return tuple(dict.fromkeys(expanded))
 
 
 def _unknown_kinds(unknown: list[str]) -> str:
-    aliases = "; ".join(f"{a} = {' + '.join(k)}" for a, k in CHAOS_ALIASES.items())
+    aliases = "; ".join([*(f"{a} = {' + '.join(k)}" for a, k in CHAOS_ALIASES.items()),
+                         f"{EVERY_CHAOS_KIND} = every kind"])
     return f"names unknown fault kind(s) {unknown}; choose from {', '.join(CHAOS_CHOICES)} ({aliases})"
 
 

@@ -213,6 +213,7 @@ def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResu
     """Until every running node's agent ended (``Job.wait``); the merged result."""
     hangs: list[Hang] = []
     stalls: list[Stall] = []
+    watchdog = _runs_watchdog(job)
 
     def over() -> bool:
         running = _running(job)
@@ -224,7 +225,7 @@ def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResu
         if hang is not None:
             hangs.append(hang)
             return True
-        stall = find_stall(job.timeline, now, job.scheduler.next_due())
+        stall = find_stall(job.timeline, now, job.scheduler.next_due(), watchdog)
         if stall is not None:
             stalls.append(stall)
         return stall is not None
@@ -278,15 +279,21 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
                       "stacks:", stacks, "timeline:", job.timeline.format()])
 
 
+def _runs_watchdog(job: WaitedJob) -> bool:
+    """Whether the job's agents run the file-timer watchdog (``TORCHELASTIC_ENABLE_FILE_TIMER=1``
+    in their environment: this process's, and the cluster's ``env`` over it)."""
+    from harness.timer_env import ENABLE_FILE_TIMER_ENV
+
+    return {**os.environ, **job.cluster.config.env}.get(ENABLE_FILE_TIMER_ENV, "0") == "1"
+
+
 def _stall_report(job: WaitedJob, stall: Stall) -> str:
     """``JobHung``'s message for a stalled job: one line with the fault that left it stuck
     and what the job lacks to survive it, then what each running node's workers last did,
     their stacks and the timeline."""
     from harness.sim.truth.stacks import LocalWorkers, all_stacks
-    from harness.timer_env import ENABLE_FILE_TIMER_ENV
 
-    env = {**os.environ, **job.cluster.config.env}
-    cause = stall_cause(job.timeline, watchdog=env.get(ENABLE_FILE_TIMER_ENV, "0") == "1")
+    cause = stall_cause(job.timeline, watchdog=_runs_watchdog(job))
     events = job.timeline.events()
     t0 = events[0]["mono"] if events else stall.last_event
     head = (f"job {job.run_id} stalled: no event from any node or worker for {stall.waited:.1f}s (since "

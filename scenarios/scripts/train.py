@@ -7,12 +7,15 @@ from the checkpoint; the final line says how many steps ran and whether any was 
 quota slows down); ``--hog-mb M`` makes rank ``--crash-rank`` keep M more MiB every step on
 the first attempt (what a memory limit's OOM killer stops).
 
-``--step-timeout T`` runs each step under the agent's watchdog timer, with a bound that
-holds on a loaded CI runner too: the first ``UNGUARDED_STEPS`` steps of each attempt are
-not timed (their collectives wait for the slowest peer's start-up: imports, DDP's first
-buckets, a checkpoint load), and a step's bound is ``T`` or ``LOAD_FACTOR`` times the
-slowest timed step of this attempt so far, whichever is longer. A step that *hangs* still
-exceeds it; a step that is merely slow on a busy machine does not.
+``--step-timeout T`` keeps the worker under the agent's watchdog timer from its start to its
+end, with no gap: a worker stuck anywhere (a ``hang_worker`` fault, a collective whose peer
+is cut off) is reaped. The bound holds on a loaded CI runner too: the start-up (the process
+group, the model, a checkpoint load), the first ``WARMUP_STEPS`` steps of each attempt (their
+collectives wait for the slowest peer's start-up: imports, DDP's first buckets) and the end
+get ``WARMUP_BOUND`` seconds; every later step ``T`` or ``LOAD_FACTOR`` times the slowest
+timed step of this attempt so far, whichever is longer. A step that *hangs* still exceeds
+it; a step that is merely slow on a busy machine does not. Each timer is acquired before the
+one before it is released, so no moment of the run is unguarded.
 """
 
 from __future__ import annotations
@@ -53,31 +56,60 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-UNGUARDED_STEPS = 2
+WARMUP_STEPS = 2
+#: the bound of the start-up, the warm-up steps and the end (s): longer than any of them takes
+#: on a loaded runner, shorter than the harness takes to call a job stalled (60 s with a watchdog)
+WARMUP_BOUND = 15.0
 LOAD_FACTOR = 10.0
 
 
 def step_bound(timeout: float, index: int, slowest: float) -> float:
     """The watchdog bound of this attempt's step ``index`` (0: none), given the slowest
     step of this attempt so far (see the module docstring)."""
-    if not timeout or index < UNGUARDED_STEPS:
+    if not timeout:
         return 0.0
+    if index < WARMUP_STEPS:
+        return WARMUP_BOUND
     return max(timeout, LOAD_FACTOR * slowest)
 
 
-def step_guard(seconds: float):
-    """A watchdog timer around a step when the agent offers one, else nothing."""
-    path = os.environ.get("TORCHELASTIC_TIMER_FILE")
-    if not seconds or not path:
-        return contextlib.nullcontext()
-    from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+class Guard:
+    """The worker under one watchdog timer at a time, handed over without a gap: the next is
+    acquired before the one before it is released. Nothing where the agent runs no watchdog
+    (``TORCHELASTIC_TIMER_FILE`` unset) or without ``--step-timeout``."""
 
-    configure(FileTimerClient(path))
-    return expires(after=seconds, scope="train_step")
+    def __init__(self, enabled: bool):
+        path = os.environ.get("TORCHELASTIC_TIMER_FILE")
+        self.enabled = bool(enabled and path)
+        self.held: contextlib.AbstractContextManager | None = None
+        self.count = 0
+        if self.enabled:
+            from torch.distributed.elastic.timer import FileTimerClient, configure
+
+            configure(FileTimerClient(path))
+
+    def arm(self, seconds: float) -> None:
+        """From now on the worker is reaped unless it arms again or ends within ``seconds``."""
+        if not self.enabled or not seconds:
+            return
+        from torch.distributed.elastic.timer import expires
+
+        self.count += 1
+        timer = expires(after=seconds, scope=f"train_{self.count % 2}")
+        timer.__enter__()
+        self.release()
+        self.held = timer
+
+    def release(self) -> None:
+        held, self.held = self.held, None
+        if held is not None:
+            held.__exit__(None, None, None)
 
 
 def main() -> int:
     args = parse()
+    guard = Guard(args.step_timeout > 0)
+    guard.arm(WARMUP_BOUND)  # the start-up: the process group, the model, a checkpoint load
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -98,34 +130,34 @@ def main() -> int:
     slowest = 0.0
     for step in range(start, args.steps):
         began = time.monotonic()
-        bound = step_bound(args.step_timeout, step - start, slowest)
-        with step_guard(bound):  # the whole step is under the watchdog timer
-            report_step(step)
-            if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
-                print(f"rank {rank}: crashing at step {step}", flush=True)
-                os._exit(1)
-            if args.step_time:
-                time.sleep(args.step_time)
-            for _ in range(args.work):
-                work = torch.tanh(work @ work)
-            if args.hog_mb and rank == args.crash_rank and attempt == 0:
-                held.append(bytearray(b"x") * (args.hog_mb << 20))  # written: charged to the cgroup
-            if step == args.hang_at_step and rank == args.crash_rank and attempt == 0:
-                time.sleep(300)  # stuck: only a watchdog timer can end this
-            x = torch.randn(16, 8)
-            loss = model(x).pow(2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            done.append(step)
-            if ckpt and rank == 0:
-                tmp = ckpt + ".tmp"
-                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
-                            "step": step + 1, "done": done}, tmp)
-                os.replace(tmp, ckpt)
-            dist.barrier()
-        if step - start >= UNGUARDED_STEPS:  # start-up skew is not what a step costs
+        guard.arm(step_bound(args.step_timeout, step - start, slowest))  # the whole step is under it
+        report_step(step)
+        if step == args.crash_at_step and rank == args.crash_rank and attempt == 0:
+            print(f"rank {rank}: crashing at step {step}", flush=True)
+            os._exit(1)
+        if args.step_time:
+            time.sleep(args.step_time)
+        for _ in range(args.work):
+            work = torch.tanh(work @ work)
+        if args.hog_mb and rank == args.crash_rank and attempt == 0:
+            held.append(bytearray(b"x") * (args.hog_mb << 20))  # written: charged to the cgroup
+        if step == args.hang_at_step and rank == args.crash_rank and attempt == 0:
+            time.sleep(300)  # stuck: only a watchdog timer can end this
+        x = torch.randn(16, 8)
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        done.append(step)
+        if ckpt and rank == 0:
+            tmp = ckpt + ".tmp"
+            torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                        "step": step + 1, "done": done}, tmp)
+            os.replace(tmp, ckpt)
+        dist.barrier()
+        if step - start >= WARMUP_STEPS:  # start-up skew is not what a step costs
             slowest = max(slowest, time.monotonic() - began)
+    guard.arm(WARMUP_BOUND)  # the end: the report, the process group's teardown
     if rank == 0:
         lost = sorted(set(range(args.steps)) - set(done))
         print(json.dumps({"steps": len(done), "unique": len(set(done)), "lost": lost,
@@ -140,6 +172,7 @@ def main() -> int:
     del model, opt
     dist.destroy_process_group()
     del group
+    guard.release()
     return 0
 
 

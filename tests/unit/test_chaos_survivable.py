@@ -47,3 +47,10 @@ def test_node_0_hosting_the_store_is_never_taken_out():
                                      protected_nodes=(0,))
         assert schedule and all(entry.fault.node != 0 for entry in schedule)  # type: ignore[attr-defined]
 
+
+
+def test_all_names_every_chaos_kind():
+    from harness.sim.schema import parse_chaos_kinds
+
+    assert parse_chaos_kinds("all") == EVERY
+    assert parse_chaos_kinds("kill_worker,all") == EVERY  # once each, in the table's order

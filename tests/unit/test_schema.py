@@ -146,7 +146,7 @@ def test_bad_specs_are_one_line_naming_the_key(spec, message):
 
 def test_chaos_kinds_come_from_the_rows():
     assert chaos.FAULT_KINDS == tuple(row.chaos for row in schema.FAULT_KINDS.values() if row.chaos)
-    assert _settings.FAULT_KINDS == chaos.FAULT_KINDS + tuple(schema.CHAOS_ALIASES)
+    assert _settings.FAULT_KINDS == chaos.FAULT_KINDS + tuple(schema.CHAOS_ALIASES) + (schema.EVERY_CHAOS_KIND,)
     assert chaos.parse_fault_kinds("kill_worker,scale") == ("kill_worker", "remove_node", "add_node")
     with pytest.raises(ConfigError, match=re.escape("unknown fault kind(s) ['meteor']; choose from kill_worker,")):
         chaos.parse_fault_kinds("scale,meteor")

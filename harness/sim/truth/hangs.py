@@ -18,11 +18,12 @@ A job none of whose nodes succeeds can hang too: a worker hung where nothing rea
 its peers blocked in a collective with it (gloo waits 30 minutes). That is a *stall*
 (``find_stall``): no event at all -- no step, no state change, no worker start or exit, no
 fault, no heal -- from any node, worker or the harness for ``stall_bound`` seconds, ``STALL_STEPS``
-times the job's own step time and never less than ``STALL_FLOOR_S``, while no scheduled fault
-is coming due (a heal the test scheduled is a wait it asked for). A job that has reported no
-step has no step time, and is never called stalled: only its timeout ends it. A stuck
-worker is the watchdog timer's to reap; the floor is there for the timers' own bounds, so a
-job whose timer will fire is not called stalled first. ``Job.wait`` then raises ``JobHung``
+times the job's own step time and never less than ``STALL_FLOOR_S`` (``STALL_WATCHDOG_FLOOR_S``
+where the agents run the file-timer watchdog), while no scheduled fault is coming due (a heal
+the test scheduled is a wait it asked for). A job that has reported no step is never called
+stalled: only its timeout ends it. A stuck worker is the watchdog timer's to reap; the floor
+is there for the timers' own bounds (a timer of a minute or more needs the job's own timeout),
+so a job whose timer will fire is not called stalled first. ``Job.wait`` then raises ``JobHung``
 naming the fault that left the job stuck and what the job lacks to survive it
 (``stall_cause``).
 """
@@ -38,8 +39,9 @@ from harness.sim.errors import JobHung
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
 
-__all__ = ["GRACE_S", "STALL_FLOOR_S", "STALL_STEPS", "Hang", "JobHung", "Stall", "describe_workers", "find_hang",
-           "find_stall", "stall_bound", "stall_cause", "step_time", "teardown_hint", "training_over"]
+__all__ = ["GRACE_S", "STALL_FLOOR_S", "STALL_STEPS", "STALL_WATCHDOG_FLOOR_S", "Hang", "JobHung", "Stall",
+           "describe_workers", "find_hang", "find_stall", "stall_bound", "stall_cause", "step_time", "teardown_hint",
+           "training_over"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
@@ -57,8 +59,11 @@ class Hang:
 
 #: a job is stalled after this many of its own step times without any event ...
 STALL_STEPS = 50
-#: ... and never sooner than this (s): a watchdog timer's bound, a restart under load
+#: ... and never sooner than this (s): a restart, a re-formed round under load
 STALL_FLOOR_S = 20.0
+#: ... or, where the agents run the watchdog, than this (s): a timer's bound (the bundled
+#: trainer's longest is 15 s) must run out before the job is called stalled
+STALL_WATCHDOG_FLOOR_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -71,25 +76,33 @@ class Stall:
 
 def step_time(timeline: Timeline) -> float | None:
     """The job's own step time: the median time between two steps one worker reported in a
-    row (None: no worker reported two)."""
+    row; where no worker reported two, the time from a worker's start to its first step
+    (None: no step reported)."""
     last: dict[object, float] = {}
     gaps: list[float] = []
-    for event in timeline.events("step"):
+    steps = timeline.events("step")
+    for event in steps:
         pid = event.get("pid")
         if pid in last and event["mono"] > last[pid]:
             gaps.append(event["mono"] - last[pid])
         last[pid] = event["mono"]
-    return statistics.median(gaps) if gaps else None
+    if gaps:
+        return statistics.median(gaps)
+    started = {e.get("worker_pid"): e["mono"] for e in timeline.events("worker_start")}
+    firsts = [e["mono"] - started[e.get("pid")] for e in steps if e.get("pid") in started]
+    return max(0.0, statistics.median(firsts)) if firsts else (0.0 if steps else None)
 
 
-def stall_bound(seconds_per_step: float) -> float:
+def stall_bound(seconds_per_step: float, watchdog: bool = False) -> float:
     """The silence (s) that makes a job of that step time stalled."""
-    return max(STALL_STEPS * seconds_per_step, STALL_FLOOR_S)
+    return max(STALL_STEPS * seconds_per_step, STALL_WATCHDOG_FLOOR_S if watchdog else STALL_FLOOR_S)
 
 
-def find_stall(timeline: Timeline, now: float, waiting_until: float | None = None) -> Stall | None:
+def find_stall(timeline: Timeline, now: float, waiting_until: float | None = None,
+               watchdog: bool = False) -> Stall | None:
     """The job's stall (``Stall``) if it has had no event for its ``stall_bound`` and none is
-    owed before ``waiting_until`` (a scheduled fault coming due then); None otherwise."""
+    owed before ``waiting_until`` (a scheduled fault coming due then); None otherwise.
+    ``watchdog``: the job's agents run the file-timer watchdog (its timers may be long)."""
     events = timeline.events()
     if not events:
         return None
@@ -99,7 +112,7 @@ def find_stall(timeline: Timeline, now: float, waiting_until: float | None = Non
     per_step = step_time(timeline)
     if per_step is None:
         return None
-    bound = stall_bound(per_step)
+    bound = stall_bound(per_step, watchdog)
     if now - max(last, waiting_until or 0.0) <= bound:
         return None
     return Stall(last, now - last, per_step, bound)
