@@ -208,14 +208,17 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
 
     Chaos adds failures only within the restarts the scenario's own faults leave; it
     keeps spare every node the scenario's own faults take out (a chaos node kill on top
-    of the scenario's would drop the job below ``min_nodes``); a scenario that cuts
-    links itself (or heals them) gets no chaos cuts (healed whenever chaos likes, they
-    would make its outcome undecidable), and one that slows a node no chaos resource
-    faults (its straggler is the one its expectations name). Which kinds are which:
-    their rows (what they need of the machine)."""
+    of the scenario's would drop the job below ``min_nodes``); a scenario with lasting
+    faults of its own (or heals) gets no lasting chaos faults (a chaos heal ends every
+    lasting fault of its node: the scenario's partition, straggler or full disk would end
+    whenever chaos likes, and its outcome with it), and one that cuts links itself no chaos
+    cuts, one that slows a node no chaos resource faults (its straggler is the one its
+    expectations name), and one whose own faults fire on world sizes no chaos membership
+    changes. Which kinds are which: their rows. What is taken out is listed,
+    with why, in ``left_out`` (the report's)."""
     import dataclasses
 
-    from harness.sim.schema import CGROUPS, FAULT_KINDS, NETNS
+    from harness.sim.schema import CGROUPS, FAULT_KINDS, NETNS, UNTIL_HEALED
 
     rows = [FAULT_KINDS[f["kind"]] for f in faults]
     if not chaos.overload:
@@ -226,15 +229,27 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
         chaos = dataclasses.replace(chaos, max_faults=max(0, max_restarts - own))
     taken = {f.get("node", 0) for f, row in zip(faults, rows, strict=True) if row.membership < 0}
     chaos = dataclasses.replace(chaos, reserved_nodes=len(taken))
-    if any(CGROUPS in row.needs for row in rows):  # its straggler is the one judged
-        others = tuple(k for k in chaos.kinds if CGROUPS not in FAULT_KINDS[k].needs)
-        chaos = dataclasses.replace(chaos, kinds=others)
-        if not others:
-            return None
-    if any(NETNS in row.needs or row.kind == "heal" for row in rows):
-        own_links = tuple(k for k in chaos.kinds if NETNS not in FAULT_KINDS[k].needs)
-        return dataclasses.replace(chaos, kinds=own_links) if own_links else None
-    return chaos
+    lasting = {k for k in chaos.kinds if FAULT_KINDS[k].heal_after is not None}
+    rules = [(any(row.lasts == UNTIL_HEALED or row.kind == "heal" for row in rows), lasting,
+              "the scenario has lasting faults (or heals) of its own, and a chaos heal ends every lasting "
+              "fault of its node"),
+             (any(CGROUPS in row.needs for row in rows), {k for k in chaos.kinds if CGROUPS in FAULT_KINDS[k].needs},
+              "the scenario slows a node itself: its straggler is the one judged"),
+             (any("on_world_size" in f for f in faults),
+              {k for k in chaos.kinds if FAULT_KINDS[k].membership != 0},
+              "the scenario's own faults fire on world sizes, which chaos's membership changes would move"),
+             (any(NETNS in row.needs or row.kind == "heal" for row in rows),
+              {k for k in chaos.kinds if NETNS in FAULT_KINDS[k].needs},
+              "the scenario cuts links itself: chaos cuts healed whenever chaos likes would make its outcome "
+              "undecidable")]
+    left_out = dict(chaos.left_out)
+    for applies, dropped, why in rules:
+        if applies:
+            left_out.update({k: why for k in chaos.kinds if k in dropped and k not in left_out})
+    kinds = tuple(k for k in chaos.kinds if k not in left_out)
+    if not kinds:
+        return None
+    return dataclasses.replace(chaos, kinds=kinds, left_out=tuple(left_out.items()))
 
 
 def _needs(faults: list[dict[str, Any]]) -> frozenset[str]:

@@ -263,7 +263,8 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
         write_html(os.path.join(directory, pages[-1]), f"{item.nodeid} — job {i}", job.timeline,
                    "\n".join(record.problems),
                    info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
-                         "step_rates": rates_report(job.timeline.events())},
+                         "step_rates": rates_report(job.timeline.events()),
+                         "chaos_left_out": chaos_left_out([job])},
                    failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.config.nproc_per_node)
     item.user_properties.append(("elastic_pages", pages))
 

@@ -97,6 +97,10 @@ class Keeper:
         self._lease: KeepAliveLease | None = None  # this node's, grown from its own gaps
         self._published = 0.0  # the lease its peers last read from the store
         self._longest = settings.heartbeat_timeout  # the longest silence a peer may have now
+        #: peer -> a moment (monotonic) it was alive after: the start of the keep-alive before
+        #: the one that last saw its heartbeat move (it moved after that one read it)
+        self._heard: dict[str, float] = {}
+        self._beat_began = -1.0  # the start of the last keep-alive
         self._pipe_r = self._pipe_w = -1
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
@@ -252,17 +256,24 @@ class Keeper:
     def wait_for_verdict(self, confirm: bool) -> str | None:
         """Why the running round is over, None if it is not. Waits, at most
         ``heartbeat_timeout``, while a peer of the round is suspect (heartbeat late), and
-        with ``confirm`` also for a keep-alive begun after this call (see
-        ``C10dRendezvousHandler.membership_changed``)."""
+        with ``confirm`` (workers failed) also for a keep-alive begun after this call, and
+        until every peer of the round has been heard alive after it (its heartbeat moved):
+        on a lossy link the news of a lost peer (its liveness socket's FIN, retransmitted
+        after a drop) can come after the failure it caused, and a fresh read alone would
+        charge that loss as a restart. A peer not heard within the bound is dead by then,
+        and that is the verdict (see ``C10dRendezvousHandler.membership_changed``)."""
         asked = time.monotonic()
         sock_dead = self.sock_dead()
-        deadline = asked + self._longest
+        slack = 2 * self._settings.keep_alive_interval if confirm else 0.0  # one beat to see the silence
+        deadline = asked + self._longest + slack
         with self._lock:
             self._dead |= sock_dead & set(self._running_members)
             while True:
                 reason = self._change_reason_locked(for_barrier=False)
-                pending = self._suspects & set(self._running_members)
-                stale = confirm and self.snapshot_read_at < asked
+                members = set(self._running_members) - {self._node}
+                pending = self._suspects & members
+                stale = confirm and (self.snapshot_read_at < asked
+                                     or any(self._heard.get(n, -1.0) < asked for n in members))
                 remaining = deadline - time.monotonic()
                 if reason is not None or not (pending or stale) or remaining <= 0:
                     return reason
@@ -385,6 +396,8 @@ class Keeper:
             self._state_error = None
             self._dead = dead & set(watched)
             self._suspects = set(verdict.suspects) - dead
+            self._heard.update(dict.fromkeys(verdict.advanced, self._beat_began))
+            self._beat_began = began
             self._wakeup.notify_all()
         self._maybe_signal()
         return state.seq

@@ -45,6 +45,8 @@ MONOTONIC: Clock = _Monotonic()
 class PeerVerdict:
     dead: frozenset[str]  # heartbeat still for heartbeat_timeout, or its lease expired
     suspects: frozenset[str]  # heartbeat late (> 2.5 intervals) but not dead yet
+    #: heartbeat moved since the observation before (proof of life now, not a reset)
+    advanced: frozenset[str] = frozenset()
 
 
 class KeepAliveLease:
@@ -147,10 +149,12 @@ class PeerWatch:
         now = self._clock.now()
         starved = now - self._previous > self.starvation_gap
         self._previous = now
-        dead, suspects = set(), set()
+        dead, suspects, advanced = set(), set(), set()
         longest = self.timeout
         for node, value in counters:
             old = self._seen.get(node)
+            if old is not None and old[0] != value and value != b"":
+                advanced.add(node)
             if old is None or old[0] != value or starved:
                 self._seen[node] = old = (value, now)
             age = now - old[1]
@@ -161,7 +165,7 @@ class PeerWatch:
             elif age > 2.5 * self.interval:
                 suspects.add(node)
         self.longest = longest
-        return PeerVerdict(frozenset(dead), frozenset(suspects))
+        return PeerVerdict(frozenset(dead), frozenset(suspects), frozenset(advanced))
 
 
 class StoreContact:

@@ -144,7 +144,7 @@ class Cluster:
         index = len(self.jobs) - 1
         seed = derive_seed(chaos.seed, f"job{index}")
         given = getattr(chaos, "schedules", None)
-        left_out: dict[str, str] = {}
+        left_out: dict[str, str] = dict(chaos.left_out)
         if given is not None and index < len(given):
             schedule = list(given[index])  # the same entries: callers match them by identity
         else:

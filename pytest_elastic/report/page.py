@@ -247,6 +247,12 @@ def build_page(title: str, model: Model, events: list[dict[str, Any]], *, nproc:
              f"<h1>{html.escape(title)}</h1><div class='figures'>{''.join(head)}</div>"]
     if replay:
         parts.append(f"<p>Reproduce: <code class='replay'>{html.escape(replay)}</code></p>")
+    left_out = info.get("chaos_left_out") or {}
+    if left_out:
+        kinds = "".join(f"<li><b>{html.escape(str(kind))}</b>: {html.escape(str(why))}</li>"
+                        for kind, why in left_out.items())
+        parts.append(f"<h2>Chaos left out</h2><p class='muted'>kinds this job cannot survive as configured "
+                     f"(docs/chaos.md)</p><ul class='left-out'>{kinds}</ul>")
     if failures and outcome in ("failed", "FAILED"):
         parts.append(f"<h2>Why it failed</h2><pre class='failure' id='failures'>{html.escape(failures)}</pre>")
     elif failures:

@@ -4,6 +4,8 @@ straggler named. Hand-made events, as agents, workers and ``Job`` write them."""
 
 from __future__ import annotations
 
+import html
+
 from harness.sim.truth.training import rank_rates, rates_summary
 from pytest_elastic.report.failures import explain_failures
 from pytest_elastic.report.model import build_model
@@ -38,3 +40,10 @@ def test_the_page_shows_each_ranks_step_rate_and_the_straggler():
     line = rates_summary(rank_rates(steps))
     page = build_page("t", build_model(EVENTS + steps), EVENTS + steps, info={"step_rates": line})
     assert "rank 1 2.0 steps/s, cpu wait 80% — rank 1 waited most for a CPU: the straggler" in page
+
+
+def test_the_page_lists_what_chaos_left_out_and_why():
+    why = "nothing reaps a hung worker: the job's agents run no watchdog"
+    page = build_page("t", build_model(EVENTS), EVENTS, info={"chaos_left_out": {"hang_worker": why}})
+    assert "<h2>Chaos left out</h2>" in page and f"<li><b>hang_worker</b>: {html.escape(why)}</li>" in page
+    assert "Chaos left out" not in build_page("t", build_model(EVENTS), EVENTS, info={})

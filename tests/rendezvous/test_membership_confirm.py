@@ -29,3 +29,44 @@ def test_confirm_answers_from_a_keep_alive_begun_after_the_call():
         assert handler._keeper.snapshot_read_at >= asked
     finally:
         handler.shutdown()
+
+
+def test_confirm_waits_to_hear_every_peer_alive_after_the_failure():
+    """A peer that died with nothing seen yet (its liveness socket's FIN lost on a lossy link
+    and not yet retransmitted; its heartbeat not late yet) must not make a failure it caused
+    a restart: the answer waits until every peer of the round is heard alive after the call,
+    and a peer that is not is dead by the bound (seen under chaos: packet loss on the
+    survivor, the scenario's node kill charged as the job's only restart)."""
+    import threading
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def handler(host: bool):
+        return get_rendezvous_handler(RendezvousParameters(
+            "c10d", f"127.0.0.1:{port}", "heard", 2, 2, is_host=host, last_call_timeout=0.1,
+            keep_alive_interval=0.1, heartbeat_timeout=0.8))
+
+    first = handler(True)
+    second = handler(False)
+    silent = threading.Event()
+    try:
+        rounds = [threading.Thread(target=h.next_rendezvous) for h in (first, second)]
+        for thread in rounds:
+            thread.start()
+        for thread in rounds:
+            thread.join(30)
+        asked = time.monotonic()
+        assert first.membership_changed(confirm=True) is False  # the peer is heard: a plain failure
+        assert time.monotonic() - asked < 0.8
+        keeper = second._keeper
+        keeper._beat = lambda client, peers: (silent.wait(30), 0)[1]  # alive to its socket, silent in the store
+        time.sleep(0.05)  # its beat in flight, or about to be: its heartbeat stops moving
+        asked = time.monotonic()
+        assert first.membership_changed(confirm=True) is True  # not charged: the peer is gone
+        assert time.monotonic() - asked >= 0.5  # it waited to hear the peer, until the peer was dead
+    finally:
+        silent.set()
+        second.shutdown()
+        first.shutdown()

@@ -62,3 +62,26 @@ def test_a_scenario_that_slows_a_node_gets_no_chaos_slow_nodes_and_its_oom_keeps
     assert _chaos_around(ChaosConfig(seed=1, kinds=("slow_node",)), straggler, max_restarts=1) is None
     oom = [{"kind": "memory_limit", "node": 0, "limit": "600M"}, {"kind": "heal", "node": 0}]
     assert _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker",)), oom, max_restarts=1).max_faults == 0
+
+
+def test_a_scenario_with_lasting_faults_of_its_own_gets_no_lasting_chaos_faults_and_says_why():
+    """Chaos slowed node 1's disk (slow_io) and its heal of node 1 ended the scenario's own
+    partition of node 1 seconds early: the scenario's heal never fired (seed 1578401809)."""
+    faults = [{"kind": "partition", "node": 1, "peers": [0]}, {"kind": "heal", "node": 1}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "slow_io", "slow_node", "packet_loss")),
+                           faults, max_restarts=3)
+    assert around.kinds == ("kill_worker",)
+    left_out = dict(around.left_out)
+    assert set(left_out) == {"slow_io", "slow_node", "packet_loss"}
+    assert "a chaos heal ends every lasting fault of its node" in left_out["slow_io"]
+
+
+def test_a_scenario_whose_faults_fire_on_world_sizes_gets_no_chaos_membership_changes():
+    """Chaos added a node while the flapping node scenario removed one: the world never
+    shrank to 1 and its own join and second leave never fired (seed 1808429877)."""
+    faults = [{"kind": "remove_node", "node": 1, "at_step": 8, "rank": 0},
+              {"kind": "add_node", "on_world_size": 1, "after_previous": True}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "add_node", "kill_node")), faults,
+                           max_restarts=1)
+    assert around.kinds == ("kill_worker",)
+    assert "fire on world sizes" in dict(around.left_out)["add_node"]

@@ -55,6 +55,20 @@ def test_dead_exactly_at_the_bound_is_not_yet_dead():
     assert "b" in peers.observe([("b", b"1")]).dead
 
 
+def test_a_peer_is_heard_only_when_its_counter_moved_since_the_last_look():
+    """Proof of life after a moment: the counter moved between two looks (a first look, a
+    starved observer's reset and a vanished key are none)."""
+    clock, peers = watch()
+    assert peers.observe([("b", b"1")]).advanced == frozenset()  # first look: no baseline
+    clock.advance(INTERVAL)
+    assert peers.observe([("b", b"2")]).advanced == {"b"}
+    clock.advance(INTERVAL)
+    assert peers.observe([("b", b"2")]).advanced == frozenset()
+    clock.advance(10 * TIMEOUT)  # starved: every clock restarts, but nothing moved
+    assert peers.observe([("b", b"2")]).advanced == frozenset()
+    assert peers.observe([("b", b"")]).advanced == frozenset()
+
+
 def test_a_vanished_heartbeat_key_is_dead_at_once():
     _, peers = watch()
     assert peers.observe([("b", b"")]).dead == {"b"}

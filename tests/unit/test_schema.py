@@ -341,6 +341,42 @@ def test_every_expect_key_is_enforced(tmp_path):
                                            chaotic=False)
 
 
+def _chaotic_job(tmp_path):
+    """A 1-worker-per-node job whose own node kill took it from 2 nodes to 1, then chaos added
+    a node (world 2) and took one out by a partition (world 1); chaos's faults say so."""
+    from types import SimpleNamespace
+
+    from harness.sim.truth.timeline import Timeline
+
+    events = [{"kind": "rendezvous", "run_id": "r", "round": r, "world_size": w, "mono": 1.0 + r, "node": "a"}
+              for r, w in enumerate((2, 1, 2, 1))]
+    events += [{"kind": "fault", "fault": "kill_node", "node": "harness", "mono": 1.5},
+               {"kind": "fault", "fault": "add_node", "node": "harness", "mono": 2.5, "chaos": True},
+               {"kind": "fault", "fault": "partition", "node": "harness", "mono": 3.5, "chaos": True},
+               {"kind": "heal", "node": "harness", "mono": 3.9, "chaos": True, "at_end": True}]
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    timeline = Timeline(str(path))
+    config = SimpleNamespace(nproc_per_node=1)
+    return (SimpleNamespace(timeline=timeline, goodput=timeline.goodput, cluster=SimpleNamespace(config=config)),
+            SimpleNamespace(state=faults.WorkerState.SUCCEEDED))
+
+
+def test_a_scenarios_expectations_under_chaos_are_judged_modulo_chaos(tmp_path):
+    """World sizes modulo chaos's membership changes, fault counts over the scenario's own."""
+    job, result = _chaotic_job(tmp_path)
+    holds = {"final_world_size": 2, "min_world_size": 1, "faults_fired": 1, "min_goodput": 0.99}
+    _scenarios._check_expectations(holds, job, result, None, chaotic=True)
+    for expect, message in (({"final_world_size": 4}, "final world size 1, expected 3..5 (4 modulo chaos's "
+                                                        "membership changes: 1 node(s) out, 1 in)"),
+                            ({"min_world_size": 3}, "world sizes [2, 1, 2, 1], none expected below 2"),
+                            ({"faults_fired": 2}, "1 fault(s) fired ['kill_node'], expected 2")):
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
+            _scenarios._check_expectations(expect, job, result, None, chaotic=True)
+    with pytest.raises(_scenarios.ScenarioFailure, match=re.escape("final world size 1, expected 2")):
+        _scenarios._check_expectations({"final_world_size": 2}, job, result, None, chaotic=False)
+
+
 # -- validated at the edge ----------------------------------------------------------------
 
 

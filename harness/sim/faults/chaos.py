@@ -53,6 +53,9 @@ class ChaosConfig:
     #: keeps them spare, or its own node faults on top would drop the job below min_nodes
     #: and fail it for a reason the test never meant to test
     reserved_nodes: int = 0
+    #: kinds taken out of ``kinds`` before the job was seen (a scenario's own faults leave
+    #: them no room) -> why; the job's ``chaos_schedule`` event lists them with its own
+    left_out: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
