@@ -802,7 +802,8 @@ def vocabulary_table() -> str:
         chaos = f"`{row.chaos}`" if row.chaos else "—"
         lines.append(f"| `{row.cls}` | `job.{row.kind}()` | `{row.kind}` | {chaos} | {row.doc} |")
     aliases = "; ".join(f"`{a}` = {' + '.join(f'`{k}`' for k in kinds)}" for a, kinds in CHAOS_ALIASES.items())
-    return "\n".join(lines) + f"\n\nChaos kind groups: {aliases}.\n"
+    return "\n".join(lines) + (f"\n\nChaos kind groups: {aliases}; `{EVERY_CHAOS_KIND}` = every chaos kind (each job\n"
+                               "draws those it can survive as configured: [docs/chaos.md](docs/chaos.md)).\n")
 
 
 def _toml(value: Any) -> str:

@@ -64,11 +64,12 @@ TRAIN = str(SCRIPTS.parent.parent / "scenarios" / "scripts" / "train.py")
 
 @pytest.fixture
 def short_stall(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 2 s floor instead of 20 s: the same rule, named 18 s sooner (the job's step time
-    is a few ms here, so the floor is the bound)."""
+    """A 2 s floor instead of 20 s (60 s with the watchdog): the same rule, named sooner (the
+    job's step time is a few ms here, so the floor is the bound)."""
     from harness.sim.truth import hangs
 
     monkeypatch.setattr(hangs, "STALL_FLOOR_S", 2.0)
+    monkeypatch.setattr(hangs, "STALL_WATCHDOG_FLOOR_S", 2.0)
 
 
 @pytest.mark.parametrize("watchdog", [False, True])
