@@ -298,12 +298,32 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         replayed = ["replayed from the last failure (pytest --lf): its seed and schedule, "
                     "kept in pytest's cache"] if _replayed(item) else []
         left_out = [f"  {kind}: {why}" for kind, why in chaos_left_out(record.cluster.jobs).items()]
+        replayed += _overload_lines(record)
         text = "\n".join([*replayed, "fault schedule:", *(f"  {h}" for h in history or ["(none)"]),
                           *(["left out (the job cannot survive them as configured):", *left_out] if left_out else []),
                           *(["not fired (the job ended first, or it could not be applied):"]
                             + [f"  {u}" for u in unfired] if unfired else []),
                           "reproduce with:", f"  {reproduction_line(item.nodeid, record.settings)}"])
         report.sections.append(("elastic chaos", text))
+
+
+def _overload_lines(record: ElasticRecord) -> list[str]:
+    """Under ``--elastic-chaos-overload``, what chaos drew past the job's means, so that the
+    red reads as the job's weakness: the failures past ``max_restarts``."""
+    if not record.settings.overload:
+        return []
+    from harness.sim.schema import FAULT_KINDS
+
+    budget = record.cluster.config.max_restarts
+    lines = []
+    for i, job in enumerate(record.cluster.jobs):
+        failures = sum(1 for entry in job.chaos_schedule
+                       if (row := FAULT_KINDS.get(entry.fault.kind)) is not None and row.failure)
+        if failures > budget:
+            lines.append(f"--elastic-chaos-overload: job {i}'s schedule has {failures} failure(s), past its "
+                         f"max_restarts={budget}: a job that ends FAILED did what its budget allows")
+    return lines or ["--elastic-chaos-overload: every kind asked for was drawn, survivable or not "
+                     "(docs/chaos.md)"]
 
 
 def chaos_left_out(jobs: Sequence[Any]) -> dict[str, str]:

@@ -54,3 +54,20 @@ def test_all_names_every_chaos_kind():
 
     assert parse_chaos_kinds("all") == EVERY
     assert parse_chaos_kinds("kill_worker,all") == EVERY  # once each, in the table's order
+
+
+def test_an_overloaded_schedule_says_the_failures_past_the_budget():
+    """Under --elastic-chaos-overload the report says how far past its budget chaos went, so
+    that a FAILED job reads as what its budget allows, not as a harness bug."""
+    from types import SimpleNamespace
+
+    from harness.faults import ScheduledFault, WorkerKill
+    from pytest_elastic._session import _overload_lines
+
+    job = SimpleNamespace(chaos_schedule=[ScheduledFault(WorkerKill()), ScheduledFault(WorkerKill())])
+    record = SimpleNamespace(settings=SimpleNamespace(overload=True),
+                             cluster=SimpleNamespace(config=SimpleNamespace(max_restarts=1), jobs=[job]))
+    assert _overload_lines(record) == ["--elastic-chaos-overload: job 0's schedule has 2 failure(s), past its "
+                                       "max_restarts=1: a job that ends FAILED did what its budget allows"]
+    record.settings.overload = False
+    assert _overload_lines(record) == []
