@@ -164,13 +164,14 @@ class _Field:
     check: Callable[[Any], Any]  # the value to keep, or None when it is bad
     constraint: str
     local_path: bool = False  # a file on this machine: ~ expanded, relative to the hosts file
+    must_exist: bool = False  # ... that must be there and readable when the file is loaded
 
 
 FIELDS: dict[str, _Field] = {
     "address": _Field(_address, "must be an IP address or a host name"),
     "user": _Field(_user, "must be a user name ([A-Za-z_][A-Za-z0-9_.-]*)"),
     "port": _Field(_port, "must be an int in [1, 65535]"),
-    "key": _Field(_text, "must be the path of a private key file", local_path=True),
+    "key": _Field(_text, "must be the path of a private key file", local_path=True, must_exist=True),
     "python": _Field(_text, "must be the host's interpreter (a path or a command name)"),
     "work_dir": _Field(_absolute, "must be an absolute path on the host"),
     "capabilities": _Field(_capabilities, "must be a list of names like \"netns\", \"cgroups\""),
@@ -199,6 +200,9 @@ def _build(raw: Mapping[str, Any], source: str, base_dir: Path | None) -> HostSp
         if row.local_path:
             path = Path(checked).expanduser()
             checked = str(path if path.is_absolute() or base_dir is None else base_dir / path)
+            if row.must_exist and not (os.path.isfile(checked) and os.access(checked, os.R_OK)):
+                why = "does not exist" if not os.path.exists(checked) else "is not a readable file"
+                raise ConfigError(name, value, f"{row.constraint}: {checked} {why}", source)
         values[name] = checked
     for name in _REQUIRED:
         if name not in values:

@@ -70,6 +70,9 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_hosts_file(tmp_path: Path):
+    (tmp_path / "keys").mkdir()
+    for key in (tmp_path / "keys/ci_ed25519", tmp_path / "abs_key"):
+        key.write_text("a private key\n")
     path = write(tmp_path, """
 [defaults]
 user = "ci"
@@ -85,18 +88,19 @@ capabilities = ["netns", "cgroups"]
 [[host]]
 address = "10.0.0.6"
 user = "other"
-key = "/abs/key"
+key = "ABS_KEY"
 trust_on_first_use = true
 max_sessions = 4
 copy_script = true
 keep_missed = 0
 exclusive = false
-""")
+""".replace("ABS_KEY", str(tmp_path / "abs_key")))
     first, second = load_hosts(path)
     assert first == HostSpec(address="10.0.0.5", user="ci", port=2222, key=str(tmp_path / "keys/ci_ed25519"),
                              python="/opt/elastic/bin/python", work_dir="/scratch",
                              capabilities=frozenset({"netns", "cgroups"}))
-    assert (second.user, second.key, second.port, second.trust_on_first_use) == ("other", "/abs/key", 22, True)
+    assert (second.user, second.key, second.port, second.trust_on_first_use) == ("other", str(tmp_path / "abs_key"),
+                                                                                 22, True)
     assert (first.max_sessions, second.max_sessions) == (10, 4)
     assert (first.copy_script, second.copy_script) == (False, True)
     assert (first.keep_missed, second.keep_missed) == (20.0, 0.0)
@@ -115,6 +119,9 @@ exclusive = false
     ('[[host]\n', "is not TOML"),
     ('[[host]]\naddress = "a"\nuser = "ci"\nkeep_missed = -1\n',
      "keep_missed=-1 must be a number of seconds in [0, 3600]"),
+    # a key that is not there: one line when the file loads, not a traceback at the first connect
+    ('[[host]]\naddress = "a"\nuser = "ci"\nkey = "keys/gone"\n',
+     "key='keys/gone' must be the path of a private key file: "),
 ])
 def test_bad_hosts_files(tmp_path: Path, text, expected):
     with pytest.raises(ConfigError) as caught:
