@@ -303,19 +303,20 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     hosts = tuple(config.hosts or ())
     spread = set(placed_hosts(hosts, config.placement, config.max_nodes))
     shares = [p for p in ("{shared}", "{tmp}") if any(p in arg for arg in args)]
+    reasons: list[str] = []  # every reason, not the first: a fix for one must not reveal the next
     if len(spread) > 1 and shared_base(tuple(spread)) is None and shares:
-        why = (f"its args use {shares[0]}, a dir its nodes share (checkpoints), which is each host's own dir "
-               "there: name one the hosts share (shared_dir in the hosts file)")
-        if from_option:
-            pytest.skip(f"the nodes are on hosts, and {why}")
-        raise ScenarioFailure(f"[job] {why}")
+        reasons.append(f"[job] its args use {' and '.join(shares)}, a dir its nodes share (checkpoints), which is "
+                       "each host's own dir there: name one the hosts share (shared_dir in the hosts file)")
     for spec in faults:
         try:
             refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)
         except FaultRefused as e:
-            if from_option:
-                pytest.skip(f"the nodes are on hosts, and [[fault]] kind={spec['kind']!r} {e.constraint}")
-            raise ScenarioFailure(f"[[fault]] kind={spec['kind']!r} {e.constraint}") from None
+            reasons.append(f"[[fault]] kind={spec['kind']!r} {e.constraint}")
+    reasons = list(dict.fromkeys(reasons))
+    if reasons and from_option:
+        pytest.skip(f"the nodes are on hosts, and {'; '.join(reasons)}")
+    if reasons:
+        raise ScenarioFailure("; ".join(reasons))
     return hosts
 
 

@@ -579,14 +579,24 @@ def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_fail
 
     two = [parse_host("ssh://ci@10.0.0.5"), parse_host("ssh://ci@10.0.0.6")]
     args = ["--ckpt-dir", "{shared}/ckpt"]
-    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{shared\}, a dir "
-                                                    "its nodes share .*each host's own dir"):
+    skipped = r"^the nodes are on hosts, and \[job\] its args use "
+    with pytest.raises(pytest.skip.Exception, match=skipped + r"\{shared\}, a dir its nodes share .*own dir"):
         _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=args)
     with pytest.raises(ScenarioFailure, match=r"^\[job\] its args use \{shared\}"):
         _skip_on_hosts({"hosts": two, "nnodes": "1:2"}, [], from_option=False, args=args)
     assert _skip_on_hosts({"hosts": two, "nnodes": 1}, [], from_option=True, args=args) == tuple(two)
     assert _skip_on_hosts({"hosts": two, "nnodes": 2, "placement": [0, 0]}, [], from_option=True, args=args)
-    with pytest.raises(pytest.skip.Exception, match=r"^the nodes are on hosts, and its args use \{tmp\}, a dir"):
+    with pytest.raises(pytest.skip.Exception, match=skipped + r"\{tmp\}, a dir"):
         _skip_on_hosts({"hosts": two, "nnodes": 2}, [], from_option=True, args=["--ckpt-dir", "{tmp}"])
+    # every reason at once: a user who fixes the first must not find the next only then
+    with pytest.raises(pytest.skip.Exception) as caught:
+        _skip_on_hosts({"hosts": two, "nnodes": 2}, [{"kind": "partition", "node": 1}], from_option=True,
+                       args=["--ckpt-dir", "{tmp}", "--out", "{shared}"])
+    reasons = str(caught.value).split("; ")
+    assert reasons[0] == ("the nodes are on hosts, and [job] its args use {shared} and {tmp}, a dir its nodes "
+                          "share (checkpoints), which is each host's own dir there: name one the hosts share "
+                          "(shared_dir in the hosts file)")
+    assert reasons[1].startswith("[[fault]] kind='partition' is refused: host ci@10.0.0.6:22 cannot do it: it "
+                                 "needs netns")
     sharing = [parse_host(spec.url, shared_dir="/nfs") for spec in two]  # they name one they share: it runs
     assert _skip_on_hosts({"hosts": sharing, "nnodes": 2}, [], from_option=True, args=args) == tuple(sharing)
