@@ -155,3 +155,4 @@ def test_training_over_is_the_first_success_or_clean_worker_exit(tmp_path):
         assert training_over(timeline) == first
     finally:
         writer.close()
+

@@ -334,9 +334,14 @@ class AtStep(Trigger):
         return False
 
     def never_met(self, job: ScheduledJob, armed_at: float) -> str:
-        steps = [e.get("step", -1) for e in job.timeline.steps(self.rank) if e.get("mono", 0) >= armed_at]
+        every = job.timeline.steps(self.rank)
+        steps = [e.get("step", -1) for e in every if e.get("mono", 0) >= armed_at]
         if steps:
             return f"rank {self.rank} reported steps up to {max(steps)} only, none >= {self.step}"
+        before = [e.get("step", -1) for e in every if e.get("mono", 0) < armed_at]
+        if before and max(before) >= self.step:  # armed late: the fault before it fired after the step
+            return (f"rank {self.rank} reached step {self.step} before this trigger was armed (the fault "
+                    f"before it fired late, after step {max(before)}), and reported no step after")
         return (f"rank {self.rank} reported no step >= {self.step} — does the script call "
                 "harness.report_step?")
 
