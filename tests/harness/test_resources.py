@@ -24,6 +24,7 @@ SUPPORT = probe()
 pytestmark = pytest.mark.skipif(not isinstance(SUPPORT, CgroupSupport), reason=f"needs {SUPPORT}")
 BUSY = str(SCRIPTS / "busy.py")
 HOG = str(SCRIPTS / "hog.py")
+STEPPER = str(SCRIPTS / "stepper.py")
 
 
 def cpu_periods(cgroup) -> tuple[float, int]:
@@ -264,3 +265,22 @@ def test_a_killed_run_leaves_no_cgroup_behind():
         job = cluster.launch(BUSY, "5", "100")  # its cgroup is made after sweeping dead owners'
         job.wait(timeout=60)
     assert not [d for d in jobs if os.path.exists(d)]
+
+
+def test_a_chaos_straggler_ends_with_the_job_and_is_left_to_nobody(warm_pool):
+    """Chaos slows node 0 and would heal it 10 minutes later; the job ends in a second. Its
+    heal comes as the training is over (``at_end``), and closing the cluster warns of no
+    resource fault left in place (warnings are errors here: one would fail this test)."""
+    from harness.sim.faults.chaos import AfterHealthy, ChaosConfig
+
+    schedule = (ScheduledFault(SlowNode(node=0, cpu=0.5), AfterHealthy(seconds=0.0)),
+                ScheduledFault(Heal(node=0), AfterHealthy(seconds=600.0), after_previous=True))
+    chaos = ChaosConfig(seed=1, schedules=(schedule,))
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=1, chaos=chaos) as cluster:
+        job = cluster.launch(STEPPER, "20", "0.02")
+        assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
+    [fault] = job.timeline.events("fault")
+    [heal] = job.timeline.events("heal")
+    assert (fault["fault"], fault["chaos"]) == ("slow_node", True)
+    assert heal["at_end"] is True and heal["chaos"] is True and heal["healed"] == ["slow_node"]
+    assert job.resources.open_faults() == {}
