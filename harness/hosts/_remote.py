@@ -9,7 +9,8 @@ connection that drops closes the channel too):
 ``lease LOST_AFTER KEEP [BASE]``
     The connection's own session. Makes a fresh work dir (under BASE or the host's temp
     dir) and holds an exclusive ``flock`` on its ``.lease`` file, prints one JSON line
-    (interpreter, pytest-elastic's version, the work dir, its pid), then serves stdin:
+    (interpreter, pytest-elastic's version, the work dir, its pid, what the host lacks of
+    each capability a hosts file may list: ``host_lacks``), then serves stdin:
     ``ping N`` is answered at once with ``{"pong": N, "wall": time.time(), "mono":
     time.monotonic()}`` (the clock offset, ``_clock``), any line counts as a heartbeat.
     It ends at EOF, or when the controller has been silent for LOST_AFTER seconds (or three
@@ -111,6 +112,34 @@ _KEPT_POLL_S = 0.1
 WORK_PREFIX = "pytest-elastic-"
 
 
+def host_lacks(mounts: str = "/proc/self/mounts", dev_fuse: str = "/dev/fuse") -> dict[str, str]:
+    """What this host lacks of each capability a hosts file may list -> why, in a clause:
+    looked up, not tried (cheap, and nothing is changed here). ``cgroups``: a cgroup
+    filesystem mounted (``ip netns exec`` remounts ``/sys`` and hides them); ``fuse``:
+    ``/dev/fuse`` to open and ``fusermount3``; ``netns``: ``nft`` and ``ip``."""
+    import shutil
+
+    lacks: dict[str, str] = {}
+    try:
+        with open(mounts) as fp:
+            types = {line.split()[2] for line in fp if len(line.split()) > 2}
+    except OSError as e:
+        types, lacks["cgroups"] = set(), f"{mounts} cannot be read ({e.strerror})"
+    if "cgroups" not in lacks and not types & {"cgroup", "cgroup2"}:
+        lacks["cgroups"] = f"no cgroup filesystem is mounted ({mounts} lists none)"
+    try:
+        os.close(os.open(dev_fuse, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as e:
+        lacks["fuse"] = f"{dev_fuse} cannot be opened ({e.strerror})"
+    else:
+        if shutil.which("fusermount3") is None and shutil.which("fusermount") is None:
+            lacks["fuse"] = "no fusermount3 on its PATH (Debian: fuse3)"
+    missing = [tool for tool in ("nft", "ip") if shutil.which(tool) is None]
+    if missing:
+        lacks["netns"] = f"no {' or '.join(missing)} on its PATH (Debian: nftables, iproute2)"
+    return lacks
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -122,9 +151,9 @@ def lease(lost_after: float, keep: float, base: str | None) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):  # the work dir goes in any case
         signal.signal(sig, _exit_on_signal)
-    report: dict[str, str | int | None] = {
+    report: dict[str, object] = {
         "python": ".".join(map(str, sys.version_info[:3])), "executable": sys.executable,
-        "pytest_elastic": None, "problem": None, "work_dir": None, "pid": os.getpid()}
+        "pytest_elastic": None, "problem": None, "work_dir": None, "pid": os.getpid(), "lacks": None}
     work_dir = lock = answers = None
     ended = "signal"  # a lease signalled (the host going down) removes everything at once
     try:
@@ -135,6 +164,7 @@ def lease(lost_after: float, keep: float, base: str | None) -> None:
                 report["pytest_elastic"] = version(DIST)
             except PackageNotFoundError:
                 pass
+            report["lacks"] = host_lacks()
             if base is not None and not os.path.isdir(base):
                 report["problem"] = f"work_dir={base!r} does not exist"
             else:

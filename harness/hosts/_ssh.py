@@ -106,6 +106,17 @@ class RemoteInfo:
     pytest_elastic: str | None  # the installed version, None when missing
     work_dir: str  # this connection's work dir (removed with the connection)
     lease_pid: int | None = None  # the lease's pid on the host
+    #: what the host lacks of each capability a hosts file may list -> why (``_remote.host_lacks``)
+    lacks: dict[str, str] = field(default_factory=dict)
+
+
+def check_capabilities(spec: HostSpec, info: RemoteInfo) -> None:
+    """``HostError`` in one line naming every capability ``spec`` lists that the host lacks,
+    and why: found when it connects, not when a fault that needs it fires."""
+    lacking = [f"{name} ({info.lacks[name]})" for name in sorted(spec.capabilities) if name in info.lacks]
+    if lacking:
+        raise HostError(f"host {spec.label}: its capabilities list what it lacks: {'; '.join(lacking)}; "
+                        "take them out of its capabilities in the hosts file, or give the host them")
 
 
 @dataclass
@@ -198,6 +209,7 @@ class SshHost:
             self.info = self._start_master()
             if self.check_version:
                 self._check_version(self.info)
+            check_capabilities(self.spec, self.info)
         except BaseException:
             self.close()
             raise
@@ -236,8 +248,10 @@ class SshHost:
             every = min(float(_ALIVE_INTERVAL_S), self.lost_after / 4)
             threading.Thread(target=_heartbeat, args=(self._owned.lease, every, self._owned.beating),
                              name=f"heartbeat {self.spec.label}", daemon=True).start()
+        lacks = report.get("lacks")
+        lacking = {str(k): str(v) for k, v in lacks.items()} if isinstance(lacks, dict) else {}
         return RemoteInfo(report["python"], report["executable"], report["pytest_elastic"], report["work_dir"],
-                          report.get("pid"))
+                          report.get("pid"), lacking)
 
     def _first_line(self, lease: LeaseChannel, timeout: float) -> str:
         """The lease's report line; '' when the master exits first. Waits on the pipe."""

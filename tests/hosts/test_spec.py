@@ -137,3 +137,29 @@ def test_a_missing_hosts_file(tmp_path: Path):
 def test_every_field_has_a_row():
     """One row per HostSpec field: the URL keywords, the file and the checks cannot drift."""
     assert set(FIELDS) == set(HostSpec.__dataclass_fields__)
+
+
+def test_what_a_host_lacks_is_found_where_it_connects(tmp_path: Path):
+    """A host listing cgroups with no cgroup filesystem mounted (started under ``ip netns
+    exec``, which remounts /sys) was accepted, and failed only when a resource fault fired."""
+    from harness.hosts import HostError
+    from harness.hosts._remote import host_lacks
+    from harness.hosts._ssh import RemoteInfo, check_capabilities
+
+    mounts = tmp_path / "mounts"
+    mounts.write_text("proc /proc proc rw 0 0\nsysfs /sys sysfs rw 0 0\n")
+    lacks = host_lacks(str(mounts), dev_fuse=str(tmp_path / "no-fuse"))
+    assert lacks["cgroups"] == f"no cgroup filesystem is mounted ({mounts} lists none)"
+    assert lacks["fuse"].startswith(f"{tmp_path / 'no-fuse'} cannot be opened (No such file")
+    mounts.write_text("cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n")
+    assert "cgroups" not in host_lacks(str(mounts), dev_fuse=str(tmp_path / "no-fuse"))
+    spec = parse_host("ssh://ci@10.0.0.5", capabilities=["cgroups", "netns"])
+    info = RemoteInfo("3.11.7", "/usr/bin/python3", "0.1.0", "/tmp/w", 1, {"cgroups": "no cgroup filesystem is "
+                                                                         "mounted (/proc/self/mounts lists none)",
+                                                                         "fuse": "unlisted: not asked"})
+    with pytest.raises(HostError) as caught:
+        check_capabilities(spec, info)
+    assert str(caught.value) == ("host ci@10.0.0.5:22: its capabilities list what it lacks: cgroups (no cgroup "
+                                 "filesystem is mounted (/proc/self/mounts lists none)); take them out of its "
+                                 "capabilities in the hosts file, or give the host them")
+    check_capabilities(parse_host("ssh://ci@10.0.0.5", capabilities=["netns"]), info)  # lacks only what it lists
