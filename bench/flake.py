@@ -3,7 +3,7 @@
     python bench/flake.py [--runs 10] [--busy K] [--suite] [--pytest-args "-k scale_down"]
                           [--faults KINDS ...] [--timeout S] [--logs DIR]
 
-Runs ``python -m pytest scenarios --elastic-chaos -n 2`` (``--suite``: the test suite,
+Runs ``python -m pytest scenarios --elastic-chaos --elastic-faults=all -n 2`` (``--suite``: the test suite,
 ``python -m pytest -n 2``) from the repo root with the interpreter that runs the bench,
 ``--runs`` times one after the other, plus ``-rfE`` (the red items' ``FAILED``/``ERROR``
 lines) and ``-p no:cacheprovider`` (the bench leaves the user's ``--lf`` state alone).
@@ -57,7 +57,8 @@ from _common import isolate_tmpdir, median, print_table  # noqa: E402
 #: under it, not two levels down (see ``run_tmpdir``)
 SYSTEM_TMP = tempfile.gettempdir()
 
-MAIN_JOB = ("scenarios", "--elastic-chaos", "-n", "2")  # README.md's main job, after "python -m pytest"
+#: README.md's main job, after "python -m pytest"
+MAIN_JOB = ("scenarios", "--elastic-chaos", "--elastic-faults=all", "-n", "2")
 SUITE = ("-n", "2")  # README.md's test command
 BENCH_ARGS = ("-rfE", "-p", "no:cacheprovider")
 MAIN_TIMEOUT_S = 1800.0
@@ -505,16 +506,19 @@ def print_red_runs(runs: Sequence[Run], suite: bool, extra: Sequence[str]) -> No
 
 
 def fault_groups(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """``--faults`` values -> (label, pytest arguments) per group: ``default`` adds none,
-    ``all`` every chaos kind, ``each`` one group per kind, anything else is passed as is."""
+    """``--faults`` values -> (label, pytest arguments) per group: ``default`` the plugin's
+    default kinds, ``all`` every chaos kind, ``each`` one group per kind, anything else is
+    passed as is (the last ``--elastic-faults`` wins over the main job's own)."""
     if not specs:
         return [("", [])]
     from harness.sim.schema import CHAOS_KINDS
 
     groups: list[tuple[str, list[str]]] = []
+    from harness.sim.schema import DEFAULT_CHAOS_KINDS
+
     for spec in specs:
         if spec == "default":
-            groups.append(("default", []))
+            groups.append(("default", [f"--elastic-faults={','.join(DEFAULT_CHAOS_KINDS)}"]))
         elif spec == "all":
             groups.append(("all", [f"--elastic-faults={','.join(CHAOS_KINDS)}"]))
         elif spec == "each":

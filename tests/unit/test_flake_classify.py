@@ -159,7 +159,7 @@ def test_paths_in_the_extra_args_replace_scenarios_and_replay_carries_the_seed()
     assert "scenarios" not in command(False, ["scenarios/single_node"])
     assert command(True, [])[3:] == ["-n", "2", "-rfE", "-p", "no:cacheprovider"]
     assert replay_command(5, False, ["-k", "scale_down"]) == \
-        "python -m pytest scenarios --elastic-chaos -n 2 -k scale_down --elastic-seed=5"
+        "python -m pytest scenarios --elastic-chaos --elastic-faults=all -n 2 -k scale_down --elastic-seed=5"
 
 
 def test_a_red_runs_log_never_overwrites_an_earlier_benchs(tmp_path):
