@@ -213,8 +213,8 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
     lasting fault of its node: the scenario's partition, straggler or full disk would end
     whenever chaos likes, and its outcome with it), and one that cuts links itself no chaos
     cuts, one that slows a node no chaos resource faults (its straggler is the one its
-    expectations name), and one whose own faults fire on world sizes no chaos membership
-    changes. Which kinds are which: their rows. What is taken out is listed,
+    expectations name), and one whose own faults fire on world sizes, or order an exit at
+    an exact (rank, step), no chaos membership changes. Which kinds are which: their rows. What is taken out is listed,
     with why, in ``left_out`` (the report's)."""
     import dataclasses
 
@@ -238,6 +238,10 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
              (any("on_world_size" in f for f in faults),
               {k for k in chaos.kinds if FAULT_KINDS[k].membership != 0},
               "the scenario's own faults fire on world sizes, which chaos's membership changes would move"),
+             (any(f.get("kind") == "kill_worker" and "exit_code" in f and "at_step" in f for f in faults),
+              {k for k in chaos.kinds if FAULT_KINDS[k].membership != 0},
+              "the scenario orders an exit at an exact (rank, step), and chaos's membership changes would give "
+              "that rank to another worker, or none"),
              (any(NETNS in row.needs or row.kind == "heal" for row in rows),
               {k for k in chaos.kinds if NETNS in FAULT_KINDS[k].needs},
               "the scenario cuts links itself: chaos cuts healed whenever chaos likes would make its outcome "

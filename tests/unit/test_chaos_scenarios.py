@@ -85,3 +85,11 @@ def test_a_scenario_whose_faults_fire_on_world_sizes_gets_no_chaos_membership_ch
                            max_restarts=1)
     assert around.kinds == ("kill_worker",)
     assert "fire on world sizes" in dict(around.left_out)["add_node"]
+
+
+def test_a_scenario_that_orders_an_exact_exit_gets_no_chaos_membership_changes():
+    faults = [{"kind": "kill_worker", "node": 0, "local_rank": 1, "exit_code": 3, "at_step": 5, "rank": 1}]
+    around = _chaos_around(ChaosConfig(seed=1, kinds=("kill_worker", "remove_node", "add_node")), faults,
+                           max_restarts=3)
+    assert around.kinds == ("kill_worker",)
+    assert "exact (rank, step)" in dict(around.left_out)["remove_node"]
