@@ -270,6 +270,9 @@ class StoreClient:
             self._drop()
             raise StoreConnectionError(f"lost the connection to the rendezvous store at "
                                        f"{self.address} during {what}: {e}") from None
+        except BaseException:  # a signal's exception mid-send: the stream is out of step
+            self._drop()
+            raise
 
     def _recv(self, n: int, what: str, timeout: float | None = None) -> bytes:
         sock = self._sock_or_raise()
@@ -279,8 +282,12 @@ class StoreClient:
         except StoreConnectionError:
             self._drop()
             raise
-        except StoreTimeoutError:
-            self._drop()  # the reply may still come: the stream is out of step
+        except BaseException:
+            # a timeout (the reply may still come), or an exception a signal handler raised
+            # mid-read (the agent's SIGTERM): either way the stream is out of step, and the
+            # next request would read this one's reply (a leave announced after a SIGTERM
+            # waited the whole read timeout on a stale answer): drop it
+            self._drop()
             raise
 
     def _recv_bytes(self, what: str) -> bytes:

@@ -130,6 +130,10 @@ class WaitedJob(StackedJob, Protocol):
 
     def result(self) -> JobResult: ...
 
+    def agent_log(self, node: int) -> str:
+        """What node ``node``'s agent wrote to its log."""
+        ...
+
 
 def _until(job: WaitedJob, predicate: Callable[[], bool], timeout: float, lifecycle: bool = False) -> bool:
     """Sleep on the bus until ``predicate()`` or a fault failure (raised); False on timeout.
@@ -279,6 +283,19 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
                       "stacks:", stacks, "timeline:", job.timeline.format()])
 
 
+def _after_last_fault(job: WaitedJob) -> str:
+    """", after <the last fault> (<its target>)" ("" without one): what a stall came after."""
+    faults = job.timeline.events("fault")
+    if not faults:
+        return ""
+    last = faults[-1]
+    return f", after {last.get('fault')} (node {last.get('target_node')})"
+
+
+#: lines of a stalled node's agent log in the report, where it has no live worker
+STALL_LOG_LINES = 8
+
+
 def _runs_watchdog(job: WaitedJob) -> bool:
     """Whether the job's agents run the file-timer watchdog (``TORCHELASTIC_ENABLE_FILE_TIMER=1``
     in their environment: this process's, and the cluster's ``env`` over it)."""
@@ -293,13 +310,16 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
     their stacks and the timeline."""
     from harness.sim.truth.stacks import LocalWorkers, all_stacks
 
-    cause = stall_cause(job.timeline, watchdog=_runs_watchdog(job))
+    running = _running(job)
+    idle = [node for node in running if not job.worker_pids(node)]
+    cause = (stall_cause(job.timeline, watchdog=_runs_watchdog(job)) if not idle else
+             f"the agent of node {', '.join(map(str, idle))} runs no worker and has not moved on (its log "
+             f"ends below), and its peers wait for it{_after_last_fault(job)}")
     events = job.timeline.events()
     t0 = events[0]["mono"] if events else stall.last_event
     head = (f"job {job.run_id} stalled: no event from any node or worker for {stall.waited:.1f}s (since "
             f"{stall.last_event - t0:.1f}s; its step time is {stall.step_time:.3g}s, and a job is stalled after "
             f"{stall.bound:.1f}s without one): {cause}.")
-    running = _running(job)
     lines: list[str] = []
     for node in running:
         alive = job.worker_pids(node)
@@ -307,6 +327,9 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
         status = access.states(list(alive.values()))
         described, _ = describe_workers(job.timeline, node, alive, status)
         lines += [f"node {node}:", *(f"  {line}" for line in described)]
+        if not alive:  # its agent is what is stuck: what it said last
+            tail = job.agent_log(node).splitlines()[-STALL_LOG_LINES:]
+            lines += ["  no live worker; its agent's log ends:", *(f"    {line}" for line in tail or ["(empty)"])]
     stacks = all_stacks(job, job.stacks_dir, nodes=running)
     return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks, "timeline:",
                       job.timeline.format()])

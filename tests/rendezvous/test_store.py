@@ -165,3 +165,35 @@ def test_standalone_store_process_prints_port_and_dies_with_parent():
         proc.terminate()
         proc.stdout.close()
         assert proc.wait(10) == 0
+
+
+def test_a_request_cut_by_a_signal_drops_the_connection_instead_of_reading_its_reply_later():
+    """SIGTERM reached an agent mid-request (its handler raises ``SignalException`` out of the
+    read): the reply stayed in the stream, and the leave the agent announced next read it as
+    its own, then waited the whole read timeout (a node removed as it joined a round held the
+    job 20 s, until the harness called it stalled). The stream is dropped instead."""
+    import signal as signals
+
+    from harness.errors import SignalException
+
+    server = StoreServer("", 0).start()
+    try:
+        client = StoreClient("127.0.0.1", server.port, timeout=5)
+        client.add("n", 1)
+        real = client._recv_on
+
+        def interrupted(sock, n, what):
+            client._recv_on = real  # once
+            raise SignalException("got signal 15", signals.SIGTERM)
+
+        client._recv_on = interrupted  # type: ignore[method-assign]
+        with pytest.raises(SignalException):
+            client.add("n", 1)  # the server added and answered; the answer is never read
+        assert not client.connected
+        with pytest.raises(StoreConnectionError, match="is closed"):
+            client.add("n", 1)  # at once, not a stale reply (2 read as this one's) or a wait
+        again = client.clone()
+        assert again.add("n", 0) == 2
+        again.close()
+    finally:
+        server.stop()
