@@ -156,3 +156,22 @@ def test_training_over_is_the_first_success_or_clean_worker_exit(tmp_path):
     finally:
         writer.close()
 
+
+
+def test_no_chaos_fault_fires_once_the_training_is_over(tmp_path):
+    """A chaos straggler due as a single-node job ended reached an agent that had left its
+    cgroup, and failed the test (forgets_optimizer_is_caught under every kind): once the
+    training is over, chaos's faults stay pending; the test's own still fire."""
+    job = _BareJob(str(tmp_path))
+    try:
+        late = ScheduledFault(_Lasting(), After(seconds=0.2))
+        own = ScheduledFault(_Lasting(), After(seconds=0.2))
+        job.scheduler.adopt_chaos([late])
+        job.agent_events.emit("state", state="SUCCEEDED")
+        job.scheduler.add(late)
+        job.scheduler.add(own)
+        assert _until(lambda: [id(e) for e in job.scheduler.pending()] == [id(late)])  # the test's own fired
+        time.sleep(0.4)
+        assert [id(e) for e in job.scheduler.pending()] == [id(late)] and len(job.timeline.events("fault")) == 1
+    finally:
+        job.close()

@@ -13,6 +13,9 @@ event. Any other error while evaluating or applying it is a *failure*: the entry
 the schedule unfired, a ``fault_error`` event records it, and the job's waits raise
 ``FaultError`` with the reason.
 
+Once the job's training is over, no chaos fault fires any more (one that reached a node whose
+agent was ending failed the test for a race of the harness's own: ``slow_node`` finding the
+agent gone from its cgroup); it stays pending, as any chaos fault the job ended before.
 Chaos ends the job with its lasting faults healed: each chaos ``heal`` (``adopt_chaos``)
 comes due by its own trigger or as soon as the job's training is over
 (``harness.sim.truth.hangs.training_over``), whichever comes first, and ``fire_at_end``
@@ -272,12 +275,15 @@ class FaultScheduler:
         next_at: float | None = None
         with self._lock:
             armed = [p for p in self._entries if p.armed_at is not None]
-            at_end = [p for p in armed if id(p.entry) in self._at_end]
-        over = training_over(self._job.timeline) is not None if at_end else False
+            chaotic = [p for p in armed if id(p.entry) in self._chaos]
+            at_end = [p for p in chaotic if id(p.entry) in self._at_end]
+        over = training_over(self._job.timeline) is not None if chaotic else False
         for p in armed:
             armed_at = p.armed_at
             if armed_at is None:  # claimed by ``fire_at_end`` meanwhile
                 continue
+            if over and p in chaotic and p not in at_end:
+                continue  # the job is ending: a new chaos fault would only race its end (never fired)
             try:
                 if p.entry.trigger.ready(self._job, armed_at, now):
                     due.append(p)
