@@ -156,7 +156,27 @@ def explain_failures(final: list[dict[str, Any]], events: list[dict[str, Any]],
 
 def explain_job(job: Any, captured: list[dict[str, Any]] | None = None) -> str:
     """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
-    with tracebacks) or else what its timeline's results say."""
+    with tracebacks) or else what its timeline's results say; then each agent that failed
+    with no failed worker, with its log's end."""
     events, label = events_of(job.timeline)
     final = captured if captured else failures_from_events(events, label)
-    return explain_failures(final, events, label)
+    return "\n".join(part for part in (explain_failures(final, events, label), agents_failed_alone(job)) if part)
+
+
+def agents_failed_alone(job: Any) -> str:
+    """Nodes whose agent ended FAILED with no failed worker and no harm of the harness's (a
+    rendezvous or store error of the agent's own), each with the end of its log: the cause is
+    there, in no rank's error file. Empty when there is none, or the files are gone."""
+    try:
+        result = job.result()
+    except Exception:  # a half-written result: the timeline says the rest
+        return ""
+    harmed = {e.get("target_node") for e in job.timeline.events("node_exit") if e.get("cause")}
+    lines: list[str] = []
+    for index, run in sorted(result.run_results.items()):
+        if run.is_failed() and not run.failures and index not in harmed:
+            node = job.nodes.get(index)
+            lines.append(f"node {getattr(node, 'name', index)} (index {index}): its agent failed with no failed "
+                         "worker; its log ends:")
+            lines += [f"  {line}" for line in (_log_tail(job, index) or "(empty)").splitlines()]
+    return "\n".join(lines)

@@ -47,3 +47,25 @@ def test_the_page_lists_what_chaos_left_out_and_why():
     page = build_page("t", build_model(EVENTS), EVENTS, info={"chaos_left_out": {"hang_worker": why}})
     assert "<h2>Chaos left out</h2>" in page and f"<li><b>hang_worker</b>: {html.escape(why)}</li>" in page
     assert "Chaos left out" not in build_page("t", build_model(EVENTS), EVENTS, info={})
+
+
+def test_an_agent_that_failed_with_no_failed_worker_is_named_with_its_log(tmp_path):
+    """A node's agent can end FAILED on its own (a rendezvous or store error) with no rank
+    failed: the report said nothing of it, and its cause was only in its log."""
+    from types import SimpleNamespace
+
+    from harness import WorkerState
+    from harness.agent import RunResult
+    from harness.sim.truth.timeline import Timeline
+    from pytest_elastic.report.failures import agents_failed_alone, explain_job
+
+    (tmp_path / "events.jsonl").write_text("")
+    runs = {0: RunResult(WorkerState.FAILED), 1: RunResult(WorkerState.SUCCEEDED)}
+    job = SimpleNamespace(result=lambda: SimpleNamespace(run_results=runs),
+                          timeline=Timeline(str(tmp_path / "events.jsonl")),
+                          nodes={0: SimpleNamespace(name="tammie-0"), 1: SimpleNamespace(name="hunter-1")},
+                          agent_log=lambda index: "starting\nelastic-run: error: rendezvous 'r' timed out\n")
+    text = agents_failed_alone(job)
+    assert text.splitlines() == ["node tammie-0 (index 0): its agent failed with no failed worker; its log ends:",
+                                 "  starting", "  elastic-run: error: rendezvous 'r' timed out"]
+    assert explain_job(job) == text
