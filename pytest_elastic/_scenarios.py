@@ -214,8 +214,8 @@ def _chaos_around(chaos: ChaosConfig, faults: list[dict[str, Any]],
     whenever chaos likes, and its outcome with it), and one that cuts links itself no chaos
     cuts, one that slows a node no chaos resource faults (its straggler is the one its
     expectations name), and one whose own faults fire on world sizes, or order an exit at
-    an exact (rank, step), no chaos membership changes. Which kinds are which: their rows. What is taken out is listed,
-    with why, in ``left_out`` (the report's)."""
+    an exact (rank, step), no chaos membership changes. Which kinds are which: their rows.
+    What is taken out is listed, with why, in ``left_out`` (the report's)."""
     import dataclasses
 
     from harness.sim.schema import CGROUPS, FAULT_KINDS, NETNS, UNTIL_HEALED

@@ -176,7 +176,7 @@ class Cluster:
         ``host_refusals.chaos_kinds`` has judged the machines)."""
         from harness.sim.faults.chaos import JobFacts
         from harness.sim.schema import CGROUPS, FUSE, NETNS
-        from harness.timer_env import ENABLE_FILE_TIMER_ENV
+        from harness.sim.truth.hangs import runs_watchdog
 
         config = self.config
         missing: dict[str, str] = {}
@@ -193,10 +193,8 @@ class Cluster:
             fuse = fuse_missing()
             if fuse is not None:
                 missing[FUSE] = f"this machine lacks {fuse}"
-        env = {**os.environ, **config.env}
         return JobFacts(min_nodes=config.min_nodes, max_nodes=config.max_nodes, nodes=count,
-                        reserved_nodes=chaos.reserved_nodes, watchdog=env.get(ENABLE_FILE_TIMER_ENV, "0") == "1",
-                        missing=missing)
+                        reserved_nodes=chaos.reserved_nodes, watchdog=runs_watchdog(config.env), missing=missing)
 
     def fault_free_copy(self) -> Cluster:
         """A new cluster of this one's settings, sharing its pool, for the fault-free twin

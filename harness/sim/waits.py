@@ -19,7 +19,6 @@ scheduled faults ask) is read here from the timeline too.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -33,6 +32,7 @@ from harness.sim.truth.hangs import (
     describe_workers,
     find_hang,
     find_stall,
+    runs_watchdog,
     stall_cause,
     teardown_hint,
 )
@@ -217,7 +217,7 @@ def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResu
     """Until every running node's agent ended (``Job.wait``); the merged result."""
     hangs: list[Hang] = []
     stalls: list[Stall] = []
-    watchdog = _runs_watchdog(job)
+    watchdog = runs_watchdog(job.cluster.config.env)
 
     def over() -> bool:
         running = _running(job)
@@ -283,25 +283,8 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
                       "stacks:", stacks, "timeline:", job.timeline.format()])
 
 
-def _after_last_fault(job: WaitedJob) -> str:
-    """", after <the last fault> (<its target>)" ("" without one): what a stall came after."""
-    faults = job.timeline.events("fault")
-    if not faults:
-        return ""
-    last = faults[-1]
-    return f", after {last.get('fault')} (node {last.get('target_node')})"
-
-
 #: lines of a stalled node's agent log in the report, where it has no live worker
 STALL_LOG_LINES = 8
-
-
-def _runs_watchdog(job: WaitedJob) -> bool:
-    """Whether the job's agents run the file-timer watchdog (``TORCHELASTIC_ENABLE_FILE_TIMER=1``
-    in their environment: this process's, and the cluster's ``env`` over it)."""
-    from harness.timer_env import ENABLE_FILE_TIMER_ENV
-
-    return {**os.environ, **job.cluster.config.env}.get(ENABLE_FILE_TIMER_ENV, "0") == "1"
 
 
 def _stall_report(job: WaitedJob, stall: Stall) -> str:
@@ -311,10 +294,9 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
     from harness.sim.truth.stacks import LocalWorkers, all_stacks
 
     running = _running(job)
-    idle = [node for node in running if not job.worker_pids(node)]
-    cause = (stall_cause(job.timeline, watchdog=_runs_watchdog(job)) if not idle else
-             f"the agent of node {', '.join(map(str, idle))} runs no worker and has not moved on (its log "
-             f"ends below), and its peers wait for it{_after_last_fault(job)}")
+    alive = {node: job.worker_pids(node) for node in running}
+    cause = stall_cause(job.timeline, runs_watchdog(job.cluster.config.env),
+                        idle=[node for node in running if not alive[node]])
     events = job.timeline.events()
     t0 = events[0]["mono"] if events else stall.last_event
     head = (f"job {job.run_id} stalled: no event from any node or worker for {stall.waited:.1f}s (since "
@@ -322,12 +304,11 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
             f"{stall.bound:.1f}s without one): {cause}.")
     lines: list[str] = []
     for node in running:
-        alive = job.worker_pids(node)
         access = job.nodes[node].worker_access() or LocalWorkers(job.stacks_dir)
-        status = access.states(list(alive.values()))
-        described, _ = describe_workers(job.timeline, node, alive, status)
+        status = access.states(list(alive[node].values()))
+        described, _ = describe_workers(job.timeline, node, alive[node], status)
         lines += [f"node {node}:", *(f"  {line}" for line in described)]
-        if not alive:  # its agent is what is stuck: what it said last
+        if not alive[node]:  # its agent is what is stuck: what it said last
             tail = job.agent_log(node).splitlines()[-STALL_LOG_LINES:]
             lines += ["  no live worker; its agent's log ends:", *(f"    {line}" for line in tail or ["(empty)"])]
     stacks = all_stacks(job, job.stacks_dir, nodes=running)

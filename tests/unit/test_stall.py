@@ -44,3 +44,21 @@ def test_the_cause_names_what_the_job_lacks(tmp_path):
     assert "held no timer when it was stopped" in hangs.stall_cause(hung, watchdog=True)
     cut = _timeline(tmp_path, [{"kind": "fault", "fault": "partition", "target_node": 1, "mono": 1.0}])
     assert "gloo's timeout" in hangs.stall_cause(cut, watchdog=False)
+
+
+def test_a_node_whose_agent_runs_no_worker_is_named_first(tmp_path):
+    """flapping_node: node 2 was removed as it joined a round; its agent ran no worker and its
+    peer waited in init_process_group. The cause is that agent, not a stuck worker."""
+    removed = _timeline(tmp_path, [{"kind": "fault", "fault": "remove_node", "target_node": 2, "mono": 1.0}])
+    assert hangs.stall_cause(removed, watchdog=False, idle=[2]) == (
+        "the agent of node 2 runs no worker and has not moved on (its log ends below), and its peers wait "
+        "for it, after remove_node (node 2)")
+    assert "nothing in it reaps a stuck worker" in hangs.stall_cause(removed, watchdog=False)
+
+
+def test_the_watchdog_is_read_as_the_agent_reads_it(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_ENABLE_FILE_TIMER", raising=False)
+    assert not hangs.runs_watchdog({})
+    assert hangs.runs_watchdog({"TORCHELASTIC_ENABLE_FILE_TIMER": "1"})
+    monkeypatch.setenv("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
+    assert hangs.runs_watchdog({}) and not hangs.runs_watchdog({"TORCHELASTIC_ENABLE_FILE_TIMER": "0"})

@@ -88,6 +88,7 @@ class FaultScheduler:
         #: ids of chaos's heals: they come due when the job's training is over too
         self._at_end: set[int] = set()
         self._ending: _Pending | None = None  # the heal ``fire_at_end`` applies in the caller's thread
+        self._over = False  # the job's training is over (``training_over``; once over, for good)
 
     def adopt_chaos(self, entries: list[ScheduledFault]) -> None:
         """``entries`` are chaos's (adopted before they are scheduled): each one's event says ``chaos: true``
@@ -275,20 +276,20 @@ class FaultScheduler:
         next_at: float | None = None
         with self._lock:
             armed = [p for p in self._entries if p.armed_at is not None]
-            chaotic = [p for p in armed if id(p.entry) in self._chaos]
-            at_end = [p for p in chaotic if id(p.entry) in self._at_end]
-        over = training_over(self._job.timeline) is not None if chaotic else False
+        chaotic = any(id(p.entry) in self._chaos for p in armed)
+        over = chaotic and self._training_over()
         for p in armed:
             armed_at = p.armed_at
             if armed_at is None:  # claimed by ``fire_at_end`` meanwhile
                 continue
-            if over and p in chaotic and p not in at_end:
+            heal_at_end = id(p.entry) in self._at_end
+            if over and id(p.entry) in self._chaos and not heal_at_end:
                 continue  # the job is ending: a new chaos fault would only race its end (never fired)
             try:
                 if p.entry.trigger.ready(self._job, armed_at, now):
                     due.append(p)
                     continue
-                if over and p in at_end:
+                if over and heal_at_end:
                     due.append(p)
                     ending.add(id(p))
                     continue
@@ -322,6 +323,12 @@ class FaultScheduler:
                     self._settled.notify_all()  # ``await_applied``: no longer being applied
             self._fired(p)
         return next_at
+
+    def _training_over(self) -> bool:
+        """Whether the job's training is over (read from the timeline until it is, then kept)."""
+        if not self._over:
+            self._over = training_over(self._job.timeline) is not None
+        return self._over
 
     def _heal_at_end_here(self, p: _Pending) -> None:
         """``_heal_at_end`` on this thread (``p`` is ``_applying``)."""

@@ -30,18 +30,20 @@ naming the fault that left the job stuck and what the job lacks to survive it
 
 from __future__ import annotations
 
+import os
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.sim.errors import JobHung
 from harness.sim.truth.timeline import Timeline
 from harness.states import WorkerState
+from harness.timer_env import ENABLE_FILE_TIMER_ENV
 
 __all__ = ["GRACE_S", "STALL_FLOOR_S", "STALL_STEPS", "STALL_WATCHDOG_FLOOR_S", "Hang", "JobHung", "Stall",
-           "describe_workers", "find_hang", "find_stall", "stall_bound", "stall_cause", "step_time", "teardown_hint",
-           "training_over"]
+           "describe_workers", "find_hang", "find_stall", "runs_watchdog", "stall_bound", "stall_cause", "step_time",
+           "teardown_hint", "training_over"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
@@ -103,17 +105,18 @@ def find_stall(timeline: Timeline, now: float, waiting_until: float | None = Non
     """The job's stall (``Stall``) if it has had no event for its ``stall_bound`` and none is
     owed before ``waiting_until`` (a scheduled fault coming due then); None otherwise.
     ``watchdog``: the job's agents run the file-timer watchdog (its timers may be long)."""
-    events = timeline.events()
-    if not events:
+    newest = timeline.latest()
+    if newest is None:
         return None
-    last = float(events[-1]["mono"])
-    if now - max(last, waiting_until or 0.0) <= STALL_FLOOR_S:  # the cheap test first: most calls end here
+    last = float(newest["mono"])
+    quiet = now - max(last, waiting_until or 0.0)
+    if quiet <= STALL_FLOOR_S:  # the cheap test first: most calls end here
         return None
     per_step = step_time(timeline)
     if per_step is None:
         return None
     bound = stall_bound(per_step, watchdog)
-    if now - max(last, waiting_until or 0.0) <= bound:
+    if quiet <= bound:
         return None
     return Stall(last, now - last, per_step, bound)
 
@@ -123,16 +126,27 @@ GUARD = ("run each step under a timer (torch.distributed.elastic.timer.expires, 
          "with the agents' file-timer watchdog on (TORCHELASTIC_ENABLE_FILE_TIMER=1)")
 
 
-def stall_cause(timeline: Timeline, watchdog: bool) -> str:
-    """Why the stalled job could not go on, in one clause: the last fault before its last
-    event and what the job lacks to survive it, or (no fault) what it lacks in general."""
-    faults = [e for e in timeline.events("fault")]
+def runs_watchdog(env: Mapping[str, str]) -> bool:
+    """Whether agents whose environment is this process's with ``env`` over it run the
+    file-timer watchdog (``TORCHELASTIC_ENABLE_FILE_TIMER=1``, read as the agent reads it)."""
+    return {**os.environ, **env}.get(ENABLE_FILE_TIMER_ENV, "0") == "1"
+
+
+def stall_cause(timeline: Timeline, watchdog: bool, idle: Sequence[int] = ()) -> str:
+    """Why the stalled job could not go on, in one clause: a node whose agent runs no worker
+    (``idle``: its peers wait for it), else the last fault and what the job lacks to survive
+    it, or (no fault) what it lacks in general."""
+    faults = timeline.events("fault")
     fault = faults[-1] if faults else None
+    where = "" if fault is None else f"node {fault.get('target_node')}" + (
+        f", local rank {fault['local_rank']}" if fault.get("local_rank") is not None else "")
+    if idle:
+        after = f", after {fault.get('fault')} ({where})" if fault is not None else ""
+        return (f"the agent of node {', '.join(map(str, idle))} runs no worker and has not moved on (its log "
+                f"ends below), and its peers wait for it{after}")
     if fault is None:
         return f"no fault was injected: a worker is stuck on its own and nothing reaps it: {GUARD}"
     kind = fault.get("fault")
-    where = f"node {fault.get('target_node')}" + (f", local rank {fault['local_rank']}"
-                                                    if fault.get("local_rank") is not None else "")
     if kind == "hang_worker":
         if watchdog:
             return (f"the worker hang_worker stopped ({where}) held no timer when it was stopped, so the "

@@ -355,6 +355,12 @@ class Timeline:
                          f"{json.dumps(detail, default=str)[:160]}")
         return "\n".join(lines)
 
+    def latest(self) -> dict[str, Any] | None:
+        """The newest event (None: none yet), without copying the others as ``events()`` does."""
+        self.refresh()
+        with self._lock:
+            return self._events[-1] if self._events else None
+
     def __len__(self) -> int:
         self.refresh()
         with self._lock:
