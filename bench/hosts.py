@@ -77,7 +77,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.hosts import EventRelay, HostSpec, SshHost, measure_offset  # noqa: E402
-from harness.sim.nodes import remote  # noqa: E402
+from harness.sim.places.hosts import nodes as remote  # noqa: E402
 from tests.hosts.observe import end_controller, start_controller, watch_host  # noqa: E402
 from tests.hosts.sshd import SshdLab, checkout_python, sshd_missing  # noqa: E402
 

@@ -76,7 +76,7 @@ class EventWriter:
 
     def write(self, event: Mapping[str, Any]) -> None:
         """Append ``event`` as it is: ``emit`` stamps its own; a node on a host's relay
-        (``harness.sim.nodes.remote``) hands on events stamped there. One ``os.write`` per
+        (``harness.sim.places.hosts.nodes``) hands on events stamped there. One ``os.write`` per
         line, so concurrent writers (threads, processes: ``O_APPEND``) never interleave; the
         lock keeps a write off a descriptor ``close`` has given back (and the kernel may
         have handed to another file)."""

@@ -147,7 +147,9 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
     chaos, seed = chaos_config(settings, item, config.hosts)  # on hosts: the kinds they can carry out
     if chaos is not None:
         config = dataclasses.replace(config, chaos=chaos)
-    if config.network == "netns" and not config.remote:  # a node on a host is not in a namespace here
+    from harness.sim.places import place_of
+
+    if place_of(config).network_mode(config.network) == "netns":  # its nodes in namespaces of this machine
         from harness.sim.net import netns_missing
 
         missing = netns_missing()

@@ -104,7 +104,7 @@ _GAPS = 3.0
 #: in the work dir of a lease that ended without the controller's ``bye``: there while it
 #: keeps the events files (``KEPT_FILES``) for the controller; the controller removes it
 KEPT_MARK = ".kept"
-#: what such a lease keeps: the nodes' events files (``harness.sim.nodes.remote``'s name)
+#: what such a lease keeps: the nodes' events files (``harness.sim.places.hosts.nodes``'s name)
 KEPT_FILES = ("events.jsonl",)
 #: how often a lease keeping its events, and ``kept``, look at the mark
 _KEPT_POLL_S = 0.1

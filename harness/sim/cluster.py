@@ -4,8 +4,8 @@ Each node is a real agent process (``python -m harness.sim.nodes.main``) in its 
 group, with its own loopback address (127.0.0.<n>), temp dir and readable name, and its
 own workers. Workers are forked from a zygote (``WarmPool``): the cluster's own, or one
 the caller shares across clusters so the second cluster costs no torch import. With
-``hosts=[...]`` each node's agent runs on a host over SSH instead (``harness.sim.nodes.remote``;
-docs/hosts.md), a script or module only.
+``hosts=[...]`` each node's agent runs on a host over SSH instead, a script or module only:
+where nodes run is the cluster's ``place`` (``harness.sim.places``; docs/hosts.md).
 
 Ownership is explicit: everything the cluster starts (node agents, workers, the store
 server or etcd, its private pool, temp dirs, FIFOs) ends with ``close()`` (or the end of
@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import warnings
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError, ElasticError
@@ -33,6 +33,7 @@ from harness.sim.leftovers import owned_tempdir
 from harness.sim.nodes.bytecode import ensure_compiled
 from harness.sim.nodes.labels import NameMaker
 from harness.sim.nodes.pool import WarmPool, resolve_pool
+from harness.sim.places import GpuSplit, Place, place_of
 from harness.sim.resources import unhealed_message as resources_unhealed
 from harness.sim.storage.mount import sweep
 from harness.sim.truth.invariants import InvariantViolation
@@ -84,7 +85,9 @@ class Cluster:
         self.network = resolve_mode(config.network)
         #: where twins' records are kept between runs (the plugin: pytest's cache dir)
         self.golden_cache: str | None = None
-        self._gpu_plan: Any = None
+        #: where its jobs' nodes run (``harness.sim.places``): this machine, or its hosts
+        self.place: Place = place_of(config)
+        self._gpu_plan: GpuSplit | None = None
         # a private pool unless the caller shares one: either way, one owner closes it
         self.pool, self._owns_pool = resolve_pool(pool)
         # named for this process: a run killed before close() leaves it, the next removes it
@@ -116,16 +119,11 @@ class Cluster:
                               f"must be in 1..{config.max_nodes} (nnodes={config.min_nodes}:{config.max_nodes})")
         if isinstance(entrypoint, str) and not module and not os.path.isfile(entrypoint):
             raise ConfigError("entrypoint", entrypoint, "does not exist or is not a file")
-        if config.remote and not isinstance(entrypoint, str):
-            raise ConfigError("entrypoint", entrypoint, "must be a script path or a module (module=True) with "
-                              "hosts: a node on a host gets its entrypoint as JSON, never a pickled callable")
+        self.place.check_entrypoint(entrypoint)
         job = Job(self, entrypoint, list(args), module)
         job.launched_nodes = count
         self.jobs.append(job)
-        if not config.remote:  # a node on a host forks its workers there (the agent's own zygote)
-            if config.start_method == "zygote":
-                self.pool.start()  # its torch import overlaps the store's start
-            self.pool.node_server()  # so does the node fork server's runtime import
+        self.place.prepare(self.pool, config.start_method)  # here: the pool's imports overlap the store's start
         ensure_compiled()  # every node agent imports the runtime: from bytecode, not source
         try:
             for _ in range(count):
@@ -148,11 +146,8 @@ class Cluster:
         if given is not None and index < len(given):
             schedule = list(given[index])  # the same entries: callers match them by identity
         else:
-            kinds = chaos.kinds
-            if job.remote is not None:  # on hosts: the kinds this job's placement allows
-                from harness.sim.nodes.host_refusals import chaos_kinds
-
-                kinds, left_out = chaos_kinds(kinds, job.remote.hosts, job.remote.placement, config.max_nodes)
+            kinds, cannot_here = self.place.chaos_kinds(chaos.kinds, config.max_nodes)  # what its place allows
+            left_out.update(cannot_here)
             if not chaos.overload:  # what the job can survive by its own configuration
                 kinds, cannot = survivable(kinds, self._chaos_facts(job, count, chaos))
                 left_out.update(cannot)
@@ -172,27 +167,12 @@ class Cluster:
 
     def _chaos_facts(self, job: Job, count: int, chaos: ChaosConfig) -> JobFacts:
         """What chaos must know of ``job`` (started on ``count`` nodes) to draw only faults it
-        can survive: its nodes, its watchdog, and what its machine or settings lack (on hosts
-        ``host_refusals.chaos_kinds`` has judged the machines)."""
+        can survive: its nodes, its watchdog, and what its place lacks (``Place.lacks``)."""
         from harness.sim.faults.chaos import JobFacts
-        from harness.sim.schema import CGROUPS, FUSE, NETNS
         from harness.sim.truth.hangs import runs_watchdog
 
         config = self.config
-        missing: dict[str, str] = {}
-        if job.remote is None:
-            if self.network != "netns":
-                missing[NETNS] = (f"the job's nodes share one network (network={self.network!r}): a network "
-                                  "fault needs network='netns'")
-            from harness.sim.resources import probe
-            from harness.sim.storage.mount import fuse_missing
-
-            cgroups = probe()
-            if isinstance(cgroups, str):
-                missing[CGROUPS] = f"this machine lacks {cgroups}"
-            fuse = fuse_missing()
-            if fuse is not None:
-                missing[FUSE] = f"this machine lacks {fuse}"
+        missing = self.place.lacks(self.network)
         return JobFacts(min_nodes=config.min_nodes, max_nodes=config.max_nodes, nodes=count,
                         reserved_nodes=chaos.reserved_nodes, watchdog=runs_watchdog(config.env), missing=missing)
 
@@ -273,22 +253,11 @@ class Cluster:
             warnings.warn(f"closing an abandoned cluster: {e}", ResourceWarning, stacklevel=2)
 
     @property
-    def gpu_plan(self) -> Any:
-        """How this machine's GPUs are split between node slots (``harness.sim.nodes.gpus.GpuPlan``),
-        or with hosts each host's between the slots placed on it (``host_gpus.HostsGpuPlan``)."""
+    def gpu_plan(self) -> GpuSplit:
+        """How the place's GPUs are split between node slots (this machine's:
+        ``harness.sim.nodes.gpus.GpuPlan``; with hosts each host's between the slots placed on it)."""
         if self._gpu_plan is None:
-            config = self.config
-            if config.remote:
-                from harness.sim.nodes.host_gpus import HostsGpuPlan
-
-                placement = tuple(config.placement) if config.placement is not None else None
-                self._gpu_plan = HostsGpuPlan(tuple(config.hosts or ()), placement, config.max_nodes,
-                                              config.nproc_per_node)
-            else:
-                from harness.sim.nodes.gpus import GpuPlan
-
-                self._gpu_plan = GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node,
-                                                 {**os.environ, **config.env})
+            self._gpu_plan = self.place.gpu_split()
         return self._gpu_plan
 
     @property
@@ -297,12 +266,6 @@ class Cluster:
         its own, else ``gloo``."""
         backend: str = self.gpu_plan.backend
         return backend
-
-    def gpus_on_host(self, node: int, host: Any, held: Collection[int]) -> tuple[int, tuple[str, ...]]:
-        """With hosts: node ``node``'s slot and its devices on ``host`` (its spec), the
-        slots live nodes hold being ``held`` (``host_gpus.HostsGpuPlan.for_node``)."""
-        placed: tuple[int, tuple[str, ...]] = self.gpu_plan.for_node(node, host, held)
-        return placed
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """``CUDA_VISIBLE_DEVICES`` ids of node slot ``node`` (0..max_nodes-1; empty

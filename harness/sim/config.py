@@ -102,11 +102,6 @@ class ClusterConfig:
         for name, value in frozen.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
 
-    @property
-    def remote(self) -> bool:
-        """Whether the nodes run on hosts (``hosts`` given)."""
-        return self.hosts is not None
-
     def keywords(self) -> dict[str, Any]:
         """The settings as ``Cluster`` keywords (``Cluster(**config.keywords(), pool=...)``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}

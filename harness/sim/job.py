@@ -4,8 +4,8 @@
 its own (in the rooms of ``harness.sim``) and a method here hands the call on, so that the
 face stays small enough to read and each piece can be read alone.
 
-* nodes: ``nodes.start`` starts an agent; ``ledger`` (``nodes.ledger``) records what the
-  harness did to each node and how its agent ended (a killed node's states end in FAILED);
+* nodes: its ``place`` (``harness.sim.places``: this machine, hosts) starts an agent; ``ledger``
+  records what the harness did to each node and how its agent ended (a killed node: FAILED);
 * faults: the parts ``processes``, ``network``, ``storage`` and ``resources`` (``nodes.faults``,
   ``net.faults``, ``storage.faults``, ``resources.faults``) act on the job as a ``FaultTarget``
   (``faults.target``); the README's fault methods are theirs, handed on (``faults.methods``);
@@ -36,11 +36,10 @@ from harness.sim.faults.scheduler import FaultScheduler
 from harness.sim.faults.target import end_every
 from harness.sim.net import Network
 from harness.sim.net.faults import NetworkFaults
-from harness.sim.nodes.faults import LocalOrders, ProcessFaults
+from harness.sim.nodes.faults import ProcessFaults
 from harness.sim.nodes.ledger import NodeLedger
 from harness.sim.nodes.process import NodeProcess
-from harness.sim.nodes.remote import RemoteNodes
-from harness.sim.nodes.start import agent_log, rendezvous_settings, start_agent
+from harness.sim.nodes.start import agent_log, rendezvous_settings
 from harness.sim.nodes.teardown import fifos_under, kill_all, survivors
 from harness.sim.resources import ResourceFaults
 from harness.sim.schema import deprecated
@@ -54,6 +53,7 @@ from harness.states import WorkerState
 if TYPE_CHECKING:
     from harness.sim.faults.target import LastingFaults
     from harness.sim.nodes.rendezvous_store import StoreHandle
+    from harness.sim.places import JobPlace
     from harness.sim.truth.golden import GoldenDiff
     from harness.sim.truth.training import Goodput
     from harness.sim.views import LaunchingCluster
@@ -84,8 +84,8 @@ class Job:
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.scheduler = FaultScheduler(self)  # fires scheduled faults (a thread from the first on)
         self.chaos_schedule: list[ScheduledFault] = []  # chaos's faults: they may never fire
-        self.remote = RemoteNodes(self) if cluster.config.remote else None  # its hosts (None: this machine)
-        self.storage = StorageFaults(self, self.remote)  # the job's filesystem (FUSE, where it can be)
+        self.place: JobPlace = cluster.place.open(self)  # where its nodes run: this machine, hosts...
+        self.storage = StorageFaults(self, self.place.disk_hosts)  # the job's filesystem (FUSE, where it can be)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
         self.shared_dir = self.storage.shared_dir
@@ -99,9 +99,9 @@ class Job:
         #: the rendezvous store the harness runs for the job (None: one node hosts its own)
         self.store: StoreHandle | None = None
         self.net: Network = None  # type: ignore[assignment]  # built with the first node (the store's too)
-        self.processes = ProcessFaults(self, self.remote.orders if self.remote else LocalOrders(self.orders_dir))
-        self.network = NetworkFaults(self, self.remote.network if self.remote else None)  # on hosts: theirs
-        self.resources = ResourceFaults(self, self.remote)  # the nodes' cgroups (on hosts: there)
+        self.processes = ProcessFaults(self, self.place.orders)  # the parts: each what it needs of the place
+        self.network = NetworkFaults(self, lambda: self.place.network)
+        self.resources = ResourceFaults(self, self.place.cgroups)
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.close_warnings: list[Warning] = []  # unhealed faults: Cluster.close warns once all is closed
@@ -111,11 +111,11 @@ class Job:
     def start_node(self) -> int:
         """Start one more node agent (``launch``'s nodes, and ``add_node``'s); its index."""
         if self.net is None:  # every node slot's host at once (on hosts: the store's, on loopback)
-            self.net = Network(self.cluster.config.max_nodes, mode="loopback" if self.remote else self.cluster.network)
+            self.net = Network(self.cluster.config.max_nodes, self.cluster.place.network_mode(self.cluster.network))
         if self._rdzv is None:  # the store lives in the network: after it
             self._rdzv, self.store = rendezvous_settings(self)
         index = len(self.nodes)
-        node = self.remote.start(index, self._rdzv) if self.remote else start_agent(self, index, self._rdzv)
+        node = self.place.start(index, self._rdzv)
         self.nodes[node.index] = node
         self.harness_events.emit("node_start", target_node=node.index, label=node.name, pid=node.pid,
                                  addr=node.addr, slot=node.slot, **node.placed())
@@ -140,7 +140,7 @@ class Job:
 
     def node_address(self, node: int) -> str:
         """Node ``node``'s IP address (inside 198.18.0.0/15 with ``network="netns"``; its host's on one)."""
-        return self.remote.address(node) if self.remote else self.network.address(node)
+        return self.place.address(self.node(node).index)  # an unknown node raises, naming the valid ones
 
     def gpus_for(self, node: int) -> tuple[str, ...]:
         """The ``CUDA_VISIBLE_DEVICES`` ids node ``node`` was given (empty without GPUs)."""
@@ -152,11 +152,10 @@ class Job:
 
     def worker_starts(self, node: int) -> dict[int, dict[str, Any]]:
         """local_rank -> the latest ``worker_start`` event of each of the node's workers."""
-        self.node(node)
-        latest: dict[int, dict[str, Any]] = {}
-        for start in self.timeline.events("worker_start", node):  # time-ordered: the last start wins
-            latest[start["local_rank"]] = start
-        return latest
+        if not self.timeline.knows(self.node(node).index):  # started on another thread: its node_start comes next
+            return {}
+        # time-ordered: the last start of each rank wins
+        return {start["local_rank"]: start for start in self.timeline.events("worker_start", node)}
 
     def worker_pids(self, node: int) -> dict[int, int]:
         """local_rank -> pid of the node's current workers (alive, same process as started)."""
@@ -293,7 +292,7 @@ class Job:
             self.store = None
         if self.net is not None:  # a live process pins a namespace
             self.net.close()
-        leftovers = self.resources.close() + (self.remote.close() if self.remote else [])  # the hosts' too
+        leftovers = self.resources.close() + self.place.close()  # the place's own last (on hosts: connections)
         return survivors(alive) + leftovers
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from harness.sim.truth.subject import JudgedCluster
 
 if TYPE_CHECKING:
     from harness.sim.config import ClusterConfig
+    from harness.sim.places import Place
 
 __all__ = ["LaunchingCluster"]
 
@@ -36,6 +37,11 @@ class LaunchingCluster(ClusterOfJob, NodesCluster, JudgedCluster, Protocol):
     @property
     def directory(self) -> str:
         """The cluster's temp dir (each job's own goes inside it)."""
+        ...
+
+    @property
+    def place(self) -> Place:
+        """Where the cluster's jobs run their nodes (``harness.sim.places``)."""
         ...
 
     @property

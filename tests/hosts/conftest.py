@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.hosts import HostSpec
-from harness.sim.nodes import remote
+from harness.sim.places.hosts import nodes as remote
 from tests.hosts.sshd import SshdHost, SshdLab, checkout_python, sshd_missing
 
 

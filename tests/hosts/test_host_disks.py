@@ -59,7 +59,7 @@ def test_a_nodes_disk_on_a_host_is_served_there_and_its_faults_are_carried_out_t
                  check_invariants=False) as cluster:
         job = cluster.launch(PROBE)
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
-        work = [job.remote.connection(i)[0].work_dir for i in (0, 1)]
+        work = [job.place.connection(i)[0].work_dir for i in (0, 1)]
         assert all(job.node_disk(i).startswith(work[i]) for i in (0, 1)), [job.node_disk(i) for i in (0, 1)]
         assert [len(_mounts_there(lab, spec, w)) for spec, w in zip(fuse_hosts, work, strict=True)] == [1, 1]
         ok = {"plain": 0, "distcp": 0}
@@ -95,7 +95,7 @@ def test_the_shared_filesystem_on_hosts_is_each_nodes_view_served_by_its_server(
                  check_invariants=False) as cluster:
         job = cluster.launch(PROBE, str(1 << 30), "{shared}", nodes=2)
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
-        work = [job.remote.connection(i)[0].work_dir for i in (0, 1)]
+        work = [job.place.connection(i)[0].work_dir for i in (0, 1)]
         assert [len(_mounts_there(lab, spec, w)) for spec, w in zip(shared, work, strict=True)] == [1, 1]
         ok, full = {"plain": 0, "distcp": 0}, {"plain": errno.ENOSPC, "distcp": errno.ENOSPC}
         assert _probed(job, 0, 0.0) == ok and _probed(job, 1, 0.0) == ok

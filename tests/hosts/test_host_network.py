@@ -297,12 +297,12 @@ def test_a_partitioned_node_on_a_host_is_left_behind_and_rejoins_when_healed(lab
             ended = len(job.timeline.events("node_exit", HARNESS)) == 2
             assert time.monotonic() < deadline and not ended, f"{job.timeline.format()}\n{job.agent_log(0)}"
             time.sleep(0.05)
-        during = job.remote.network.firewall(1).listed()  # before the heal: node 0 re-forms alone first
+        during = job.place.network.firewall(1).listed()  # before the heal: node 0 re-forms alone first
         result = job.wait(timeout=180)
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [2, 1, 2], job.timeline.format()
         assert during is not None and "drop" in during, during
-        assert job.remote.network.firewall(1).listed() is None
+        assert job.place.network.firewall(1).listed() is None
         assert job.network.open_faults() == {}
         [fault, heal] = [*job.timeline.faults(), *job.timeline.events("heal", HARNESS)]
         assert (fault["fault"], fault["target_node"], fault["peers"]) == ("partition", 1, "all")
@@ -324,12 +324,12 @@ def test_a_partitioned_node_that_shares_its_host_is_left_behind_alone(lab, netns
         while not job.timeline.faults():
             assert time.monotonic() < deadline, f"{job.timeline.format()}\n{job.agent_log(0)}"
             time.sleep(0.05)
-        during = job.remote.network.firewall(2).listed()
+        during = job.place.network.firewall(2).listed()
         result = job.wait(timeout=240)
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
         assert job.timeline.world_sizes() == [3, 2, 3], job.timeline.format()
         assert during is not None and 'socket cgroupv2' in during and "meta priority set" in during, during
-        assert job.remote.network.firewall(2).listed() is None
+        assert job.place.network.firewall(2).listed() is None
 
 
 def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts):
@@ -356,7 +356,7 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
             job.partition(1, peers=[0])
         assert not job.timeline.events("fault", HARNESS) and job.pending_faults() == []
         with pytest.raises(ConfigError, match="must be a node index"):
-            job.remote.network.partition(7)
+            job.place.network.partition(7)
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)  # node 1 started on host 1: its connection is open
         missing = _shaping_missing(lab, 1)
         if missing:  # the refusals above were checked all the same
@@ -364,10 +364,10 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
         job.bandwidth(1, "2mbit")
         [fault] = job.timeline.events("fault", HARNESS)
         assert (fault["fault"], fault["target_node"], fault["bits_per_second"]) == ("bandwidth", 1, 2_000_000)
-        shaper = job.remote.network._shaper(1)
+        shaper = job.place.network._shaper(1)
         assert "rate 2Mbit" in subprocess.run(["tc", "-n", lab.net.namespace(1), "class", "show", "dev",
                                                shaper.ifb], capture_output=True, text=True).stdout
-        assert job.remote.network.faulted() == {1: ["bandwidth"]}
+        assert job.place.network.faulted() == {1: ["bandwidth"]}
         job.heal(1)
         assert job.timeline.events("heal", HARNESS)[-1]["healed"] == ["bandwidth"]
         assert "htb" not in shaper.shown()
@@ -394,7 +394,7 @@ def test_a_host_unreachable_for_a_while_is_ridden_out(lab, netns_hosts, tmp_path
         cut_at = fault["mono"]
         written_while_cut = [e for e in job.timeline.events(node=1) if cut_at < e["mono"] < cut_at + 3]
         assert written_while_cut, job.timeline.format()  # relayed once the connection resumed
-        table = job.remote.network.firewall(1).table + "_cut"
+        table = job.place.network.firewall(1).table + "_cut"
     assert _table_on(lab, netns_hosts[1], table) is None
 
 
@@ -413,7 +413,7 @@ def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reco
                  start_method="zygote") as cluster:
         job = cluster.launch(str(TRAIN), "--steps", "300", "--step-time", "0.05", "--ckpt-dir", str(tmp_path))
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
-        old_work_dir = job.remote.connection(1)[0].work_dir
+        old_work_dir = job.place.connection(1)[0].work_dir
         job.inject(fault_class("host_unreachable")(node=1, seconds=20), AtStep(step=5, rank=0))
         result = job.wait(timeout=240)
         assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
@@ -422,7 +422,7 @@ def test_a_host_unreachable_past_the_clients_patience_loses_the_node_and_is_reco
         back = _host_reachable(job)
         assert back["connection"] == "reconnected" and back["unreachable_s"] >= 20, back
         assert set(back["missed_events"]) == {"1"} and back["missed_events"]["1"] > 0, back
-        assert job.remote.connection(1)[0].work_dir != old_work_dir  # the new connection
+        assert job.place.connection(1)[0].work_dir != old_work_dir  # the new connection
         # node 1's own account of the cut (its workers stopped, fenced off the store) was
         # written on the host after the cut stalled its relay: it came over the new connection
         cut_at = job.timeline.faults()[0]["mono"]

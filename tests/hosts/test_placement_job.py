@@ -31,7 +31,8 @@ from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.sim.leftovers import remove_dead_owners
-from harness.sim.nodes import host_refusals, remote
+from harness.sim.nodes import host_refusals
+from harness.sim.places.hosts import nodes as remote
 from harness.sim.resources import CgroupSupport, probe
 from harness.sim.storage.mount import fuse_missing
 from harness.sim.truth.stacks import all_stacks
@@ -48,8 +49,8 @@ SCRIPTS = ROOT / "tests" / "scripts"
 
 def _work_dirs(job) -> dict[str, str]:
     """host label -> the job's work dir there (the connection's)."""
-    assert job.remote is not None
-    return {spec.label: link.host.work_dir for spec, link in job.remote._links.items()}
+    assert isinstance(job.place, remote.RemoteNodes)
+    return {spec.label: link.host.work_dir for spec, link in job.place._links.items()}
 
 
 #: a stranger on a host: every key of the etcd at 127.0.0.1:argv[1], asked without a token
@@ -74,7 +75,7 @@ def test_a_node_killed_on_its_host_leaves_the_survivor_going(lab, hosts):
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
         job.wait_for_state(WorkerState.HEALTHY, timeout=90)
         assert job.store is not None and job.store.name == "etcd"
-        host, port = job.remote.connection(0)
+        host, port = job.place.connection(0)
         out = host.run([host.spec.python, "-c", _ETCD_STRANGER, str(port)]).stdout
         assert out.startswith("400 ") and "user name is empty" in out, out
         victims = job.worker_pids(1)
@@ -217,7 +218,7 @@ def test_hosts_that_copy_the_script_run_their_copy(lab, hosts, tmp_path):
         for node, spec in enumerate(copying):
             there = f"{work_dirs[spec.label]}/script"
             assert f"hello from the copy {there}/main.py {there}/helper.py" in job.agent_log(node)
-            listed = job.remote.connection(node)[0].run(["ls", "-A", there]).stdout.split()
+            listed = job.place.connection(node)[0].run(["ls", "-A", there]).stdout.split()
             assert set(listed) - {"__pycache__"} == {"helper.py", "main.py"}, listed  # its own bytecode aside
     for spec in copying:
         assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}
@@ -392,7 +393,7 @@ _JOB_CONTROLLER = r"""
 import json, sys, time
 from harness import Cluster
 from harness.hosts import HostSpec, SshHost
-from harness.sim.nodes import remote
+from harness.sim.places.hosts import nodes as remote
 from harness.sim.resources import CgroupSupport, probe
 from harness.sim.storage.mount import fuse_missing
 from harness.states import WorkerState
@@ -406,7 +407,7 @@ job.wait_for_state(WorkerState.HEALTHY, timeout=90)
 while sum(len(job.worker_pids(i)) for i in (0, 1)) < 4:
     time.sleep(0.05)
 cgroups = [d for i in (0, 1) for d in job.resources.cgroup(i).distinct()] if "cgroups" in specs[0].capabilities else []
-print(json.dumps({"work_dirs": [link.host.work_dir for link in job.remote._links.values()],
+print(json.dumps({"work_dirs": [link.host.work_dir for link in job.place._links.values()],
                   "workers": [pid for i in (0, 1) for pid in job.worker_pids(i).values()], "cgroups": cgroups,
                   "disks": [job.node_disk(i) for i in (0, 1)]}),
       flush=True)

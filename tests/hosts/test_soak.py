@@ -65,7 +65,7 @@ def test_jobs_in_a_row_on_hosts_leave_nothing_there_and_leak_nothing_here(lab, n
             result = job.wait(timeout=180)
             assert result.state == WorkerState.SUCCEEDED, job.timeline.format()
             assert job.timeline.faults(), job.timeline.format()
-            work_dirs = {spec.label: link.host.work_dir for spec, link in job.remote._links.items()}
+            work_dirs = {spec.label: link.host.work_dir for spec, link in job.place._links.items()}
             run_id = job.run_id
         for spec in netns_cgroup_hosts:
             assert left_on(lab, spec, [work_dirs[spec.label]]) == {"procs": [], "dirs": []}, (round_, spec.label)

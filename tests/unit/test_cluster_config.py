@@ -137,7 +137,9 @@ def test_hosts_are_parsed_once_into_specs_and_placement_frozen():
     config = ClusterConfig(nnodes="1:3", hosts=["ssh://ci@10.0.0.5:2222", spec], placement=[1, 0, 1])
     assert [h.label for h in config.hosts] == ["ci@10.0.0.5:2222", "ci@10.0.0.7:22"]
     assert config.hosts[1] is spec and config.placement == (1, 0, 1)
-    assert config.remote and not ClusterConfig().remote
+    from harness.sim.places import place_of
+
+    assert place_of(config).name == "hosts" and place_of(ClusterConfig()).name == "here"
     assert dataclasses.replace(config, golden=True).hosts == config.hosts  # the twin: checked again, the same
 
 

@@ -18,6 +18,7 @@ from harness.sim.faults.methods import FaultMethod, hand_off
 from harness.sim.job import Job
 from harness.sim.net.faults import NetworkFaults
 from harness.sim.nodes.faults import ProcessFaults
+from harness.sim.places.here import HereJob
 from harness.sim.resources import ResourceFaults
 from harness.sim.storage.faults import StorageFaults
 
@@ -64,7 +65,9 @@ def test_a_fault_method_of_the_job_is_its_parts_own(kind):
     method = getattr(PART_CLASSES[part], kind)
     assert vars(Job)[kind].part == part
     called = []
-    stand_in = SimpleNamespace(**{part: SimpleNamespace(**{kind: lambda *a, **k: called.append((a, k)) or 7})})
+    here = HereJob(SimpleNamespace(orders_dir="/nonexistent", run_id="face"))  # this machine refuses nothing
+    act = SimpleNamespace(**{kind: lambda *a, **k: called.append((a, k)) or 7})
+    stand_in = SimpleNamespace(place=here, **{part: act})
     assert getattr(Job, kind).__get__(stand_in)(1, x=2) == 7  # a method on a job: bound to it
     assert vars(Job)[kind].__get__(stand_in, Job) is getattr(stand_in, part).__dict__[kind]
     assert called == [((1,), {"x": 2})]

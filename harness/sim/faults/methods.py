@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+if TYPE_CHECKING:
+    from harness.sim.faults.target import Refusals
 
 __all__ = ["FaultMethod", "hand_off"]
 
@@ -84,11 +87,9 @@ class FaultMethod(Generic[P, R]):
         if job is None:
             return self._function
         bound: Callable[P, R] = getattr(getattr(job, self._part), self._kind)
-        hosts = getattr(job, "remote", None)  # nodes on hosts: what a host cannot do is refused first
-        if hosts is not None:
-            guarded: Callable[P, R] = hosts.guarded(self._kind, bound)
-            return guarded
-        return bound
+        place: Refusals = job.place  # type: ignore[attr-defined]  # the job (``Job``): its place refuses first
+        guarded: Callable[P, R] = place.guarded(self._kind, bound)  # what its place cannot do: refused first
+        return guarded
 
 
 def hand_off(method: Callable[Concatenate[Any, P], R]) -> FaultMethod[P, R]:

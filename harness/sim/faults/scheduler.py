@@ -130,9 +130,7 @@ class FaultScheduler:
         """Arm ``entries``: all of them, or (``ConfigError``, naming the first that names a
         node, local rank or rank the job can never have, or that its node's host cannot
         carry out: ``FaultRefused``) none."""
-        hosts = getattr(self._job, "remote", None)  # the job's nodes on hosts (harness.sim.nodes.remote)
-        if hosts is not None:
-            hosts.refuse(entries)
+        self._job.place.refuse(entries)  # what the nodes' place cannot carry out, first
         joins = self._joins
         for entry in entries:
             joins += isinstance(entry.fault, NodeAdd)

@@ -28,7 +28,7 @@ room stands below the job and the rooms whose parts it feeds (``tests/unit/test_
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from harness.events import EventWriter
     from harness.hosts import HostSpec, SshHost
     from harness.sim.bus import EventBus
+    from harness.sim.faults.data import ScheduledFault
     from harness.sim.net import Network
     from harness.sim.nodes.ledger import NodeLedger
     from harness.sim.nodes.pool import WarmPool
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from harness.states import WorkerState
 
 __all__ = ["ClusterOfJob", "Ended", "ExitOrders", "FaultTarget", "FaultsInFlight", "LastingFaults", "NodeHosts",
-           "ScheduledJob", "SettingsOfJob", "StorageOfJob", "end_every", "record_fault"]
+           "Refusals", "ScheduledJob", "SettingsOfJob", "StorageOfJob", "end_every", "record_fault"]
 
 
 class SettingsOfJob(Protocol):
@@ -107,6 +108,20 @@ class NodeHosts(Protocol):
     def host_of(self, node: int) -> HostSpec: ...
 
     def connection(self, node: int) -> tuple[SshHost, int | None]: ...
+
+
+class Refusals(Protocol):
+    """The job's place as its faults see it (``harness.sim.places.seam.JobPlace``): what
+    it cannot carry out is refused before it is armed or applied, in one line."""
+
+    def refuse(self, entries: Sequence[ScheduledFault]) -> None:
+        """``FaultRefused`` for the first of ``entries`` the place cannot carry out."""
+        ...
+
+    def guarded(self, kind: str, act: Callable[..., Any]) -> Callable[..., Any]:
+        """``act`` (the part's method of ``kind``), refused first as a scheduled fault
+        of the same fields would be."""
+        ...
 
 
 class FaultsInFlight(Protocol):
@@ -209,6 +224,11 @@ class ScheduledJob(FaultTarget, Protocol):
     @property
     def processes(self) -> ExitOrders:
         """The process part: an exact (rank, step) crash is an order a worker obeys."""
+        ...
+
+    @property
+    def place(self) -> Refusals:
+        """Where its nodes run: what that place cannot carry out is refused when scheduled."""
         ...
 
     def in_state(self, state: WorkerState, node: int | None = None) -> bool:

@@ -6,13 +6,14 @@ as a ``fault`` event (its start); ``Job.heal`` ends them (``end_lasting``) and r
 ``heal`` event naming what ended, so reports draw a fault that lasts as a span and the
 invariant checker can tell whether every partition the test made was healed. In loopback
 mode every one of them raises a ``ConfigError`` that names what is missing (network
-namespaces, root). With the nodes on hosts (``Cluster(hosts=...)``) the same calls are
-carried out by each node's host (``harness.sim.nodes.host_network.HostNetwork``).
+namespaces, root). The job's place says who carries them out: this machine's ``Network``,
+or with the nodes on hosts (``Cluster(hosts=...)``) each node's host
+(``harness.sim.nodes.host_network.HostNetwork``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
@@ -47,12 +48,11 @@ class NodeNetwork(Protocol):
 class NetworkFaults:
     """The network faults of one job (``job.network``); they last until ``Job.heal``."""
 
-    def __init__(self, target: FaultTarget, hosts: NodeNetwork | None = None):
+    def __init__(self, target: FaultTarget, network: Callable[[], NodeNetwork]):
         self._target = target
-        self._hosts = hosts  # the nodes' hosts carry the faults out (None: ``target.net``, built with the first node)
-
-    def _net(self) -> NodeNetwork:
-        return self._hosts if self._hosts is not None else self._target.net
+        #: the nodes' network as their place has it now (this machine's: the job's ``Network``,
+        #: built with its first node; on hosts, theirs)
+        self._net = network
 
     def address(self, node: int) -> str:
         """Node ``node``'s IP address: inside 198.18.0.0/15 with ``network="netns"`` (in

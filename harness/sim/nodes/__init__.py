@@ -4,8 +4,9 @@
 * ``process``: ``NodeProcess``, an agent's process as the harness holds it;
 * ``main``: the node agent's program (``python -m harness.sim.nodes.main``; ``--json SPEC``
   on a host);
-* ``remote``: ``RemoteNodes`` (``job.remote``), a job's nodes placed on hosts over SSH
-  (``Cluster(hosts=[...])``): their agents, events, store and faults there;
+* ``host_*``: what a node on a host over SSH needs of this room's (its network, orders,
+  port, script, shared dir, GPUs, refusals); the hosts' place itself is
+  ``harness.sim.places.hosts``;
 * ``forks``: ``NodeForkServer``, node agents forked from one interpreter that imported the
   runtime (``python -m harness.sim.nodes.forks``);
 * ``pool``: ``WarmPool``, the zygote, the node fork server and a standing-by filesystem

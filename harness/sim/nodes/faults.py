@@ -12,7 +12,7 @@ worker exits with a code at a step of its own choosing) are left here too, as fi
 worker's ``harness.report_step`` obeys.
 
 A node on a host (``RemoteNodeProcess``) is hit there: its agent's group or tree through
-its supervisor (``signal_remote_node``), one worker through the same supervisor, which
+its supervisor (``signal_agent``, ``signal_node``), one worker through the same supervisor, which
 signals a pid only if it is a process below the agent (``signal_worker``), its freeze seen
 by that supervisor (``await_stopped``). Its exit-code orders go where its workers look
 there (``host_orders.HostOrders``, the job's ``OrdersPlace`` on hosts).
@@ -27,11 +27,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ConfigError
-from harness.procs import signal_process_group
 from harness.sim.errors import TargetNotReady
 from harness.sim.faults import exit_order
 from harness.sim.faults.target import record_fault
-from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
@@ -185,14 +183,7 @@ class ProcessFaults:
     def signal_node_processes(self, node: int, sig: int) -> None:
         """``sig`` to node ``node``'s agent and each of its workers, each with its process
         group (no fault recorded: the caller records what it stands for)."""
-        agent = self._target.node(node)
-        if isinstance(agent, RemoteNodeProcess):  # on its host: the agent and every process below it
-            signal_remote_node(agent, sig, workers=True)
-            return
-        pids = self._target.worker_pids(node)
-        signal_process_group(agent.pid, sig)
-        for pid in pids.values():
-            signal_process_group(pid, sig)
+        self._target.node(node).signal_node(sig, self._target.worker_pids(node).values())
 
     # -- resolving targets ----------------------------------------------------------------
 

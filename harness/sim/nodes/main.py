@@ -4,7 +4,7 @@ It runs the same agent as ``elastic-run`` (same signals, same exit codes) but ta
 configuration as a pickle, so the entrypoint may be a picklable callable, and writes its
 ``RunResult`` (return values included) to a file the harness reads.
 
-A node on a host (``harness.sim.nodes.remote``) is started as ``... main --json SPEC``
+A node on a host (``harness.sim.places.hosts.nodes``) is started as ``... main --json SPEC``
 instead: nothing that crossed the network is unpickled, so its spec is JSON (the
 ``LaunchConfig`` fields, the command's argv, the environment, the dirs to make), and its
 ``RunResult`` is written as JSON beside it (the controller reads the agent's ``result``
@@ -102,7 +102,7 @@ def main(spec_path: str, parent: int | None = None, netns: str | None = None) ->
     return 1 if result.is_failed() else 0
 
 
-#: the keys of a remote node's JSON spec (``harness.sim.nodes.remote`` writes it)
+#: the keys of a remote node's JSON spec (``harness.sim.places.hosts.nodes`` writes it)
 JSON_SPEC_KEYS = ("config", "entrypoint", "args", "env", "dirs", "result_path")
 #: a spec's entrypoint that means "the interpreter this agent runs on" (``sys.executable``
 #: there). Why not the hosts file's ``python``: the zygote forks a worker only for a Python

@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import pickle
 import secrets
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from harness.agent import RunResult
-from harness.procs import is_same_process
+from harness.procs import is_same_process, signal_process_group
 from harness.rendezvous import SECRET_ENV, SECRET_FILE_ENV
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ NodeHandle: TypeAlias = "subprocess.Popen[bytes] | ForkedNode | HostedAgent"
 
 
 class HostedAgent(Protocol):
-    """An agent on a host, held as a local agent's ``Popen`` is (``nodes.remote.RemoteAgent``):
+    """An agent on a host, held as a local agent's ``Popen`` is (``harness.sim.places.hosts.nodes.RemoteAgent``):
     named here by what it offers, so this module need not import the hosts' side."""
 
     @property
@@ -63,8 +64,6 @@ class NodeProcess:
     result_path: str
     slot: int = 0
     gpus: tuple[str, ...] = ()
-    #: its agent runs on a host (``harness.sim.nodes.remote``): its pids are the host's
-    remote: ClassVar[bool] = False
 
     @property
     def pid(self) -> int:
@@ -96,6 +95,25 @@ class NodeProcess:
     def signal_worker(self, pid: int, sig: int) -> None:
         """``sig`` to worker ``pid`` (one of ``live_workers``); nothing if it just ended."""
         _signal(pid, sig)
+
+    def signal_node(self, sig: int, worker_pids: Iterable[int] = ()) -> None:
+        """``sig`` to the agent's process group and to each of ``worker_pids``' (its live
+        workers lead groups of their own): the whole node at once."""
+        signal_process_group(self.pid, sig)
+        for pid in worker_pids:
+            signal_process_group(pid, sig)
+
+    def kill_workers(self, starts: Iterable[Mapping[str, Any]]) -> list[int]:
+        """SIGKILL, with its process group, every worker of ``starts`` (its ``worker_start``
+        events) whose pid still names the process that started (never a reused pid); the
+        pids killed, for the caller to reap."""
+        killed = []
+        for start in starts:
+            pid = start["worker_pid"]
+            if is_same_process(pid, start.get("start_time")):
+                signal_process_group(pid, signal.SIGKILL)
+                killed.append(pid)
+        return killed
 
     def await_stopped(self, timeout: float) -> None:
         """Until the agent (just SIGSTOPped) is stopped or gone, at most ``timeout`` s: a

@@ -25,11 +25,11 @@ in the network's store namespace at its own address, and node 0's store listens 
 address; a fresh namespace has every port free, so fixed ports replace the reservations
 loopback needs.
 
-Where nodes run on hosts over SSH (``Cluster(hosts=...)``: ``harness.sim.nodes.remote``)
+Where nodes run on hosts over SSH (``Cluster(hosts=...)``: ``harness.sim.places.hosts.nodes``)
 the store server runs here, on loopback, and each host reaches it through a port forward
 of its connection that ends at a ``StoreBridge``: a Unix socket here relayed to the store.
 With ``store_host="node0"`` node 0's agent hosts it on its host's address, at a port a
-keeper there holds for the job (``RemoteNodes.reserve_port``), and the other nodes reach
+keeper there holds for the job (``RemoteNodes.store_port``), and the other nodes reach
 it there, across the hosts' network, as torchrun's nodes reach the store of the node
 that hosts it (the job's secret keeps strangers out).
 """
@@ -233,14 +233,8 @@ def _read_port(popen: subprocess.Popen[bytes], log_path: str) -> int:
 
 
 def _node0_store(job: Any) -> tuple[dict[str, Any], NodeHostedStore]:
-    if getattr(job, "remote", None) is not None:  # on node 0's host, at a port kept there
-        kept, endpoint = job.remote.reserve_port(0)
-        store = NodeHostedStore(job, 0, kept, endpoint)
-    elif job.net.mode == "netns":
-        store = NodeHostedStore(job, 0, None, f"{job.net.address(0)}:{NETNS_STORE_PORT}")
-    else:
-        reservation = PortReservation()
-        store = NodeHostedStore(job, 0, reservation, f"{STORE_ADDR}:{reservation.port}")
+    kept, endpoint = job.place.store_port(0)  # where node 0 runs: a port held there until its agent binds it
+    store = NodeHostedStore(job, 0, kept, endpoint)
     return {"backend": "c10d", "endpoint": store.endpoint, "configs": {"is_host": False},
             "host_configs": {"is_host": True}}, store
 

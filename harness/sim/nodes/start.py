@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.errors import ERROR_FILE_ENV
@@ -68,8 +68,6 @@ class NodesCluster(Protocol):
     def new_node_label(self, index: int) -> str: ...
 
     def gpus_for(self, node: int) -> tuple[str, ...]: ...
-
-    def gpus_on_host(self, node: int, host: Any, held: Collection[int]) -> tuple[int, tuple[str, ...]]: ...
 
     def zygote_env(self) -> dict[str, str]: ...
 
@@ -195,7 +193,7 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
 def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
                   local_addr: str, endpoint: str, last_call: float = 1.0) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of node ``index``'s agent: here they make its config, on
-    a host its JSON spec (``nodes.remote``). ``endpoint``: the store as the agent reaches it.
+    a host its JSON spec (``harness.sim.places.hosts.nodes``). ``endpoint``: the store as the agent reaches it.
     ``last_call``: how long the first round waits for more nodes once it has its minimum
     (a ``rdzv_conf`` of the user's wins)."""
     return {
@@ -252,7 +250,7 @@ def _environment(job: StartingJob, index: int, directory: str, gpus: tuple[str, 
 
 def fill_placeholders(arg: str, shared: str, node_disk: str, backend: Callable[[], str], scratch: str) -> str:
     """``arg`` with ``{shared}``, ``{node_disk}``, ``{tmp}`` (``scratch``) and ``{backend}``
-    filled in: one rule for a node here and a node on a host (``nodes.remote``), with that
+    filled in: one rule for a node here and a node on a host (``harness.sim.places.hosts.nodes``), with that
     node's dirs. ``backend`` is asked for only where an arg names it (the cluster resolves
     its GPUs on first use)."""
     text = arg.replace("{shared}", shared).replace("{node_disk}", node_disk).replace("{tmp}", scratch)

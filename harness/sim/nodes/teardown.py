@@ -17,9 +17,6 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from harness.procs import is_same_process, signal_process_group
-from harness.sim.nodes.remote import RemoteNodeProcess, signal_remote_node
-
 if TYPE_CHECKING:
     import psutil
 
@@ -42,25 +39,13 @@ def kill_all(nodes: Mapping[int, NodeProcess], timeline: Timeline,
     killed: set[int] = set()
     victims: list[psutil.Process] = []
     for index, node in nodes.items():
-        if isinstance(node, RemoteNodeProcess):  # on its host: every process below the agent
-            if node.alive():
-                killed.add(index)
-                ledger.harm(index, "close")
-                signal_remote_node(node, signal.SIGCONT, workers=True)
-                signal_remote_node(node, signal.SIGKILL, workers=True)
-            node.popen.wait()
-            ledger.record_exit(index)
-            continue
-        for start in timeline.events("worker_start", index):
-            pid = start["worker_pid"]
-            if is_same_process(pid, start.get("start_time")):  # never a reused pid
-                signal_process_group(pid, signal.SIGKILL)
-                _add_process(victims, pid)
+        for pid in node.kill_workers(timeline.events("worker_start", index)):
+            _add_process(victims, pid)
         if node.alive():
             killed.add(index)
             ledger.harm(index, "close")
-            signal_process_group(node.pid, signal.SIGCONT)
-            signal_process_group(node.pid, signal.SIGKILL)
+            node.signal_node(signal.SIGCONT)  # a frozen agent ignores everything else
+            node.signal_node(signal.SIGKILL)
         node.popen.wait()
         ledger.record_exit(index)
     _, alive = psutil.wait_procs(victims, timeout=REAP_S)

@@ -33,13 +33,14 @@ import functools
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.procs import cgroup_dirs, cgroup_mounts
 from harness.sim.leftovers import owner_alive
 
-__all__ = ["CgroupSupport", "JobCgroup", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes", "socket_cgroup",
-           "PREFIX", "PERIOD_US", "AGENT", "WORKERS", "NFT_CGROUP_ROOT"]
+__all__ = ["CgroupSupport", "JobCgroup", "MachineCgroups", "NodeCgroup", "probe", "sweep_dead_owners", "parse_bytes",
+           "socket_cgroup", "PREFIX", "PERIOD_US", "AGENT", "WORKERS", "NFT_CGROUP_ROOT"]
 
 PREFIX = "elastic_"
 _NAME = re.compile(r"elastic_(\d+)_[A-Za-z0-9]+")
@@ -459,3 +460,34 @@ def sweep_dead_owners(support: CgroupSupport | None = None) -> list[str]:
             _remove(_bottom_up(job), found)
             removed.append(job)
     return removed
+
+
+class MachineCgroups:
+    """The cgroups of a job's nodes on this machine (``JobCgroup``, made on first use), as
+    ``harness.sim.resources.faults.NodeCgroups``: a node's, or None and why not."""
+
+    def __init__(self, run_id: Callable[[], str]):
+        self._run_id = run_id
+        self._cgroup: JobCgroup | None = None
+        self._unavailable: str | None = None
+
+    def node(self, index: int) -> NodeCgroup | None:
+        if self._cgroup is None and self._unavailable is None:
+            support = probe()
+            if isinstance(support, CgroupSupport):
+                try:
+                    self._cgroup = JobCgroup(support, self._run_id())
+                except OSError as e:
+                    self._unavailable = f"a cgroup of its own ({e.strerror} making one under {support.bases})"
+            else:
+                self._unavailable = support
+        return self._cgroup.node(index) if self._cgroup is not None else None
+
+    def unavailable(self, index: int) -> str:
+        return self._unavailable or ""
+
+    def close(self) -> list[str]:
+        """Remove the job's cgroups (its processes killed first); what had to be moved out."""
+        cgroup, self._cgroup = self._cgroup, None
+        self._unavailable = "the job is closed"
+        return cgroup.remove() if cgroup is not None else []

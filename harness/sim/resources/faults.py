@@ -12,9 +12,10 @@ it ends, and one still in place when the job ends is reported by ``Cluster.close
 
 A job holds one ``ResourceFaults`` as ``job.resources``, which sees the job only as a
 ``FaultTarget`` (``harness.sim.faults.target``); ``job.slow_node`` and ``job.memory_limit``
-are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``). A job
-whose nodes are on hosts hands it their cgroups there (``HostCgroups``: the same writes,
-carried out on each node's host); the faults, their events and their heal are the same.
+are its methods, handed on, and ``job.heal()`` ends these too (``end_lasting``). The job's
+place hands it the nodes' cgroups (``NodeCgroups``: this machine's, or on hosts each node's
+host's, where the same writes are carried out); the faults, their events and their heal are
+the same.
 """
 
 from __future__ import annotations
@@ -26,10 +27,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.errors import ConfigError
 from harness.procs import WORKER_CGROUP_ENV
 from harness.sim.errors import FaultError
-from harness.sim.faults.target import Ended, NodeHosts, record_fault
+from harness.sim.faults.target import Ended, record_fault
 from harness.sim.nodes.main import CGROUP_ENV
-from harness.sim.resources.cgroups import NFT_CGROUP_ROOT, CgroupSupport, JobCgroup, parse_bytes, probe
-from harness.sim.resources.host_cgroups import HostCgroups
+from harness.sim.resources.cgroups import NFT_CGROUP_ROOT, parse_bytes
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
@@ -73,8 +73,8 @@ class CgroupOfNode(Protocol):
 
 
 class NodeCgroups(Protocol):
-    """Where a job's nodes' cgroups are when not on this machine (``HostCgroups``: on their
-    hosts): a node's, made on first use, or None and why not."""
+    """Where a job's nodes' cgroups are (the job's place's: ``MachineCgroups`` on this
+    machine, ``HostCgroups`` on hosts): a node's, made on first use, or None and why not."""
 
     def node(self, index: int) -> CgroupOfNode | None: ...
 
@@ -91,12 +91,11 @@ SLOW_NODE, MEMORY_LIMIT = "slow_node", "memory_limit"
 class ResourceFaults:
     """The resource faults of one job, and its nodes' cgroups."""
 
-    def __init__(self, target: FaultTarget, hosts: NodeHosts | None = None):
+    def __init__(self, target: FaultTarget, cgroups: NodeCgroups):
         self._target = target
-        #: the nodes' cgroups on their hosts (None: the nodes are on this machine)
-        self._elsewhere: NodeCgroups | None = HostCgroups(hosts, lambda: target.run_id) if hosts is not None else None
-        self._cgroup: JobCgroup | None = None
-        self._unavailable: str | None = None
+        #: where the nodes' cgroups are: the job's place's (this machine's, or their hosts')
+        self._cgroups = cgroups
+        self._closed = False
         self._open: dict[int, dict[str, Any]] = {}  # node -> {fault kind: its value}
 
     # -- the nodes' cgroups ---------------------------------------------------------------
@@ -111,18 +110,10 @@ class ResourceFaults:
                 WORKER_CGROUP_ENV: os.pathsep.join(cgroup.worker_procs_files())}
 
     def _node_cgroup(self, node: int) -> CgroupOfNode | None:
-        if self._elsewhere is not None:
-            return self._elsewhere.node(node) if self._unavailable is None else None
-        if self._cgroup is None and self._unavailable is None:
-            support = probe()
-            if isinstance(support, CgroupSupport):
-                try:
-                    self._cgroup = JobCgroup(support, self._target.run_id)
-                except OSError as e:
-                    self._unavailable = f"a cgroup of its own ({e.strerror} making one under {support.bases})"
-            else:
-                self._unavailable = support
-        return self._cgroup.node(node) if self._cgroup is not None else None
+        return None if self._closed else self._cgroups.node(node)
+
+    def _why_none(self, node: int) -> str:
+        return "the job is closed" if self._closed else self._cgroups.unavailable(node)
 
     def cgroup(self, node: int) -> CgroupOfNode:
         """Node ``node``'s cgroup (what tests and benches measure: ``cpu_seconds()``...);
@@ -130,8 +121,7 @@ class ResourceFaults:
         self._target.node(node)
         cgroup = self._node_cgroup(node) if node in self._target.nodes else None
         if cgroup is None:
-            why = self._unavailable or (self._elsewhere.unavailable(node) if self._elsewhere is not None else "")
-            raise ConfigError("node", node, f"has no cgroup: resource faults need {why}")
+            raise ConfigError("node", node, f"has no cgroup: resource faults need {self._why_none(node)}")
         return cgroup
 
     def socket_cgroup(self, node: int) -> tuple[str, int] | str:
@@ -140,7 +130,7 @@ class ResourceFaults:
         why it has none (a clause: what is missing)."""
         cgroup = self._node_cgroup(node)
         if cgroup is None:
-            return self._unavailable or (self._elsewhere.unavailable(node) if self._elsewhere is not None else "")
+            return self._why_none(node)
         return cgroup.socket_cgroup() or (f"a cgroup v2 hierarchy under {NFT_CGROUP_ROOT} where its cgroup spans it "
                                           "(nft matches a socket by its cgroup v2 dir)")
 
@@ -244,10 +234,8 @@ class ResourceFaults:
         """Remove the job's cgroups (after its processes were killed); what had to be moved
         out of them first (one line each)."""
         self._open.clear()
-        cgroup, self._cgroup = self._cgroup, None
-        self._unavailable = "the job is closed"
-        left = cgroup.remove() if cgroup is not None else []
-        return left + (self._elsewhere.close() if self._elsewhere is not None else [])
+        self._closed = True
+        return self._cgroups.close()
 
 
 def unhealed_message(open_faults: dict[int, list[str]]) -> str | None:

@@ -40,7 +40,7 @@ STATES = {"R": "running", "S": "sleeping", "D": "disk-sleep", "T": "stopped", "t
 
 class WorkerAccess(Protocol):
     """How the workers of some nodes are reached: here (``LocalWorkers``), or on their host
-    (``harness.sim.nodes.remote``, over its SSH connection). ``worker_stacks`` asks through
+    (``harness.sim.places.hosts.nodes``, over its SSH connection). ``worker_stacks`` asks through
     it, so a hang is named with its stacks wherever its node runs."""
 
     def states(self, pids: Sequence[int]) -> dict[int, str]:

@@ -217,6 +217,12 @@ class Timeline:
         """node -> display label, for every node (reports)."""
         return {node: self.label(node) for node in self.nodes()}
 
+    def knows(self, node: Hashable) -> bool:
+        """Whether ``node`` was seen (its ``node_start`` written, or an event of its own)."""
+        self.refresh()
+        with self._lock:
+            return node in self._known
+
     def _check_node(self, node: Hashable) -> None:
         self.refresh()
         with self._lock:

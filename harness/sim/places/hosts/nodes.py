@@ -1,6 +1,6 @@
 """A job's nodes on hosts over SSH (issue 29, ``Cluster(hosts=[...])``; docs/hosts.md).
 
-``RemoteNodes`` (``job.remote``) is the glue between a job and ``harness.hosts``: it places
+``RemoteNodes`` (``job.place`` of a cluster with hosts) is the glue between a job and ``harness.hosts``: it places
 the nodes (``place``: round robin, or ``placement``), opens one ``SshHost`` per host the job
 uses (the host's clock offset measured once it is open), and starts each node's agent
 there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's supervisor:
@@ -18,7 +18,7 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   their host. Only the SSH port must be open between this machine and a host; the store
   is never exposed on a network. With ``store_host="node0"`` node 0's agent hosts it, as
   torchrun's does, at its host's address and a port a keeper there holds for the job
-  (``reserve_port``); the others reach it across the hosts' network (the job's secret
+  (``store_port``); the others reach it across the hosts' network (the job's secret
   keeps strangers out), and losing node 0 loses the store.
 * **Script.** The node runs the job's script at its absolute path, which must be there on
   the host (a shared checkout), or, where the host's spec says ``copy_script``, its copy in
@@ -63,9 +63,9 @@ import logging
 import os
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.agent import RunResult
 from harness.errors import ProcessFailure
@@ -85,6 +85,7 @@ from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
+from harness.sim.resources.host_cgroups import HostCgroups
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 from harness.sim.truth.subject import Launched
 from harness.sim.truth.timeline import HARNESS
@@ -94,12 +95,13 @@ if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
     from harness.sim.bus import EventBus
     from harness.sim.faults import ScheduledFault
+    from harness.sim.faults.target import NodeHosts
+    from harness.sim.nodes.host_gpus import HostsGpuPlan
     from harness.sim.nodes.rendezvous_store import StoreHandle
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.truth.timeline import Timeline
 
-__all__ = ["HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json",
-           "signal_remote_node"]
+__all__ = ["HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json"]
 
 _log = logging.getLogger(__name__)
 
@@ -284,7 +286,6 @@ class RemoteNodeProcess(NodeProcess):
     """A node whose agent runs on a host (``popen`` is its ``RemoteAgent``; ``directory``
     is its local dir, holding ``agent.log``: the agent's stdout and stderr)."""
 
-    remote: ClassVar[bool] = True
     host: str = ""  # the host's label
     remote_directory: str = ""  # the node's dir on the host
     timeline: Timeline | None = None  # the job's: the node's relayed events are there
@@ -318,7 +319,17 @@ class RemoteNodeProcess(NodeProcess):
     def signal_agent(self, sig: int) -> None:
         """``sig`` to the agent's group on the host (not the workers below it, which lead
         groups of their own and must follow on their own)."""
-        signal_remote_node(self, sig, workers=False)
+        self.agent.signal_group(sig)
+
+    def signal_node(self, sig: int, worker_pids: Iterable[int] = ()) -> None:
+        """``sig`` on the host to the agent and every process below it (its supervisor
+        finds them there: the relayed pids are not needed)."""
+        self.agent.signal_tree(sig)
+
+    def kill_workers(self, starts: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Nothing here: its workers are the host's processes, killed with the agent's tree
+        (``signal_node``) and reaped there."""
+        return []
 
     def signal_worker(self, pid: int, sig: int) -> None:
         """``sig`` to worker ``pid`` on the host, by the agent's supervisor there, which
@@ -400,10 +411,12 @@ class NodeDisks(Protocol):
 
 
 class RemoteNodes:
-    """A job's hosts and the nodes it places on them (``job.remote``)."""
+    """A job's hosts and the nodes it places on them (``job.place``: a
+    ``harness.sim.places.seam.JobPlace``)."""
 
-    def __init__(self, job: PlacedJob):
+    def __init__(self, job: PlacedJob, gpus: HostsGpuPlan):
         self._job = job
+        self._gpus = gpus  # the hosts' GPUs, split between the node slots placed on each
         settings = job.cluster.config
         self.hosts: tuple[HostSpec, ...] = tuple(settings.hosts or ())
         self.placement = settings.placement
@@ -420,6 +433,10 @@ class RemoteNodes:
         self.shared = SharedDir(base, job.run_id) if base is not None else None
         #: where the job's exit-code orders are left for its workers there
         self.orders = HostOrders(self, self.shared)
+        #: the nodes' cgroups, each on its node's host (a keeper there per node)
+        self.cgroups = HostCgroups(self, lambda: job.run_id)
+        #: the hosts whose disks the job's storage part serves there
+        self.disk_hosts: NodeHosts = self
         self._script: ScriptCopy | None = None  # the job's script, for hosts that copy it
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
         self._upkeep: threading.Thread | None = None
@@ -484,7 +501,7 @@ class RemoteNodes:
             return {index: None for index, _ in lost}
         return counts
 
-    def reserve_port(self, node: int) -> tuple[HostPort, str]:
+    def store_port(self, node: int) -> tuple[HostPort, str]:
         """A port on node ``node``'s host, at its address, kept for the job (a keeper there
         holds it bound, not listening: the store node ``node``'s agent hosts binds it too,
         with SO_REUSEADDR, as ``PortReservation`` keeps one here); the keeper and the
@@ -573,7 +590,7 @@ class RemoteNodes:
         there = f"{host.work_dir}/node{index}"
         relay = EventRelay(host, f"{there}/events.jsonl", self._events().write, offset=link.offset, node=index)
         held = {n.slot for n in job.nodes.values() if n.alive()}
-        slot, gpus = job.cluster.gpus_on_host(index, spec, held)  # the host's own GPUs (``host_gpus``)
+        slot, gpus = self._gpus.for_node(index, spec, held)  # the host's own GPUs (``host_gpus``)
         try:
             proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory, gpus)
         except BaseException:
@@ -677,13 +694,4 @@ class RemoteNodes:
             self._sink.close()
             self._sink = None
         return problems
-
-
-def signal_remote_node(node: RemoteNodeProcess, sig: int, workers: bool) -> None:
-    """``sig`` on the host to the node's agent, and with ``workers`` to every process
-    below it (its workers lead groups of their own)."""
-    if workers:
-        node.agent.signal_tree(sig)
-    else:
-        node.agent.signal_group(sig)
 

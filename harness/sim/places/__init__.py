@@ -1,0 +1,26 @@
+"""Where a job's nodes run: the seam (``seam``: ``Place``, ``JobPlace``) and its places, one
+room each: ``here`` (this machine) and ``hosts`` (hosts over SSH). ``place_of`` picks a
+cluster's from its settings; fault code asks the job's place, never where it is."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from harness.sim.places.seam import GpuSplit, JobPlace, Place
+
+if TYPE_CHECKING:
+    from harness.sim.config import ClusterConfig
+
+__all__ = ["GpuSplit", "JobPlace", "Place", "place_of"]
+
+
+def place_of(config: ClusterConfig) -> Place:
+    """The place ``config``'s jobs run their nodes in: its hosts, else this machine (the
+    hosts' room, and SSH with it, imported only where a cluster has hosts)."""
+    if config.hosts is not None:
+        from harness.sim.places.hosts import Hosts
+
+        return Hosts(config)
+    from harness.sim.places.here import Here
+
+    return Here(config)
