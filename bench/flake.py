@@ -10,7 +10,7 @@ lines) and ``-p no:cacheprovider`` (the bench leaves the user's ``--lf`` state a
 ``--busy K`` keeps K pure-Python busy loops running beside it, to see what CPU starvation
 does to the red rate. Per run it prints one line: red or green, the wall time, the chaos
 seed from the header (``elastic: chaos=on seed=N ...``) and every red item with a cause
-(``classify``: false-liveness, hang, invariant, timing, other); at the end the totals, the
+(``classify``: false-liveness, harness, hang, invariant, timing, other); at the end the totals, the
 red items by test, and each red run's seed with the command that replays it. The full
 output of every red run is kept under ``--logs``.
 
@@ -68,7 +68,7 @@ INTERRUPT_GRACE_S = 20.0
 DEFAULT_LOGS = HERE / "flake-logs"
 WHOLE_RUN = "(whole run)"
 
-CAUSES = ("false-liveness", "hang", "invariant", "timing", "other")
+CAUSES = ("false-liveness", "harness", "hang", "invariant", "timing", "other")
 
 # -- classifying one red item's text (pure; tests/unit/test_flake_classify.py) -------------
 
@@ -98,6 +98,12 @@ _TIMING = re.compile(
     r"|fault\(s\) fired .*expected|< min_goodput|step time grew")
 
 
+#: a Python error raised where pytest shows the failing line (``E   ...``): a bundled scenario
+#: passes its settings checked, so a ``ConfigError`` there is a state the harness got wrong
+_HARNESS = re.compile(r"^E\s+(?:[\w.]+\.)?(?:ConfigError|AttributeError|KeyError|TypeError|IndexError|NameError"
+                      r"|UnboundLocalError|RecursionError)\b", re.M)
+
+
 def classify(text: str) -> str:
     """The cause of one red item from the text pytest printed for it (its failure section),
     the first that fits, in this order:
@@ -105,6 +111,9 @@ def classify(text: str) -> str:
     * ``false-liveness``: a live node taken for dead: the overlap invariant, or a fence, a
       lost node or a closed rendezvous in a text that names no fault that kills, freezes,
       removes or cuts off a node (there those are the job doing its work);
+    * ``harness``: a Python error the harness's own code raised (``AttributeError``,
+      ``KeyError``, a ``ConfigError`` about a node it started itself...): a bug of the
+      harness, whatever else the text says;
     * ``hang``: something did not finish in its time (``Job.wait``'s "did not finish
       within", "still running", pytest-timeout);
     * ``invariant``: any other broken invariant;
@@ -119,6 +128,8 @@ def classify(text: str) -> str:
         return "false-liveness"
     if _LIVENESS_SIGNS.search(text) and not _LIVENESS_FAULTS.search(text):
         return "false-liveness"
+    if _HARNESS.search(text):
+        return "harness"
     if _HANG.search(text):
         return "hang"
     if _INVARIANT.search(text):

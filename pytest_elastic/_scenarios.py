@@ -285,7 +285,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     machine). A scenario ``--elastic-hosts`` put on hosts that cannot run it is skipped,
     saying why in one line, as one is where this machine lacks network namespaces, FUSE or
     cgroups: a ``[[fault]]`` its node's host cannot carry out (the refusal ``inject()``
-    would give: ``harness.sim.nodes.host_refusals.refuse_faults``), a ``[job]`` setting not
+    would give: ``harness.sim.places.hosts.refusals.refuse_faults``), a ``[job]`` setting not
     done with hosts (``store_host = "node0"``), or ``{shared}`` or ``{tmp}`` in its args where
     its nodes may be on two hosts (each host's own dir there: one node's checkpoint is not the
     other's, and a resume hung on the mismatch). Where the scenario names its own hosts,
@@ -295,8 +295,8 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     from harness import ClusterConfig
     from harness.errors import ConfigError
     from harness.sim.errors import FaultRefused
-    from harness.sim.nodes.host_refusals import placed_hosts, refuse_faults
-    from harness.sim.nodes.host_shared import shared_base
+    from harness.sim.places.hosts.refusals import placed_hosts, refuse_faults
+    from harness.sim.places.hosts.shared import shared_base
 
     try:
         config = ClusterConfig(**job)

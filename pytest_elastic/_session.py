@@ -121,9 +121,7 @@ def elastic_run(item: pytest.Item, config: ClusterConfig, seed: int | None) -> I
         yield record
     except BaseException:
         record.call_failed = True
-        from pytest_elastic.report.failures import collect_failures
-
-        record.failures = {i: collect_failures(job) for i, job in enumerate(cluster.jobs)}
+        _collect_failures(record)
         raise
     finally:
         try:
@@ -267,8 +265,18 @@ def _write_html(item: pytest.Item, record: ElasticRecord) -> None:
                    info={**info, "restarts": restarts, "goodput": job.goodput().summary(),
                          "step_rates": rates_report(job.timeline.events()),
                          "chaos_left_out": chaos_left_out([job])},
-                   failures=explain_job(job, record.failures.get(i)), nproc=record.cluster.config.nproc_per_node)
+                   failures=explain_job(job, record.failures.get(i), record.alone.get(i)),
+                   nproc=record.cluster.config.nproc_per_node)
     item.user_properties.append(("elastic_pages", pages))
+
+
+def _collect_failures(record: ElasticRecord) -> None:
+    """What the report says of each job's failures, read now: its files (error files, result
+    files, agent logs) go when its cluster closes, before the report is made."""
+    from pytest_elastic.report.failures import agents_failed_alone, collect_failures
+
+    record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}
+    record.alone = {i: agents_failed_alone(job) for i, job in enumerate(record.cluster.jobs)}
 
 
 def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: ElasticRecord) -> None:
@@ -278,16 +286,14 @@ def add_report_sections(item: pytest.Item, report: pytest.TestReport, record: El
         record.pending_ids[report.when] = {id(e) for job in record.cluster.jobs for e in job.unfired_faults()}
     if report.when == "call" and (report.failed or record.settings.report_dir) and not record.failures:
         # (a scenario collected them itself, before it closed its cluster and error files)
-        from pytest_elastic.report.failures import collect_failures
-
-        record.failures = {i: collect_failures(job) for i, job in enumerate(record.cluster.jobs)}
+        _collect_failures(record)
     if not report.failed:
         return
     from pytest_elastic.report.chart import timeline_chart
     from pytest_elastic.report.failures import explain_job
 
     for i, job in enumerate(record.cluster.jobs):
-        why = explain_job(job, record.failures.get(i))
+        why = explain_job(job, record.failures.get(i), record.alone.get(i))
         if why:
             report.sections.append((f"elastic failures (job {i}, {job.run_id})", why))
         chart = timeline_chart(job.timeline)

@@ -197,13 +197,13 @@ def _hosts_file(value: Any) -> tuple[str, tuple[HostSpec, ...]]:
 
 def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
     """The chaos kinds to draw where the nodes are on ``hosts``, and each kind asked for
-    that is left out, with why (``harness.sim.nodes.host_refusals.host_refusal``: a kind is drawn
+    that is left out, with why (``harness.sim.places.hosts.refusals.host_refusal``: a kind is drawn
     only if every host can carry it out, whichever node chaos picks). The kinds asked
     for are ``settings.faults``; where those are the default (no ``--elastic-faults``) and
     the hosts can carry out none of them, every chaos kind they can (today the process
     faults: the default, kill_worker, is one of them)."""
-    from harness.sim.nodes.host_refusals import host_refusal, shared_host_refusal
-    from harness.sim.nodes.host_shared import shared_fs_refusal
+    from harness.sim.places.hosts.refusals import host_refusal, shared_host_refusal
+    from harness.sim.places.hosts.shared import shared_fs_refusal
     from harness.sim.schema import CHAOS_KINDS, parse_chaos_kinds
 
     def why_not(kind: str) -> str | None:
@@ -239,7 +239,7 @@ def hosts_line(settings: Settings) -> str | None:
     line = (f"elastic: nodes on {len(settings.hosts)} host(s) of {settings.hosts_file}: "
             f"{', '.join(host.label for host in settings.hosts)}")
     if settings.chaos and settings.schedule is None:
-        from harness.sim.nodes.host_refusals import NETWORK_CHAOS_ON_HOSTS
+        from harness.sim.places.hosts.refusals import NETWORK_CHAOS_ON_HOSTS
         from harness.sim.schema import CHAOS_KINDS
 
         kinds, dropped = chaos_kinds_on_hosts(settings, settings.hosts)
@@ -398,6 +398,9 @@ class ElasticRecord:
     pending_ids: dict[str, set[int]] = field(default_factory=dict)
     #: job index -> its failed ranks, read while the job's files exist (``report.failures``)
     failures: dict[int, list[Any]] = field(default_factory=dict)
+    #: job index -> its agents that failed with no failed worker, with their logs' ends, read
+    #: with ``failures`` (``report.failures.agents_failed_alone``)
+    alone: dict[int, str] = field(default_factory=dict)
 
 
 #: config: the settings of this session (``pytest_configure``)

@@ -80,7 +80,7 @@ class HostSpec:
     #: seconds the host keeps a lost connection's events files (``KEEP_MISSED_S``; 0: none)
     keep_missed: float = KEEP_MISSED_S
     #: the host's GPUs (``CUDA_VISIBLE_DEVICES`` ids) the harness splits between the job's
-    #: nodes there (``harness.sim.nodes.host_gpus``); empty: none handed out
+    #: nodes there (``harness.sim.places.hosts.gpus``); empty: none handed out
     gpus: tuple[str, ...] = ()
     #: no other job runs on the host while the job does (False: others may, as a test
     #: session's under pytest -n, or a pool several pipelines share): a fault that would

@@ -154,13 +154,15 @@ def explain_failures(final: list[dict[str, Any]], events: list[dict[str, Any]],
     return "\n".join(lines)
 
 
-def explain_job(job: Any, captured: list[dict[str, Any]] | None = None) -> str:
+def explain_job(job: Any, captured: list[dict[str, Any]] | None = None, alone: str | None = None) -> str:
     """Why ``job``'s ranks failed: the ``captured`` failures (read while its files existed,
     with tracebacks) or else what its timeline's results say; then each agent that failed
-    with no failed worker, with its log's end."""
+    with no failed worker, with its log's end (``alone``: read while the files existed, as
+    ``agents_failed_alone`` says it; None: read now)."""
     events, label = events_of(job.timeline)
     final = captured if captured else failures_from_events(events, label)
-    return "\n".join(part for part in (explain_failures(final, events, label), agents_failed_alone(job)) if part)
+    alone = agents_failed_alone(job) if alone is None else alone
+    return "\n".join(part for part in (explain_failures(final, events, label), alone) if part)
 
 
 def agents_failed_alone(job: Any) -> str:

@@ -15,9 +15,9 @@ import pytest
 from harness import Cluster, WorkerState
 from harness.faults import AtStep, Heal, MemoryLimit, OnWorldSize, ScheduledFault
 from harness.hosts import HostSpec
+from harness.sim.places.hosts.cgroup_keeper import main as on_host
+from harness.sim.places.hosts.cgroups import HostNodeCgroup
 from harness.sim.resources import CgroupSupport, probe
-from harness.sim.resources.host_cgroups import HostNodeCgroup
-from harness.sim.resources.on_host import main as on_host
 from tests.conftest import SCRIPTS
 
 SUPPORT = probe()
@@ -102,4 +102,4 @@ def test_the_host_side_touches_only_cgroups_the_harness_made(capsys):
     assert len(lines) == 3 and all('"error"' in line and "errno" in line for line in lines)
     assert "is not a cgroup this harness made" in lines[0]
     assert on_host(["bogus"]) == 2
-    assert capsys.readouterr().err.startswith("usage: python -m harness.sim.resources.on_host keep")
+    assert capsys.readouterr().err.startswith("usage: python -m harness.sim.places.hosts.cgroup_keeper keep")

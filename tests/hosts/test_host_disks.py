@@ -125,7 +125,7 @@ def test_the_shared_filesystem_on_hosts_needs_one_dir_and_fuse_on_every_host():
     from harness.faults import DiskFull, ScheduledFault
     from harness.faults import Immediately as Now
     from harness.hosts import parse_host
-    from harness.sim.nodes.host_refusals import refuse_faults
+    from harness.sim.places.hosts.refusals import refuse_faults
 
     two = [parse_host("ssh://ci@10.0.0.5", capabilities=["fuse"]), parse_host("ssh://ci@10.0.0.6",
                                                                              capabilities=["fuse"])]

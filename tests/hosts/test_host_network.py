@@ -1,4 +1,4 @@
-"""Issue 29 part 3: network faults on hosts, by nftables there (``harness.sim.nodes.host_network``).
+"""Issue 29 part 3: network faults on hosts, by nftables there (``harness.sim.places.hosts.network``).
 
 Two sshd hosts of ``SshdLab`` (each a network namespace with root: nft works there). What
 is checked, each where it can be seen: the table on the host (``nft list`` over a fresh
@@ -26,10 +26,10 @@ from harness.errors import ConfigError
 from harness.faults import AtStep, Bandwidth, FaultRefused, Heal, OnWorldSize, Partition, ScheduledFault
 from harness.hosts import HostSpec, RemoteProcess, SshHost
 from harness.sim.faults import fault_class
-from harness.sim.net.host_rules import HostLoss, HostPartition, NodeSockets
-from harness.sim.nodes.host_network import HostFirewall
-from harness.sim.nodes.host_shaping import HostShaper
-from harness.sim.resources.host_cgroups import HostNodeCgroup
+from harness.sim.places.hosts.cgroups import HostNodeCgroup
+from harness.sim.places.hosts.network import HostFirewall
+from harness.sim.places.hosts.rules import HostLoss, HostPartition, NodeSockets
+from harness.sim.places.hosts.shaping import HostShaper
 from harness.sim.truth.timeline import HARNESS
 from harness.states import WorkerState
 from tests.hosts.observe import processes_naming
@@ -119,7 +119,7 @@ while True:
 
 def _node_cgroup(host: SshHost, node: int) -> tuple[HostNodeCgroup, RemoteProcess]:
     """Node ``node``'s cgroup on ``host``, made by its keeper there as a job's is; the keeper."""
-    keeper = host.start([host.spec.python, "-m", "harness.sim.resources.on_host", "keep", "netcut", str(node)])
+    keeper = host.start([host.spec.python, "-m", "harness.sim.places.hosts.cgroup_keeper", "keep", "netcut", str(node)])
     said = json.loads(keeper.first_line(60))
     assert said.get("socket"), said  # the lab's hosts have the unified hierarchy (hybrid or v2)
     return HostNodeCgroup(host, said["version"], said["dirs"], tuple(said["socket"])), keeper

@@ -43,7 +43,7 @@ def test_two_hosts_naming_one_shared_dir_share_the_jobs_shared(lab, hosts, tmp_p
 
 def test_hosts_that_name_no_shared_dir_or_two_keep_their_own():
     from harness.hosts import parse_host
-    from harness.sim.nodes.host_shared import shared_base
+    from harness.sim.places.hosts.shared import shared_base
 
     a, b = parse_host("ssh://ci@10.0.0.5", shared_dir="/nfs"), parse_host("ssh://ci@10.0.0.6", shared_dir="/nfs")
     assert shared_base([a, b]) == "/nfs"

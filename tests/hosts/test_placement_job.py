@@ -31,8 +31,8 @@ from harness import Cluster
 from harness.errors import ConfigError
 from harness.faults import After, AtStep, FaultRefused, NodeFreeze, OnState, Partition, WorkerHang, WorkerKill
 from harness.sim.leftovers import remove_dead_owners
-from harness.sim.nodes import host_refusals
 from harness.sim.places.hosts import nodes as remote
+from harness.sim.places.hosts import refusals as host_refusals
 from harness.sim.resources import CgroupSupport, probe
 from harness.sim.storage.mount import fuse_missing
 from harness.sim.truth.stacks import all_stacks
@@ -228,7 +228,7 @@ def test_the_script_copy_leaves_out_hidden_entries_and_bytecode_and_refuses_a_la
     import io
     import tarfile
 
-    from harness.sim.nodes import host_script
+    from harness.sim.places.hosts import script as host_script
 
     (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
     (tmp_path / "pkg" / "__pycache__" / "util.cpython-311.pyc").write_bytes(b"stale")

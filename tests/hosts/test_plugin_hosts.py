@@ -494,7 +494,7 @@ def test_chaos_on_hosts_draws_network_kinds_only_where_each_node_is_alone_or_its
     fall on both), unless that host lists cgroups (a fault falls on the node's sockets):
     the rest of its kinds are drawn."""
     from harness.hosts import parse_host
-    from harness.sim.nodes.host_refusals import chaos_kinds
+    from harness.sim.places.hosts.refusals import chaos_kinds
 
     two = [parse_host("ssh://ci@10.0.0.5", capabilities=["netns"]), parse_host("ssh://ci@10.0.0.6",
                                                                               capabilities=["netns"])]
@@ -521,7 +521,7 @@ def test_hosts_other_jobs_share_take_only_the_faults_that_fall_on_the_nodes_sock
     from harness.faults import Bandwidth, FaultRefused, Immediately, Partition, ScheduledFault
     from harness.hosts import parse_host
     from harness.sim.faults import fault_class
-    from harness.sim.nodes.host_refusals import chaos_kinds, refuse_faults
+    from harness.sim.places.hosts.refusals import chaos_kinds, refuse_faults
 
     def shared(*capabilities: str) -> list:
         return [dataclasses.replace(parse_host(f"ssh://ci@10.0.0.{i}", capabilities=capabilities), exclusive=False)

@@ -69,3 +69,10 @@ def test_an_agent_that_failed_with_no_failed_worker_is_named_with_its_log(tmp_pa
     assert text.splitlines() == ["node tammie-0 (index 0): its agent failed with no failed worker; its log ends:",
                                  "  starting", "  elastic-run: error: rendezvous 'r' timed out"]
     assert explain_job(job) == text
+
+    # a scenario's cluster closes before its report is made: what was read before stays
+    def gone():
+        raise FileNotFoundError("the job's dir went with its cluster")
+
+    closed = SimpleNamespace(result=gone, timeline=job.timeline, nodes=job.nodes, agent_log=lambda index: gone())
+    assert agents_failed_alone(closed) == "" and explain_job(closed, [], text) == text

@@ -110,7 +110,7 @@ def test_the_simulations_errors_live_in_one_leaf_and_stay_where_they_were():
     from harness.sim import cluster, net
     from harness.sim.faults import scheduler
     from harness.sim.net import network
-    from harness.sim.nodes import host_refusals
+    from harness.sim.places.hosts import refusals as host_refusals
     from harness.sim.truth import hangs, invariants, twin
 
     homes = {cluster: ["ClusterLeakError"], invariants: ["InvariantViolation"], hangs: ["JobHung"],

@@ -47,6 +47,17 @@ def test_what_did_not_finish_in_time_is_a_hang(text: str) -> None:
 
 
 @pytest.mark.parametrize("text", [
+    # the waits asked for the workers of a node the scheduler's thread had just added; the
+    # chaos section below it names faults that never fired (a timing word)
+    "E       harness.errors.ConfigError: node=2 is not a node of this timeline (nodes: [0, 1])\n"
+    "not fired (the job ended first, or it could not be applied):\n  NodeRemove(node=2) never fired",
+    "E   AttributeError: 'NoneType' object has no attribute 'pid'",
+])
+def test_a_python_error_of_the_harness_is_harness(text: str) -> None:
+    assert classify(text) == "harness"
+
+
+@pytest.mark.parametrize("text", [
     "elastic cluster teardown: 1 invariant(s) violated:\n"
     "  - round 1: nodes ran with different restart counts [0, 1]; the count is the job's, one per round\n"
     f"timeline:\n{WORKER_KILL}",

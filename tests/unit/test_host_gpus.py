@@ -1,4 +1,4 @@
-"""GPUs of nodes on hosts (``harness.sim.nodes.host_gpus``): each host's own devices, as
+"""GPUs of nodes on hosts (``harness.sim.places.hosts.gpus``): each host's own devices, as
 its spec lists them, split between the job's slots placed on it; NCCL only where every
 worker on every host has one of its own. No host is reached: the split is the specs'."""
 
@@ -9,7 +9,7 @@ import pytest
 from harness import ClusterConfig
 from harness.errors import ConfigError
 from harness.hosts import parse_host
-from harness.sim.nodes.host_gpus import HostsGpuPlan
+from harness.sim.places.hosts.gpus import HostsGpuPlan
 
 
 def _hosts(*gpus: int) -> tuple:

@@ -8,7 +8,7 @@ invariant checker can tell whether every partition the test made was healed. In 
 mode every one of them raises a ``ConfigError`` that names what is missing (network
 namespaces, root). The job's place says who carries them out: this machine's ``Network``,
 or with the nodes on hosts (``Cluster(hosts=...)``) each node's host
-(``harness.sim.nodes.host_network.HostNetwork``).
+(``harness.sim.places.hosts.network.HostNetwork``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["NetworkFaults", "NodeNetwork"]
 
 class NodeNetwork(Protocol):
     """The nodes' network as their faults see it: ``Network`` (this machine's namespaces)
-    or ``harness.sim.nodes.host_network.HostNetwork`` (the hosts')."""
+    or ``harness.sim.places.hosts.network.HostNetwork`` (the hosts')."""
 
     def address(self, node: int) -> str: ...
 

@@ -15,7 +15,7 @@ A node on a host (``RemoteNodeProcess``) is hit there: its agent's group or tree
 its supervisor (``signal_agent``, ``signal_node``), one worker through the same supervisor, which
 signals a pid only if it is a process below the agent (``signal_worker``), its freeze seen
 by that supervisor (``await_stopped``). Its exit-code orders go where its workers look
-there (``host_orders.HostOrders``, the job's ``OrdersPlace`` on hosts).
+there (``places.hosts.orders.HostOrders``, the job's ``OrdersPlace`` on hosts).
 """
 
 from __future__ import annotations

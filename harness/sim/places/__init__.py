@@ -18,7 +18,7 @@ def place_of(config: ClusterConfig) -> Place:
     """The place ``config``'s jobs run their nodes in: its hosts, else this machine (the
     hosts' room, and SSH with it, imported only where a cluster has hosts)."""
     if config.hosts is not None:
-        from harness.sim.places.hosts import Hosts
+        from harness.sim.places.hosts.place import Hosts
 
         return Hosts(config)
     from harness.sim.places.here import Here

@@ -20,7 +20,7 @@ Where cgroups cannot be made (nothing mounted, a controller missing, no write ac
 
 A node's v2 dir is also who its sockets are: nftables matches a packet's socket by the
 cgroup v2 dir its process is in (``socket cgroupv2``), which is how a network fault on a
-host falls on one of the nodes sharing it (``harness.sim.net.host_rules``). So on a hybrid
+host falls on one of the nodes sharing it (``harness.sim.places.hosts.rules``). So on a hybrid
 host (v1 controllers, the unified hierarchy mounted beside them, as systemd's "hybrid"
 mode has it) a node's cgroup spans the unified hierarchy too, where it is writable: a dir
 that holds the node's processes and nothing else (no controller is enabled there).

@@ -22,7 +22,7 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   keeps strangers out), and losing node 0 loses the store.
 * **Script.** The node runs the job's script at its absolute path, which must be there on
   the host (a shared checkout), or, where the host's spec says ``copy_script``, its copy in
-  the work dir (``host_script``).
+  the work dir (``script``).
 * **Workers.** The node's ``local_addr`` is the host's address (its peers on other hosts
   reach its workers there; ``MASTER_ADDR`` is node 0's), gloo's interface the one that
   holds it. Workers start as the cluster's ``start_method`` says, a zygote being the
@@ -40,9 +40,9 @@ there as ``python -m harness.sim.nodes.main --json SPEC`` under the host's super
   relayed ``worker_start``), which the supervisor signals only if it is a process below
   the agent (``pid Q PID N``: never a process the job did not start); a ``kill_worker``
   with ``exit_code``, and an exact (rank, step) crash, is an order left where the workers
-  look (``host_orders``: the hosts' shared filesystem, or the one host's own dir). Triggers are this
+  look (``orders``: the hosts' shared filesystem, or the one host's own dir). Triggers are this
   machine's, as for local nodes. Network faults are the host's nftables
-  (``host_network``), resource faults its cgroups (``harness.sim.resources.host_cgroups``:
+  (``network``), resource faults its cgroups (``harness.sim.places.hosts.cgroups``:
   the agent's spec names them, ``job.resources.node_env``), where its ``capabilities``
   allow them. Faults a host cannot do (those its capabilities do not allow, faults on
   the shared filesystem; an exact (rank, step) exit order where the job's hosts share no
@@ -75,17 +75,17 @@ from harness.procs import STACKS_ENV, WORKER_NICE_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import NetworkError
 from harness.sim.nodes.gpus import VISIBLE_ENV
-from harness.sim.nodes.host_network import HostNetwork
-from harness.sim.nodes.host_orders import HostOrders
-from harness.sim.nodes.host_port import HostPort
-from harness.sim.nodes.host_refusals import placed_host, refuse_faults
-from harness.sim.nodes.host_script import ScriptCopy
-from harness.sim.nodes.host_shared import SharedDir, shared_base
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
-from harness.sim.resources.host_cgroups import HostCgroups
+from harness.sim.places.hosts.cgroups import HostCgroups
+from harness.sim.places.hosts.network import HostNetwork
+from harness.sim.places.hosts.orders import HostOrders
+from harness.sim.places.hosts.port import HostPort
+from harness.sim.places.hosts.refusals import placed_host, refuse_faults
+from harness.sim.places.hosts.script import ScriptCopy
+from harness.sim.places.hosts.shared import SharedDir, shared_base
 from harness.sim.truth.progress import DIGEST_ENV, ORDERS_ENV
 from harness.sim.truth.subject import Launched
 from harness.sim.truth.timeline import HARNESS
@@ -96,9 +96,9 @@ if TYPE_CHECKING:
     from harness.sim.bus import EventBus
     from harness.sim.faults import ScheduledFault
     from harness.sim.faults.target import NodeHosts
-    from harness.sim.nodes.host_gpus import HostsGpuPlan
     from harness.sim.nodes.rendezvous_store import StoreHandle
     from harness.sim.nodes.start import NodesCluster
+    from harness.sim.places.hosts.gpus import HostsGpuPlan
     from harness.sim.truth.timeline import Timeline
 
 __all__ = ["HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json"]
@@ -590,7 +590,7 @@ class RemoteNodes:
         there = f"{host.work_dir}/node{index}"
         relay = EventRelay(host, f"{there}/events.jsonl", self._events().write, offset=link.offset, node=index)
         held = {n.slot for n in job.nodes.values() if n.alive()}
-        slot, gpus = self._gpus.for_node(index, spec, held)  # the host's own GPUs (``host_gpus``)
+        slot, gpus = self._gpus.for_node(index, spec, held)  # the host's own GPUs (``gpus``)
         try:
             proc = self._start_agent(index, name, spec, link, there, relay, rdzv, directory, gpus)
         except BaseException:
@@ -631,7 +631,7 @@ class RemoteNodes:
         assert isinstance(entry, str)  # launch refuses a callable with hosts
         if job.module:
             head = ["-u", "-m", entry]
-        elif spec.copy_script:  # its copy there (``host_script``)
+        elif spec.copy_script:  # its copy there (``script``)
             if self._script is None:
                 self._script = ScriptCopy(entry)
             head = ["-u", self._script.on(host)]

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
-from harness.sim.nodes.host_gpus import HostsGpuPlan
-from harness.sim.nodes.host_refusals import chaos_kinds
+from harness.sim.places.hosts.gpus import HostsGpuPlan
 from harness.sim.places.hosts.nodes import RemoteNodes
+from harness.sim.places.hosts.refusals import chaos_kinds
 
 if TYPE_CHECKING:
     from harness.sim.config import ClusterConfig

@@ -1,4 +1,4 @@
-"""A node's cgroup on a host (issue 29): the host's half of ``harness.sim.resources.host_cgroups``.
+"""A node's cgroup on a host (issue 29): the host's half of ``harness.sim.places.hosts.cgroups``.
 
 Run on the host over SSH, under the connection's supervisor, with the host's interpreter
 and its installed pytest-elastic (the controller's version, checked when it connected):
@@ -118,7 +118,7 @@ def main(argv: Sequence[str]) -> int:
             _say({"error": str(e), "errno": None})
             return 2
         return 0
-    sys.stderr.write("usage: python -m harness.sim.resources.on_host keep RUN_ID NODE | "
+    sys.stderr.write("usage: python -m harness.sim.places.hosts.cgroup_keeper keep RUN_ID NODE | "
                      f"apply VERSION DIRS_JSON OP [VALUE] (OP: {', '.join(OPS)})\n")
     return 2
 

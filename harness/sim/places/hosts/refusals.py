@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from harness.hosts import HostSpec, place, refusal
 from harness.sim.errors import FaultRefused
-from harness.sim.nodes.host_network import NOT_ON_HOSTS
-from harness.sim.nodes.host_orders import exact_order_refusal
-from harness.sim.nodes.host_shared import shared_fs_refusal
+from harness.sim.places.hosts.network import NOT_ON_HOSTS
+from harness.sim.places.hosts.orders import exact_order_refusal
+from harness.sim.places.hosts.shared import shared_fs_refusal
 from harness.sim.schema import CGROUPS
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | 
 
 def by_sockets(host: HostSpec, kind: str) -> bool:
     """Whether a network fault of ``kind`` on a node of ``host`` falls on that node's
-    sockets alone (``host_rules.NodeSockets``), and not on everything the host carries."""
+    sockets alone (``rules.NodeSockets``), and not on everything the host carries."""
     return kind in BY_SOCKETS and CGROUPS in host.capabilities
 
 
@@ -91,7 +91,7 @@ def _sharing(hosts: Sequence[HostSpec], placement: Sequence[int] | None, nnodes:
     it does not name, of this job or of another one on a host that is not this job's alone
     (``exclusive``), or None. A host's rules match by address, and so fall on every node
     it carries, but those of a partition or packet loss where the host lets the harness
-    make cgroups: they match the faulted node's own sockets (``host_rules.NodeSockets``).
+    make cgroups: they match the faulted node's own sockets (``rules.NodeSockets``).
     A peer is matched by its host's address, unless it shares the faulted node's host
     (then by its sockets)."""
     named = ({p for p in peers if isinstance(p, int) and not isinstance(p, bool) and p >= 0}

@@ -17,7 +17,7 @@ capability says the user allows network faults there); a host that lacks one say
 one line. The interface's own root and ingress qdiscs are replaced while the fault lasts
 and removed after (the kernel's default comes back, not an admin's own qdisc).
 
-Ownership as the fault table's (``host_network``): before the first change a keeper starts
+Ownership as the fault table's (``network``): before the first change a keeper starts
 under the connection's supervisor, a shell that does nothing until SIGTERM and then
 removes the qdiscs and the ifb device; the supervisor sends it when the connection ends
 in any way, so the shaping never outlives its owner. ``clear`` removes it at once.
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
-from harness.sim.net.host_rules import Control
+from harness.sim.places.hosts.rules import Control
 
 if TYPE_CHECKING:
     from harness.hosts import RemoteProcess

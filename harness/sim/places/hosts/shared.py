@@ -6,7 +6,7 @@ names the same ``shared_dir`` (a path of a filesystem they all mount: NFS, a clu
 filesystem; the lab's hosts share this machine's), the job has one dir there,
 ``pe-shared-<this machine>-<pid>-<run id>``, holding its ``{shared}`` (``shared/``), its
 ``{tmp}`` (``scratch/``) and its exit-code orders (``orders/``: one file per order, which
-every node's workers see, so the one that obeys it removes it for all: ``host_orders``).
+every node's workers see, so the one that obeys it removes it for all: ``orders``).
 Every node's agent makes them
 (``mkdir -p``, with its other dirs) and ``close()`` removes the job's dir over a host's
 connection. A controller

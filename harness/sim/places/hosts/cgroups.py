@@ -1,7 +1,7 @@
 """The cgroups of a job's nodes placed on hosts (``job.resources`` there; docs/hosts.md).
 
 A node on a host whose ``capabilities`` list ``cgroups`` gets its cgroup *there*, made by a
-keeper (``harness.sim.resources.on_host keep``) that runs under the connection's supervisor
+keeper (``harness.sim.places.hosts.cgroup_keeper keep``) that runs under the connection's supervisor
 for as long as the node may: the agent joins it first thing (its spec's environment names
 the host's ``cgroup.procs`` files, as a local node's names this machine's), its workers
 follow, and ``slow_node`` / ``memory_limit`` are writes there, each one ``on_host apply``
@@ -40,7 +40,7 @@ __all__ = ["HostCgroups", "HostNodeCgroup"]
 
 _log = logging.getLogger(__name__)
 
-_MODULE = "harness.sim.resources.on_host"
+_MODULE = "harness.sim.places.hosts.cgroup_keeper"
 #: how long a keeper may take to say where the cgroup is (an interpreter's start and the
 #: harness's import, on a host as loaded as this machine can be)
 _READY_S = 60.0

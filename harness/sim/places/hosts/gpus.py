@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from harness.hosts import HostSpec
 from harness.sim.nodes.gpus import GpuPlan
-from harness.sim.nodes.host_refusals import placed_hosts
+from harness.sim.places.hosts.refusals import placed_hosts
 
 __all__ = ["HostsGpuPlan"]
 

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from harness.hosts import HostError, HostSpec, SshHost
 from harness.sim.errors import TargetNotReady
-from harness.sim.nodes.host_shared import SharedDir, seen_by_all
+from harness.sim.places.hosts.shared import SharedDir, seen_by_all
 
 __all__ = ["HostOrders", "exact_order_refusal"]
 

@@ -2,7 +2,7 @@
 
 Each host that takes a fault gets one nftables table of its own (``HostFirewall``), named
 by the connection's work dir, rewritten whole by ``nft -f`` on each change (the rules:
-``harness.sim.net.host_rules``). What it takes from the host: nftables and root there
+``harness.sim.places.hosts.rules``). What it takes from the host: nftables and root there
 (the ``netns`` capability of the hosts file says the user allows it); a host that lacks
 either says so in one line when the fault is applied.
 
@@ -13,10 +13,10 @@ process dying, the link dropping: the lease ends), so the table never outlives i
 owner, whichever way the owner goes. ``heal`` removes the table at once.
 
 A partition or packet loss falls on the node's sockets alone where its host lists
-``cgroups`` (``host_rules.NodeSockets``: its cgroup v2 dir there, which its resource
+``cgroups`` (``rules.NodeSockets``: its cgroup v2 dir there, which its resource
 keeper makes), so neither the job's other nodes there nor another job's (a host that is
 not the job's alone: ``exclusive``) are cut. Elsewhere the table matches by address, and
-so falls on the whole host: it is refused before anything is recorded (``host_refusals``)
+so falls on the whole host: it is refused before anything is recorded (``refusals``)
 where the host carries another node of the job or is not the job's alone, as the other
 network faults of such a node are. One table per host holds the rules of each of its
 faulted nodes, and is written again when a node of the host starts (its loopback packets
@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.errors import ConfigError
 from harness.hosts import CommandResult, HostError, SshHost
 from harness.sim.errors import NetworkError
-from harness.sim.net.host_rules import (
+from harness.sim.net.network import NetworkChange
+from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability, parse_rate
+from harness.sim.places.hosts.rules import (
     Control,
     HostLoss,
     HostPartition,
@@ -45,9 +47,7 @@ from harness.sim.net.host_rules import (
     render_cut,
     render_host,
 )
-from harness.sim.net.network import NetworkChange
-from harness.sim.net.rules import check_direction, check_node, check_peers, check_probability, parse_rate
-from harness.sim.nodes.host_shaping import HostShaper
+from harness.sim.places.hosts.shaping import HostShaper
 
 if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
@@ -238,7 +238,7 @@ class HostNetwork:
     def bandwidth(self, node: int, rate: str | int) -> NetworkChange:
         """As ``Network.bandwidth``: node ``node``'s host's links toward this machine and the
         job's other hosts limited to ``rate`` each way, the harness's connection spared
-        (``host_shaping``); replaces an earlier rate."""
+        (``shaping``); replaces an earlier rate."""
         self._check_node(node)
         bits = parse_rate(rate)
         own = self._links.address(node)
@@ -383,7 +383,7 @@ class HostNetwork:
     def _apply(self, node: int) -> None:
         """Node ``node``'s host's table written with the rules of each of its nodes: by
         each node's sockets where the host knows them (it lists cgroups), else by address
-        (the node is then alone there: refused otherwise, ``host_refusals``)."""
+        (the node is then alone there: refused otherwise, ``refusals``)."""
         host, store_port = self._links.connection(node)
         on_host = self._on_host(node)
         faults = {n: self._rules[n] for n in on_host if self._rules.get(n)}
