@@ -85,7 +85,7 @@ class Job:
         self.scheduler = FaultScheduler(self)  # fires scheduled faults (a thread from the first on)
         self.chaos_schedule: list[ScheduledFault] = []  # chaos's faults: they may never fire
         self.place: JobPlace = cluster.place.open(self)  # where its nodes run: this machine, hosts...
-        self.storage = StorageFaults(self, self.place.disk_hosts)  # the job's filesystem (FUSE, where it can be)
+        self.storage = StorageFaults(self, self.place.disk_servers)  # the job's filesystem (FUSE, where it can be)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
         self.shared_dir = self.storage.shared_dir

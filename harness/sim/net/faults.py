@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.errors import ConfigError
 from harness.sim.faults.target import Ended, record_fault
 
 if TYPE_CHECKING:
@@ -39,6 +38,9 @@ class NodeNetwork(Protocol):
     def bandwidth(self, node: int, rate: str | int) -> NetworkChange: ...
 
     def link_down(self, node: int) -> NetworkChange: ...
+
+    def host_unreachable(self, node: int, seconds: float = 3.0,
+                         on_back: Callable[[dict[str, Any]], None] | None = None) -> NetworkChange: ...
 
     def heal(self, node: int | None = None) -> NetworkChange: ...
 
@@ -85,11 +87,7 @@ class NetworkFaults:
         again (``connection``: "kept", "reconnected" -- the node was lost with the old one --
         or "lost"; ``unreachable_s``)."""
         self._target.node(node)
-        cut = getattr(self._net(), "host_unreachable", None)
-        if cut is None:
-            raise ConfigError("fault", "host_unreachable", "needs the node on a host (Cluster(hosts=...)): "
-                              "a node on this machine has no connection to lose")
-        self._record(cut(node, seconds, on_back=lambda fields: self._target.record(
+        self._record(self._net().host_unreachable(node, seconds, on_back=lambda fields: self._target.record(
             "host_reachable", target_node=node, **fields)))
 
     def link_down(self, node: int) -> None:

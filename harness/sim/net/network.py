@@ -336,6 +336,13 @@ class Network:
         self._ip("sw", f"link set pn{node} down\n")
         return _change("link_down", node)
 
+    def host_unreachable(self, node: int, seconds: float = 3.0,
+                         on_back: Callable[[dict[str, Any]], None] | None = None) -> NetworkChange:
+        """Refused: this machine cannot lose sight of itself (a node on a host can: its place's
+        network carries it out, ``harness.sim.places.hosts.network``)."""
+        raise ConfigError("fault", "host_unreachable", "needs the node on a host (Cluster(hosts=...)): "
+                          "a node on this machine has no connection to lose")
+
     @_locked
     def heal(self, node: int | None = None) -> NetworkChange:
         """Remove every network fault of ``node`` (partitions, loss, bandwidth, link down),

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from harness.sim.faults import ScheduledFault
-    from harness.sim.faults.target import NodeHosts
     from harness.sim.net.faults import NodeNetwork
     from harness.sim.nodes.faults import OrdersPlace
     from harness.sim.nodes.pool import WarmPool
     from harness.sim.nodes.process import NodeProcess
     from harness.sim.resources.faults import NodeCgroups
+    from harness.sim.storage.mount import StorageMount
+    from harness.sim.storage.servers import DiskServers
 
 __all__ = ["GpuSplit", "JobPlace", "Place"]
 
@@ -70,10 +71,9 @@ class JobPlace(Protocol):
         """Where the job's nodes' cgroups are (made on first use)."""
         ...
 
-    @property
-    def disk_hosts(self) -> NodeHosts | None:
-        """The hosts whose disks the job's storage part serves there (None: the job's
-        filesystem is this machine's mount)."""
+    def disk_servers(self, mount: StorageMount, answer: Callable[[str, dict[str, Any]], Any]) -> DiskServers:
+        """Who serves the job's disks and shared filesystem (the storage part asks, with the
+        job's own ``mount`` and its ``answer`` to a server's requests: a watched file seen)."""
         ...
 
     def start(self, index: int, rdzv: Mapping[str, Any]) -> NodeProcess:

@@ -36,15 +36,20 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import ConfigError
-from harness.sim.faults.target import Ended, NodeHosts, record_fault
-from harness.sim.storage.host_disks import HostDisk, HostDisks
+from harness.sim.faults.target import Ended, record_fault
 from harness.sim.storage.mount import StorageMount
 
 if TYPE_CHECKING:
     from harness.sim.faults.target import FaultTarget
+    from harness.sim.storage.servers import DiskServers
+
+#: the job's place's servers of its disks, made with the job's mount and the part's answer
+#: to a server's requests (``JobPlace.disk_servers``: ``MountServers`` on this machine)
+ServersOfPlace = Callable[[StorageMount, Callable[[str, dict[str, Any]], Any]], "DiskServers"]
 
 __all__ = ["StorageFaults", "HOLD_LIMIT"]
 
@@ -59,18 +64,9 @@ def _device_name(node: int | None) -> str:
 class StorageFaults:
     """The job's filesystem and its storage faults (``job.storage``)."""
 
-    def __init__(self, target: FaultTarget, hosts: NodeHosts | None = None):
+    def __init__(self, target: FaultTarget, servers: ServersOfPlace):
         # weakly: the mount's request thread holds this part, and must not keep the job alive
         self._target_ref = weakref.ref(target)
-        #: the disks of nodes on hosts, served there (None: the nodes are on this machine)
-        self._hosts = (HostDisks(hosts, lambda: target.run_id, self._on_request, self._host_disk_started)
-                       if hosts is not None else None)
-        self._on_hosts: dict[int, tuple[str, str]] = {}  # node -> its disk and TMPDIR on its host
-        #: on hosts, node -> its disk's server, once the shared filesystem's faults and
-        #: watches in place were replayed to it (each serves its node's view of that filesystem)
-        self._shared_views: dict[int, HostDisk] = {}
-        self._shared_faults: list[dict[str, Any]] = []  # on hosts: those in place, for a server started later
-        self._shared_watches: dict[int, str] = {}  # on hosts: watch id -> glob, of watches of every node
         self.mount = StorageMount(target.directory, target.events_path, target.run_id,
                                   on_request=self._on_request, standby=target.cluster.pool.storage_server(),
                                   give_back=target.cluster.pool.return_storage_server)
@@ -87,6 +83,8 @@ class StorageFaults:
         self._seen: dict[int, float] = {}  # watch id -> monotonic time its file was seen
         self._lock = threading.Lock()
         self.lost: list[dict[str, Any]] = []  # what crashes rolled back (tests, reports)
+        #: who serves each disk: the job's place says (this machine: the mount above)
+        self._servers: DiskServers = servers(self.mount, self._on_request)
 
     @property
     def _target(self) -> FaultTarget:
@@ -102,38 +100,16 @@ class StorageFaults:
 
     def disk_of(self, node: int) -> str:
         """Node ``node``'s disk (a path of its host's, for a node started on one)."""
-        if node in self._on_hosts:
-            return self._on_hosts[node][0]
-        return os.path.join(self.mount.mountpoint, f"node{node}", "disk")
+        return self._servers.disk_of(node)
 
     def tmp_of(self, node: int) -> str:
         """Node ``node``'s workers' TMPDIR: on its disk, beside ``disk_of(node)``."""
-        return os.path.join(self.mount.mountpoint, f"node{node}", "tmp")
+        return self._servers.tmp_of(node)
 
     def add_node(self, node: int) -> None:
         """Make node ``node``'s disk and temp dir (in the backing directory: no wait for the mount)."""
         for sub in ("disk", "tmp"):
             os.makedirs(os.path.join(self.mount.root, f"node{node}", sub), exist_ok=True)
-
-    def serve_on_host(self, node: int, node_dir: str, shared: str) -> tuple[str, str, str]:
-        """Node ``node``'s disk, its workers' TMPDIR and its view of the job's shared dir
-        ``shared`` on its host (``node_dir``: its dir there), served by the harness's
-        filesystem (``HostDisks``) where its capabilities list ``fuse``, else plain dirs
-        (its storage faults then say why)."""
-        disk = self._hosts.start(node, node_dir, shared) if self._hosts is not None else None
-        paths = (disk.disk(), disk.tmp()) if disk is not None else (f"{node_dir}/disk", f"{node_dir}/disk/tmp")
-        self._on_hosts[node] = paths
-        return (*paths, disk.shared() if disk is not None else shared)
-
-    def _host_disk_started(self, disk: HostDisk) -> None:
-        """A node's server on its host, mounted: the shared filesystem's faults and watches
-        in place reach it before its node starts (a node added after a ``disk_full``)."""
-        with self._lock:
-            for params in self._shared_faults:
-                disk.call("fault", device=None, **params)
-            for ident, glob in self._shared_watches.items():
-                disk.call("watch", ident=ident, glob=glob, node=None)
-            self._shared_views[disk.node] = disk
 
     def ready(self) -> None:
         """Until the filesystem is served (before the first node starts)."""
@@ -156,56 +132,12 @@ class StorageFaults:
             self._target.node(node)  # an unknown node raises, naming the valid ones
         return {"target_node": node} if node is not None else {}
 
-    def _server(self, device: int | None, what: str) -> Any:
-        """Who serves ``device`` (None: the shared filesystem): this machine's mount, or the
-        node's disk on its host; ``ConfigError`` naming what is missing where none does."""
-        if self._hosts is None:
-            self.require(what)
-            return self.mount
-        if device is None:
-            missing = [node for node in self._on_hosts if self._hosts.disk(node) is None]
-            if missing or not self._on_hosts:
-                raise ConfigError(what, "storage fault", "needs the shared filesystem served on every node's host; "
-                                  "missing: " + (self._hosts.unavailable(missing[0]) if missing else
-                                                 "a node started on a host"))
-            return None  # every node's server: ``_shared_views``
-        disk = self._hosts.disk(device)
-        if disk is None:
-            raise ConfigError(what, "storage fault", f"needs node {device}'s disk served by the harness's "
-                              f"filesystem on its host; missing: {self._hosts.unavailable(device)}")
-        return disk
-
-    def _each_view(self, op: str, **args: Any) -> list[Any]:
-        """``op`` to every node's server on hosts (``_servers_locked(None)``); their answers.
-        The caller holds ``_lock``."""
-        return [view.call(op, **args) for view in self._servers_locked(None)]
-
-    def _servers(self, device: int | None) -> list[Any]:
-        """Every server ``device``'s files may be on (None on hosts: every node's disk
-        server there, each serving its node's view of the shared filesystem too); none
-        where nothing is served."""
-        with self._lock:
-            return self._servers_locked(device)
-
-    def _servers_locked(self, device: int | None) -> list[Any]:
-        if self._hosts is None:
-            return [self.mount] if self.mount.available else []
-        if device is None:  # each serves its node's view of the shared filesystem; not one whose link
-            # is gone (its host lost: the server went with the connection)
-            return [view for view in self._shared_views.values() if not view.link.closed]
-        disk = self._hosts.disk(device)
-        return [disk] if disk is not None else []
-
     def _lasting(self, kind: str, node: int | None, **params: Any) -> None:
         where = self._where(node)
-        server = self._server(node, kind)
+        self._servers.check(node, kind)
         record_fault(self._target, kind, device=_device_name(node), **where, **params)
         with self._lock:
-            if server is None:  # the shared filesystem on hosts: every node's view of it
-                self._each_view("fault", device=None, kind=kind, **params)
-                self._shared_faults.append({"kind": kind, **params})
-            else:
-                server.call("fault", device=node, kind=kind, **params)
+            self._servers.call(node, "fault", device=node, kind=kind, **params)
             self._open.setdefault(node, []).append(kind)
 
     def disk_full(self, node: int | None = None) -> None:
@@ -236,8 +168,6 @@ class StorageFaults:
         """End the lasting storage faults of node ``node``'s disk (None: of every disk and
         the shared filesystem); what ended, with the disks (``storage={disk: kinds}``, a
         field of the ``heal`` event ``Job.heal`` records)."""
-        if self._hosts is None and not self.mount.available:
-            return Ended()
         with self._lock:
             devices = list(self._open) if node is None else [node]
             if not any(self._open.get(d) for d in devices):
@@ -246,15 +176,9 @@ class StorageFaults:
                 self._open.pop(d, None)
         per_disk: dict[str, list[str]] = {}
         for d in devices:
-            server = self._server(d, "heal")
-            if server is not None:
-                per_disk.update(server.call("heal", device=d))
-                continue
-            with self._lock:  # the shared filesystem on hosts: every node's view of it
-                self._shared_faults.clear()
-                for healed in self._each_view("heal", device=None):
-                    for disk, kinds in healed.items():
-                        per_disk[disk] = sorted({*per_disk.get(disk, []), *kinds})
+            for healed in self._servers.call(d, "heal", device=d):  # the shared filesystem: each view's
+                for disk, kinds in healed.items():
+                    per_disk[disk] = sorted({*per_disk[disk], *kinds}) if disk in per_disk else kinds
         names = sorted({kind for kinds in per_disk.values() for kind in kinds})
         return Ended(names, {"storage": per_disk} if per_disk else {})
 
@@ -266,17 +190,18 @@ class StorageFaults:
     def crash(self, node: int, torn: bool = False) -> list[dict[str, Any]]:
         """Roll back what node ``node`` wrote and never fsynced (it is dead by now); what
         was lost, per file, also on the timeline as a ``storage_lost`` event."""
-        server = self._server(node, "lose_unsynced")
-        lost: list[dict[str, Any]] = server.call("crash", node=node, torn=torn)
+        self._servers.check(node, "lose_unsynced")
+        lost: list[dict[str, Any]] = [entry for answer in self._servers.call(node, "crash", node=node, torn=torn)
+                                      for entry in answer]
         for entry in lost:  # paths in the mount -> the paths the job sees (on a host: there)
-            entry["path"] = os.path.join(server.mountpoint, entry["path"].lstrip("/"))
+            entry["path"] = os.path.join(self._servers.mountpoint(node), entry["path"].lstrip("/"))
         self.lost.extend(lost)
         self._target.harness_events.emit("storage_lost", target_node=node, torn=torn, files=lost)
         return lost
 
     def unsynced(self, node: int | None = None) -> list[dict[str, Any]]:
         """Files with writes not fsynced yet (by ``node``, or anyone's)."""
-        return [entry for server in self._servers(node) for entry in server.call("dirty", node=node)]
+        return [entry for answer in self._servers.call(node, "dirty", node=node) for entry in answer]
 
     # -- OnFile ---------------------------------------------------------------------------
 
@@ -284,13 +209,7 @@ class StorageFaults:
         """Whether a file matching ``glob`` was created or renamed (by ``node``) since the
         trigger was armed; the first call arms the watch in the server (on hosts: in the
         server of ``node``'s disk, or of every node's with None)."""
-        if self._hosts is None:
-            self.require("on_file")
-        elif not self._servers(node):
-            missing = (self._hosts.unavailable(node) if node is not None else
-                       "any node's (no node's host lists fuse in its capabilities, or none has started)")
-            raise ConfigError("on_file", "storage fault", "needs a node's disk served by the harness's filesystem "
-                              f"on its host; missing: {missing}")
+        self._servers.check_watch(node, "on_file")
         with self._lock:
             ident = self._watch_of.get(id(trigger))
             if ident is None:
@@ -303,11 +222,8 @@ class StorageFaults:
                 if ident in self._seen:
                     return True
         if arm:
-            with self._lock:  # on hosts, a node's server started later gets it too (``_host_disk_started``)
-                if node is None and self._hosts is not None:
-                    self._shared_watches[ident] = glob
-                for server in self._servers_locked(node):
-                    server.call("watch", ident=ident, glob=glob, node=node)
+            with self._lock:  # of every node's (None): a server started later gets it too
+                self._servers.call(node, "watch", ident=ident, glob=glob, node=node)
         return False
 
     def _on_request(self, op: str, args: dict[str, Any]) -> Any:
@@ -343,7 +259,7 @@ class StorageFaults:
             found.append(UserWarning(f"job {target.run_id}: storage faults still in place when the job ended "
                                      f"({text}); heal them in the test (job.heal()), or expect them"))
         try:
-            found += [RuntimeWarning(problem) for problem in (self._hosts.close() if self._hosts is not None else [])]
+            found += [RuntimeWarning(problem) for problem in self._servers.close()]
         finally:
             self.mount.close()
         return found

@@ -19,6 +19,7 @@ from harness.sim.nodes.gpus import GpuPlan
 from harness.sim.nodes.rendezvous_store import NETNS_STORE_PORT, STORE_ADDR
 from harness.sim.nodes.start import start_agent
 from harness.sim.resources.cgroups import MachineCgroups
+from harness.sim.storage.servers import MountServers
 
 if TYPE_CHECKING:
     from harness.sim.config import ClusterConfig
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.pool import WarmPool
     from harness.sim.nodes.process import NodeProcess
     from harness.sim.nodes.start import StartingJob
+    from harness.sim.storage.mount import StorageMount
 
 __all__ = ["Here", "HereJob"]
 
@@ -90,9 +92,6 @@ class Here:
 class HereJob:
     """A job's nodes on this machine (``harness.sim.places.seam.JobPlace``)."""
 
-    #: the job's filesystem is this machine's mount (no host serves a disk)
-    disk_hosts = None
-
     def __init__(self, job: StartingJob):
         self._job = job
         self.orders = LocalOrders(job.orders_dir)
@@ -102,6 +101,10 @@ class HereJob:
     def network(self) -> Network:
         """The job's ``Network`` (built with its first node)."""
         return self._job.net  # type: ignore[return-value]
+
+    def disk_servers(self, mount: StorageMount, answer: Callable[[str, dict[str, Any]], Any]) -> MountServers:
+        """The job's one mount serves every node's disk and the shared filesystem."""
+        return MountServers(mount)
 
     def start(self, index: int, rdzv: Mapping[str, Any]) -> NodeProcess:
         return start_agent(self._job, index, dict(rdzv))

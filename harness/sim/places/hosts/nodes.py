@@ -80,6 +80,7 @@ from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
 from harness.sim.places.hosts.cgroups import HostCgroups
+from harness.sim.places.hosts.disks import HostDisks
 from harness.sim.places.hosts.network import HostNetwork
 from harness.sim.places.hosts.orders import HostOrders
 from harness.sim.places.hosts.port import HostPort
@@ -95,10 +96,10 @@ if TYPE_CHECKING:
     from harness.hosts import RemoteProcess
     from harness.sim.bus import EventBus
     from harness.sim.faults import ScheduledFault
-    from harness.sim.faults.target import NodeHosts
     from harness.sim.nodes.rendezvous_store import StoreHandle
     from harness.sim.nodes.start import NodesCluster
     from harness.sim.places.hosts.gpus import HostsGpuPlan
+    from harness.sim.storage.mount import StorageMount
     from harness.sim.truth.timeline import Timeline
 
 __all__ = ["HostWorkers", "RemoteAgent", "RemoteNodeProcess", "RemoteNodes", "connector", "run_result_from_json"]
@@ -366,7 +367,7 @@ class _Link:
 
 class PlacedJob(Launched, Protocol):
     """The job as its hosts' placement sees it: what it runs (``Launched``), its directory,
-    event file and bus, its cluster, its store, its nodes and timeline."""
+    event file and bus, its cluster, its store, its nodes, timeline and cgroups."""
 
     @property
     def directory(self) -> str: ...
@@ -392,9 +393,6 @@ class PlacedJob(Launched, Protocol):
     @property
     def resources(self) -> NodeEnv: ...
 
-    @property
-    def storage(self) -> NodeDisks: ...
-
 
 class NodeEnv(Protocol):
     """The job's resource part as a node's start on a host sees it (``ResourceFaults``)."""
@@ -402,12 +400,6 @@ class NodeEnv(Protocol):
     def node_env(self, node: int) -> dict[str, str]: ...
 
     def socket_cgroup(self, node: int) -> tuple[str, int] | str: ...
-
-
-class NodeDisks(Protocol):
-    """The job's storage part as a node's start on a host sees it (``StorageFaults``)."""
-
-    def serve_on_host(self, node: int, node_dir: str, shared: str) -> tuple[str, str, str]: ...
 
 
 class RemoteNodes:
@@ -435,8 +427,7 @@ class RemoteNodes:
         self.orders = HostOrders(self, self.shared)
         #: the nodes' cgroups, each on its node's host (a keeper there per node)
         self.cgroups = HostCgroups(self, lambda: job.run_id)
-        #: the hosts whose disks the job's storage part serves there
-        self.disk_hosts: NodeHosts = self
+        self._disks: HostDisks | None = None  # the nodes' disks there (``disk_servers``, with the job's storage)
         self._script: ScriptCopy | None = None  # the job's script, for hosts that copy it
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
         self._upkeep: threading.Thread | None = None
@@ -500,6 +491,12 @@ class RemoteNodes:
             _log.warning("host %s: what its lost connection missed could not be read: %s", spec.label, e)
             return {index: None for index, _ in lost}
         return counts
+
+    def disk_servers(self, mount: StorageMount, answer: Callable[[str, dict[str, Any]], Any]) -> HostDisks:
+        """The nodes' disks, each served on its node's host where it lists ``fuse`` (the
+        job's own ``mount`` serves none of them)."""
+        self._disks = HostDisks(self, lambda: self._job.run_id, answer)
+        return self._disks
 
     def store_port(self, node: int) -> tuple[HostPort, str]:
         """A port on node ``node``'s host, at its address, kept for the job (a keeper there
@@ -613,7 +610,8 @@ class RemoteNodes:
                                rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
                                last_call=HOSTS_LAST_CALL_S)
         # the node's {shared}: its view of the job's shared dir, served by its disk's server where it has one
-        disk, worker_tmp, shared = job.storage.serve_on_host(
+        assert self._disks is not None, "the job's storage part asks for its servers as the job is made"
+        disk, worker_tmp, shared = self._disks.serve(
             index, there, self.shared.path if self.shared is not None else f"{host.work_dir}/shared")
         env = {**settings.env, EVENTS_ENV: f"{there}/events.jsonl", NODE_ENV: str(index),
                WAKE_ENV: relay.wake_path, ORDERS_ENV: self.orders.dir_on(host), "TMPDIR": f"{there}/tmp",

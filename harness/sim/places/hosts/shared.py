@@ -15,7 +15,7 @@ for this machine whose controller pid is dead (``sweep``), as dead owners' temp 
 namespaces and cgroups are removed here.
 
 On a host whose capabilities list ``fuse`` each node's disk server serves the node its view
-of that dir (``harness.sim.storage.host_disks``), so the shared filesystem's faults
+of that dir (``harness.sim.places.hosts.disks``), so the shared filesystem's faults
 (``disk_full`` with no node, ``lose_unsynced``, ``torn``, ``on_file``) are carried out there
 too, where one dir is every node's (``seen_by_all``) and every host serves it
 (``shared_fs_refusal``).

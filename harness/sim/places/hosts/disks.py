@@ -1,4 +1,4 @@
-"""The disks of a job's nodes placed on hosts (``job.storage`` there; docs/hosts.md).
+"""The disks of a job's nodes placed on hosts (what ``job.storage`` asks there; docs/hosts.md).
 
 A node on a host whose ``capabilities`` list ``fuse`` gets its local disk *there*, served
 by the harness's own filesystem server (``python -m harness.sim.storage.server``, the same
@@ -16,7 +16,7 @@ workers' ``worker_start``: pids of the host).
 It serves the node's view of the job's shared filesystem too, ``{node dir}/fs/shared``,
 backed by the job's ``{shared}`` there (the hosts' ``shared_dir``, or the one host's own
 dir): what the node writes there goes through its server, so a fault on the shared
-filesystem is one on every node's server (``StorageFaults``), and a crash of the node
+filesystem is one on every node's server (``HostDisks.call``), and a crash of the node
 rolls back what it wrote there and never fsynced, as on this machine's one mount.
 
 Ownership: closing a disk unmounts it (SIGTERM: libfuse unmounts on its way out) and ends
@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.hosts import HostError, SshHost
 from harness.sim.faults.target import NodeHosts
 from harness.sim.schema import FUSE
@@ -134,23 +135,37 @@ class HostDisk:
 
 
 class HostDisks:
-    """The disks of a job's nodes on hosts, one server per node whose host lists ``fuse``."""
+    """The disks of a job's nodes on hosts, one server per node whose host lists ``fuse``
+    (``harness.sim.storage.servers.DiskServers``: what the job's storage part asks). Each
+    server serves its node's view of the shared filesystem too: a request for that filesystem
+    goes to every node's server, and a fault or watch on it in place reaches a server started
+    later (a node added after a ``disk_full``) before its node starts."""
 
-    def __init__(self, nodes: NodeHosts, run_id: Callable[[], str], answer: Callable[[str, dict[str, Any]], Any],
-                 started: Callable[[HostDisk], None]):
+    def __init__(self, nodes: NodeHosts, run_id: Callable[[], str], answer: Callable[[str, dict[str, Any]], Any]):
         self._nodes = nodes
         self._run_id = run_id
         self._answer = answer
-        self._started = started
         self._disks: dict[int, HostDisk] = {}
+        self._paths: dict[int, tuple[str, str]] = {}  # node -> its disk and TMPDIR on its host
         self._why: dict[int, str] = {}
+        #: node -> its server, once the shared filesystem's requests in place were replayed to
+        #: it (each serves its node's view of that filesystem)
+        self._views: dict[int, HostDisk] = {}
+        self._kept: list[tuple[str, dict[str, Any]]] = []  # the shared filesystem's faults and watches in place
         self._lock = threading.Lock()
 
-    def start(self, node: int, node_dir: str, shared: str) -> HostDisk | None:
-        """Node ``node``'s disk on its host, and its view of ``shared`` (the job's shared
-        dir there), served (None: plain dirs; ``unavailable`` says why); ``started`` is
-        told before it is returned (the shared filesystem's faults in place reach it).
-        Called as the node starts, once its connection is open."""
+    def serve(self, node: int, node_dir: str, shared: str) -> tuple[str, str, str]:
+        """Node ``node``'s disk, its workers' TMPDIR and its view of the job's shared dir
+        ``shared`` on its host (``node_dir``: its dir there), served by the harness's
+        filesystem where its capabilities list ``fuse``, else plain dirs (its storage faults
+        then say why). Called as the node starts, once its connection is open."""
+        disk = self._start(node, node_dir, shared)
+        paths = (disk.disk(), disk.tmp()) if disk is not None else (f"{node_dir}/disk", f"{node_dir}/disk/tmp")
+        with self._lock:
+            self._paths[node] = paths
+        return (*paths, disk.shared() if disk is not None else shared)
+
+    def _start(self, node: int, node_dir: str, shared: str) -> HostDisk | None:
         spec = self._nodes.host_of(node)
         if FUSE not in spec.capabilities:
             return None
@@ -162,7 +177,11 @@ class HostDisks:
         try:
             disk = HostDisk(self._nodes.connection(node)[0], node, node_dir, self._run_id(), self._answer, shared)
             try:
-                self._started(disk)
+                with self._lock:  # the shared filesystem's faults and watches in place, before its node starts
+                    for op, args in self._kept:
+                        disk.call(op, **args)
+                    self._views[node] = disk
+                    self._disks[node] = disk
             except BaseException:
                 disk.close()
                 raise
@@ -171,17 +190,59 @@ class HostDisks:
             _log.warning("node %d: %s", node, self._why[node])
             return None
         _log.debug("node %d: its disk on host %s served in %.2f s", node, spec.label, time.monotonic() - began)
-        with self._lock:
-            self._disks[node] = disk
         return disk
 
-    def disk(self, node: int) -> HostDisk | None:
+    def disk_of(self, node: int) -> str:
         with self._lock:
-            return self._disks.get(node)
+            return self._paths[node][0]
 
-    def disks(self) -> list[HostDisk]:
+    def tmp_of(self, node: int) -> str:
         with self._lock:
-            return list(self._disks.values())
+            return self._paths[node][1]
+
+    def check(self, device: int | None, what: str) -> None:
+        with self._lock:
+            if device is not None:
+                served = device in self._disks
+            else:
+                missing = [node for node in self._paths if node not in self._disks]
+                served = bool(self._paths) and not missing
+        if device is not None and not served:
+            raise ConfigError(what, "storage fault", f"needs node {device}'s disk served by the harness's "
+                              f"filesystem on its host; missing: {self.unavailable(device)}")
+        if device is None and not served:
+            raise ConfigError(what, "storage fault", "needs the shared filesystem served on every node's host; "
+                              "missing: " + (self.unavailable(missing[0]) if missing else "a node started on a host"))
+
+    def check_watch(self, node: int | None, what: str) -> None:
+        with self._lock:
+            served = bool(self._serving(node))
+        if not served:
+            missing = (self.unavailable(node) if node is not None else
+                       "any node's (no node's host lists fuse in its capabilities, or none has started)")
+            raise ConfigError(what, "storage fault", "needs a node's disk served by the harness's filesystem "
+                              f"on its host; missing: {missing}")
+
+    def _serving(self, device: int | None) -> list[HostDisk]:
+        """The servers of ``device`` now (the caller holds ``_lock``): the shared filesystem's
+        are every node's view not gone with its host's connection."""
+        if device is None:
+            return [view for view in self._views.values() if not view.link.closed]
+        disk = self._disks.get(device)
+        return [disk] if disk is not None else []
+
+    def call(self, device: int | None, op: str, /, **args: Any) -> list[Any]:
+        with self._lock:  # one at a time with a server's start: it gets what is kept, or this call
+            answers = [server.call(op, **args) for server in self._serving(device)]
+            if device is None and op in ("fault", "watch"):
+                self._kept.append((op, args))
+            elif device is None and op == "heal":
+                self._kept = [(kept, kept_args) for kept, kept_args in self._kept if kept != "fault"]
+        return answers
+
+    def mountpoint(self, device: int) -> str:
+        with self._lock:
+            return self._disks[device].mountpoint
 
     def unavailable(self, node: int) -> str:
         """Why node ``node`` has no disk served on its host (a clause)."""
@@ -194,7 +255,7 @@ class HostDisks:
     def close(self) -> list[str]:
         """Unmount every node's disk and end its server; what went wrong (one line each)."""
         with self._lock:
-            disks, self._disks = list(self._disks.values()), {}
+            disks, self._disks, self._views = list(self._disks.values()), {}, {}
         problems = []
         for disk in disks:
             try:
