@@ -225,7 +225,7 @@ class SshHost:
             try:
                 master = self._owned.master = subprocess.Popen(
                     self._argv(mux, self._python(lease)), stdin=theirs, stdout=subprocess.PIPE, stderr=log,
-                    text=True, start_new_session=True)  # a ^C to us must not cut the link before close()
+                    text=True, start_new_session=True, env=self._popen_env())  # a ^C to us must not cut the link first
             except FileNotFoundError:
                 os.close(ours)
                 raise HostError(f"host {self.spec.label}: no ssh client {self.ssh_command[0]!r} on this machine "
@@ -306,7 +306,7 @@ class SshHost:
                     self._argv(self._client_options(),
                                self._python(["run", repr(float(grace)), work_dir, *argv], bare=True), connection),
                     stdin=theirs, stdout=stdout, stderr=stderr, text=True, errors="replace",
-                    start_new_session=True)
+                    start_new_session=True, env=self._popen_env())
             except BaseException:
                 os.close(lifeline)
                 raise
@@ -410,7 +410,7 @@ class SshHost:
         self._require_open()
         argv = self._argv(self._client_options(), self._python(["put", path], bare=True))
         try:
-            done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout)
+            done = subprocess.run(argv, input=data, capture_output=True, timeout=timeout, env=self._popen_env())
         except subprocess.TimeoutExpired:
             raise HostTimeout(f"host {self.spec.label}: writing {path} did not finish within {timeout:g} s") from None
         err = done.stderr.decode(errors="replace")
@@ -523,6 +523,10 @@ class SshHost:
         hand what ssh says, or to time the transport alone (``bench/hosts.py``)."""
         self._require_open()
         return self._argv(self._client_options(), remote)
+
+    def _popen_env(self) -> dict[str, str] | None:
+        """The client's environment (None: ours)."""
+        return None
 
     def _client_options(self) -> list[str]:
         if not self.multiplex:
