@@ -55,6 +55,7 @@ KEEP_MISSED_S = 20.0
 _HOSTNAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252})")
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
 _CAPABILITY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_LABEL = re.compile(r"[A-Za-z0-9_.@%-]+")
 _URL_FORM = "must be ssh://user@address[:port]"
 
 
@@ -86,9 +87,14 @@ class HostSpec:
     #: session's under pytest -n, or a pool several pipelines share): a fault that would
     #: fall on the whole host, and so on their nodes too, is refused where it is False
     exclusive: bool = True
+    #: its own name where it has one (a Slurm node's: what the scheduler calls it, and how
+    #: its steps are sent to it); None: it is known by its address
+    name: str | None = None
 
     @property
     def label(self) -> str:
+        if self.name is not None:
+            return self.name
         address = f"[{self.address}]" if ":" in self.address else self.address
         return f"{self.user}@{address}:{self.port}"
 
@@ -132,6 +138,10 @@ def _capabilities(value: Any) -> frozenset[str] | None:
         return None
     ok = all(isinstance(c, str) and _CAPABILITY.fullmatch(c) for c in value)
     return frozenset(value) if ok else None
+
+
+def _label(value: Any) -> str | None:
+    return value if isinstance(value, str) and _LABEL.fullmatch(value) else None
 
 
 def _flag(value: Any) -> bool | None:
@@ -183,6 +193,7 @@ FIELDS: dict[str, _Field] = {
     "keep_missed": _Field(_keep, "must be a number of seconds in [0, 3600]"),
     "gpus": _Field(_gpus, "must be a GPU count in [0, 1024] or a list of device ids"),
     "exclusive": _Field(_flag, "must be true or false"),
+    "name": _Field(_label, "must be a name for the host ([A-Za-z0-9_.@%-]+): how reports call it"),
 }
 _REQUIRED = ("address", "user")
 

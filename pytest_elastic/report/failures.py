@@ -166,19 +166,28 @@ def explain_job(job: Any, captured: list[dict[str, Any]] | None = None, alone: s
 
 
 def agents_failed_alone(job: Any) -> str:
-    """Nodes whose agent ended FAILED with no failed worker and no harm of the harness's (a
-    rendezvous or store error of the agent's own), each with the end of its log: the cause is
-    there, in no rank's error file. Empty when there is none, or the files are gone."""
+    """Nodes whose agent failed on its own, with no failed worker and no harm of the
+    harness's: it ended FAILED with no rank failure, or exited non-zero with no result at
+    all (a rendezvous or store error it raised: ``elastic-run: error: ...``), each with the
+    end of its log: the cause is there, in no rank's error file. Empty when there is none,
+    or the files are gone."""
     try:
         result = job.result()
     except Exception:  # a half-written result: the timeline says the rest
         return ""
     harmed = {e.get("target_node") for e in job.timeline.events("node_exit") if e.get("cause")}
     lines: list[str] = []
-    for index, run in sorted(result.run_results.items()):
-        if run.is_failed() and not run.failures and index not in harmed:
-            node = job.nodes.get(index)
-            lines.append(f"node {getattr(node, 'name', index)} (index {index}): its agent failed with no failed "
-                         "worker; its log ends:")
-            lines += [f"  {line}" for line in (_log_tail(job, index) or "(empty)").splitlines()]
+    for index in sorted(set(result.run_results) | set(getattr(result, "exit_codes", {}))):
+        run, code = result.run_results.get(index), getattr(result, "exit_codes", {}).get(index)
+        if index in harmed:
+            continue
+        if run is not None and run.is_failed() and not run.failures:
+            why = "its agent failed with no failed worker"
+        elif run is None and code not in (None, 0):
+            why = f"its agent exited {code} with no result"
+        else:
+            continue
+        node = job.nodes.get(index)
+        lines.append(f"node {getattr(node, 'name', index)} (index {index}): {why}; its log ends:")
+        lines += [f"  {line}" for line in (_log_tail(job, index) or "(empty)").splitlines()]
     return "\n".join(lines)

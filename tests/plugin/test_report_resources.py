@@ -70,6 +70,12 @@ def test_an_agent_that_failed_with_no_failed_worker_is_named_with_its_log(tmp_pa
                                  "  starting", "  elastic-run: error: rendezvous 'r' timed out"]
     assert explain_job(job) == text
 
+    # an agent that raised (a rendezvous error) writes no result: its exit code says it failed
+    crashed = SimpleNamespace(result=lambda: SimpleNamespace(run_results={1: runs[1]}, exit_codes={0: 1, 1: 0}),
+                              timeline=job.timeline, nodes=job.nodes, agent_log=job.agent_log)
+    assert agents_failed_alone(crashed).splitlines()[0] == ("node tammie-0 (index 0): its agent exited 1 with no "
+                                                             "result; its log ends:")
+
     # a scenario's cluster closes before its report is made: what was read before stays
     def gone():
         raise FileNotFoundError("the job's dir went with its cluster")

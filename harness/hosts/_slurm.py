@@ -1,0 +1,239 @@
+"""A Slurm allocation as the hosts a job's nodes run on: ``SlurmSpec`` (the ``[slurm]`` table
+of a Slurm file, or keywords) and ``SlurmAllocation`` (the allocation itself, and a host per
+node of it, reached with ``SrunHost``).
+
+The spec says where to allocate (``partition``, ``account``, ``time_limit``, ``nodes``), what
+each node offers (``python``, ``capabilities``, ``shared_dir``, ``work_dir``), and how the
+controller's side is reached from the nodes (``controller_address``: the address the job's
+store listens at, which every node must reach; Slurm forwards no port). Inside an
+allocation (``SLURM_JOB_ID`` set, or ``job_id`` given) the job uses it and leaves it;
+otherwise it makes its own (``salloc --no-shell``) and releases it (``scancel``) at close.
+
+``client_prefix`` runs every Slurm client through a wrapper that execs it (``nsenter
+--net=PATH`` for a cluster whose controller's side is a network namespace, as the tests'
+lab), ``slurm_conf`` names the cluster's config for them (``SLURM_CONF``), and
+``controller_netns`` is the network namespace the controller's side listens in (the job's
+store), where it is not this process's. Bad fields are one ``ConfigError`` line naming the
+field and the file.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from harness.errors import ConfigError
+from harness.hosts._errors import HostError
+from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _text
+from harness.hosts._srun import SrunHost
+
+__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_spec"]
+
+#: how long a Slurm client may take (salloc waits for its nodes this long, by default)
+_CLIENT_S = 60.0
+_NAME = re.compile(r"[A-Za-z0-9_.@%-]+")
+_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
+
+
+@dataclass(frozen=True)
+class SlurmSpec:
+    """Where a job's nodes are allocated on a Slurm cluster, and how they are reached."""
+
+    controller_address: str  # the address every node reaches the controller's side at (the job's store)
+    partition: str | None = None
+    account: str | None = None
+    time_limit: str | None = None  # salloc --time (MM, HH:MM:SS, D-HH...); None: the partition's default
+    nodes: int | None = None  # how many to allocate; None: the job's most nodes
+    job_id: str | None = None  # an allocation to use; None: $SLURM_JOB_ID, else one of our own
+    python: str = "python3"  # the nodes' interpreter, which must have pytest-elastic
+    capabilities: frozenset[str] = field(default_factory=frozenset)
+    shared_dir: str | None = None  # a filesystem every node of the allocation shares
+    work_dir: str | None = None  # the nodes' base of the connection work dirs; None: their temp dir
+    client_prefix: tuple[str, ...] = ()  # what runs each Slurm client (nsenter --net=PATH)
+    slurm_conf: str | None = None  # SLURM_CONF for the clients; None: theirs
+    controller_netns: str | None = None  # the network namespace the controller's side listens in
+
+
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and _NAME.fullmatch(value) else None
+
+
+def _time(value: Any) -> str | None:
+    return value if isinstance(value, str) and _TIME.fullmatch(value) else None
+
+
+def _count(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 100_000
+    return value if ok else None
+
+
+def _job(value: Any) -> str | None:
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    return text if isinstance(text, str) and text.isdigit() else None
+
+
+def _argv(value: Any) -> tuple[str, ...] | None:
+    ok = isinstance(value, (list, tuple)) and all(_text(v) is not None for v in value)
+    return tuple(value) if ok else None
+
+
+SLURM_FIELDS: dict[str, _Field] = {
+    "controller_address": _Field(_address, "must be the IP address (or host name) the nodes reach this machine at"),
+    "partition": _Field(_name, "must be a partition name"),
+    "account": _Field(_name, "must be an account name"),
+    "time_limit": _Field(_time, 'must be a Slurm time limit ("30", "1:00:00", "1-0", "UNLIMITED")'),
+    "nodes": _Field(_count, "must be an int >= 1: the nodes to allocate"),
+    "job_id": _Field(_job, "must be a Slurm job id (digits): an allocation to use"),
+    "python": _Field(_text, "must be the nodes' interpreter (a path or a command name)"),
+    "capabilities": _Field(_capabilities, "must be a list of names like \"netns\", \"cgroups\""),
+    "shared_dir": _Field(_absolute, "must be an absolute path of a filesystem every node shares"),
+    "work_dir": _Field(_absolute, "must be an absolute path on the nodes"),
+    "client_prefix": _Field(_argv, 'must be a list of strings: a command that execs the Slurm client after it'),
+    "slurm_conf": _Field(_text, "must be the path of a slurm.conf on this machine", local_path=True, must_exist=True),
+    "controller_netns": _Field(_absolute, "must be the absolute path of a network namespace (/run/netns/NAME)",
+                               must_exist=True),
+}
+
+
+def slurm_spec(source: str = "Cluster(slurm=...)", base_dir: Path | None = None, **raw: Any) -> SlurmSpec:
+    """A ``SlurmSpec`` from raw fields, each checked by its row (one ``ConfigError`` line)."""
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        row = SLURM_FIELDS.get(name)
+        if row is None:
+            raise ConfigError(name, value, f"is not a Slurm field (known: {', '.join(SLURM_FIELDS)})", source)
+        checked = row.check(value)
+        if checked is None:
+            raise ConfigError(name, value, row.constraint, source)
+        if row.local_path and base_dir is not None and not os.path.isabs(checked):
+            checked = str(base_dir / checked)
+        if row.must_exist and not os.path.exists(checked):
+            raise ConfigError(name, value, f"{row.constraint}: {checked} does not exist", source)
+        values[name] = checked
+    if "controller_address" not in values:
+        raise ConfigError("controller_address", None, "is required: the address the nodes reach this machine at "
+                          "(the job's store listens there)", source)
+    return SlurmSpec(**values)
+
+
+def load_slurm(path: str | os.PathLike[str]) -> SlurmSpec:
+    """The ``[slurm]`` table of a TOML Slurm file."""
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text())
+    except OSError as e:
+        raise ConfigError("slurm file", str(file), f"cannot be read: {e.strerror}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("slurm file", str(file), f"is not TOML: {e}") from None
+    unknown = set(data) - {"slurm"}
+    if unknown:
+        raise ConfigError("table", sorted(unknown)[0], "is not one of a Slurm file's ([slurm])", str(file))
+    table = data.get("slurm")
+    if not isinstance(table, dict):
+        raise ConfigError("slurm", table, "needs a [slurm] table", str(file))
+    return slurm_spec(file.name, file.parent, **table)
+
+
+class SlurmAllocation:
+    """The allocation a job's nodes run in: ours (made with ``salloc --no-shell``, released
+    at ``close``) or the caller's (``job_id``, ``$SLURM_JOB_ID``: used and left)."""
+
+    def __init__(self, spec: SlurmSpec, nodes: int, env: Mapping[str, str] | None = None,
+                 wait: float = _CLIENT_S):
+        self.spec = spec
+        environ = dict(os.environ if env is None else env)
+        if spec.slurm_conf is not None:
+            environ["SLURM_CONF"] = spec.slurm_conf
+        self.env = environ
+        given = spec.job_id or environ.get("SLURM_JOB_ID")
+        self.ours = given is None
+        self.job_id = given if given is not None else self._allocate(spec.nodes or nodes, wait)
+        self._nodes: list[tuple[str, str]] | None = None
+
+    def client(self, *argv: str) -> list[str]:
+        """A Slurm client's argv, as this allocation runs it (its ``client_prefix`` first)."""
+        return [*self.spec.client_prefix, *argv]
+
+    def run(self, *argv: str, timeout: float = _CLIENT_S) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(self.client(*argv), env=self.env, capture_output=True, text=True,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise HostError(f"Slurm: no {argv[0]!r} on this machine (Slurm's clients: Debian slurm-client)") from None
+        except subprocess.TimeoutExpired:
+            raise HostError(f"Slurm: {' '.join(argv)} did not finish within {timeout:g} s") from None
+
+    def _allocate(self, count: int, wait: float) -> str:
+        """Our own allocation of ``count`` nodes, waiting at most ``wait`` s for them; a
+        request still pending then is withdrawn (salloc revokes it on SIGTERM), never left
+        in the queue."""
+        spec = self.spec
+        argv = ["salloc", "--no-shell", f"--nodes={count}", "--job-name=pytest-elastic",
+                *([f"--partition={spec.partition}"] if spec.partition else []),
+                *([f"--account={spec.account}"] if spec.account else []),
+                *([f"--time={spec.time_limit}"] if spec.time_limit else [])]
+        try:
+            proc = subprocess.Popen(self.client(*argv), env=self.env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        except FileNotFoundError:
+            raise HostError("Slurm: no 'salloc' on this machine (Slurm's clients: Debian slurm-client)") from None
+        try:
+            out, err = proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+            proc.communicate(timeout=_CLIENT_S)
+            raise HostError(f"Slurm: salloc of {count} node(s) got none within {wait:g} s "
+                            "(its request withdrawn)") from None
+        found = re.search(r"Granted job allocation (\d+)", err + out)
+        if proc.returncode != 0 or found is None:
+            said = [line for line in (err + out).splitlines() if line.strip()]
+            raise HostError(f"Slurm: salloc of {count} node(s) failed (exit {proc.returncode}): "
+                            f"{said[-1] if said else 'no word'}")
+        return found.group(1)
+
+    def nodes(self) -> list[tuple[str, str]]:
+        """(name, address) of each node of the allocation, in Slurm's order."""
+        if self._nodes is None:
+            listed = self.run("squeue", "--noheader", f"--jobs={self.job_id}", "--format=%N")
+            hostlist = listed.stdout.strip()
+            if listed.returncode != 0 or not hostlist:
+                raise HostError(f"Slurm: job {self.job_id} has no nodes ({listed.stderr.strip() or 'not running'})")
+            names = self.run("scontrol", "show", "hostnames", hostlist).stdout.split()
+            self._nodes = [(name, self._address(name)) for name in names]
+        return list(self._nodes)
+
+    def _address(self, name: str) -> str:
+        shown = self.run("scontrol", "show", "node", name).stdout
+        found = re.search(r"\bNodeAddr=(\S+)", shown)
+        if found is None:
+            raise HostError(f"Slurm: scontrol says no NodeAddr of node {name}")
+        return found.group(1)
+
+    def host_spec(self, name: str, address: str) -> HostSpec:
+        """Node ``name`` as a host of the hosts' place (its label its Slurm name)."""
+        spec = self.spec
+        return HostSpec(address=address, user=getpass.getuser(), python=spec.python, work_dir=spec.work_dir,
+                        capabilities=spec.capabilities, shared_dir=spec.shared_dir, name=name)
+
+    def connect(self, host: HostSpec, **options: Any) -> SrunHost:
+        """``host``'s channel: job steps on its node."""
+        return SrunHost(host, job_id=self.job_id, node=host.name or host.address,
+                        srun_command=self.client("srun"), env=self.env, **options)
+
+    def close(self) -> list[str]:
+        """Release the allocation if it is ours (``scancel``: its steps end with it); what
+        went wrong, one line each."""
+        if not self.ours:
+            return []
+        done = self.run("scancel", self.job_id)
+        return [] if done.returncode == 0 else [f"Slurm: scancel {self.job_id} exited {done.returncode}: "
+                                               f"{done.stderr.strip()}"]

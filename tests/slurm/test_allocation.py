@@ -1,0 +1,57 @@
+"""``SlurmAllocation`` on the real Slurm lab: one of our own is made with ``salloc
+--no-shell`` and released at close; one given (``job_id``) is used and left; its nodes are
+named with their addresses, and each is reached as a host with job steps."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness.hosts import HostError, SlurmAllocation, slurm_spec
+from tests.slurm.lab import SlurmLab
+
+
+def _spec(lab: SlurmLab, **fields):
+    return slurm_spec(controller_address=lab.controller_address, slurm_conf=str(lab.conf),
+                      client_prefix=lab.command()[:2], python=sys.executable, **fields)
+
+
+def _jobs(lab: SlurmLab) -> list[str]:
+    return lab.run("squeue", "--noheader", "--format=%i").stdout.split()
+
+
+def test_our_own_allocation_is_made_and_released(slurm_lab: SlurmLab):
+    allocation = SlurmAllocation(_spec(slurm_lab), nodes=2)
+    try:
+        assert allocation.ours and _jobs(slurm_lab) == [allocation.job_id]
+        nodes = allocation.nodes()
+        assert len(nodes) == 2
+        addresses = {slurm_lab.node_name(i): slurm_lab.net.address(i) for i in range(slurm_lab.nnodes)}
+        assert all(addresses[name] == address for name, address in nodes)
+        name, address = nodes[1]
+        spec = allocation.host_spec(name, address)
+        assert spec.label == name
+        with allocation.connect(spec) as host:
+            assert host.run(["sh", "-c", "echo $SLURMD_NODENAME"]).stdout.strip() == name
+    finally:
+        assert allocation.close() == []
+    assert _jobs(slurm_lab) == []
+
+
+def test_a_given_allocation_is_used_and_left(slurm_lab: SlurmLab):
+    mine = SlurmAllocation(_spec(slurm_lab), nodes=1)
+    try:
+        given = SlurmAllocation(_spec(slurm_lab, job_id=mine.job_id), nodes=3)
+        assert not given.ours and given.job_id == mine.job_id and len(given.nodes()) == 1
+        assert given.close() == [] and _jobs(slurm_lab) == [mine.job_id]
+    finally:
+        mine.close()
+
+
+def test_an_allocation_that_cannot_be_had_says_why_in_one_line(slurm_lab: SlurmLab):
+    with pytest.raises(HostError, match=r"Slurm: salloc of 2 node\(s\) failed \(exit 1\): .*[Ii]nvalid partition"):
+        SlurmAllocation(_spec(slurm_lab, partition="nosuch"), nodes=2)
+    with pytest.raises(HostError, match=r"Slurm: salloc of 9 node\(s\) got none within 2 s \(its request withdrawn\)"):
+        SlurmAllocation(_spec(slurm_lab), nodes=9, wait=2)  # more than the lab has: it would wait forever
+    assert _jobs(slurm_lab) == []

@@ -1,0 +1,54 @@
+"""The Slurm file and ``Cluster(slurm=...)``'s fields: each checked by its row, a bad one a
+single ``ConfigError`` line naming the field and where it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.hosts import SlurmSpec, load_slurm, slurm_spec
+
+
+def test_a_slurm_file_gives_its_spec(tmp_path):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    (tmp_path / "slurm.toml").write_text(
+        '[slurm]\ncontroller_address = "198.18.0.1"\npartition = "gpu-staging"\naccount = "ml-infra"\n'
+        'time_limit = "0:30:00"\nnodes = 4\npython = "/opt/venv/bin/python"\ncapabilities = ["netns", "cgroups"]\n'
+        'slurm_conf = "slurm.conf"\nclient_prefix = ["nsenter", "--net=/run/netns/ctl"]\n')
+    spec = load_slurm(tmp_path / "slurm.toml")
+    assert spec == SlurmSpec(controller_address="198.18.0.1", partition="gpu-staging", account="ml-infra",
+                             time_limit="0:30:00", nodes=4, python="/opt/venv/bin/python",
+                             capabilities=frozenset({"netns", "cgroups"}), slurm_conf=str(conf),
+                             client_prefix=("nsenter", "--net=/run/netns/ctl"))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({}, "controller_address=None is required"),
+    ({"controller_address": "198.18.0.1", "nodes": 0}, "nodes=0 must be an int >= 1"),
+    ({"controller_address": "198.18.0.1", "time_limit": "soon"}, "time_limit='soon' must be a Slurm time limit"),
+    ({"controller_address": "198.18.0.1", "partition": "a b"}, "partition='a b' must be a partition name"),
+    ({"controller_address": "198.18.0.1", "job_id": "12x"}, "job_id='12x' must be a Slurm job id"),
+    ({"controller_address": "198.18.0.1", "slurm_conf": "/nonexistent/slurm.conf"}, "does not exist"),
+    ({"controller_address": "198.18.0.1", "gpus": 2}, "gpus=2 is not a Slurm field"),
+    ({"controller_address": "-oProxyCommand=x"}, "controller_address='-oProxyCommand=x' must be the IP address"),
+])
+def test_a_bad_field_is_one_line_naming_it(fields, message):
+    with pytest.raises(ConfigError) as caught:
+        slurm_spec("slurm.toml", **fields)
+    text = str(caught.value)
+    assert message in text and "slurm.toml" in text and "\n" not in text
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[slurm\n", "is not TOML"),
+    ("[hosts]\n", "table='hosts' is not one of a Slurm file's ([slurm])"),
+    ('slurm = 3\n', "slurm=3 needs a [slurm] table"),
+])
+def test_a_bad_file_is_one_line(tmp_path, text, message):
+    path = tmp_path / "slurm.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        load_slurm(path)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_slurm(tmp_path / "missing.toml")
