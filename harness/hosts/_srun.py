@@ -31,6 +31,9 @@ from harness.hosts._ssh import _MASTER_LOG, LOST_AFTER_S, SshHost
 
 __all__ = ["SrunHost"]
 
+#: what a step takes of the controller's environment (besides Slurm's own ``SLURM_*``)
+_EXPORTED = "PATH,HOME,USER,LANG"
+
 
 class SrunHost(SshHost):
     """Node ``node`` of Slurm job ``job_id`` (an allocation), as a host: ``with
@@ -48,10 +51,12 @@ class SrunHost(SshHost):
         """One job step on the node running the remote shell line ``remote`` (``extra``,
         ssh's options, mean nothing to srun). ``--overlap``: beside the node's other steps,
         whatever they hold; ``--unbuffered``: each line as it comes; ``--quiet``: no
-        progress lines of srun's in what the command prints."""
+        progress lines of srun's in what the command prints; ``--export``: the node's own
+        environment but for a few variables, as an SSH login has it (srun would hand the
+        step all of ours: our ``TMPDIR``, ``CUDA_VISIBLE_DEVICES``, ``PYTHONPATH``...)."""
         return [*self.ssh_command, "--overlap", f"--jobid={self.job_id}", "--nodes=1", "--ntasks=1",
                 f"--nodelist={self.node}", "--unbuffered", "--quiet", "--kill-on-bad-exit=1",
-                "sh", "-c", remote]
+                f"--export={_EXPORTED}", "sh", "-c", remote]
 
     def _popen_env(self) -> dict[str, str] | None:
         return self._env

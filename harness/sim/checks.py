@@ -107,5 +107,7 @@ def _is_host(value: Any) -> bool:
 
 HOSTS = Check(lambda v: isinstance(v, (list, tuple)) and bool(v) and all(_is_host(x) for x in v),
               'must be a non-empty list of hosts: "ssh://user@address[:port]" or harness.hosts.HostSpec')
+SLURM = Check(lambda v: isinstance(v, dict) or hasattr(v, "controller_address"),
+              "must be a harness.hosts.SlurmSpec or a dict of its fields (controller_address, partition, ...)")
 PLACEMENT = Check(lambda v: isinstance(v, (list, tuple)) and all(_is_int(x) and x >= 0 for x in v),
                   "must be a list of host indexes (ints >= 0), one per node")

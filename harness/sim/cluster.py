@@ -62,7 +62,7 @@ class Cluster:
                  check_invariants: bool = True, chaos: Any = None, gpus: Any = None,
                  pool: WarmPool | None = None, network: str = "auto", golden: bool = False,
                  golden_rtol: float = 0.0, hosts: Sequence[Any] | None = None,
-                 placement: Sequence[int] | None = None):
+                 placement: Sequence[int] | None = None, slurm: Any = None):
         settings = {name: value for name, value in locals().items() if name not in ("self", "pool")}
         self._open(ClusterConfig(**settings), pool)  # the config checks each keyword, named as written
 
@@ -203,6 +203,7 @@ class Cluster:
         for job in self.jobs:
             leaks.extend(job.terminate())
             given += job.close_warnings
+        leaks.extend(self.place.close())  # once every job ended: an allocation of its own goes
         for job in self.jobs:  # an agent that ended on its own must have removed its FIFOs
             for index, node in job.nodes.items():
                 if index not in job.killed_nodes:

@@ -76,6 +76,9 @@ class ClusterConfig:
     hosts: Sequence[Any] | None = _default("hosts")
     #: node i's host index (None: round robin over ``hosts``)
     placement: Sequence[int] | None = _default("placement")
+    #: the Slurm allocation nodes run in (a ``harness.hosts.SlurmSpec``; a dict given is checked
+    #: into one); None: not on Slurm
+    slurm: Any = _default("slurm")
     #: from ``nnodes``: the fewest and most nodes of a job
     min_nodes: int = field(init=False, repr=False, compare=False)
     max_nodes: int = field(init=False, repr=False, compare=False)
@@ -99,12 +102,28 @@ class ClusterConfig:
         elif self.placement is not None:
             raise ConfigError("placement", self.placement, "places nodes on hosts: give hosts= too",
                               "Cluster(placement=...)")
+        if self.slurm is not None:
+            if self.hosts is not None:
+                raise ConfigError("slurm", "...", "and hosts= are two places for the same nodes: give one",
+                                  "Cluster(slurm=...)")
+            if self.gpus is not None:
+                raise ConfigError("gpus", self.gpus, "is this machine's: on Slurm the nodes' own are used",
+                                  "Cluster(slurm=...)")
+            frozen["slurm"] = _slurm_spec(self.slurm)
         for name, value in frozen.items():
             object.__setattr__(self, name, value)  # frozen: set once, here
 
     def keywords(self) -> dict[str, Any]:
         """The settings as ``Cluster`` keywords (``Cluster(**config.keywords(), pool=...)``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+
+def _slurm_spec(slurm: Any) -> Any:
+    """``slurm`` as a ``harness.hosts.SlurmSpec`` (a dict's fields checked: one line naming
+    a bad one)."""
+    from harness.hosts import SlurmSpec, slurm_spec
+
+    return slurm if isinstance(slurm, SlurmSpec) else slurm_spec("Cluster(slurm=...)", **slurm)
 
 
 def _host_specs(hosts: Sequence[Any]) -> tuple[Any, ...]:

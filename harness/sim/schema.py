@@ -85,6 +85,7 @@ from harness.sim.checks import (
     PLACEMENT,
     PROBABILITY,
     RATE,
+    SLURM,
     STR_TABLE,
     TABLE,
     TEXT,
@@ -196,6 +197,9 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
         example=["ssh://ci@10.0.0.5:2222"]),
     Key("placement", None, "node i runs on hosts[placement[i]] (None: round robin over hosts)",
         optional(PLACEMENT), example=[0]),
+    Key("slurm", None, "a Slurm allocation the nodes run in, each a job step: a harness.hosts.SlurmSpec or a "
+        "dict of its fields (None: not on Slurm; docs/slurm.md)", optional(SLURM),
+        example={"controller_address": "10.0.0.1", "partition": "staging"}),
 )
 
 #: cluster options the plugin provides itself, so neither the marker nor a scenario takes them

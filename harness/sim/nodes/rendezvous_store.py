@@ -45,7 +45,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from harness.endpoints import PortReservation
@@ -54,7 +55,8 @@ from harness.rendezvous import SECRET_ENV, enable_etcd_auth
 from harness.sim.leftovers import owned_tempdir
 from harness.sim.nodes.process import job_secret_env
 
-__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "StoreBridge", "STORE_ADDR"]
+__all__ = ["rendezvous_for", "StoreProcess", "NodeHostedStore", "StoreHandle", "StoreBridge", "StoreSite",
+           "STORE_ADDR"]
 
 #: the loopback address every store the harness runs listens on in loopback mode
 STORE_ADDR = "127.0.0.1"
@@ -174,14 +176,24 @@ StoreHandle = StoreProcess | NodeHostedStore
 # -- the three setups ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StoreSite:
+    """Where the harness's own store listens (the job's place says: ``JobPlace.store_site``):
+    its address, its port (0: the server picks one), and what puts its process in the network
+    namespace it listens in (None: this process's)."""
+
+    address: str
+    port: int = 0
+    enter: Callable[[], None] | None = None
+
+
 def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any,
-           env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A store process: a child of the harness that dies with it, in the store's namespace
-    when the nodes are network hosts."""
+           env: dict[str, str] | None = None, enter: Callable[[], None] | None = None) -> subprocess.Popen[bytes]:
+    """A store process: a child of the harness that dies with it, in the namespace ``enter``
+    puts it in (the store's when the nodes are network hosts)."""
     from harness.procs import die_with_parent
 
     parent = os.getpid()
-    enter = job.net.enter_store()
 
     def preexec() -> None:
         die_with_parent(parent)
@@ -194,12 +206,12 @@ def _spawn(job: Any, argv: list[str], log_path: str, stdout: Any,
 
 
 def _harness_store(job: Any) -> tuple[dict[str, Any], StoreProcess]:
-    host = job.net.store_address
-    port = NETNS_STORE_PORT if job.net.mode == "netns" else 0
+    site: StoreSite = job.place.store_site()  # where the job's nodes reach it
+    host, port = site.address, site.port
     log_path = os.path.join(job.directory, "store.log")
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV} | job_secret_env(job.directory)
     popen = _spawn(job, [sys.executable, "-m", "harness.rendezvous.store_server", "--host", host,
-                         "--port", str(port)], log_path, subprocess.PIPE, env)
+                         "--port", str(port)], log_path, subprocess.PIPE, env, site.enter)
     assert popen.stdout is not None  # started with stdout=PIPE
     try:
         port = _read_port(popen, log_path)
@@ -259,7 +271,8 @@ def _etcd_store(job: Any, backend: str) -> tuple[dict[str, Any], StoreProcess]:
                          "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
                          "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
                          "--initial-cluster", f"harness={peer_url}",
-                         "--auth-token-ttl", "86400"], log_path, None)  # a node's token outlives its job
+                         "--auth-token-ttl", "86400"], log_path, None,  # a node's token outlives its job
+                   enter=job.net.enter_store())
     endpoint = f"{host}:{client_port}"
     store = StoreProcess("etcd", popen, endpoint, reservations, data_dir)
     secret_env = job_secret_env(job.directory)

@@ -87,6 +87,11 @@ class _Hosts(Protocol):
 
     def namespace_path(self, node: int) -> str | None: ...
 
+    @property
+    def store_address(self) -> str: ...
+
+    def enter_store(self) -> Callable[[], None] | None: ...
+
 
 class _Disks(Protocol):
     """The job's storage part as a node's start sees it (``StorageFaults``)."""

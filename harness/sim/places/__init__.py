@@ -1,5 +1,6 @@
 """Where a job's nodes run: the seam (``seam``: ``Place``, ``JobPlace``) and its places, one
-room each: ``here`` (this machine) and ``hosts`` (hosts over SSH). ``place_of`` picks a
+room each: ``here`` (this machine), ``hosts`` (hosts over SSH) and ``slurm`` (the nodes of a
+Slurm allocation, each agent a job step). ``place_of`` picks a
 cluster's from its settings; fault code asks the job's place, never where it is."""
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ __all__ = ["GpuSplit", "JobPlace", "Place", "place_of"]
 
 
 def place_of(config: ClusterConfig) -> Place:
-    """The place ``config``'s jobs run their nodes in: its hosts, else this machine (the
-    hosts' room, and SSH with it, imported only where a cluster has hosts)."""
+    """The place ``config``'s jobs run their nodes in: its Slurm allocation, its hosts, else
+    this machine (a place's room, and what it reaches nodes with, imported only where a
+    cluster has that place)."""
+    if config.slurm is not None:
+        from harness.sim.places.slurm.place import Slurm
+
+        return Slurm(config)
     if config.hosts is not None:
         from harness.sim.places.hosts.place import Hosts
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.faults import OrdersPlace
     from harness.sim.nodes.pool import WarmPool
     from harness.sim.nodes.process import NodeProcess
+    from harness.sim.nodes.rendezvous_store import StoreSite
     from harness.sim.resources.faults import NodeCgroups
     from harness.sim.storage.mount import StorageMount
     from harness.sim.storage.servers import DiskServers
@@ -83,6 +84,10 @@ class JobPlace(Protocol):
 
     def address(self, node: int) -> str:
         """Node ``node``'s IP address, as its peers reach it."""
+        ...
+
+    def store_site(self) -> StoreSite:
+        """Where the harness's own store for the job listens (its address, port, namespace)."""
         ...
 
     def store_port(self, node: int) -> tuple[Any, str]:
@@ -142,4 +147,9 @@ class Place(Protocol):
 
     def open(self, job: Any) -> JobPlace:
         """The job's nodes in this place (``job.place``)."""
+        ...
+
+    def close(self) -> list[str]:
+        """End what the place holds for the cluster (a Slurm allocation of its own), once
+        every job ended; what could not be ended, one line each."""
         ...

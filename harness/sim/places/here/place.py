@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harness.endpoints import PortReservation
 from harness.sim.nodes.faults import LocalOrders
 from harness.sim.nodes.gpus import GpuPlan
-from harness.sim.nodes.rendezvous_store import NETNS_STORE_PORT, STORE_ADDR
+from harness.sim.nodes.rendezvous_store import NETNS_STORE_PORT, STORE_ADDR, StoreSite
 from harness.sim.nodes.start import start_agent
 from harness.sim.resources.cgroups import MachineCgroups
 from harness.sim.storage.servers import MountServers
@@ -88,6 +88,10 @@ class Here:
     def open(self, job: StartingJob) -> HereJob:
         return HereJob(job)
 
+    def close(self) -> list[str]:
+        """Nothing held for the cluster."""
+        return []
+
 
 class HereJob:
     """A job's nodes on this machine (``harness.sim.places.seam.JobPlace``)."""
@@ -111,6 +115,12 @@ class HereJob:
 
     def address(self, node: int) -> str:
         return self._job.net.address(node)
+
+    def store_site(self) -> StoreSite:
+        """The job's network's store host: its namespace and fixed port with namespaces,
+        else this machine's loopback and a port the server picks."""
+        net = self._job.net
+        return StoreSite(net.store_address, NETNS_STORE_PORT if net.mode == "netns" else 0, net.enter_store())
 
     def store_port(self, node: int) -> tuple[PortReservation | None, str]:
         """In namespaces the node's own address and the store's fixed port (nothing else

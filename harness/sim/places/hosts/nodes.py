@@ -77,7 +77,7 @@ from harness.sim.errors import NetworkError
 from harness.sim.nodes.gpus import VISIBLE_ENV
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
-from harness.sim.nodes.rendezvous_store import StoreBridge
+from harness.sim.nodes.rendezvous_store import StoreBridge, StoreSite
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
 from harness.sim.places.hosts.cgroups import HostCgroups
 from harness.sim.places.hosts.disks import HostDisks
@@ -393,6 +393,16 @@ class PlacedJob(Launched, Protocol):
     @property
     def resources(self) -> NodeEnv: ...
 
+    @property
+    def net(self) -> StoreNet: ...
+
+
+class StoreNet(Protocol):
+    """The job's own network as its hosts see it: where the harness's store listens here."""
+
+    @property
+    def store_address(self) -> str: ...
+
 
 class NodeEnv(Protocol):
     """The job's resource part as a node's start on a host sees it (``ResourceFaults``)."""
@@ -406,12 +416,18 @@ class RemoteNodes:
     """A job's hosts and the nodes it places on them (``job.place``: a
     ``harness.sim.places.seam.JobPlace``)."""
 
-    def __init__(self, job: PlacedJob, gpus: HostsGpuPlan):
+    def __init__(self, job: PlacedJob, gpus: HostsGpuPlan, hosts: Sequence[HostSpec],
+                 placement: Sequence[int] | None, connect: Callable[[HostSpec], SshHost] | None = None,
+                 store: StoreSite | None = None):
         self._job = job
         self._gpus = gpus  # the hosts' GPUs, split between the node slots placed on each
-        settings = job.cluster.config
-        self.hosts: tuple[HostSpec, ...] = tuple(settings.hosts or ())
-        self.placement = settings.placement
+        self.hosts: tuple[HostSpec, ...] = tuple(hosts)
+        self.placement = tuple(placement) if placement is not None else None
+        #: opens a host's channel (None: ``connector``, read when a host is opened: tests replace it)
+        self._connect = connect
+        #: where the harness's store listens, reached by the hosts directly (None: on this
+        #: machine's loopback, forwarded to each host over its connection)
+        self._store = store
         self._links: dict[HostSpec, _Link] = {}
         self._started: set[int] = set()  # the nodes started on their hosts (their cgroups made there)
         self._lost: dict[HostSpec, SshHost] = {}  # a host's connection lost, until what it missed is read
@@ -498,6 +514,11 @@ class RemoteNodes:
         self._disks = HostDisks(self, lambda: self._job.run_id, answer)
         return self._disks
 
+    def store_site(self) -> StoreSite:
+        """Where the harness's store listens: the place's (reached directly), else on this
+        machine's loopback (each host's connection forwards it there)."""
+        return self._store or StoreSite(self._job.net.store_address, 0, None)
+
     def store_port(self, node: int) -> tuple[HostPort, str]:
         """A port on node ``node``'s host, at its address, kept for the job (a keeper there
         holds it bound, not listening: the store node ``node``'s agent hosts binds it too,
@@ -531,7 +552,7 @@ class RemoteNodes:
                 return link
             if self._bridge is None and store_endpoint is not None:
                 self._bridge = StoreBridge(store_endpoint)
-            host = connector(spec)
+            host = (self._connect or connector)(spec)
             try:
                 host.open()
                 port = host.forward_remote(self._bridge.path) if self._bridge is not None else None
@@ -579,7 +600,8 @@ class RemoteNodes:
         job = self._job
         spec = self.host_of(index)
         here = job.store is not None and job.store.node is None  # the harness's store (not node 0's)
-        link = self._link(spec, rdzv["endpoint"] if here else None)
+        forwarded = here and self._store is None  # else the hosts reach it where it listens
+        link = self._link(spec, rdzv["endpoint"] if forwarded else None)
         host = link.host
         name = job.cluster.new_node_label(index)
         directory = os.path.join(job.directory, f"node{index}")

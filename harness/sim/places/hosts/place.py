@@ -67,4 +67,8 @@ class Hosts:
         return chaos_kinds(kinds, self.hosts, self.placement, max_nodes)
 
     def open(self, job: PlacedJob) -> RemoteNodes:
-        return RemoteNodes(job, self._gpus)
+        return RemoteNodes(job, self._gpus, self.hosts, self.placement)
+
+    def close(self) -> list[str]:
+        """Nothing held for the cluster: each job's connections are its own."""
+        return []

@@ -1,0 +1,110 @@
+"""``Slurm``: the place of a cluster whose nodes run in a Slurm allocation (``Cluster(slurm=...)``).
+
+The allocation is made when the cluster's first job opens its place (``salloc --no-shell``,
+as many nodes as the job's most, or the spec's ``nodes``), or is the caller's (``job_id``,
+``$SLURM_JOB_ID``), and is shared by every job of the cluster (a twin's too); ours is
+released when the cluster closes (``scancel``: whatever still runs in it ends with it).
+
+A job's nodes are the hosts' place's ``RemoteNodes``: each node of the allocation is a host
+whose channel is job steps (``SrunHost``: the agent, its events relay, every order to it is
+a step on its node), placed round robin. Slurm forwards no port: the harness's store listens
+at the spec's ``controller_address`` (in its ``controller_netns`` where one is named), and
+every node reaches it there, the job's secret proving it belongs. What a node cannot carry
+out is refused as on hosts, by its capabilities (the spec's).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from harness.errors import ConfigError
+from harness.hosts import HostSpec, SlurmAllocation
+from harness.procs import join_netns
+from harness.sim.nodes.rendezvous_store import StoreSite
+from harness.sim.places.hosts.gpus import HostsGpuPlan
+from harness.sim.places.hosts.nodes import PlacedJob, RemoteNodes
+from harness.sim.places.hosts.refusals import chaos_kinds
+
+if TYPE_CHECKING:
+    from harness.hosts import SlurmSpec
+    from harness.sim.config import ClusterConfig
+    from harness.sim.nodes.pool import WarmPool
+
+__all__ = ["Slurm"]
+
+
+class Slurm:
+    """A cluster's Slurm allocation (``harness.sim.places.seam.Place``)."""
+
+    name = "slurm"
+
+    def __init__(self, config: ClusterConfig):
+        self._config = config
+        self.spec: SlurmSpec = config.slurm
+        self._allocation: SlurmAllocation | None = None
+        self._hosts: tuple[HostSpec, ...] = ()
+        self._lock = threading.Lock()
+
+    def allocation(self) -> SlurmAllocation:
+        """The allocation (made on first use) and, with it, its nodes as hosts."""
+        with self._lock:
+            if self._allocation is None:
+                allocation = SlurmAllocation(self.spec, self._config.max_nodes)
+                try:
+                    self._hosts = tuple(allocation.host_spec(name, address) for name, address in allocation.nodes())
+                except BaseException:
+                    allocation.close()
+                    raise
+                self._allocation = allocation
+            return self._allocation
+
+    @property
+    def hosts(self) -> tuple[HostSpec, ...]:
+        self.allocation()
+        return self._hosts
+
+    def check_entrypoint(self, entrypoint: object) -> None:
+        """A script path or a module only: a node's agent gets its entrypoint as JSON."""
+        if not isinstance(entrypoint, str):
+            raise ConfigError("entrypoint", entrypoint, "must be a script path or a module (module=True) on "
+                              "Slurm: a node's agent gets its entrypoint as JSON, never a pickled callable")
+
+    def prepare(self, pool: WarmPool, start_method: str) -> None:
+        """Nothing here: a node forks its workers on its node (the agent's own zygote)."""
+
+    def network_mode(self, network: str) -> str:
+        """Loopback: the cluster's own network carries the nodes."""
+        return "loopback"
+
+    def gpu_split(self) -> HostsGpuPlan:
+        return self._gpus
+
+    @functools.cached_property
+    def _gpus(self) -> HostsGpuPlan:
+        return HostsGpuPlan(self.hosts, None, self._config.max_nodes, self._config.nproc_per_node)
+
+    def lacks(self, network: str) -> dict[str, str]:
+        """Nothing cluster-wide: the nodes' capabilities are judged per kind (``chaos_kinds``)."""
+        return {}
+
+    def chaos_kinds(self, kinds: Sequence[str], max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
+        return chaos_kinds(kinds, self.hosts, None, max_nodes)
+
+    def store_site(self) -> StoreSite:
+        """Where the harness's store listens: the controller's address the nodes reach."""
+        netns = self.spec.controller_netns
+        return StoreSite(self.spec.controller_address, 0,
+                         functools.partial(join_netns, netns) if netns is not None else None)
+
+    def open(self, job: PlacedJob) -> RemoteNodes:
+        allocation = self.allocation()
+        return RemoteNodes(job, self._gpus, self._hosts, None, connect=allocation.connect, store=self.store_site())
+
+    def close(self) -> list[str]:
+        """Release the allocation if it is ours; what went wrong, one line each."""
+        with self._lock:
+            allocation, self._allocation = self._allocation, None
+        return allocation.close() if allocation is not None else []
