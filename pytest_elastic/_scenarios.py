@@ -167,8 +167,11 @@ class ScenarioItem(pytest.Item):
         launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
         faults = self.spec.get("fault", [])
-        if settings.hosts is not None:  # --elastic-hosts, unless [job] names its own
-            job_spec.setdefault("hosts", settings.hosts)
+        if not {"hosts", "slurm"} & set(job_spec):  # the session's place, unless [job] names its own
+            if settings.hosts is not None:
+                job_spec["hosts"] = settings.hosts
+            if settings.slurm is not None:
+                job_spec["slurm"] = settings.slurm
         hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self), args=launch.args)
         chaos, seed = chaos_config(settings, self, hosts)
         if chaos is not None:
@@ -271,12 +274,12 @@ def hosts_from_option(item: pytest.Item) -> bool:
     for what cannot be)."""
     from pytest_elastic._settings import settings_of
 
-    if settings_of(item.config).hosts is None:
+    if settings_of(item.config).placed_by_option() is None:
         return False
     marker = item.get_closest_marker("elastic")
-    if marker is not None and "hosts" in marker.kwargs:
+    if marker is not None and {"hosts", "slurm"} & set(marker.kwargs):
         return False
-    return not (isinstance(item, ScenarioItem) and "hosts" in item.spec["job"])
+    return not (isinstance(item, ScenarioItem) and {"hosts", "slurm"} & set(item.spec["job"]))
 
 
 def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool,
@@ -290,7 +293,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     its nodes may be on two hosts (each host's own dir there: one node's checkpoint is not the
     other's, and a resume hung on the mismatch). Where the scenario names its own hosts,
     each fails it instead (it asked for what cannot be)."""
-    if job.get("hosts") is None:
+    if job.get("hosts") is None and job.get("slurm") is None:
         return None
     from harness import ClusterConfig
     from harness.errors import ConfigError
@@ -304,7 +307,12 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
         if from_option:
             pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
         raise ScenarioFailure(f"[job] {e}") from None
-    hosts = tuple(config.hosts or ())
+    if config.slurm is not None:  # an allocation not made yet: its nodes as the spec says they are
+        from harness.hosts import stand_ins
+
+        hosts = stand_ins(config.slurm, config.max_nodes)
+    else:
+        hosts = tuple(config.hosts or ())
     spread = set(placed_hosts(hosts, config.placement, config.max_nodes))
     shares = [p for p in ("{shared}", "{tmp}") if any(p in arg for arg in args)]
     reasons: list[str] = []  # every reason, not the first: a fix for one must not reveal the next

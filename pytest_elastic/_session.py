@@ -45,8 +45,11 @@ def cluster_config(test_id: str, marker: Any, settings: Settings, chaos: ChaosCo
     kwargs = dict(marker.kwargs) if marker is not None else {}
     args = tuple(marker.args) if marker is not None else ()
     defaults: dict[str, Any] = {"start_method": settings.start_method}
-    if settings.hosts is not None:
-        defaults["hosts"] = settings.hosts
+    if not {"hosts", "slurm"} & set(kwargs):  # the session's place, unless the marker names its own
+        if settings.hosts is not None:
+            defaults["hosts"] = settings.hosts
+        if settings.slurm is not None:
+            defaults["slurm"] = settings.slurm
     return marker_config(test_id, kwargs, args, defaults, chaos)
 
 
@@ -142,7 +145,7 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
         config = cluster_config(item.nodeid, item.get_closest_marker("elastic"), settings, None)
     except SettingError as e:
         pytest.fail(str(e), pytrace=False)
-    chaos, seed = chaos_config(settings, item, config.hosts)  # on hosts: the kinds they can carry out
+    chaos, seed = chaos_config(settings, item, _placed(config))  # on hosts: the kinds they can carry out
     if chaos is not None:
         config = dataclasses.replace(config, chaos=chaos)
     from harness.sim.places import place_of
@@ -155,6 +158,15 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
             pytest.skip(f"needs network namespaces: {'; '.join(missing)}")
     with elastic_run(item, config, seed) as record:
         yield record.cluster
+
+
+def _placed(config: ClusterConfig) -> tuple[HostSpec, ...] | None:
+    """The hosts ``config``'s nodes run on (a Slurm allocation's stand-ins); None: here."""
+    if config.slurm is not None:
+        from harness.hosts import stand_ins
+
+        return stand_ins(config.slurm, config.max_nodes)
+    return tuple(config.hosts) if config.hosts is not None else None
 
 
 def judge_against_twins(cluster: Any) -> None:

@@ -82,6 +82,25 @@ class Settings:
     #: marker or scenario names its own ``hosts``
     hosts_file: str | None = None
     hosts: tuple[HostSpec, ...] | None = None
+    #: ``--elastic-slurm``: the Slurm file as given, and its spec (``harness.hosts.SlurmSpec``);
+    #: every cluster the plugin builds runs its nodes in that allocation unless the marker or
+    #: scenario names its own place (``hosts`` or ``slurm``)
+    slurm_file: str | None = None
+    slurm: Any = None
+
+    def placed_by_option(self) -> tuple[HostSpec, ...] | None:
+        """The hosts the session's option puts every job's nodes on (a Slurm allocation's
+        stand-ins: ``harness.hosts.stand_ins``), what faults and chaos kinds are judged by;
+        None: this machine."""
+        if self.slurm is not None:
+            from harness.hosts import stand_ins
+
+            return stand_ins(self.slurm, 2)
+        return self.hosts
+
+    def place_option(self) -> str:
+        """The option that placed the nodes, as the user wrote it (for a skip's reason)."""
+        return "--elastic-slurm" if self.slurm is not None else "--elastic-hosts"
 
     def header(self) -> str:
         parts = [f"chaos={'on' if self.chaos else 'off'}"]
@@ -97,6 +116,8 @@ class Settings:
             parts.append(f"report={self.report_dir}")
         if self.hosts is not None:
             parts.append(f"hosts={self.hosts_file}")
+        if self.slurm is not None:
+            parts.append(f"slurm={self.slurm_file}")
         return "elastic: " + " ".join(parts)
 
 
@@ -161,11 +182,16 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
                               "hosts")
     if hosts is not None and processes > 1:
         hosts = tuple(dataclasses.replace(host, exclusive=False) for host in hosts)
+    slurm_file, slurm = _pick(getattr(option, "elastic_slurm", None), "SLURM", None, (None, None), _slurm_file,
+                              "slurm")
+    if slurm is not None and hosts is not None:
+        raise SettingError(f"--elastic-slurm={slurm_file!r} and --elastic-hosts={hosts_file!r} are two places "
+                           "for the same nodes: give one")
 
     settings = Settings(
         chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given,
         faults="kill_worker" if faults is None else faults, faults_given=faults is not None,
-        hosts_file=hosts_file, hosts=hosts,
+        hosts_file=hosts_file, hosts=hosts, slurm_file=slurm_file, slurm=slurm,
         overload=bool(_pick(option.elastic_chaos_overload, "CHAOS_OVERLOAD", None, False,
                             lambda v: _bool(str(v), "overload"), "overload")),
         report_dir=_pick(option.elastic_report, "REPORT", ini("elastic_report"), None, str, "report"),
@@ -177,11 +203,13 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         schedule=schedule,
         project=_pick(getattr(option, "elastic_project", None), "PROJECT", None, None, _project_text, "project"),
     )
-    if settings.chaos and hosts is not None and settings.schedule is None:
-        kinds, dropped = chaos_kinds_on_hosts(settings, hosts)
+    placed = settings.placed_by_option()
+    if settings.chaos and placed is not None and settings.schedule is None:
+        kinds, dropped = chaos_kinds_on_hosts(settings, placed)
         if not kinds:
+            where = (f"--elastic-slurm={slurm_file!r}" if slurm is not None else f"--elastic-hosts={hosts_file!r}")
             raise SettingError(f"--elastic-faults={settings.faults!r} names no kind the hosts of "
-                               f"--elastic-hosts={hosts_file!r} can carry out: {_dropped(dropped)}; "
+                               f"{where} can carry out: {_dropped(dropped)}; "
                                f"name others, or leave --elastic-faults out (chaos on hosts then draws "
                                f"what they can do)")
     return settings
@@ -193,6 +221,14 @@ def _hosts_file(value: Any) -> tuple[str, tuple[HostSpec, ...]]:
     from harness.hosts import load_hosts
 
     return str(value), tuple(load_hosts(str(value)))
+
+
+def _slurm_file(value: Any) -> tuple[str, Any]:
+    """``--elastic-slurm``: the file as given, and its spec (``harness.hosts.load_slurm``: one
+    ``ConfigError`` line naming the file and the field)."""
+    from harness.hosts import load_slurm
+
+    return str(value), load_slurm(str(value))
 
 
 def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -232,17 +268,25 @@ def _dropped(dropped: dict[str, str]) -> str:
 
 
 def hosts_line(settings: Settings) -> str | None:
-    """The report header's line about ``--elastic-hosts`` (None without it): the hosts, and
-    under chaos the kinds drawn there and those left out, with why."""
-    if settings.hosts is None:
+    """The report header's line about ``--elastic-hosts`` or ``--elastic-slurm`` (None
+    without either): the hosts or the allocation, and under chaos the kinds drawn there and
+    those left out, with why."""
+    placed = settings.placed_by_option()
+    if placed is None:
         return None
-    line = (f"elastic: nodes on {len(settings.hosts)} host(s) of {settings.hosts_file}: "
-            f"{', '.join(host.label for host in settings.hosts)}")
+    if settings.slurm is not None:
+        spec = settings.slurm
+        where = (f"job {spec.job_id}" if spec.job_id else "the allocation of $SLURM_JOB_ID, else one of its own"
+                 + (f" in partition {spec.partition}" if spec.partition else ""))
+        line = f"elastic: nodes in a Slurm allocation ({settings.slurm_file}): {where}"
+    else:
+        line = (f"elastic: nodes on {len(placed)} host(s) of {settings.hosts_file}: "
+                f"{', '.join(host.label for host in placed)}")
     if settings.chaos and settings.schedule is None:
         from harness.sim.places.hosts.refusals import NETWORK_CHAOS_ON_HOSTS
         from harness.sim.schema import CHAOS_KINDS
 
-        kinds, dropped = chaos_kinds_on_hosts(settings, settings.hosts)
+        kinds, dropped = chaos_kinds_on_hosts(settings, placed)
         line += f"; chaos draws {','.join(kinds)} there"
         if any(CHAOS_KINDS[kind].part == "network" for kind in kinds):
             line += f" ({NETWORK_CHAOS_ON_HOSTS})"

@@ -69,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "capabilities; docs/hosts.md); a marker's or scenario's own hosts= wins; scenarios "
                          "with faults the hosts cannot carry out are skipped, and chaos draws only kinds "
                          "they can")
+    group.addoption("--elastic-slurm", default=None, metavar="FILE",
+                    help="run every elastic job's nodes in a Slurm allocation, each node's agent a job "
+                         "step: the [slurm] table of this TOML file (controller_address, partition, account, "
+                         "time_limit, nodes, job_id, python, capabilities, shared_dir; docs/slurm.md); "
+                         "inside an allocation ($SLURM_JOB_ID) it uses that one, else it makes its own and "
+                         "releases it; a marker's or scenario's own hosts= or slurm= wins")
     group.addoption("--elastic-github", action="store_true", default=None,
                     help="GitHub Actions output: an ::error annotation per failing elastic test and "
                          "a summary table in $GITHUB_STEP_SUMMARY (default: on when GITHUB_ACTIONS=true; "
@@ -226,7 +232,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
             from pytest_elastic._scenarios import hosts_from_option
 
             if hosts_from_option(item):
-                pytest.skip(f"the nodes are on hosts (--elastic-hosts), and {e}")
+                pytest.skip(f"the nodes are on hosts ({settings_of(item.config).place_option()}), and {e}")
         raise
     record = item.stash.get(RECORD_KEY, None)
     marker = item.get_closest_marker("elastic")

@@ -36,7 +36,7 @@ from harness.hosts._errors import HostError
 from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _text
 from harness.hosts._srun import SrunHost
 
-__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_spec"]
+__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_spec", "stand_ins"]
 
 #: how long a Slurm client may take (salloc waits for its nodes this long, by default)
 _CLIENT_S = 60.0
@@ -141,6 +141,15 @@ def load_slurm(path: str | os.PathLike[str]) -> SlurmSpec:
     if not isinstance(table, dict):
         raise ConfigError("slurm", table, "needs a [slurm] table", str(file))
     return slurm_spec(file.name, file.parent, **table)
+
+
+def stand_ins(spec: SlurmSpec, count: int) -> tuple[HostSpec, ...]:
+    """``count`` hosts standing for the nodes of an allocation not made yet, as ``spec``
+    describes them (its capabilities, shared dir, interpreter): what a fault or a chaos kind
+    is judged by before a job starts (``slurm-node<i>``: each a node of its own)."""
+    return tuple(HostSpec(address=f"slurm-node{i}", user=getpass.getuser(), python=spec.python,
+                          capabilities=spec.capabilities, shared_dir=spec.shared_dir, work_dir=spec.work_dir,
+                          name=f"slurm-node{i}") for i in range(count))
 
 
 class SlurmAllocation:

@@ -13,7 +13,7 @@ PUBLIC = {
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
     "last_line", "parse_host", "place", "refusal", "SILENT_LINK_S",
-    "SrunHost", "SLURM_FIELDS", "SlurmAllocation", "SlurmSpec", "slurm_spec", "load_slurm",
+    "SrunHost", "SLURM_FIELDS", "SlurmAllocation", "SlurmSpec", "slurm_spec", "load_slurm", "stand_ins",
 }
 #: what harness.hosts may import from the rest of harness (public names only)
 ALLOWED = ("harness.errors", "harness.procs", "harness.hosts")

@@ -2,8 +2,9 @@
 
 The allocation is made when the cluster's first job opens its place (``salloc --no-shell``,
 as many nodes as the job's most, or the spec's ``nodes``), or is the caller's (``job_id``,
-``$SLURM_JOB_ID``), and is shared by every job of the cluster (a twin's too); ours is
-released when the cluster closes (``scancel``: whatever still runs in it ends with it).
+``$SLURM_JOB_ID``), and is shared by every job of the cluster (a twin is a cluster of its
+own: an allocation of its own); ours is released when the cluster closes (``scancel``:
+whatever still runs in it ends with it).
 
 A job's nodes are the hosts' place's ``RemoteNodes``: each node of the allocation is a host
 whose channel is job steps (``SrunHost``: the agent, its events relay, every order to it is
