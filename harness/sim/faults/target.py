@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from harness.events import EventWriter
     from harness.hosts import HostSpec, SshHost
     from harness.sim.bus import EventBus
-    from harness.sim.faults.data import ScheduledFault
     from harness.sim.net import Network
     from harness.sim.nodes.ledger import NodeLedger
     from harness.sim.nodes.pool import WarmPool
@@ -114,8 +113,9 @@ class Refusals(Protocol):
     """The job's place as its faults see it (``harness.sim.places.seam.JobPlace``): what
     it cannot carry out is refused before it is armed or applied, in one line."""
 
-    def refuse(self, entries: Sequence[ScheduledFault]) -> None:
-        """``FaultRefused`` for the first of ``entries`` the place cannot carry out."""
+    def refuse(self, entries: Sequence[Any]) -> None:
+        """``FaultRefused`` for the first of ``entries`` (``ScheduledFault``s) the place
+        cannot carry out."""
         ...
 
     def guarded(self, kind: str, act: Callable[..., Any]) -> Callable[..., Any]:
