@@ -318,7 +318,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     reasons: list[str] = []  # every reason, not the first: a fix for one must not reveal the next
     if len(spread) > 1 and shared_base(tuple(spread)) is None and shares:
         reasons.append(f"[job] its args use {' and '.join(shares)}, a dir its nodes share (checkpoints), which is "
-                       "each host's own dir there: name one the hosts share (shared_dir in the hosts file)")
+                       "each host's own dir there: name one the hosts share (shared_dir in the hosts or Slurm file)")
     for spec in faults:
         try:
             refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)

@@ -58,5 +58,5 @@ def refusal(host: HostSpec, needs: Iterable[str]) -> str | None:
         return None
     has = ", ".join(sorted(host.capabilities)) or "none"
     return (f"host {host.label} cannot do it: it needs {', '.join(missing)}, which the host's capabilities "
-            f"({has}) do not list; add {', '.join(repr(m) for m in missing)} to its capabilities in the hosts "
-            f"file if the host has {'it' if len(missing) == 1 else 'them'}, or place the node elsewhere")
+            f"({has}) do not list; add {', '.join(repr(m) for m in missing)} to its capabilities (its hosts "
+            f"or Slurm file's) if the host has {'it' if len(missing) == 1 else 'them'}, or place the node elsewhere")

@@ -132,7 +132,7 @@ def test_the_shared_filesystem_on_hosts_needs_one_dir_and_fuse_on_every_host():
     for fault in (DiskFull(), NodeKill(node=0, lose_unsynced=True)):
         with pytest.raises(FaultRefused, match=r"refused: the job's nodes are on hosts, and the shared filesystem of "
                            r"a job whose nodes may be on hosts ci@10.0.0.5:22, ci@10.0.0.6:22 is each host's own dir: "
-                           r"name one they share \(shared_dir in the hosts file\)$"):
+                           r"name one they share \(shared_dir in the hosts or Slurm file\)$"):
             refuse_faults([ScheduledFault(fault, Now())], two, None, 2)
         refuse_faults([ScheduledFault(fault, Now())], two, None, 1)
         refuse_faults([ScheduledFault(fault, Now())], [dataclasses.replace(h, shared_dir="/nfs") for h in two], None, 2)

@@ -48,7 +48,8 @@ def test_a_fault_the_host_cannot_do_is_refused_in_one_line():
     assert refusal(HOSTS[0], []) is None
     assert refusal(HOSTS[1], ["netns", "cgroups", "netns"]) == (
         "host ci@10.0.0.6:2222 cannot do it: it needs netns, which the host's capabilities (cgroups) do not list; "
-        "add 'netns' to its capabilities in the hosts file if the host has it, or place the node elsewhere")
+        "add 'netns' to its capabilities (its hosts or Slurm file's) if the host has it, or place the node elsewhere")
     assert refusal(HOSTS[0], ["fuse", "netns"]) == (
         "host ci@10.0.0.5:22 cannot do it: it needs fuse, netns, which the host's capabilities (none) do not list; "
-        "add 'fuse', 'netns' to its capabilities in the hosts file if the host has them, or place the node elsewhere")
+        "add 'fuse', 'netns' to its capabilities (its hosts or Slurm file's) if the host has them, or place the node "
+        "elsewhere")

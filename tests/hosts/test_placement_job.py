@@ -309,7 +309,7 @@ def test_an_exact_exit_order_needs_one_dir_every_node_sees():
     exact = [ScheduledFault(WorkerKill(exit_code=3), AtStep(step=2, rank=1))]
     with pytest.raises(FaultRefused, match=r"is refused: the job's nodes are on hosts, and an exact \(rank, step\) "
                        r"exit order .* may be on hosts ci@10.0.0.5:22, ci@10.0.0.6:22, which share no filesystem: "
-                       r"name one they share \(shared_dir in the hosts file\)"):
+                       r"name one they share \(shared_dir in the hosts or Slurm file\)"):
         host_refusals.refuse_faults(exact, two, None, 2)
     host_refusals.refuse_faults(exact, two, [0, 0], 2)  # one host: its own orders dir is every node's
     host_refusals.refuse_faults(exact, two, None, 1)

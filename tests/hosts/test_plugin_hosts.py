@@ -252,8 +252,8 @@ def test_scenarios_and_marked_tests_run_on_the_hosts(lab, hosts_toml, tmp_path, 
         "test_on_a_host_then_a_fault_it_cannot_do": "skipped", "test_own_hosts_none_runs_here": "passed"}
     assert cases["store_partition_shrink_heal_grow"]["message"] == (
         f"the nodes are on hosts, and [[fault]] kind='partition' is refused: host {labels[1]} cannot do it: it "
-        "needs netns, which the host's capabilities (none) do not list; add 'netns' to its capabilities in the "
-        "hosts file if the host has it, or place the node elsewhere")
+        "needs netns, which the host's capabilities (none) do not list; add 'netns' to its capabilities (its "
+        "hosts or Slurm file's) if the host has it, or place the node elsewhere")
     refused = str(cases["test_on_a_host_then_a_fault_it_cannot_do"]["message"])
     assert refused.startswith("the nodes are on hosts (--elastic-hosts), and fault='Partition(node=0, ")
     assert f"is refused: host {labels[0]} cannot do it: it needs netns" in refused
@@ -595,7 +595,7 @@ def test_a_scenario_whose_nodes_share_shared_across_two_hosts_is_skipped_or_fail
     reasons = str(caught.value).split("; ")
     assert reasons[0] == ("the nodes are on hosts, and [job] its args use {shared} and {tmp}, a dir its nodes "
                           "share (checkpoints), which is each host's own dir there: name one the hosts share "
-                          "(shared_dir in the hosts file)")
+                          "(shared_dir in the hosts or Slurm file)")
     assert reasons[1].startswith("[[fault]] kind='partition' is refused: host ci@10.0.0.6:22 cannot do it: it "
                                  "needs netns")
     sharing = [parse_host(spec.url, shared_dir="/nfs") for spec in two]  # they name one they share: it runs

@@ -180,7 +180,7 @@ class HostCgroups:
         spec = self._nodes.host_of(index)
         keeper = self._keepers.get(index)
         if CGROUPS not in spec.capabilities:
-            return (f"'cgroups' in the capabilities of its host {spec.label} (the hosts file's), where the "
+            return (f"'cgroups' in the capabilities of its host {spec.label} (its hosts or Slurm file's), where the "
                     "harness may write cgroups (root, or a delegated subtree)")
         if keeper is not None and keeper.why:
             return keeper.why

@@ -248,8 +248,8 @@ class HostDisks:
         """Why node ``node`` has no disk served on its host (a clause)."""
         spec = self._nodes.host_of(node)
         if FUSE not in spec.capabilities:
-            return (f"'fuse' in the capabilities of its host {spec.label} (the hosts file's), where the harness "
-                    "may mount its filesystem (/dev/fuse, libfuse 3, root or fusermount3)")
+            return (f"'fuse' in the capabilities of its host {spec.label} (its hosts or Slurm file's), where the "
+                    "harness may mount its filesystem (/dev/fuse, libfuse 3, root or fusermount3)")
         return self._why.get(node, f"its host {spec.label}'s connection (node {node} has not started there)")
 
     def close(self) -> list[str]:

@@ -50,7 +50,7 @@ def exact_order_refusal(hosts: Sequence[HostSpec], spread: Sequence[HostSpec]) -
     labels = sorted({spec.label for spec in spread})
     return (f"an exact (rank, step) exit order (exit_code at AtStep) is one file that whichever node runs the rank "
             f"must see, and the job's nodes may be on hosts {', '.join(labels)}, which share no filesystem: name one "
-            "they share (shared_dir in the hosts file), or kill_worker at AtStep with a signal (no exit_code)")
+            "they share (shared_dir in the hosts or Slurm file), or kill_worker at AtStep with a signal (no exit_code)")
 
 
 class HostOrders:

@@ -54,7 +54,7 @@ def shared_fs_refusal(hosts: Sequence[HostSpec], spread: Sequence[HostSpec]) -> 
     if not seen_by_all(hosts, spread):
         labels = ", ".join(sorted({spec.label for spec in spread}))
         return (f"the shared filesystem of a job whose nodes may be on hosts {labels} is each host's own dir: name "
-                "one they share (shared_dir in the hosts file)")
+                "one they share (shared_dir in the hosts or Slurm file)")
     for spec in dict.fromkeys(spread):
         why = refusal(spec, [FUSE])
         if why is not None:
