@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,10 +240,21 @@ class SlurmAllocation:
                         srun_command=self.client("srun"), env=self.env, **options)
 
     def close(self) -> list[str]:
-        """Release the allocation if it is ours (``scancel``: its steps end with it); what
-        went wrong, one line each."""
+        """Release the allocation if it is ours (``scancel``: its steps end with it), and
+        wait until it has left Slurm's queue; what went wrong, one line each."""
         if not self.ours:
             return []
-        done = self.run("scancel", self.job_id)
-        return [] if done.returncode == 0 else [f"Slurm: scancel {self.job_id} exited {done.returncode}: "
-                                               f"{done.stderr.strip()}"]
+        try:
+            done = self.run("scancel", self.job_id)
+            if done.returncode != 0:
+                return [f"Slurm: scancel {self.job_id} exited {done.returncode}: {done.stderr.strip()}"]
+            deadline = time.monotonic() + _CLIENT_S  # scancel returns at once; the job leaves once its steps end
+            state = ""
+            while time.monotonic() < deadline:
+                state = self.run("squeue", "--noheader", f"--jobs={self.job_id}", "--format=%T").stdout.strip()
+                if not state:
+                    return []
+                time.sleep(0.1)  # Slurm tells no one when a job leaves its queue: squeue is the way to see it
+            return [f"Slurm: job {self.job_id} still {state} {_CLIENT_S:g} s after scancel"]
+        except HostError as e:  # a client that would not run: said, never a close cut short
+            return [str(e)]
