@@ -137,8 +137,13 @@ def test_worker_kill_on_one_node_restarts_every_node(warm_pool):
 
 
 def test_exit_code_crash_at_rank_and_step_on_the_second_node(warm_pool):
+    """The stepper's ranks share no collective: the other node's go on after rank 3's crash,
+    and must still be running when its node restarts (60 steps: ~1.1 s for that). With 12
+    (0.16 s left), a busy machine let them finish first; their node then ended the job's
+    rendezvous, the restarting node found it closed (torch's agent raises there too) and the
+    job had one round."""
     with Cluster(pool=warm_pool, nnodes=2, nproc_per_node=2, max_restarts=1) as cluster:
-        job = cluster.launch(STEPPER, "12", "0.02")
+        job = cluster.launch(STEPPER, "60", "0.02")
         job.inject(WorkerKill(exit_code=5), AtStep(step=4, rank=3))
         result = job.wait(timeout=60)
         # group ranks follow the rendezvous join order: find the node rank 3 ran on
