@@ -52,6 +52,11 @@ def test_a_given_allocation_is_used_and_left(slurm_lab: SlurmLab):
 def test_an_allocation_that_cannot_be_had_says_why_in_one_line(slurm_lab: SlurmLab):
     with pytest.raises(HostError, match=r"Slurm: salloc of 2 node\(s\) failed \(exit 1\): .*[Ii]nvalid partition"):
         SlurmAllocation(_spec(slurm_lab, partition="nosuch"), nodes=2)
+    assert _jobs(slurm_lab) == []
+
+
+@pytest.mark.slow  # it waits 2 s: the default run is at its 5-minute budget
+def test_a_request_no_nodes_answer_is_withdrawn(slurm_lab: SlurmLab):
     with pytest.raises(HostError, match=r"Slurm: salloc of 9 node\(s\) got none within 2 s \(its request withdrawn\)"):
         SlurmAllocation(_spec(slurm_lab), nodes=9, wait=2)  # more than the lab has: it would wait forever
     assert _jobs(slurm_lab) == []

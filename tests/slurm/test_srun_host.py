@@ -70,6 +70,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.slow  # about 3 s: the default run is at its 5-minute budget
 def test_a_killed_controller_leaves_nothing_on_the_node(slurm_lab: SlurmLab, tmp_path):
     """SIGKILL the process that opened the node: its srun clients' stdin ends, srun forwards
     the end to the lease and the command's supervisor, and they end what they started there
