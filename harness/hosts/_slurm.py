@@ -34,14 +34,13 @@ import tomllib
 
 from harness.errors import ConfigError
 from harness.hosts._errors import HostError
-from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _text
+from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _label, _text, check_fields
 from harness.hosts._srun import SrunHost
 
 __all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_spec", "stand_ins"]
 
 #: how long a Slurm client may take (salloc waits for its nodes this long, by default)
 _CLIENT_S = 60.0
-_NAME = re.compile(r"[A-Za-z0-9_.@%-]+")
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
 
 
@@ -62,10 +61,6 @@ class SlurmSpec:
     client_prefix: tuple[str, ...] = ()  # what runs each Slurm client (nsenter --net=PATH)
     slurm_conf: str | None = None  # SLURM_CONF for the clients; None: theirs
     controller_netns: str | None = None  # the network namespace the controller's side listens in
-
-
-def _name(value: Any) -> str | None:
-    return value if isinstance(value, str) and _NAME.fullmatch(value) else None
 
 
 def _time(value: Any) -> str | None:
@@ -89,8 +84,8 @@ def _argv(value: Any) -> tuple[str, ...] | None:
 
 SLURM_FIELDS: dict[str, _Field] = {
     "controller_address": _Field(_address, "must be the IP address (or host name) the nodes reach this machine at"),
-    "partition": _Field(_name, "must be a partition name"),
-    "account": _Field(_name, "must be an account name"),
+    "partition": _Field(_label, "must be a partition name"),
+    "account": _Field(_label, "must be an account name"),
     "time_limit": _Field(_time, 'must be a Slurm time limit ("30", "1:00:00", "1-0", "UNLIMITED")'),
     "nodes": _Field(_count, "must be an int >= 1: the nodes to allocate"),
     "job_id": _Field(_job, "must be a Slurm job id (digits): an allocation to use"),
@@ -107,19 +102,7 @@ SLURM_FIELDS: dict[str, _Field] = {
 
 def slurm_spec(source: str = "Cluster(slurm=...)", base_dir: Path | None = None, **raw: Any) -> SlurmSpec:
     """A ``SlurmSpec`` from raw fields, each checked by its row (one ``ConfigError`` line)."""
-    values: dict[str, Any] = {}
-    for name, value in raw.items():
-        row = SLURM_FIELDS.get(name)
-        if row is None:
-            raise ConfigError(name, value, f"is not a Slurm field (known: {', '.join(SLURM_FIELDS)})", source)
-        checked = row.check(value)
-        if checked is None:
-            raise ConfigError(name, value, row.constraint, source)
-        if row.local_path and base_dir is not None and not os.path.isabs(checked):
-            checked = str(base_dir / checked)
-        if row.must_exist and not os.path.exists(checked):
-            raise ConfigError(name, value, f"{row.constraint}: {checked} does not exist", source)
-        values[name] = checked
+    values = check_fields(raw, SLURM_FIELDS, source, base_dir, "Slurm")
     if "controller_address" not in values:
         raise ConfigError("controller_address", None, "is required: the address the nodes reach this machine at "
                           "(the job's store listens there)", source)

@@ -198,23 +198,31 @@ FIELDS: dict[str, _Field] = {
 _REQUIRED = ("address", "user")
 
 
-def _build(raw: Mapping[str, Any], source: str, base_dir: Path | None) -> HostSpec:
-    """A HostSpec from raw fields, every one checked by its row."""
+def check_fields(raw: Mapping[str, Any], fields: Mapping[str, _Field], source: str, base_dir: Path | None,
+                 noun: str) -> dict[str, Any]:
+    """Raw fields checked, each by its row of ``fields`` (a hosts file's, a Slurm file's): the
+    values to keep, or one ``ConfigError`` line naming the field and ``source``."""
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        row = FIELDS.get(name)
+        row = fields.get(name)
         if row is None:
-            raise ConfigError(name, value, f"is not a host field (known: {', '.join(FIELDS)})", source)
+            raise ConfigError(name, value, f"is not a {noun} field (known: {', '.join(fields)})", source)
         checked = row.check(value)
         if checked is None:
             raise ConfigError(name, value, row.constraint, source)
         if row.local_path:
             path = Path(checked).expanduser()
             checked = str(path if path.is_absolute() or base_dir is None else base_dir / path)
-            if row.must_exist and not (os.path.isfile(checked) and os.access(checked, os.R_OK)):
-                why = "does not exist" if not os.path.exists(checked) else "is not a readable file"
-                raise ConfigError(name, value, f"{row.constraint}: {checked} {why}", source)
+        if row.must_exist and not (os.path.isfile(checked) and os.access(checked, os.R_OK)):
+            why = "does not exist" if not os.path.exists(checked) else "is not a readable file"
+            raise ConfigError(name, value, f"{row.constraint}: {checked} {why}", source)
         values[name] = checked
+    return values
+
+
+def _build(raw: Mapping[str, Any], source: str, base_dir: Path | None) -> HostSpec:
+    """A HostSpec from raw fields, every one checked by its row."""
+    values = check_fields(raw, FIELDS, source, base_dir, "host")
     for name in _REQUIRED:
         if name not in values:
             raise ConfigError(name, None, "is required", source)
