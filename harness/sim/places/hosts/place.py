@@ -19,6 +19,7 @@ from harness.sim.places.hosts.nodes import RemoteNodes
 from harness.sim.places.hosts.refusals import chaos_kinds
 
 if TYPE_CHECKING:
+    from harness.hosts import HostSpec
     from harness.sim.config import ClusterConfig
     from harness.sim.nodes.pool import WarmPool
     from harness.sim.places.hosts.nodes import PlacedJob
@@ -33,8 +34,13 @@ class Hosts:
 
     def __init__(self, config: ClusterConfig):
         self._config = config
-        self.hosts = tuple(config.hosts or ())
+        self._hosts: tuple[HostSpec, ...] = tuple(config.hosts or ())
         self.placement = tuple(config.placement) if config.placement is not None else None
+
+    @property
+    def hosts(self) -> tuple[HostSpec, ...]:
+        """The hosts the nodes are placed on (``placement``, else round robin)."""
+        return self._hosts
 
     def check_entrypoint(self, entrypoint: object) -> None:
         """A script path or a module only: a node on a host gets its entrypoint as JSON."""

@@ -18,27 +18,25 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from harness.errors import ConfigError
 from harness.hosts import HostSpec, SlurmAllocation
 from harness.procs import join_netns
 from harness.sim.nodes.rendezvous_store import StoreSite
-from harness.sim.places.hosts.gpus import HostsGpuPlan
 from harness.sim.places.hosts.nodes import PlacedJob, RemoteNodes
-from harness.sim.places.hosts.refusals import chaos_kinds
+from harness.sim.places.hosts.place import Hosts
 
 if TYPE_CHECKING:
     from harness.hosts import SlurmSpec
     from harness.sim.config import ClusterConfig
-    from harness.sim.nodes.pool import WarmPool
 
 __all__ = ["Slurm"]
 
 
-class Slurm:
-    """A cluster's Slurm allocation (``harness.sim.places.seam.Place``)."""
+class Slurm(Hosts):
+    """A cluster's Slurm allocation (``harness.sim.places.seam.Place``): the hosts' place,
+    its hosts the allocation's nodes (made on first use), its nodes' channel job steps."""
 
     name = "slurm"
 
@@ -46,7 +44,8 @@ class Slurm:
         self._config = config
         self.spec: SlurmSpec = config.slurm
         self._allocation: SlurmAllocation | None = None
-        self._hosts: tuple[HostSpec, ...] = ()
+        self._hosts = ()
+        self.placement = None  # round robin over the allocation's nodes
         self._lock = threading.Lock()
 
     def allocation(self) -> SlurmAllocation:
@@ -73,27 +72,6 @@ class Slurm:
             raise ConfigError("entrypoint", entrypoint, "must be a script path or a module (module=True) on "
                               "Slurm: a node's agent gets its entrypoint as JSON, never a pickled callable")
 
-    def prepare(self, pool: WarmPool, start_method: str) -> None:
-        """Nothing here: a node forks its workers on its node (the agent's own zygote)."""
-
-    def network_mode(self, network: str) -> str:
-        """Loopback: the cluster's own network carries the nodes."""
-        return "loopback"
-
-    def gpu_split(self) -> HostsGpuPlan:
-        return self._gpus
-
-    @functools.cached_property
-    def _gpus(self) -> HostsGpuPlan:
-        return HostsGpuPlan(self.hosts, None, self._config.max_nodes, self._config.nproc_per_node)
-
-    def lacks(self, network: str) -> dict[str, str]:
-        """Nothing cluster-wide: the nodes' capabilities are judged per kind (``chaos_kinds``)."""
-        return {}
-
-    def chaos_kinds(self, kinds: Sequence[str], max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
-        return chaos_kinds(kinds, self.hosts, None, max_nodes)
-
     def store_site(self) -> StoreSite:
         """Where the harness's store listens: the controller's address the nodes reach."""
         netns = self.spec.controller_netns
@@ -102,7 +80,7 @@ class Slurm:
 
     def open(self, job: PlacedJob) -> RemoteNodes:
         allocation = self.allocation()
-        return RemoteNodes(job, self._gpus, self._hosts, None, connect=allocation.connect, store=self.store_site())
+        return RemoteNodes(job, self._gpus, self.hosts, None, connect=allocation.connect, store=self.store_site())
 
     def close(self) -> list[str]:
         """Release the allocation if it is ours; what went wrong, one line each."""
