@@ -387,7 +387,9 @@ def run_with_signal_handlers(config: Any, cmd: Any, cmd_args: list[Any], prog: s
     """Run the agent with termination signals turned into a clean stop; the RunResult, or
     None after printing one line saying why there is none."""
     from harness.launch import run_agent
+    from harness.procs._stackdump import install_from_env
 
+    install_from_env(os.environ)  # SIGUSR1 -> the agent's Python stacks, when its owner asks for them
     previous: dict[signal.Signals, Any] = {}
     try:
         previous = _install_handlers(_parse_signals(config.signals_to_handle))
@@ -434,7 +436,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     config, cmd, cmd_args = config_from_args(args)
     from harness.launch import _entrypoint_name, run_agent
+    from harness.procs._stackdump import install_from_env
 
+    install_from_env(os.environ)  # SIGUSR1 -> the agent's Python stacks, when its owner asks for them
     previous = _install_handlers(_parse_signals(config.signals_to_handle))
     try:
         result = run_agent(config, cmd, cmd_args)

@@ -356,6 +356,10 @@ class C10dRendezvousHandler(RendezvousHandler):
         """Write ``change(state)`` over the state read, compare-and-set, until it lands, there
         is nothing to write (``change`` gave None), or ``within`` seconds have passed."""
         deadline = time.monotonic() + within
+        if not getattr(self._client, "connected", True):
+            # an exchange cut short dropped it (the SIGTERM that brought us here raised in
+            # the middle of a rendezvous wait): a fresh one, so a leave still lands
+            self._store.renew(connect_within=within)
         while time.monotonic() < deadline:
             raw, state = self._read()
             new = change(state)

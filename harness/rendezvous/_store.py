@@ -34,7 +34,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousTimeoutError
@@ -133,15 +134,18 @@ class StoreClient:
     """
 
     def __init__(self, host: str, port: int, timeout: float | timedelta = 60.0,
-                 connect_timeout: float | None = None, secret: JobSecret | None = None):
+                 connect_timeout: float | None = None, secret: JobSecret | None = None,
+                 connect_within: float | None = None):
         self.host = host
         self.port = port
         self.timeout = _seconds(timeout, 60.0)
         self._connect_timeout = self.timeout if connect_timeout is None else connect_timeout
         self._secret = secret
         self._lock = threading.Lock()
+        self._midway = False  # a request went out and its whole answer has not come in
         self._sock: socket.socket | None = None
-        self._sock = self._connect(self._connect_timeout)
+        # the first connect's bound may be tighter than the later ones' (a leave's renewal)
+        self._sock = self._connect(self._connect_timeout if connect_within is None else connect_within)
 
     @property
     def address(self) -> str:
@@ -156,9 +160,11 @@ class StoreClient:
         """False once a request timed out or failed (the stream was dropped): reconnect."""
         return self._sock is not None
 
-    def clone(self) -> StoreClient:
-        """A second connection to the same store (for another thread)."""
-        return StoreClient(self.host, self.port, self.timeout, self._connect_timeout, self._secret)
+    def clone(self, connect_within: float | None = None) -> StoreClient:
+        """A second connection to the same store (for another thread, or to replace this one
+        once dropped), made within ``connect_within`` s (default: this one's connect timeout)."""
+        return StoreClient(self.host, self.port, self.timeout, self._connect_timeout, self._secret,
+                           connect_within=connect_within)
 
     # -- connection ---------------------------------------------------------------------
 
@@ -261,8 +267,32 @@ class StoreClient:
                                        f"is closed")
         return self._sock
 
+    @contextmanager
+    def _exchange(self) -> Iterator[None]:
+        """One request and its whole answer, under the lock. An exception that leaves it
+        midway leaves the stream out of step, whatever raised it: a signal handler's (the
+        agent's SIGTERM raises ``SignalException`` wherever its main thread is: in a read,
+        between a request and its answer, or in a rendezvous's ``wait``, whose late
+        ``STOP_WAITING`` the next request would read as the first byte of its own answer's
+        length and then wait the whole read timeout for bytes that never come), or a read
+        that timed out. The connection is dropped then: the next request fails at once
+        (``StoreConnectionError``; ``connected`` is False) and the caller makes a new one.
+        An exception before the request went out (a key that cannot be encoded) or after
+        a wait was withdrawn in step keeps it."""
+        with self._lock:
+            self._midway = False
+            try:
+                yield
+            except BaseException:
+                if self._midway:
+                    self._drop()
+                raise
+            finally:
+                self._midway = False
+
     def _send(self, data: bytes, what: str) -> None:
         sock = self._sock_or_raise()
+        self._midway = True
         try:
             sock.settimeout(self.timeout)
             sock.sendall(data)
@@ -270,25 +300,11 @@ class StoreClient:
             self._drop()
             raise StoreConnectionError(f"lost the connection to the rendezvous store at "
                                        f"{self.address} during {what}: {e}") from None
-        except BaseException:  # a signal's exception mid-send: the stream is out of step
-            self._drop()
-            raise
 
     def _recv(self, n: int, what: str, timeout: float | None = None) -> bytes:
         sock = self._sock_or_raise()
         sock.settimeout(self.timeout if timeout is None else max(timeout, 1e-3))
-        try:
-            return self._recv_on(sock, n, what)
-        except StoreConnectionError:
-            self._drop()
-            raise
-        except BaseException:
-            # a timeout (the reply may still come), or an exception a signal handler raised
-            # mid-read (the agent's SIGTERM): either way the stream is out of step, and the
-            # next request would read this one's reply (a leave announced after a SIGTERM
-            # waited the whole read timeout on a stale answer): drop it
-            self._drop()
-            raise
+        return self._recv_on(sock, n, what)
 
     def _recv_bytes(self, what: str) -> bytes:
         size = _U64.unpack(self._recv(8, what))[0]
@@ -315,31 +331,31 @@ class StoreClient:
         return _pack_str((KEY_PREFIX + key).encode())
 
     def set(self, key: str, value: bytes | str) -> None:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(SET) + self._key(key) + _pack_str(_bytes(value)), f"set({key!r})")
 
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         if len(keys) != len(values):
             raise ValueError(f"multi_set: {len(keys)} keys but {len(values)} values")
         body = b"".join(self._key(k) + _pack_str(_bytes(v)) for k, v in zip(keys, values, strict=True))
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(MULTI_SET) + _I64.pack(len(keys)) + body, "multi_set")
 
     def compare_set(self, key: str, expected: bytes | str, desired: bytes | str) -> bytes:
         """torch's semantics: the value after the call (``desired`` iff it was swapped in;
         a missing key counts as ``b""``)."""
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(COMPARE_SET) + self._key(key) + _pack_str(_bytes(expected))
                        + _pack_str(_bytes(desired)), f"compare_set({key!r})")
             return self._recv_bytes(f"compare_set({key!r})")
 
     def add(self, key: str, amount: int) -> int:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount)), f"add({key!r})")
             return int(_I64.unpack(self._recv(8, f"add({key!r})"))[0])
 
     def get(self, key: str, timeout: float | timedelta | None = None) -> bytes:
-        with self._lock:
+        with self._exchange():
             self._wait_locked([key], _seconds(timeout, self.timeout), f"get({key!r})")
             self._send(_U8.pack(GET) + self._key(key), f"get({key!r})")
             return self._recv_bytes(f"get({key!r})")
@@ -347,21 +363,21 @@ class StoreClient:
     def multi_get(self, keys: list[str], timeout: float | timedelta | None = None) -> list[bytes]:
         if not keys:
             return []
-        with self._lock:
+        with self._exchange():
             self._wait_locked(keys, _seconds(timeout, self.timeout), "multi_get")
             self._send(_U8.pack(MULTI_GET) + _U64.pack(len(keys))
                        + b"".join(self._key(k) for k in keys), "multi_get")
             return [self._recv_bytes("multi_get") for _ in keys]
 
     def check(self, keys: list[str]) -> bool:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(CHECK) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
                        "check")
             return int(_U8.unpack(self._recv(1, "check"))[0]) == READY
 
     def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
         keys = list(keys)
-        with self._lock:
+        with self._exchange():
             self._wait_locked(keys, _seconds(timeout, self.timeout), f"wait({keys!r})")
 
     def _wait_locked(self, keys: list[str], timeout: float, what: str) -> None:
@@ -392,25 +408,26 @@ class StoreClient:
         if answer != WAIT_CANCELED:
             self._drop()
             raise StoreProtocolError(f"{self.address}: unexpected answer {answer} to a cancel")
+        self._midway = False  # withdrawn in step: the connection stays usable
         raise StoreTimeoutError(f"rendezvous store {self.address}: {what} timed out after "
                                 f"{timeout:g}s")
 
     def delete_key(self, key: str) -> bool:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(DELETE_KEY) + self._key(key), f"delete_key({key!r})")
             return int(_I64.unpack(self._recv(8, f"delete_key({key!r})"))[0]) == 1
 
     def append(self, key: str, value: bytes | str) -> None:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(APPEND) + self._key(key) + _pack_str(_bytes(value)), f"append({key!r})")
 
     def num_keys(self) -> int:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(GETNUMKEYS), "num_keys")
             return int(_I64.unpack(self._recv(8, "num_keys"))[0])
 
     def ping(self) -> None:
-        with self._lock:
+        with self._exchange():
             self._send(_U8.pack(PING) + _U32.pack(7), "ping")
             self._recv(4, "ping")
 

@@ -186,10 +186,11 @@ class StoreHost:
         return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout,
                            secret=self._secret)
 
-    def renew(self) -> None:
-        """Replace the main connection (a request on it went unanswered: the stream may be
-        out of step, or it went stale during a fence)."""
-        old, self._client = self._client, self.client.clone()
+    def renew(self, connect_within: float | None = None) -> None:
+        """Replace the main connection (a request on it went unanswered or was cut short:
+        the stream may be out of step, or it went stale during a fence), connecting within
+        ``connect_within`` s (default: the read timeout)."""
+        old, self._client = self._client, self.client.clone(connect_within)
         old.close()
 
     def connect(self, timeout: float) -> Any:

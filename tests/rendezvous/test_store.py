@@ -197,3 +197,84 @@ def test_a_request_cut_by_a_signal_drops_the_connection_instead_of_reading_its_r
         again.close()
     finally:
         server.stop()
+
+
+
+@pytest.fixture
+def sigterm_after():
+    """Arm SIGALRM (``sigterm_after(seconds)``) to raise what the agent's SIGTERM handler
+    raises (``harness.run``'s), wherever the main thread is then."""
+    import signal as signals
+
+    from harness.errors import SignalException
+
+    def handler(signum, frame):
+        raise SignalException("got signal 15", signals.SIGTERM)
+
+    previous = signals.signal(signals.SIGALRM, handler)
+    yield lambda after: signals.setitimer(signals.ITIMER_REAL, after)
+    signals.setitimer(signals.ITIMER_REAL, 0)
+    signals.signal(signals.SIGALRM, previous)
+
+
+def test_a_wait_cut_by_a_signal_drops_the_connection_so_its_late_answer_is_never_read(sigterm_after):
+    """SIGTERM reached an agent waiting in its rendezvous (``wait`` on the next state): the
+    wait stayed open at the store, and once the key came its STOP_WAITING sat in the stream,
+    where the leave the agent went on to write read it as the first byte of a reply's length
+    and waited the whole read timeout (a node removed as it joined a round held its job
+    until the harness called it stalled). The connection is dropped instead."""
+    import time
+
+    from harness.errors import SignalException
+
+    server = StoreServer("", 0).start()
+    try:
+        client = StoreClient("127.0.0.1", server.port, timeout=5)
+        client.set("state", b"x" * 300)
+        sigterm_after(0.2)
+        with pytest.raises(SignalException):
+            client.wait(["next"], 10)
+        assert not client.connected
+        other = client.clone()
+        other.set("next", b"1")  # the withdrawn wait's answer would now be on its way
+        started = time.monotonic()
+        with pytest.raises(StoreConnectionError, match="is closed"):
+            client.get("state")
+        assert time.monotonic() - started < 1
+        again = client.clone()
+        assert again.get("state") == b"x" * 300
+        with pytest.raises(StoreTimeoutError):  # a wait withdrawn by its timeout stays in step
+            again.wait(["never"], 0.1)
+        assert again.connected and again.get("next") == b"1"
+        again.close()
+        other.close()
+    finally:
+        server.stop()
+
+
+def test_a_leave_after_a_signal_cut_the_rendezvous_wait_short_still_lands(sigterm_after):
+    """The agent's SIGTERM raised in its rendezvous wait (the connection is dropped, above):
+    its leave makes a new connection within its own bound and withdraws the node, so the
+    others do not wait out its heartbeat."""
+    from harness.errors import SignalException
+    from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
+    from harness.rendezvous._state import RendezvousState
+
+    server = StoreServer("", 0).start()
+    handler = get_rendezvous_handler(RendezvousParameters(
+        "c10d", f"127.0.0.1:{server.port}", "cut", 2, 2, is_host=False, read_timeout=5,
+        last_call_timeout=0.1))
+    try:
+        sigterm_after(0.5)
+        with pytest.raises(SignalException):
+            handler.next_rendezvous()  # the second node never comes: it waits
+        handler.announce_leave(1.0)
+        handler.leave()
+        reader = StoreClient("127.0.0.1", server.port, timeout=5)
+        key = "harness/rdzv/cut/state"
+        state = RendezvousState.from_json(reader.get(key), "cut", key)
+        assert state.participants == [] and not state.nodes, state
+        reader.close()
+    finally:
+        handler.shutdown()
+        server.stop()

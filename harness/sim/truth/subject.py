@@ -37,6 +37,11 @@ class PlacedNode(Protocol):
     """A node's handle as far as the room reads it: how its workers are reached when its
     agent runs on a host."""
 
+    @property
+    def pid(self) -> int:
+        """Its agent's pid (on its host, where it runs on one)."""
+        ...
+
     def worker_access(self) -> WorkerAccess | None:
         """How its workers are reached (``stacks.WorkerAccess``); None: directly, from here."""
         ...
