@@ -436,9 +436,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     config, cmd, cmd_args = config_from_args(args)
     from harness.launch import _entrypoint_name, run_agent
-    from harness.procs._stackdump import install_from_env
 
-    install_from_env(os.environ)  # SIGUSR1 -> the agent's Python stacks, when its owner asks for them
     previous = _install_handlers(_parse_signals(config.signals_to_handle))
     try:
         result = run_agent(config, cmd, cmd_args)
@@ -453,6 +451,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 def cli(argv: Sequence[str] | None = None) -> int:
     """The ``elastic-run`` console script: ``main`` with every error as one line on stderr
     and torchrun's exit codes (0 success, 1 otherwise) instead of a traceback."""
+    from harness.procs._stackdump import install_from_env
+
+    install_from_env(os.environ)  # SIGUSR1 -> the agent's Python stacks, when its owner asks for them
     try:
         main(argv)
     except ChildFailedError as e:

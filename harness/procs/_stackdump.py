@@ -21,9 +21,10 @@ _file = None  # kept open for faulthandler, which writes to its fd from the sign
 
 
 def install_from_env(env: os._Environ[str] | dict[str, str]) -> None:
+    """Once per process: a second call (an agent run twice in one process) keeps the first's file."""
     global _file
     directory = env.get(STACKS_ENV)
-    if not directory:
+    if not directory or (_file is not None and _file.name == os.path.join(directory, f"{os.getpid()}.txt")):
         return
     try:
         import faulthandler
