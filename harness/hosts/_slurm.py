@@ -41,6 +41,8 @@ __all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_
 
 #: how long a Slurm client may take (salloc waits for its nodes this long, by default)
 _CLIENT_S = 60.0
+#: scancel's exit code where it signalled a step of an allocation of several nodes (and said "error")
+_SCANCEL_DELIVERED = 225
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
 
 
@@ -149,8 +151,12 @@ class SlurmAllocation:
         self.env = environ
         given = spec.job_id or environ.get("SLURM_JOB_ID")
         self.ours = given is None
+        started = time.monotonic()
         self.job_id = given if given is not None else self._allocate(spec.nodes or nodes, wait)
+        #: seconds ``salloc`` took to grant ours (None: the caller's)
+        self.granted_in = time.monotonic() - started if self.ours else None
         self._nodes: list[tuple[str, str]] | None = None
+        self.downed: list[str] = []  # the Slurm nodes ``down`` marked DOWN: back in service at close
 
     def client(self, *argv: str) -> list[str]:
         """A Slurm client's argv, as this allocation runs it (its ``client_prefix`` first)."""
@@ -168,9 +174,10 @@ class SlurmAllocation:
     def _allocate(self, count: int, wait: float) -> str:
         """Our own allocation of ``count`` nodes, waiting at most ``wait`` s for them; a
         request still pending then is withdrawn (salloc revokes it on SIGTERM), never left
-        in the queue."""
+        in the queue. ``--no-kill``: a node lost to the job (Slurm marks it DOWN) ends the
+        steps there, not the whole allocation, so an elastic job goes on without it."""
         spec = self.spec
-        argv = ["salloc", "--no-shell", f"--nodes={count}", "--job-name=pytest-elastic",
+        argv = ["salloc", "--no-shell", f"--nodes={count}", "--job-name=pytest-elastic", "--no-kill",
                 *([f"--partition={spec.partition}"] if spec.partition else []),
                 *([f"--account={spec.account}"] if spec.account else []),
                 *([f"--time={spec.time_limit}"] if spec.time_limit else [])]
@@ -222,11 +229,59 @@ class SlurmAllocation:
         return SrunHost(host, job_id=self.job_id, node=host.name or host.address,
                         srun_command=self.client("srun"), env=self.env, **options)
 
+    def signal_step(self, step: str, sig: int) -> None:
+        """``sig`` to every process of job step ``step`` (``JOB.STEP``) of this allocation, by
+        Slurm: ``scancel --signal``, as the scheduler signals a step it ends (``SIGTERM``,
+        then ``SIGKILL`` after its ``KillWait``). What scancel says is no verdict: on a
+        step of an allocation of several nodes it delivers the signal and still prints
+        ``Kill job error on job step id N: No error`` (or ``Invalid job id specified``) and
+        exits 225 or 0 (measured on Slurm 22.05): ``HostError`` only where it could not run
+        or exited otherwise. Whether the step ended is the caller's to see (the agent's exit)."""
+        if not step.startswith(f"{self.job_id}."):
+            raise HostError(f"Slurm: step {step!r} is not one of job {self.job_id}'s")
+        done = self.run("scancel", f"--signal={signal.Signals(sig).name[3:]}", step)
+        if done.returncode not in (0, _SCANCEL_DELIVERED):
+            raise HostError(f"Slurm: scancel --signal of step {step} exited {done.returncode}: "
+                            f"{done.stderr.strip() or 'no word'}")
+
+    def down(self, node: str, reason: str) -> None:
+        """Slurm node ``node`` marked DOWN (``scontrol update State=DOWN``: the scheduler's own
+        node failure; it needs an admin's rights): Slurm ends every step there at once, and
+        ends the whole job too unless it was allocated ``--no-kill`` (ours is). ``close``
+        puts the node back in service (``State=RESUME``) unless Slurm's ``ReturnToService``
+        already did."""
+        done = self.run("scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={reason}")
+        if done.returncode != 0:
+            raise HostError(f"Slurm: scontrol could not mark node {node} DOWN (exit {done.returncode}): "
+                            f"{done.stderr.strip() or done.stdout.strip() or 'no word'}")
+        self.downed.append(node)
+
+    def _resume_downed(self) -> list[str]:
+        """The nodes ``down`` marked DOWN and still down, back in service; what failed."""
+        problems = []
+        for node in dict.fromkeys(self.downed):
+            state = self.run("sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T").stdout
+            if "down" in state or "drain" in state:
+                done = self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+                if done.returncode != 0:
+                    problems.append(f"Slurm: node {node}, marked DOWN by a down_node fault, could not be resumed "
+                                    f"(exit {done.returncode}): {done.stderr.strip()}")
+        self.downed.clear()
+        return problems
+
     def close(self) -> list[str]:
         """Release the allocation if it is ours (``scancel``: its steps end with it), and
-        wait until it has left Slurm's queue; what went wrong, one line each."""
+        wait until it has left Slurm's queue; put back in service the nodes it marked DOWN;
+        what went wrong, one line each."""
+        try:
+            resumed = self._resume_downed()
+        except HostError as e:
+            resumed = [str(e)]
         if not self.ours:
-            return []
+            return resumed
+        return resumed + self._release()
+
+    def _release(self) -> list[str]:
         try:
             done = self.run("scancel", self.job_id)
             if done.returncode != 0:

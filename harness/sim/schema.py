@@ -331,6 +331,9 @@ class FaultKind:
     #: it acts on a node's host (``Cluster(hosts=...)``) and means nothing on this machine: a
     #: scenario with it run here is skipped, saying so
     hosts_only: bool = False
+    #: it is the scheduler's own (Slurm's: ``Cluster(slurm=...)``) and means nothing elsewhere:
+    #: refused on this machine and on SSH hosts, a scenario with it run there skipped, saying so
+    slurm_only: bool = False
     #: part of the README's API: a one-line ``Job`` method of its name, its class exported by
     #: ``harness.faults``, a line of README's table (``vocabulary_table``). A new kind is
     #: complete without (scenarios, chaos, ``job.inject``, ``job.<part>.<kind>``)
@@ -410,6 +413,10 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               (NODE, Key("seconds", 3.0, "how long this machine cannot reach the host", number(0.1), example=20)),
               "this machine loses the SSH connection to a node's host for a while (nodes on hosts)", part="network",
               membership=-1, needs=(NETNS,), hosts_only=True),
+    FaultKind("down_node", "NodeDown", (NODE,),
+              "Slurm marks the node's Slurm node DOWN (the scheduler's own node failure, an admin's right): "
+              "every step there ends (nodes in a Slurm allocation)", part="processes", membership=-1,
+              agent_losing=True, hosts_only=True, slurm_only=True),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
               (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",

@@ -52,3 +52,53 @@ def test_a_worker_killed_on_its_slurm_node_restarts_the_job(slurm_lab: SlurmLab,
         assert job.timeline.restart_counts() == {0: 1, 1: 1}
     assert _jobs(slurm_lab) == []
     assert [p for p in slurm_lab.step_processes() if p.name() != "slurmstepd"] == []
+
+
+def test_a_node_killed_or_removed_on_slurm_is_its_step_signalled_by_slurm(slurm_lab: SlurmLab, tmp_path, caplog):
+    """kill_node is Slurm's own: ``scancel --signal=KILL`` on the node's step (slurmstepd says
+    so in what the step printed), remove_node ``scancel --signal=TERM`` (the agent leaves, as
+    from a step the scheduler ends); the job goes on with the node left and succeeds. Each
+    node's Slurm job is in its ``node_start``, its step in its ``slurm_step`` event."""
+    from harness.faults import NodeKill, NodeRemove, ScheduledFault
+
+    with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=1, start_method="spawn",
+                 slurm=_slurm(slurm_lab, tmp_path)) as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "80", "0.05")
+        job.schedule([ScheduledFault(NodeKill(node=1), AtStep(step=5, rank=0)),
+                      ScheduledFault(NodeRemove(node=2), AtStep(step=20, rank=0), after_previous=True)])
+        result = job.wait(timeout=150)
+        logs = {node: job.agent_log(node) for node in range(3)}
+        assert result.state == WorkerState.SUCCEEDED, logs
+        [allocation] = _jobs(slurm_lab)
+        starts = {e["target_node"]: e for e in job.timeline.events("node_start", HARNESS)}
+        assert {e.get("slurm_job") for e in starts.values()} == {allocation}
+        steps = {node: job.timeline.events("slurm_step", node)[-1]["step"] for node in range(3)}
+        assert len(set(steps.values())) == 3 and all(s.startswith(f"{allocation}.") for s in steps.values())
+        assert "task 0: Killed" in logs[1], logs[1]  # Slurm killed the step: its supervisor too
+        assert f"STEP {steps[2]} ON" in logs[2] and "CANCELLED" in logs[2], logs[2]  # Slurm's TERM
+        assert "received SIGTERM" in logs[2], logs[2]
+        assert [(f["fault"], f["target_node"]) for f in job.timeline.faults()] == [("kill_node", 1),
+                                                                                  ("remove_node", 2)]
+    assert _jobs(slurm_lab) == []
+    assert "by its supervisor" not in caplog.text  # Slurm did both, no fallback
+
+
+def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm_lab: SlurmLab, tmp_path):
+    """down_node, the scheduler's own node failure: Slurm marks the node's Slurm node DOWN
+    and ends the step there ("Node failure"); our allocation is ``--no-kill``, so the job
+    goes on with the node left and succeeds, and the node is back in service after."""
+    from harness.sim.faults import fault_class
+
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1, start_method="spawn",
+                 slurm=_slurm(slurm_lab, tmp_path)) as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
+        job.inject(fault_class("down_node")(node=1), AtStep(step=5, rank=0))
+        result = job.wait(timeout=150)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        [fault] = job.timeline.faults()
+        down = job.timeline.events("node_start", HARNESS)[1]["host"]
+        assert (fault["fault"], fault["target_node"], fault["slurm_node"]) == ("down_node", 1, down)
+        assert "Node failure" in job.agent_log(1) or "NODE FAILURE" in job.agent_log(1), job.agent_log(1)
+        assert job.timeline.states(0)[-1] == WorkerState.SUCCEEDED
+    assert _jobs(slurm_lab) == []
+    assert slurm_lab.node_states()[down] in ("idle", "idle*"), slurm_lab.node_states()

@@ -112,7 +112,28 @@ def test_a_scenario_whose_fault_acts_on_a_host_is_skipped_with_its_nodes_here():
     assert str(info.value) == ("needs the nodes on hosts (--elastic-hosts): host_unreachable acts on a node's "
                                "host, and a node on this machine has no connection to lose")
     _scenarios._skip_without_hosts([{"kind": "partition"}, {"kind": "no_such_kind"}])
-    assert [k for k, row in schema.FAULT_KINDS.items() if row.hosts_only] == ["host_unreachable"]
+    assert [k for k, row in schema.FAULT_KINDS.items() if row.hosts_only] == ["host_unreachable", "down_node"]
+
+
+def test_a_scenario_with_the_schedulers_own_fault_says_it_needs_slurm_here_and_on_ssh_hosts():
+    """``down_node`` (a ``slurm_only`` row) is Slurm's own: here the scenario is skipped
+    saying it needs an allocation; on SSH hosts the fault is refused saying why; on the
+    nodes of a Slurm allocation it is done."""
+    from harness.hosts import HostSpec
+    from harness.sim.errors import FaultRefused
+    from harness.sim.faults import Immediately, ScheduledFault, fault_class
+    from harness.sim.places.hosts.refusals import refuse_faults
+
+    with pytest.raises(pytest.skip.Exception) as info:
+        _scenarios._skip_without_hosts([{"kind": "down_node", "node": 1}])
+    assert str(info.value) == ("needs the nodes in a Slurm allocation (--elastic-slurm): down_node is the "
+                               "scheduler's own, and a node on this machine has no scheduler")
+    assert [k for k, row in schema.FAULT_KINDS.items() if row.slurm_only] == ["down_node"]
+    hosts = [HostSpec(address="198.18.0.1", user="root"), HostSpec(address="198.18.0.2", user="root")]
+    entry = [ScheduledFault(fault_class("down_node")(node=1), Immediately())]
+    with pytest.raises(FaultRefused, match="down_node needs the nodes in a Slurm allocation"):
+        refuse_faults(entry, hosts, None, 2)
+    refuse_faults(entry, hosts, None, 2, slurm=True)
 
 
 # -- one apply, explicit registration ----------------------------------------------------------

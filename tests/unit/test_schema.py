@@ -446,7 +446,7 @@ class _Recorder:
         return lambda *args, **kwargs: self.called.append(self._prefix + name)
 
 
-_VERBS = ("kill", "hang", "remove", "add", "freeze")
+_VERBS = ("kill", "hang", "remove", "add", "freeze", "down")
 
 
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))

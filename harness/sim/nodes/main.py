@@ -151,6 +151,7 @@ def main_json(spec_path: str) -> int:
         if interface is not None:
             os.environ["GLOO_SOCKET_IFNAME"] = interface
     settle(None, None)  # the host's supervisor ends it with the controller (PDEATHSIG, the channel)
+    _say_slurm_step(str(spec["config"].get("run_id") or ""))
     split_tmpdir()
     from harness.launch import LaunchConfig
     from harness.run import configure_logging, run_with_signal_handlers
@@ -166,6 +167,22 @@ def main_json(spec_path: str) -> int:
         json.dump(result.to_json(), fp)
     os.replace(tmp, spec["result_path"])
     return 1 if result.is_failed() else 0
+
+
+def _say_slurm_step(run_id: str) -> None:
+    """A node that runs as a Slurm job step says which, in its events (``slurm_step``: its
+    job, its step as ``JOB.STEP``, its Slurm node): the timeline names them, and a fault
+    carried out by Slurm (``scancel --signal`` on the step) is aimed by it."""
+    from harness.events import event_writer_from_env
+
+    job, step = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURM_STEP_ID")
+    if not job or not step:
+        return
+    writer = event_writer_from_env(os.environ, run_id, "0")
+    try:
+        writer.emit("slurm_step", job=job, step=f"{job}.{step}", slurm_node=os.environ.get("SLURMD_NODENAME"))
+    finally:
+        writer.close()
 
 
 def _cli(argv: list[str]) -> int:

@@ -416,6 +416,9 @@ class RemoteNodes:
     """A job's hosts and the nodes it places on them (``job.place``: a
     ``harness.sim.places.seam.JobPlace``)."""
 
+    #: a node's handle (a place whose nodes are signalled another way gives its own)
+    node_type: type[RemoteNodeProcess] = RemoteNodeProcess
+
     def __init__(self, job: PlacedJob, gpus: HostsGpuPlan, hosts: Sequence[HostSpec],
                  placement: Sequence[int] | None, connect: Callable[[HostSpec], SshHost] | None = None,
                  store: StoreSite | None = None):
@@ -618,7 +621,7 @@ class RemoteNodes:
         agent = RemoteAgent(proc, relay, host)
         self._started.add(index)
         self.network.node_started(index)  # a table of its host's tags its loopback packets from now
-        return RemoteNodeProcess(index, name, spec.address, directory, agent, "", slot=slot, gpus=gpus,
+        return self.node_type(index, name, spec.address, directory, agent, "", slot=slot, gpus=gpus,
                                  host=spec.label, remote_directory=there, timeline=job.timeline)
 
     def _start_agent(self, index: int, name: str, spec: HostSpec, link: _Link, there: str, relay: EventRelay,

@@ -55,12 +55,19 @@ def placed_hosts(hosts: Sequence[HostSpec], placement: Sequence[int] | None, cou
     return [placed_host(hosts, placement, node) for node in range(count)]
 
 
-def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
+def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = (), slurm: bool = False) -> str | None:
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
     or None: it lacks a capability (``refusal``), the kind is not done on hosts
-    (``NOT_ON_HOSTS``), or this slice does not do it there."""
+    (``NOT_ON_HOSTS``), it is the scheduler's own and the host no Slurm node (``slurm``:
+    it is one), or this slice does not do it there."""
+    from harness.sim.schema import FAULT_KINDS
+
+    row = FAULT_KINDS.get(kind)
     why = refusal(host, needs)
-    if why is None and kind in NOT_ON_HOSTS:
+    if why is None and row is not None and row.slurm_only:
+        why = None if slurm else (f"{kind} needs the nodes in a Slurm allocation (--elastic-slurm): it is the "
+                                  "scheduler's own node failure, and an SSH host has no scheduler")
+    elif why is None and kind in NOT_ON_HOSTS:
         why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
     elif why is None and kind not in HOST_FAULTS:
         why = f"host {host.label} cannot do it yet: {kind} on hosts is a later part of issue 29"
@@ -152,11 +159,12 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
 
 
 def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
-                  placement: Sequence[int] | None, nnodes: int = 0) -> None:
+                  placement: Sequence[int] | None, nnodes: int = 0, slurm: bool = False) -> None:
     """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
     ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
     before it starts (the plugin skips it, saying why). ``nnodes``: how many nodes the
-    job can have (a network fault on a node that shares its host is refused)."""
+    job can have (a network fault on a node that shares its host is refused); ``slurm``:
+    the hosts are a Slurm allocation's nodes (the scheduler's own faults are done there)."""
     from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS
 
@@ -183,7 +191,7 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
                                    f"{', '.join(sorted(needs)) or 'the nodes on this machine'} on every node's "
                                    "host: name a node (node=...)")
             continue
-        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
+        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs, slurm)
         if why is None and row is not None and row.part == "network":
             why = _sharing(hosts, placement, nnodes, node, fault.kind, getattr(fault, "peers", None))
         if why is not None:

@@ -6,7 +6,8 @@ as many nodes as the job's most, or the spec's ``nodes``), or is the caller's (`
 own: an allocation of its own); ours is released when the cluster closes (``scancel``:
 whatever still runs in it ends with it).
 
-A job's nodes are the hosts' place's ``RemoteNodes``: each node of the allocation is a host
+A job's nodes are the hosts' place's ``RemoteNodes`` (``SlurmNodes``: a node killed or removed
+is its step signalled by Slurm, ``nodes``): each node of the allocation is a host
 whose channel is job steps (``SrunHost``: the agent, its events relay, every order to it is
 a step on its node), placed round robin. Slurm forwards no port: the harness's store listens
 at the spec's ``controller_address`` (in its ``controller_netns`` where one is named), and
@@ -26,6 +27,7 @@ from harness.procs import join_netns
 from harness.sim.nodes.rendezvous_store import StoreSite
 from harness.sim.places.hosts.nodes import PlacedJob, RemoteNodes
 from harness.sim.places.hosts.place import Hosts
+from harness.sim.places.slurm.nodes import SlurmNodes
 
 if TYPE_CHECKING:
     from harness.hosts import SlurmSpec
@@ -80,7 +82,8 @@ class Slurm(Hosts):
 
     def open(self, job: PlacedJob) -> RemoteNodes:
         allocation = self.allocation()
-        return RemoteNodes(job, self._gpus, self.hosts, None, connect=allocation.connect, store=self.store_site())
+        return SlurmNodes(job, self._gpus, self.hosts, None, connect=allocation.connect, store=self.store_site(),
+                          allocation=allocation)
 
     def close(self) -> list[str]:
         """Release the allocation if it is ours; what went wrong, one line each."""
