@@ -8,7 +8,6 @@ shrinking and the report index all print replay lines.
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from pytest_elastic._settings import Settings, parse_schedule
@@ -43,10 +42,11 @@ def rerun_line(test_id: str, settings: Settings, chaotic: bool) -> str:
 
 
 def _pytest(test_id: str, settings: Settings) -> str:
-    """``pytest 'TEST'``, on the hosts it ran on (``--elastic-hosts``): chaos draws from what they can do."""
+    """``pytest 'TEST'``, where it ran (``--elastic-hosts``, ``--elastic-slurm``): chaos draws
+    from what the nodes there can do."""
     line = f"pytest '{test_id}'"
-    if settings.hosts_file is not None:
-        line += f" --elastic-hosts={shlex.quote(settings.hosts_file)}"
+    if settings.place is not None:
+        line += f" {settings.place.argument()}"
     return line
 
 

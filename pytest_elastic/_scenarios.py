@@ -167,11 +167,8 @@ class ScenarioItem(pytest.Item):
         launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
         faults = self.spec.get("fault", [])
-        if not {"hosts", "slurm"} & set(job_spec):  # the session's place, unless [job] names its own
-            if settings.hosts is not None:
-                job_spec["hosts"] = settings.hosts
-            if settings.slurm is not None:
-                job_spec["slurm"] = settings.slurm
+        if settings.place is not None and not {"hosts", "slurm"} & set(job_spec):  # unless [job] names its own
+            job_spec[settings.place.keyword] = settings.place.value
         hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self), args=launch.args)
         chaos, seed = chaos_config(settings, self, hosts)
         if chaos is not None:

@@ -45,11 +45,8 @@ def cluster_config(test_id: str, marker: Any, settings: Settings, chaos: ChaosCo
     kwargs = dict(marker.kwargs) if marker is not None else {}
     args = tuple(marker.args) if marker is not None else ()
     defaults: dict[str, Any] = {"start_method": settings.start_method}
-    if not {"hosts", "slurm"} & set(kwargs):  # the session's place, unless the marker names its own
-        if settings.hosts is not None:
-            defaults["hosts"] = settings.hosts
-        if settings.slurm is not None:
-            defaults["slurm"] = settings.slurm
+    if settings.place is not None and not {"hosts", "slurm"} & set(kwargs):  # unless the marker names its own
+        defaults[settings.place.keyword] = settings.place.value
     return marker_config(test_id, kwargs, args, defaults, chaos)
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from harness.hosts import HostSpec
     from harness.sim.config import ClusterConfig
     from harness.sim.faults.chaos import ChaosConfig
+    from pytest_elastic._places import SessionPlace
 
 # (+ MARKER_KEYWORDS, FAULT_KINDS, SCHEDULE_FAULT_KINDS, SCHEDULE_KEYS: lazy, see _FROM_SCHEMA)
 __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse_schedule", "chaos_kinds_on_hosts",
@@ -77,30 +78,19 @@ class Settings:
     schedule: str | None = None
     #: the chaos kinds were named (--elastic-faults, env, ini), not the default
     faults_given: bool = False
-    #: ``--elastic-hosts``: the hosts file as given, and its hosts (``harness.hosts.HostSpec``),
-    #: loaded once; every cluster the plugin builds places its nodes there unless the
-    #: marker or scenario names its own ``hosts``
-    hosts_file: str | None = None
-    hosts: tuple[HostSpec, ...] | None = None
-    #: ``--elastic-slurm``: the Slurm file as given, and its spec (``harness.hosts.SlurmSpec``);
-    #: every cluster the plugin builds runs its nodes in that allocation unless the marker or
-    #: scenario names its own place (``hosts`` or ``slurm``)
-    slurm_file: str | None = None
-    slurm: Any = None
+    #: ``--elastic-hosts`` or ``--elastic-slurm``: where every cluster the plugin builds runs
+    #: its nodes, unless the marker or scenario names its own place (``hosts`` or ``slurm``)
+    place: SessionPlace | None = None
 
     def placed_by_option(self) -> tuple[HostSpec, ...] | None:
         """The hosts the session's option puts every job's nodes on (a Slurm allocation's
         stand-ins: ``harness.hosts.stand_ins``), what faults and chaos kinds are judged by;
         None: this machine."""
-        if self.slurm is not None:
-            from harness.hosts import stand_ins
-
-            return stand_ins(self.slurm, 2)
-        return self.hosts
+        return self.place.stand_ins(2) if self.place is not None else None
 
     def place_option(self) -> str:
         """The option that placed the nodes, as the user wrote it (for a skip's reason)."""
-        return "--elastic-slurm" if self.slurm is not None else "--elastic-hosts"
+        return self.place.option if self.place is not None else ""
 
     def header(self) -> str:
         parts = [f"chaos={'on' if self.chaos else 'off'}"]
@@ -114,10 +104,8 @@ class Settings:
         parts += [f"start_method={self.start_method}", f"timeout={self.timeout:g}s"]
         if self.report_dir:
             parts.append(f"report={self.report_dir}")
-        if self.hosts is not None:
-            parts.append(f"hosts={self.hosts_file}")
-        if self.slurm is not None:
-            parts.append(f"slurm={self.slurm_file}")
+        if self.place is not None:
+            parts.append(self.place.header_part())
         return "elastic: " + " ".join(parts)
 
 
@@ -187,11 +175,15 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     if slurm is not None and hosts is not None:
         raise SettingError(f"--elastic-slurm={slurm_file!r} and --elastic-hosts={hosts_file!r} are two places "
                            "for the same nodes: give one")
+    from pytest_elastic._places import hosts_option, slurm_option
+
+    place = (hosts_option(str(hosts_file), hosts) if hosts is not None else
+             slurm_option(str(slurm_file), slurm) if slurm is not None else None)
 
     settings = Settings(
         chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given,
         faults="kill_worker" if faults is None else faults, faults_given=faults is not None,
-        hosts_file=hosts_file, hosts=hosts, slurm_file=slurm_file, slurm=slurm,
+        place=place,
         overload=bool(_pick(option.elastic_chaos_overload, "CHAOS_OVERLOAD", None, False,
                             lambda v: _bool(str(v), "overload"), "overload")),
         report_dir=_pick(option.elastic_report, "REPORT", ini("elastic_report"), None, str, "report"),
@@ -207,9 +199,9 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     if settings.chaos and placed is not None and settings.schedule is None:
         kinds, dropped = chaos_kinds_on_hosts(settings, placed)
         if not kinds:
-            where = (f"--elastic-slurm={slurm_file!r}" if slurm is not None else f"--elastic-hosts={hosts_file!r}")
+            assert place is not None
             raise SettingError(f"--elastic-faults={settings.faults!r} names no kind the hosts of "
-                               f"{where} can carry out: {_dropped(dropped)}; "
+                               f"{place.option}={place.file!r} can carry out: {_dropped(dropped)}; "
                                f"name others, or leave --elastic-faults out (chaos on hosts then draws "
                                f"what they can do)")
     return settings
@@ -272,16 +264,9 @@ def hosts_line(settings: Settings) -> str | None:
     without either): the hosts or the allocation, and under chaos the kinds drawn there and
     those left out, with why."""
     placed = settings.placed_by_option()
-    if placed is None:
+    if placed is None or settings.place is None:
         return None
-    if settings.slurm is not None:
-        spec = settings.slurm
-        where = (f"job {spec.job_id}" if spec.job_id else "the allocation of $SLURM_JOB_ID, else one of its own"
-                 + (f" in partition {spec.partition}" if spec.partition else ""))
-        line = f"elastic: nodes in a Slurm allocation ({settings.slurm_file}): {where}"
-    else:
-        line = (f"elastic: nodes on {len(placed)} host(s) of {settings.hosts_file}: "
-                f"{', '.join(host.label for host in placed)}")
+    line = f"elastic: {settings.place.described()}"
     if settings.chaos and settings.schedule is None:
         from harness.sim.places.hosts.refusals import NETWORK_CHAOS_ON_HOSTS
         from harness.sim.schema import CHAOS_KINDS

@@ -52,3 +52,28 @@ def test_a_bad_file_is_one_line(tmp_path, text, message):
         load_slurm(path)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_slurm(tmp_path / "missing.toml")
+
+
+def test_the_sessions_place_is_one_value_the_plugin_asks():
+    """``--elastic-slurm`` and ``--elastic-hosts`` as the plugin holds them: the keyword a
+    cluster takes, the hosts faults are judged by, the header's item, the header line, and
+    the rerun of a test there (a Slurm run's rerun named no place before)."""
+    from harness.hosts import HostSpec
+    from pytest_elastic._places import hosts_option, slurm_option
+    from pytest_elastic._replay import reproduction_line, rerun_line
+    from pytest_elastic._settings import Settings, hosts_line
+
+    slurm = slurm_option("lab/slurm.toml", SlurmSpec(controller_address="198.18.0.1", partition="debug"))
+    settings = Settings(place=slurm, seed=7)
+    assert (slurm.keyword, slurm.value.partition) == ("slurm", "debug")
+    assert [h.address for h in settings.placed_by_option() or ()] == ["slurm-node0", "slurm-node1"]  # stand-ins
+    assert settings.place_option() == "--elastic-slurm" and "slurm=lab/slurm.toml" in settings.header()
+    assert hosts_line(settings) == ("elastic: nodes in a Slurm allocation (lab/slurm.toml): the allocation of "
+                                    "$SLURM_JOB_ID, else one of its own in partition debug")
+    assert rerun_line("t.py::x", settings, False) == "pytest 't.py::x' --elastic-slurm=lab/slurm.toml"
+    assert reproduction_line("t.py::x", settings).startswith("pytest 't.py::x' --elastic-slurm=lab/slurm.toml "
+                                                              "--elastic-chaos --elastic-seed=7")
+    hosts = hosts_option("my hosts.toml", (HostSpec(address="198.18.0.9", user="root"),))
+    assert rerun_line("t.py::x", Settings(place=hosts), False) == "pytest 't.py::x' --elastic-hosts='my hosts.toml'"
+    assert hosts_line(Settings(place=hosts)) == "elastic: nodes on 1 host(s) of my hosts.toml: root@198.18.0.9:22"
+    assert Settings().placed_by_option() is None and hosts_line(Settings()) is None
