@@ -57,28 +57,31 @@ def test_a_worker_killed_on_its_slurm_node_restarts_the_job(slurm_lab: SlurmLab,
 def test_a_node_killed_or_removed_on_slurm_is_its_step_signalled_by_slurm(slurm_lab: SlurmLab, tmp_path, caplog):
     """kill_node is Slurm's own: ``scancel --signal=KILL`` on the node's step (slurmstepd says
     so in what the step printed), remove_node ``scancel --signal=TERM`` (the agent leaves, as
-    from a step the scheduler ends); the job goes on with the node left and succeeds. Each
-    node's Slurm job is in its ``node_start``, its step in its ``slurm_step`` event."""
-    from harness.faults import NodeKill, NodeRemove, ScheduledFault
+    from a step the scheduler ends); a node added in between is a step on the Slurm node
+    the killed one left idle; the job goes on and succeeds. Each node's Slurm job is in its
+    ``node_start``, its step in its ``slurm_step`` event."""
+    from harness.faults import NodeAdd, NodeKill, NodeRemove, ScheduledFault
 
     with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=1, start_method="spawn",
                  slurm=_slurm(slurm_lab, tmp_path)) as cluster:
-        job = cluster.launch(str(SCRIPTS / "stepper.py"), "80", "0.05")
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "100", "0.05")
         job.schedule([ScheduledFault(NodeKill(node=1), AtStep(step=5, rank=0)),
+                      ScheduledFault(NodeAdd(), AtStep(step=10, rank=0), after_previous=True),
                       ScheduledFault(NodeRemove(node=2), AtStep(step=20, rank=0), after_previous=True)])
         result = job.wait(timeout=150)
-        logs = {node: job.agent_log(node) for node in range(3)}
+        logs = {node: job.agent_log(node) for node in range(4)}
         assert result.state == WorkerState.SUCCEEDED, logs
         [allocation] = _jobs(slurm_lab)
         starts = {e["target_node"]: e for e in job.timeline.events("node_start", HARNESS)}
         assert {e.get("slurm_job") for e in starts.values()} == {allocation}
-        steps = {node: job.timeline.events("slurm_step", node)[-1]["step"] for node in range(3)}
-        assert len(set(steps.values())) == 3 and all(s.startswith(f"{allocation}.") for s in steps.values())
+        steps = {node: job.timeline.events("slurm_step", node)[-1]["step"] for node in range(4)}
+        assert len(set(steps.values())) == 4 and all(s.startswith(f"{allocation}.") for s in steps.values())
+        assert starts[3]["host"] == starts[1]["host"] != starts[0]["host"]  # the idle one
         assert "task 0: Killed" in logs[1], logs[1]  # Slurm killed the step: its supervisor too
         assert f"STEP {steps[2]} ON" in logs[2] and "CANCELLED" in logs[2], logs[2]  # Slurm's TERM
         assert "received SIGTERM" in logs[2], logs[2]
-        assert [(f["fault"], f["target_node"]) for f in job.timeline.faults()] == [("kill_node", 1),
-                                                                                  ("remove_node", 2)]
+        assert [(f["fault"], f["target_node"]) for f in job.timeline.faults()] == [
+            ("kill_node", 1), ("add_node", 3), ("remove_node", 2)]
     assert _jobs(slurm_lab) == []
     assert "by its supervisor" not in caplog.text  # Slurm did both, no fallback
 

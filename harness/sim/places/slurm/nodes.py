@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.hosts import HostError, SlurmAllocation
+from harness.hosts import HostError, HostSpec, SlurmAllocation
 from harness.sim.places.hosts.nodes import RemoteNodeProcess, RemoteNodes
 from harness.sim.places.hosts.refusals import refuse_faults
 
@@ -92,6 +93,23 @@ class SlurmNodes(RemoteNodes):
     def __init__(self, *args: Any, allocation: SlurmAllocation, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.allocation = allocation
+        self._placed: dict[int, HostSpec] = {}  # node -> its Slurm node, chosen at its first ask
+        self._placing = threading.Lock()  # not the hosts' lock: that one is held around host_of
+
+    def host_of(self, node: int) -> HostSpec:
+        """Node ``node``'s Slurm node, chosen once: the first node of the allocation that
+        carries none of the job's live nodes and that no ``down_node`` took from it (a node
+        added after one was lost lands on an idle node, as a new step on a real
+        allocation would), else round robin as on hosts."""
+        with self._placing:
+            chosen = self._placed.get(node)
+            if chosen is None:
+                busy = {self._placed.get(n) for n, handle in self._job.nodes.items() if handle.alive()}
+                lost = set(self.allocation.downed)
+                idle = [host for host in self.hosts if host not in busy and host.label not in lost]
+                chosen = idle[0] if idle and node >= len(self.hosts) else super().host_of(node)
+                self._placed[node] = chosen
+            return chosen
 
     def refuse(self, entries: Sequence[ScheduledFault]) -> None:
         """As on hosts, but the scheduler's own faults (``slurm_only``) are Slurm's to do here."""
