@@ -53,9 +53,12 @@ class HostTimeout(HostError, TimeoutError):
 
 
 def last_line(text: str) -> str:
-    """The last non-blank line of ``text`` that is not ssh's ``@@@`` banner art."""
+    """The last non-blank line of ``text`` that is not ssh's ``@@@`` banner art, nor srun's
+    own word on how a step ended (``srun: error: node0: task 0: Exited with exit code 2``)
+    where the command said something before it: what the command itself said."""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("@")]
-    return lines[-1] if lines else "no output"
+    said = [line for line in lines if not line.startswith("srun: ")]
+    return (said or lines or ["no output"])[-1]
 
 
 def _known_hosts_entry(spec: HostSpec) -> str:

@@ -94,7 +94,7 @@ def main(path: str, wake: str, safety: float) -> int:
     except OSError as e:
         size = len(os.fsencode(wake))
         why = (f"its path is {size} bytes, over the {SUN_PATH_MAX} a Unix socket's may be: give the host a shorter "
-               "work_dir (the hosts file's work_dir)") if size > SUN_PATH_MAX else (e.strerror or str(e))
+               "work_dir (work_dir in the hosts or Slurm file)") if size > SUN_PATH_MAX else (e.strerror or str(e))
         sys.stderr.write(f"cannot bind the wake socket {wake}: {why}\n")
         return 2
     sock.setblocking(False)

@@ -160,7 +160,7 @@ def test_a_relay_that_cannot_start_says_why(lab: SshdLab):
         assert message == (f"host {ssh.spec.label}: the event relay of /tmp/events.jsonl did not start (exit 2): "
                            f"cannot bind the wake socket {ssh.work_dir}/{'w' * 120}.sock: its path is "
                            f"{len(ssh.work_dir) + 126} bytes, over the 107 a Unix socket's may be: give the host a "
-                           "shorter work_dir (the hosts file's work_dir)")
+                           "shorter work_dir (work_dir in the hosts or Slurm file)")
         assert len(ssh.pids()) == 1  # only the master: the relay's client was reaped
 
 

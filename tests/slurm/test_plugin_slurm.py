@@ -9,13 +9,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.hosts.sshd import checkout_python
 from tests.slurm.lab import SlurmLab
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_path):
+def _slurm_file(slurm_lab: SlurmLab, tmp_path: Path) -> Path:
+    """The lab as a user's Slurm file: its controller's side, config, clients, the nodes'
+    interpreter (this checkout's) and a dir they all share."""
     python = checkout_python(tmp_path / "node-python")
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -25,6 +29,11 @@ def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_pa
                           f'controller_netns = "/run/netns/{slurm_lab.net.store_namespace}"\n'
                           f'slurm_conf = "{slurm_lab.conf}"\nclient_prefix = [{prefix}]\n'
                           f'python = "{python}"\nshared_dir = "{shared}"\n')
+    return slurm_file
+
+
+def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_path):
+    slurm_file = _slurm_file(slurm_lab, tmp_path)
     scenarios = ["scenarios/multi_node/node_failure.toml", "scenarios/network/flapping_link.toml"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                            f"--elastic-slurm={slurm_file}", *scenarios], cwd=ROOT, capture_output=True, text=True,
@@ -34,4 +43,27 @@ def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_pa
     assert "1 passed, 1 skipped" in out, out[-3000:]
     assert "the nodes are on hosts, and [[fault]] kind='partition' is refused" in out and "needs netns" in out
     assert f"elastic: nodes in a Slurm allocation ({slurm_file})" in out
+    assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
+
+
+@pytest.mark.slow
+def test_chaos_on_slurm_replays_with_its_seed(slurm_lab: SlurmLab, tmp_path):
+    """The same seed on Slurm draws the same schedule, and a run with it passes each time
+    (the rerun line names the Slurm file: tests/unit/test_slurm_spec.py)."""
+    slurm_file = _slurm_file(slurm_lab, tmp_path)
+    import xml.etree.ElementTree as ElementTree
+
+    runs = []
+    for i in range(2):
+        junit = tmp_path / f"run{i}.xml"
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                               f"--elastic-slurm={slurm_file}", "--elastic-chaos", "--elastic-seed=4242",
+                               "--elastic-faults=kill_worker", "scenarios/single_node/worker_sigkill.toml"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
+        runs.append(properties.get("elastic_schedule"))
+    assert runs[0] and runs[0] == runs[1], runs
+    assert "kill_worker" in runs[0], runs[0]
     assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []

@@ -8,6 +8,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from harness import Cluster, WorkerState
 from harness.faults import AtStep, WorkerKill
 from harness.sim.truth.timeline import HARNESS
@@ -105,3 +107,33 @@ def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm
         assert job.timeline.states(0)[-1] == WorkerState.SUCCEEDED
     assert _jobs(slurm_lab) == []
     assert slurm_lab.node_states()[down] in ("idle", "idle*"), slurm_lab.node_states()
+
+
+@pytest.mark.slow
+def test_a_soak_of_jobs_in_a_row_leaves_nothing(slurm_lab: SlurmLab, tmp_path):
+    """Three clusters in a row, two jobs each (one with a node killed by Slurm): every job
+    succeeds, and after each cluster no allocation, no step process and no work dir is left."""
+    import shutil
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="pe-soak-", dir="/tmp"))  # short: a relay's socket path fits 107 bytes
+    try:
+        _soak(slurm_lab, tmp_path, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _soak(slurm_lab: SlurmLab, tmp_path: Path, work: Path) -> None:
+    from harness.faults import NodeKill
+
+    for _ in range(3):
+        with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1, start_method="spawn",
+                     slurm=_slurm(slurm_lab, tmp_path, work_dir=str(work))) as cluster:
+            for killed in (False, True):
+                job = cluster.launch(str(SCRIPTS / "stepper.py"), "30", "0.02")
+                if killed:
+                    job.inject(NodeKill(node=1), AtStep(step=5, rank=0))
+                assert job.wait(timeout=120).state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
+        assert _jobs(slurm_lab) == []
+        assert [p for p in slurm_lab.step_processes() if p.name() != "slurmstepd"] == []
+        assert list(work.iterdir()) == []

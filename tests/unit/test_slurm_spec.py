@@ -77,3 +77,13 @@ def test_the_sessions_place_is_one_value_the_plugin_asks():
     assert rerun_line("t.py::x", Settings(place=hosts), False) == "pytest 't.py::x' --elastic-hosts='my hosts.toml'"
     assert hosts_line(Settings(place=hosts)) == "elastic: nodes on 1 host(s) of my hosts.toml: root@198.18.0.9:22"
     assert Settings().placed_by_option() is None and hosts_line(Settings()) is None
+
+
+def test_a_step_that_failed_is_told_by_what_its_command_said_not_by_srun():
+    from harness.hosts._errors import last_line
+
+    said = ("cannot bind the wake socket /w/x: its path is 169 bytes\n"
+            "srun: error: node0: task 0: Exited with exit code 2\n")
+    assert last_line(said) == "cannot bind the wake socket /w/x: its path is 169 bytes"
+    assert last_line("srun: error: Unable to create step for job 7\n") == "srun: error: Unable to create step for job 7"
+    assert last_line("") == "no output"
