@@ -295,6 +295,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     from harness import ClusterConfig
     from harness.errors import ConfigError
     from harness.sim.errors import FaultRefused
+    from harness.sim.places import place_of
     from harness.sim.places.hosts.refusals import placed_hosts, refuse_faults
     from harness.sim.places.hosts.shared import shared_base
 
@@ -304,12 +305,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
         if from_option:
             pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
         raise ScenarioFailure(f"[job] {e}") from None
-    if config.slurm is not None:  # an allocation not made yet: its nodes as the spec says they are
-        from harness.hosts import stand_ins
-
-        hosts = stand_ins(config.slurm, config.max_nodes)
-    else:
-        hosts = tuple(config.hosts or ())
+    hosts = place_of(config).planned_hosts() or ()
     spread = set(placed_hosts(hosts, config.placement, config.max_nodes))
     shares = [p for p in ("{shared}", "{tmp}") if any(p in arg for arg in args)]
     reasons: list[str] = []  # every reason, not the first: a fix for one must not reveal the next

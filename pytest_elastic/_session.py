@@ -159,11 +159,9 @@ def open_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 def _placed(config: ClusterConfig) -> tuple[HostSpec, ...] | None:
     """The hosts ``config``'s nodes run on (a Slurm allocation's stand-ins); None: here."""
-    if config.slurm is not None:
-        from harness.hosts import stand_ins
+    from harness.sim.places import place_of
 
-        return stand_ins(config.slurm, config.max_nodes)
-    return tuple(config.hosts) if config.hosts is not None else None
+    return place_of(config).planned_hosts()
 
 
 def judge_against_twins(cluster: Any) -> None:

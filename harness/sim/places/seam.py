@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from harness.hosts import HostSpec
     from harness.sim.faults import ScheduledFault
     from harness.sim.net.faults import NodeNetwork
     from harness.sim.nodes.faults import OrdersPlace
@@ -133,6 +134,13 @@ class Place(Protocol):
 
     def gpu_split(self) -> GpuSplit:
         """How this place's GPUs are split between node slots."""
+        ...
+
+    def planned_hosts(self) -> tuple[HostSpec, ...] | None:
+        """The hosts its nodes run on as far as is known before a job runs (what a job's
+        faults and chaos kinds are judged by, the plugin's skips among them): a Slurm
+        allocation's nodes as its spec says they will be until it is made; None: this
+        machine. Never makes anything (no connection, no allocation)."""
         ...
 
     def lacks(self, network: str) -> dict[str, str]:

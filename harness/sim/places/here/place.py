@@ -57,6 +57,9 @@ class Here:
         """The cluster's own: the job's ``Network`` carries its nodes."""
         return network
 
+    def planned_hosts(self) -> None:
+        return None
+
     def gpu_split(self) -> GpuPlan:
         config = self._config
         return GpuPlan.resolve(config.gpus, config.max_nodes, config.nproc_per_node, {**os.environ, **config.env})

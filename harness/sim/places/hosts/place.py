@@ -65,6 +65,9 @@ class Hosts:
         cluster: a node started later takes a slot no live node of its host holds)."""
         return HostsGpuPlan(self.hosts, self.placement, self._config.max_nodes, self._config.nproc_per_node)
 
+    def planned_hosts(self) -> tuple[HostSpec, ...]:
+        return tuple(self.hosts)
+
     def lacks(self, network: str) -> dict[str, str]:
         """Nothing cluster-wide: each host's capabilities are judged per kind (``chaos_kinds``)."""
         return {}

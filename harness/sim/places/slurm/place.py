@@ -68,6 +68,13 @@ class Slurm(Hosts):
         self.allocation()
         return self._hosts
 
+    def planned_hosts(self) -> tuple[HostSpec, ...]:
+        """The allocation's nodes once it is made; before, the spec's stand-ins."""
+        from harness.hosts import stand_ins
+
+        with self._lock:
+            return self._hosts if self._allocation is not None else stand_ins(self.spec, self._config.max_nodes)
+
     def check_entrypoint(self, entrypoint: object) -> None:
         """A script path or a module only: a node's agent gets its entrypoint as JSON."""
         if not isinstance(entrypoint, str):
