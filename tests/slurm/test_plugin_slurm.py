@@ -67,3 +67,28 @@ def test_chaos_on_slurm_replays_with_its_seed(slurm_lab: SlurmLab, tmp_path):
     assert runs[0] and runs[0] == runs[1], runs
     assert "kill_worker" in runs[0], runs[0]
     assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
+
+
+@pytest.mark.slow
+def test_every_bundled_scenario_passes_in_a_slurm_allocation_or_says_why_not(slurm_lab: SlurmLab, tmp_path):
+    """``pytest scenarios --elastic-slurm=FILE`` as a user runs it on a staging partition whose
+    nodes list no capabilities: every scenario the nodes can run passes, the others are
+    skipped each with its reasons (network, resource and disk faults need capabilities
+    the file does not list), and nothing is left in the queue."""
+    import xml.etree.ElementTree as ElementTree
+
+    slurm_file = _slurm_file(slurm_lab, tmp_path)
+    junit = tmp_path / "run.xml"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                           f"--elastic-slurm={slurm_file}", "scenarios"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-5000:]
+    cases = list(ElementTree.parse(junit).iter("testcase"))
+    skipped = {case.get("name"): case.find("skipped").get("message", "") for case in cases
+               if case.find("skipped") is not None}
+    failed = [case.get("name") for case in cases if case.find("failure") is not None or case.find("error") is not None]
+    assert failed == [] and len(cases) >= 30, out[-5000:]
+    assert len(cases) - len(skipped) >= 15, skipped
+    assert all(why.strip() for why in skipped.values()), skipped
+    assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
