@@ -66,7 +66,7 @@ def test_a_node_killed_or_removed_on_slurm_is_its_step_signalled_by_slurm(slurm_
 
     with Cluster(nnodes="1:3", nproc_per_node=1, max_restarts=1, start_method="spawn",
                  slurm=_slurm(slurm_lab, tmp_path)) as cluster:
-        job = cluster.launch(str(SCRIPTS / "stepper.py"), "100", "0.05")
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "100", "0.03")
         job.schedule([ScheduledFault(NodeKill(node=1), AtStep(step=5, rank=0)),
                       ScheduledFault(NodeAdd(), AtStep(step=10, rank=0), after_previous=True),
                       ScheduledFault(NodeRemove(node=2), AtStep(step=20, rank=0), after_previous=True)])
@@ -88,6 +88,7 @@ def test_a_node_killed_or_removed_on_slurm_is_its_step_signalled_by_slurm(slurm_
     assert "by its supervisor" not in caplog.text  # Slurm did both, no fallback
 
 
+@pytest.mark.slow  # the default run is at its 5-minute budget; the kill and remove test above stays in it
 def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm_lab: SlurmLab, tmp_path):
     """down_node, the scheduler's own node failure: Slurm marks the node's Slurm node DOWN
     and ends the step there ("Node failure"); our allocation is ``--no-kill``, so the job
