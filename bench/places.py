@@ -20,10 +20,11 @@ Rows (medians over the runs that succeeded):
   launch -> first step   ``cluster.launch()`` to the first step event (``resume._first_step``;
                          a node's events elsewhere are moved onto our clock by its relay).
                          On Slurm it includes the allocation (``salloc``), which a job inside
-                         an allocation of the caller's would not pay; the ``salloc`` column
-                         says how long that took.
-  fault -> resume        the kill (on its host or Slurm node: the agent's tree SIGKILLed
-                         there) to the first step of the re-formed world (``resume_latency``).
+                         an allocation of the caller's would not pay; the line under the
+                         table says how long that took.
+  fault -> resume        the kill (on a host: the agent's tree SIGKILLed there by its
+                         supervisor; on Slurm: ``scancel --signal=KILL`` of the node's step)
+                         to the first step of the re-formed world (``resume_latency``).
 The goal: a place takes at most 1.5x here. torchrun has no place to compare with (it starts
 one node per machine and leaves getting there to the user), so the comparison is with our
 own nodes here. Progress and each run's lost-time breakdown go to stderr.
@@ -86,6 +87,7 @@ def here_place(root: Path) -> Iterator[dict[str, Any]]:
 @contextmanager
 def hosts_place(root: Path) -> Iterator[dict[str, Any]]:
     """Two sshd hosts; the client's connections made in the lab's namespace."""
+    (root / "sshd").mkdir()
     with SshdLab(root / "sshd", 2) as lab:
         lab.start(0)
         lab.start(1, port=2222)
@@ -100,6 +102,7 @@ def hosts_place(root: Path) -> Iterator[dict[str, Any]]:
 @contextmanager
 def slurm_place(root: Path) -> Iterator[dict[str, Any]]:
     """The Slurm lab (two nodes), as ``tests/slurm/test_slurm_job.py`` gives it to a Cluster."""
+    (root / "slurm").mkdir()
     with SlurmLab(root / "slurm", 2) as lab:
         python = str(checkout_python(root / "node-python"))
         yield {"slurm": {"controller_address": lab.controller_address,
@@ -140,11 +143,10 @@ def report(samples: dict[str, list[dict]], runs: int) -> None:
         verdict = "n/a" if not known else "PASS" if max(known) <= GOAL else "FAIL"
         rows.append([title, *(fmt_s(medians[name]) for name in names), *(fmt_ratio(r) for r in ratios),
                      f"<= {GOAL}x", verdict])
+    print_table(headers, rows)
     if "slurm" in samples:
         granted = median([s["allocation"] for s in samples["slurm"] if s.get("allocation") is not None])
-        rows.append(["  of which salloc (slurm)", *("" for _ in names), *("" for n in names if n != "here"),
-                     "-", fmt_s(granted)])
-    print_table(headers, rows)
+        print(f"slurm's launch -> first step includes salloc's grant of its own allocation: median {fmt_s(granted)}")
 
 
 def main(argv: list[str] | None = None) -> int:
