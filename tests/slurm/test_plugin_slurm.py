@@ -70,6 +70,7 @@ def test_chaos_on_slurm_replays_with_its_seed(slurm_lab: SlurmLab, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the bundled scenarios one after another: about 2 minutes here
 def test_every_bundled_scenario_passes_in_a_slurm_allocation_or_says_why_not(slurm_lab: SlurmLab, tmp_path):
     """``pytest scenarios --elastic-slurm=FILE`` as a user runs it on a staging partition whose
     nodes list no capabilities: every scenario the nodes can run passes, the others are

@@ -2,12 +2,15 @@
 Slurm has a way.
 
 ``kill_node`` is the step killed by Slurm (``scancel --signal=KILL JOB.STEP``: every process
-of the step, the agent's supervisor, the agent and its workers) and ``remove_node`` the step
-asked to end (``scancel --signal=TERM``: Slurm signals every process of the step, not the
-agent alone, as it does to a step it ends), as the scheduler does it to a real job; the
-step is the one the node's agent said it runs as (its ``slurm_step`` event). Freezing and a
-worker's faults go through the agent's supervisor on the node, as on an SSH host: Slurm's
-``SIGSTOP`` would stop the supervisor too. Where the step is not known yet (a fault in the
+of the step, the agent's supervisor, the agent and its workers), as the scheduler kills a
+real job's step; the step is the one the node's agent said it runs as (its ``slurm_step``
+event). ``remove_node`` keeps its meaning, SIGTERM to the agent alone, by the agent's
+supervisor on the node: Slurm's ``scancel --signal=TERM`` reaches every process of the step,
+the workers too, before the agent can tell the others it leaves, so a graceful leave became
+a failure of the others' collectives (measured: the bundled ``scale_down_leave`` and
+``flapping_node``, ``max_restarts = 0``, went red so; torchrun's agent has no graceful leave
+at all). Freezing and a worker's faults go through the supervisor too, as on an SSH host:
+Slurm's ``SIGSTOP`` would stop the supervisor as well. Where the step is not known yet (a fault in the
 moment before the agent's first event came in), or Slurm says it could not, the supervisor
 carries it out instead, and the log says why. ``down_node``, the scheduler's own node
 failure, is Slurm's alone: the node's Slurm node marked DOWN (``SlurmAllocation.down``),
@@ -35,7 +38,7 @@ __all__ = ["SlurmNodeProcess", "SlurmNodes"]
 _log = logging.getLogger(__name__)
 
 #: the signals Slurm delivers to a node's whole step (its faults' way on Slurm)
-BY_SLURM = {int(signal.SIGKILL), int(signal.SIGTERM)}
+BY_SLURM = {int(signal.SIGKILL)}
 
 
 @dataclass
@@ -59,10 +62,6 @@ class SlurmNodeProcess(RemoteNodeProcess):
     def scheduler_down(self) -> None:
         assert self.allocation is not None
         self.allocation.down(self.host, f"pytest-elastic down_node of node {self.index}")
-
-    def signal_agent(self, sig: int) -> None:
-        if not self._by_slurm(sig):
-            super().signal_agent(sig)
 
     def signal_node(self, sig: int, worker_pids: Iterable[int] = ()) -> None:
         if not self._by_slurm(sig):
