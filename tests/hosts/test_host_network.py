@@ -373,6 +373,7 @@ def test_network_faults_hosts_do_not_do_are_refused_in_one_line(lab, netns_hosts
         assert "htb" not in shaper.shown()
 
 
+@pytest.mark.slow  # 11 s: the default run is at its 5-minute budget
 def test_a_host_unreachable_for_a_while_is_ridden_out(lab, netns_hosts, tmp_path):
     """host_unreachable(node=1, seconds=3) at step 5: host 1 drops this machine's SSH
     connections (the store rides them, so node 1 goes quiet to it and is fenced; node 0

@@ -31,6 +31,7 @@ def _jobs(lab: SlurmLab) -> list[str]:
     return lab.run("squeue", "--noheader", "--format=%i").stdout.split()
 
 
+@pytest.mark.slow  # the default run is at its budget: CI's Slurm step runs worker_sigkill and the others there
 def test_a_worker_killed_on_its_slurm_node_restarts_the_job(slurm_lab: SlurmLab, tmp_path):
     """Two nodes, each an agent step on its own node of our allocation: kill_worker at a
     step (SIGTERM, by the supervisor on the node), the job restarts once and succeeds; the
