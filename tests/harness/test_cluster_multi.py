@@ -338,6 +338,7 @@ def test_scheduled_join_after_delay_then_node_kill_on_state(warm_pool):
 
 @pytest.mark.skipif(shutil.which("etcd") is None,
                     reason="etcd is not installed (Debian: apt-get install etcd-server)")
+@pytest.mark.slow  # the default run is at its 5-minute budget; etcd jobs: tests/rendezvous/test_etcd.py
 def test_etcd_backend_two_nodes_node_kill_and_etcd_loss(capfd, warm_pool):
     with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=1, rdzv_backend="etcd", max_restarts=0) as cluster:
         first = cluster.launch(ALLREDUCE).wait(timeout=60)

@@ -38,7 +38,7 @@ def _wait_until(predicate, timeout: float, what: str, job) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("backend", ["c10d", pytest.param("etcd", marks=ETCD)])
+@pytest.mark.parametrize("backend", ["c10d", pytest.param("etcd", marks=[ETCD, pytest.mark.slow])])
 def test_every_worker_of_the_round_after_a_failure_sees_one_count(capfd, backend, warm_pool):
     """Node 0's worker fails; node 1 only re-forms (a membership change for it). Under
     torch node 1's workers would go on seeing 0 while node 0's see 1."""
