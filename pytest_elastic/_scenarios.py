@@ -303,7 +303,8 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
         config = ClusterConfig(**job)
     except ConfigError as e:
         if from_option:
-            pytest.skip(f"the nodes are on hosts (--elastic-hosts), and [job] {e}")
+            option = "--elastic-slurm" if job.get("slurm") is not None else "--elastic-hosts"
+            pytest.skip(f"the nodes are on hosts ({option}), and [job] {e}")
         raise ScenarioFailure(f"[job] {e}") from None
     hosts = place_of(config).planned_hosts() or ()
     spread = set(placed_hosts(hosts, config.placement, config.max_nodes))

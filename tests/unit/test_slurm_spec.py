@@ -87,3 +87,11 @@ def test_a_step_that_failed_is_told_by_what_its_command_said_not_by_srun():
     assert last_line(said) == "cannot bind the wake socket /w/x: its path is 169 bytes"
     assert last_line("srun: error: Unable to create step for job 7\n") == "srun: error: Unable to create step for job 7"
     assert last_line("") == "no output"
+
+
+def test_a_scenario_job_the_slurm_option_cannot_run_is_skipped_naming_that_option():
+    from pytest_elastic import _scenarios
+
+    spec = SlurmSpec(controller_address="198.18.0.1")
+    with pytest.raises(pytest.skip.Exception, match=r"the nodes are on hosts \(--elastic-slurm\), and \[job\] "):
+        _scenarios._skip_on_hosts({"slurm": spec, "nnodes": "many"}, [], from_option=True)
