@@ -188,12 +188,20 @@ class SlurmLab:
         return text.strip().splitlines()[-1] if text.strip() else "no log"
 
     def step_processes(self) -> list[psutil.Process]:
-        """The processes of this lab's job steps (``slurmstepd`` and what it runs: each has
-        the lab's ``SLURM_CONF`` in its environment, which names no other cluster's)."""
+        """The processes of this lab's job steps: what a step runs has the lab's ``SLURM_CONF``
+        in its environment (which names no other cluster's); a ``slurmstepd`` has not (slurmd
+        clears it) and is init's child, but holds its node's log file in this lab's dir open
+        (one outlived the lab's close that way: a step whose srun was SIGKILLed, the lab
+        closed at once)."""
         found = []
-        for proc in psutil.process_iter(["pid"]):
+        daemons = self.daemon_pids()
+        for proc in psutil.process_iter(["pid", "name"]):
             try:
-                if proc.environ().get("SLURM_CONF") == str(self.conf) and proc.pid not in self.daemon_pids():
+                if proc.pid in daemons:
+                    continue
+                if proc.environ().get("SLURM_CONF") == str(self.conf) or (
+                        proc.info["name"] == "slurmstepd"
+                        and any(Path(f.path).is_relative_to(self.root) for f in proc.open_files())):
                     found.append(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
