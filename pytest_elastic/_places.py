@@ -4,20 +4,31 @@
 Why one value: the plugin needs the same few things of either option (the keyword a
 cluster takes it by, the hosts its faults and chaos kinds are judged by, its words in the
 header and the report, the option that reruns a test there), and asking a value keeps one
-branch per place here instead of one per use. A third place is a third class here and a
-line in ``_settings``.
+branch per place here instead of one per use. A third place is a third class here, its
+keyword in ``PLACE_KEYWORDS`` and a line in ``_settings``.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from harness.hosts import HostSpec
 
-__all__ = ["HostsOption", "SessionPlace", "SlurmOption", "hosts_option", "slurm_option"]
+__all__ = ["PLACE_KEYWORDS", "HostsOption", "SessionPlace", "SlurmOption", "hosts_option", "names_its_place",
+           "slurm_option"]
+
+#: the keywords by which a marker or a scenario's ``[job]`` names its own place (then the
+#: session's option does not place it)
+PLACE_KEYWORDS = frozenset({"hosts", "slurm"})
+
+
+def names_its_place(keys: Iterable[str]) -> bool:
+    """Whether a marker's keywords or a ``[job]``'s keys name a place of their own."""
+    return not PLACE_KEYWORDS.isdisjoint(keys)
 
 
 @dataclass(frozen=True)

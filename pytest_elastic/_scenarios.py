@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_elastic._places import names_its_place
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover (pyproject declares tomli for Python < 3.11)
@@ -167,7 +169,7 @@ class ScenarioItem(pytest.Item):
         launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
         faults = self.spec.get("fault", [])
-        if settings.place is not None and not {"hosts", "slurm"} & set(job_spec):  # unless [job] names its own
+        if settings.place is not None and not names_its_place(job_spec):
             job_spec[settings.place.keyword] = settings.place.value
         hosts = _skip_on_hosts(job_spec, faults, from_option=hosts_from_option(self), args=launch.args)
         chaos, seed = chaos_config(settings, self, hosts)
@@ -274,9 +276,9 @@ def hosts_from_option(item: pytest.Item) -> bool:
     if settings_of(item.config).placed_by_option() is None:
         return False
     marker = item.get_closest_marker("elastic")
-    if marker is not None and {"hosts", "slurm"} & set(marker.kwargs):
+    if marker is not None and names_its_place(marker.kwargs):
         return False
-    return not (isinstance(item, ScenarioItem) and {"hosts", "slurm"} & set(item.spec["job"]))
+    return not (isinstance(item, ScenarioItem) and names_its_place(item.spec["job"]))
 
 
 def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_option: bool,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_elastic._places import names_its_place
 from pytest_elastic._replay import reproduction_line, rerun_line
 from pytest_elastic._settings import (
     POOL_KEY,
@@ -45,7 +46,7 @@ def cluster_config(test_id: str, marker: Any, settings: Settings, chaos: ChaosCo
     kwargs = dict(marker.kwargs) if marker is not None else {}
     args = tuple(marker.args) if marker is not None else ()
     defaults: dict[str, Any] = {"start_method": settings.start_method}
-    if settings.place is not None and not {"hosts", "slurm"} & set(kwargs):  # unless the marker names its own
+    if settings.place is not None and not names_its_place(kwargs):
         defaults[settings.place.keyword] = settings.place.value
     return marker_config(test_id, kwargs, args, defaults, chaos)
 

@@ -252,7 +252,7 @@ def chaos_kinds_on_hosts(settings: Settings, hosts: tuple[HostSpec, ...]) -> tup
 
 
 def _dropped(dropped: dict[str, str]) -> str:
-    """``kill_worker, hang_worker (host ... cannot do it yet: ...)``: the kinds, by reason."""
+    """``kill_worker, hang_worker (host ... cannot do it: ...)``: the kinds, by reason."""
     by_reason: dict[str, list[str]] = {}
     for kind, why in dropped.items():
         by_reason.setdefault(why, []).append(kind)

@@ -261,7 +261,7 @@ def _never_fired(job: WaitedJob) -> list[tuple[str, str]]:
 def _hang_report(job: WaitedJob, hang: Hang) -> str:
     """``JobHung``'s message: the hung node, what its workers last did, their stacks (read
     on its host when it runs on one)."""
-    from harness.sim.truth.stacks import LocalWorkers, agent_stacks, all_stacks, joined
+    from harness.sim.truth.stacks import LocalWorkers, all_stacks
 
     alive = job.worker_pids(hang.node)
     access = job.nodes[hang.node].worker_access() or LocalWorkers(job.stacks_dir)
@@ -277,9 +277,7 @@ def _hang_report(job: WaitedJob, hang: Hang) -> str:
             f"running {hang.waited:.1f}s after {hang.finished} succeeded (round "
             f"{hang.finished_round}, at {hang.finished_at - t0:.1f}s); the exit barrier "
             f"gives a slower node {job.cluster.config.exit_barrier_timeout:g}s. {what}.")
-    stacks = all_stacks(job, job.stacks_dir, nodes=[hang.node])
-    if not alive:  # what holds it is its agent's own code
-        stacks = joined([stacks, agent_stacks(job, job.stacks_dir, [hang.node])])
+    stacks = all_stacks(job, job.stacks_dir, nodes=[hang.node], agents=[] if alive else [hang.node])
     hint = teardown_hint(stacks) if finished else None
     return "\n".join([head, *(f"  {line}" for line in lines), *([f"  Where: {hint}."] if hint else []),
                       "stacks:", stacks, "timeline:", job.timeline.format()])
@@ -293,7 +291,7 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
     """``JobHung``'s message for a stalled job: one line with the fault that left it stuck
     and what the job lacks to survive it, then what each running node's workers last did,
     their stacks and the timeline."""
-    from harness.sim.truth.stacks import LocalWorkers, agent_stacks, all_stacks, joined
+    from harness.sim.truth.stacks import LocalWorkers, all_stacks
 
     running = _running(job)
     alive = {node: job.worker_pids(node) for node in running}
@@ -313,7 +311,6 @@ def _stall_report(job: WaitedJob, stall: Stall) -> str:
         if not alive[node]:  # its agent is what is stuck: what it said last
             tail = job.agent_log(node).splitlines()[-STALL_LOG_LINES:]
             lines += ["  no live worker; its agent's log ends:", *(f"    {line}" for line in tail or ["(empty)"])]
-    stacks = joined([all_stacks(job, job.stacks_dir, nodes=running),
-                     agent_stacks(job, job.stacks_dir, [node for node in running if not alive[node]])])
+    stacks = all_stacks(job, job.stacks_dir, nodes=running, agents=[node for node in running if not alive[node]])
     return "\n".join([head, *(f"  {line}" for line in lines), "stacks:", stacks, "timeline:",
                       job.timeline.format()])

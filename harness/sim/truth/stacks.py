@@ -29,8 +29,8 @@ from harness.procs import STACKS_ENV
 if TYPE_CHECKING:
     from harness.sim.truth.subject import StackedJob
 
-__all__ = ["DUMP_WAIT_S", "NO_WORKERS", "STATES", "LocalWorkers", "WorkerAccess", "agent_stacks", "all_stacks",
-           "host_stacks", "host_workers", "job_workers", "joined", "worker_stacks"]
+__all__ = ["DUMP_WAIT_S", "NO_WORKERS", "STATES", "LocalWorkers", "WorkerAccess", "all_stacks", "host_stacks",
+           "host_workers", "job_workers", "joined", "worker_stacks"]
 
 DUMP_WAIT_S = 3.0
 #: psutil's names of /proc's one-letter states, which a host answers with
@@ -130,21 +130,17 @@ def host_workers(job: StackedJob, label: str = "",
 
 
 def all_stacks(job: StackedJob, stacks_dir: str | None, label: str = "", nodes: Iterable[int] | None = None,
-               wait: float = DUMP_WAIT_S) -> str:
-    """The stacks of the live workers of ``job``'s nodes (``nodes`` only), here and on hosts."""
+               wait: float = DUMP_WAIT_S, agents: Iterable[int] = ()) -> str:
+    """The stacks of the live workers of ``job``'s nodes (``nodes`` only), here and on hosts,
+    and of the agents of ``agents`` here, asked together and waited for once: where a node
+    with no live worker is stuck is its agent's own code (the agent shows its stacks on
+    ``SIGUSR1`` as its workers do, ``harness.procs.STACKS_ENV``). An agent on a host is not
+    asked: its supervisor signals only what runs below it."""
     chosen = sorted(job.nodes if nodes is None else nodes)
-    return joined([worker_stacks(job_workers(job, label, chosen), stacks_dir, wait),
-                   *host_stacks(job, label, chosen, wait)])
-
-
-def agent_stacks(job: StackedJob, stacks_dir: str | None, nodes: Iterable[int], wait: float = DUMP_WAIT_S) -> str:
-    """The stacks of the agents of ``nodes`` on this machine: where a node with no live
-    worker is stuck is its agent's own code (the agent shows its stacks on ``SIGUSR1`` as
-    its workers do, ``harness.procs.STACKS_ENV``). An agent on a host is not asked: its
-    supervisor signals only what runs below it."""
-    agents = [(f"node {index} ({job.node_name(index)}) agent pid {job.nodes[index].pid}", job.nodes[index].pid)
-              for index in sorted(nodes) if job.nodes[index].worker_access() is None]
-    return worker_stacks(agents, stacks_dir, wait)
+    here = [*job_workers(job, label, chosen),
+            *((f"{label}node {index} ({job.node_name(index)}) agent pid {job.nodes[index].pid}", job.nodes[index].pid)
+              for index in sorted(agents) if job.nodes[index].worker_access() is None)]
+    return joined([worker_stacks(here, stacks_dir, wait), *host_stacks(job, label, chosen, wait)])
 
 
 def host_stacks(job: StackedJob, label: str = "", nodes: Iterable[int] | None = None,

@@ -59,7 +59,7 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = (), slurm: bo
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
     or None: it lacks a capability (``refusal``), the kind is not done on hosts
     (``NOT_ON_HOSTS``), it is the scheduler's own and the host no Slurm node (``slurm``:
-    it is one), or this slice does not do it there."""
+    it is one), or it is not among the kinds hosts carry out (``HOST_FAULTS``)."""
     from harness.sim.schema import FAULT_KINDS
 
     row = FAULT_KINDS.get(kind)
@@ -70,7 +70,7 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = (), slurm: bo
     elif why is None and kind in NOT_ON_HOSTS:
         why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
     elif why is None and kind not in HOST_FAULTS:
-        why = f"host {host.label} cannot do it yet: {kind} on hosts is a later part of issue 29"
+        why = f"host {host.label} cannot do it: {kind} is not carried out on hosts"
     return why
 
 

@@ -10,10 +10,10 @@ the workers too, before the agent can tell the others it leaves, so a graceful l
 a failure of the others' collectives (measured: the bundled ``scale_down_leave`` and
 ``flapping_node``, ``max_restarts = 0``, went red so; torchrun's agent has no graceful leave
 at all). Freezing and a worker's faults go through the supervisor too, as on an SSH host:
-Slurm's ``SIGSTOP`` would stop the supervisor as well. Where the step is not known yet (a fault in the
-moment before the agent's first event came in), or Slurm says it could not, the supervisor
-carries it out instead, and the log says why. ``down_node``, the scheduler's own node
-failure, is Slurm's alone: the node's Slurm node marked DOWN (``SlurmAllocation.down``),
+Slurm's ``SIGSTOP`` would stop the supervisor as well. Where the step is not known yet (a
+fault in the moment before the agent's first event came in), or scancel could not run, the
+supervisor kills the node instead, and the log says why. ``down_node``, the scheduler's own
+node failure, is Slurm's alone: the node's Slurm node marked DOWN (``SlurmAllocation.down``),
 refused on any other place.
 """
 
@@ -69,9 +69,9 @@ class SlurmNodeProcess(RemoteNodeProcess):
 
     def _by_slurm(self, sig: int) -> bool:
         """``sig`` to the node's step by Slurm; False where the supervisor must do it."""
-        step = self.step()
         if int(sig) not in BY_SLURM or self.allocation is None:
             return False
+        step = self.step()
         if step is None:
             _log.warning("node %d: its Slurm step is not known yet (no slurm_step event): %s by its supervisor",
                          self.index, signal.Signals(sig).name)

@@ -6,10 +6,11 @@ as many nodes as the job's most, or the spec's ``nodes``), or is the caller's (`
 own: an allocation of its own); ours is released when the cluster closes (``scancel``:
 whatever still runs in it ends with it).
 
-A job's nodes are the hosts' place's ``RemoteNodes`` (``SlurmNodes``: a node killed or removed
-is its step signalled by Slurm, ``nodes``): each node of the allocation is a host
-whose channel is job steps (``SrunHost``: the agent, its events relay, every order to it is
-a step on its node), placed round robin. Slurm forwards no port: the harness's store listens
+A job's nodes are the hosts' place's ``RemoteNodes`` (``SlurmNodes``, ``nodes``: a node
+killed is its step killed by Slurm): each node of the allocation is a host whose channel is
+job steps (``SrunHost``: the agent, its events relay, every order to it is a step on its
+node), the job's first nodes placed round robin, a node added later on an idle one. Slurm
+forwards no port: the harness's store listens
 at the spec's ``controller_address`` (in its ``controller_netns`` where one is named), and
 every node reaches it there, the job's secret proving it belongs. What a node cannot carry
 out is refused as on hosts, by its capabilities (the spec's).
