@@ -8,11 +8,11 @@ event). ``remove_node`` keeps its meaning, SIGTERM to the agent alone, by the ag
 supervisor on the node: Slurm's ``scancel --signal=TERM`` reaches every process of the step,
 the workers too, before the agent can tell the others it leaves, so a graceful leave became
 a failure of the others' collectives (measured: the bundled ``scale_down_leave`` and
-``flapping_node``, ``max_restarts = 0``, went red so; torchrun's agent has no graceful leave
-at all). Freezing and a worker's faults go through the supervisor too, as on an SSH host:
-Slurm's ``SIGSTOP`` would stop the supervisor as well. Where the step is not known yet (a
-fault in the moment before the agent's first event came in), or scancel could not run, the
-supervisor kills the node instead, and the log says why. ``down_node``, the scheduler's own
+``flapping_node``, ``max_restarts = 0``, went red so). Freezing and a worker's faults go
+through the supervisor too, as on an SSH host: Slurm's ``SIGSTOP`` would stop the supervisor
+as well. Where the step is not known yet (a fault in the moment before the agent's first
+event came in), or scancel could not run, the supervisor kills the node instead, and the log
+says why. ``down_node``, the scheduler's own
 node failure, is Slurm's alone: the node's Slurm node marked DOWN (``SlurmAllocation.down``),
 refused on any other place.
 """
