@@ -317,7 +317,7 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
                        "each host's own dir there: name one the hosts share (shared_dir in the hosts or Slurm file)")
     for spec in faults:
         try:
-            refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes, slurm=config.slurm is not None)
+            refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)
         except FaultRefused as e:
             reasons.append(f"[[fault]] kind={spec['kind']!r} {e.constraint}")
     reasons = list(dict.fromkeys(reasons))
@@ -364,7 +364,7 @@ def _skip_without_cgroups(faults: list[dict[str, Any]]) -> None:
 def _skip_without_hosts(faults: list[dict[str, Any]]) -> None:
     """A scenario with a fault that acts on a node's host (``host_unreachable``) is skipped
     where its nodes run on this machine: there is no connection to lose; one with the
-    scheduler's own (``down_node``) says it needs a Slurm allocation."""
+    scheduler's own (``down_node``, ``drain_node``, ``kill_slurmd``) says it needs a Slurm allocation."""
     from harness.sim.schema import FAULT_KINDS
 
     rows = [row for f in faults if (row := FAULT_KINDS.get(str(f.get("kind")))) is not None and row.hosts_only]

@@ -21,7 +21,7 @@ from harness.hosts._spec import HostSpec
 __all__ = ["CAPABILITIES", "place", "refusal"]
 
 #: what a fault may need of the machine it runs on, as a fault row's ``needs`` says it
-CAPABILITIES = ("netns", "fuse", "cgroups")
+CAPABILITIES = ("netns", "fuse", "cgroups", "slurm_admin", "slurmd")
 
 
 def _is_index(value: object) -> bool:

@@ -43,6 +43,8 @@ __all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_
 _CLIENT_S = 60.0
 #: scancel's exit code where it signalled a step of an allocation of several nodes (and said "error")
 _SCANCEL_DELIVERED = 225
+#: the capability of a node whose slurmd the harness can kill and start (``harness.sim.schema.SLURMD``)
+SLURMD = "slurmd"
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE")
 
 
@@ -63,6 +65,17 @@ class SlurmSpec:
     client_prefix: tuple[str, ...] = ()  # what runs each Slurm client (nsenter --net=PATH)
     slurm_conf: str | None = None  # SLURM_CONF for the clients; None: theirs
     controller_netns: str | None = None  # the network namespace the controller's side listens in
+    #: the commands that kill (SIGKILL) and start a node's ``slurmd``, ``{node}`` its Slurm
+    #: name (``["ssh", "{node}", "sudo", "systemctl", "kill", "-s", "KILL", "slurmd"]``): an
+    #: operator's, run on this machine; both or neither (the ``kill_slurmd`` fault needs them)
+    slurmd_kill: tuple[str, ...] = ()
+    slurmd_start: tuple[str, ...] = ()
+
+    @property
+    def node_capabilities(self) -> frozenset[str]:
+        """What each node of the allocation can do: the listed ``capabilities``, and
+        ``slurmd`` where the Slurm file gives the commands that kill and start its daemon."""
+        return self.capabilities | ({SLURMD} if self.slurmd_kill else set())
 
 
 def _time(value: Any) -> str | None:
@@ -97,6 +110,10 @@ SLURM_FIELDS: dict[str, _Field] = {
     "work_dir": _Field(_absolute, "must be an absolute path on the nodes"),
     "client_prefix": _Field(_argv, 'must be a list of strings: a command that execs the Slurm client after it'),
     "slurm_conf": _Field(_text, "must be the path of a slurm.conf on this machine", local_path=True, must_exist=True),
+    "slurmd_kill": _Field(_argv, 'must be a list of strings: the command that kills a node\'s slurmd ("{node}": '
+                                 'its Slurm name)'),
+    "slurmd_start": _Field(_argv, 'must be a list of strings: the command that starts a node\'s slurmd ("{node}": '
+                                  'its Slurm name)'),
     "controller_netns": _Field(_absolute, "must be the absolute path of a network namespace (/run/netns/NAME)",
                                must_exist=True),
 }
@@ -108,6 +125,13 @@ def slurm_spec(source: str = "Cluster(slurm=...)", base_dir: Path | None = None,
     if "controller_address" not in values:
         raise ConfigError("controller_address", None, "is required: the address the nodes reach this machine at "
                           "(the job's store listens there)", source)
+    for given, other in (("slurmd_kill", "slurmd_start"), ("slurmd_start", "slurmd_kill")):
+        if values.get(given) and not values.get(other):
+            raise ConfigError(given, list(values[given]), f"needs {other} too: what a kill_slurmd fault stops, its "
+                              "heal starts again", source)
+    if SLURMD in values.get("capabilities", ()):
+        raise ConfigError("capabilities", sorted(values["capabilities"]), f"must not list {SLURMD!r}: a node can have "
+                          "its slurmd killed where slurmd_kill and slurmd_start are given", source)
     return SlurmSpec(**values)
 
 
@@ -134,8 +158,8 @@ def stand_ins(spec: SlurmSpec, count: int) -> tuple[HostSpec, ...]:
     describes them (its capabilities, shared dir, interpreter): what a fault or a chaos kind
     is judged by before a job starts (``slurm-node<i>``: each a node of its own)."""
     return tuple(HostSpec(address=f"slurm-node{i}", user=getpass.getuser(), python=spec.python,
-                          capabilities=spec.capabilities, shared_dir=spec.shared_dir, work_dir=spec.work_dir,
-                          name=f"slurm-node{i}") for i in range(count))
+                          capabilities=spec.node_capabilities, shared_dir=spec.shared_dir, work_dir=spec.work_dir,
+                          name=f"slurm-node{i}", scheduler="slurm") for i in range(count))
 
 
 class SlurmAllocation:
@@ -156,7 +180,9 @@ class SlurmAllocation:
         #: seconds ``salloc`` took to grant ours (None: the caller's)
         self.granted_in = time.monotonic() - started if self.ours else None
         self._nodes: list[tuple[str, str]] | None = None
-        self.downed: list[str] = []  # the Slurm nodes ``down`` marked DOWN: back in service at close
+        #: the Slurm nodes ``set_state`` took out of service (name -> DOWN or DRAIN): back at close
+        self.changed: dict[str, str] = {}
+        self.daemons_lost: set[str] = set()  # the Slurm nodes whose slurmd ``kill_slurmd`` killed: started at close
 
     def client(self, *argv: str) -> list[str]:
         """A Slurm client's argv, as this allocation runs it (its ``client_prefix`` first)."""
@@ -222,7 +248,7 @@ class SlurmAllocation:
         """Node ``name`` as a host of the hosts' place (its label its Slurm name)."""
         spec = self.spec
         return HostSpec(address=address, user=getpass.getuser(), python=spec.python, work_dir=spec.work_dir,
-                        capabilities=spec.capabilities, shared_dir=spec.shared_dir, name=name)
+                        capabilities=spec.node_capabilities, shared_dir=spec.shared_dir, name=name, scheduler="slurm")
 
     def connect(self, host: HostSpec, **options: Any) -> SrunHost:
         """``host``'s channel: job steps on its node."""
@@ -244,39 +270,79 @@ class SlurmAllocation:
             raise HostError(f"Slurm: scancel --signal of step {step} exited {done.returncode}: "
                             f"{done.stderr.strip() or 'no word'}")
 
-    def down(self, node: str, reason: str) -> None:
-        """Slurm node ``node`` marked DOWN (``scontrol update State=DOWN``: the scheduler's own
-        node failure; it needs an admin's rights): Slurm ends every step there at once, and
-        ends the whole job too unless it was allocated ``--no-kill`` (ours is). ``close``
-        puts the node back in service (``State=RESUME``) unless Slurm's ``ReturnToService``
-        already did."""
-        done = self.run("scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={reason}")
+    def set_state(self, node: str, state: str, reason: str) -> None:
+        """Slurm node ``node`` set to ``state`` (``scontrol update State=...``: an operator's
+        right). ``DOWN``, the scheduler's own node failure: Slurm ends every step there at
+        once, and the whole job too unless it was allocated ``--no-kill`` (ours is).
+        ``DRAIN``: the steps there go on, and no new job lands there (a step of this
+        allocation still may: the harness places none there). ``RESUME``: back in
+        service. ``close`` puts back what is still out."""
+        done = self.run("scontrol", "update", f"NodeName={node}", f"State={state}",
+                        *([f"Reason={reason}"] if state != "RESUME" else []))
         if done.returncode != 0:
-            raise HostError(f"Slurm: scontrol could not mark node {node} DOWN (exit {done.returncode}): "
+            raise HostError(f"Slurm: scontrol could not set node {node} {state} (exit {done.returncode}): "
                             f"{done.stderr.strip() or done.stdout.strip() or 'no word'}")
-        self.downed.append(node)
+        if state == "RESUME":
+            self.changed.pop(node, None)
+        else:
+            self.changed[node] = state
 
-    def _resume_downed(self) -> list[str]:
-        """The nodes ``down`` marked DOWN and still down, back in service; what failed."""
+    def kill_slurmd(self, node: str) -> None:
+        """Slurm node ``node``'s ``slurmd`` killed (the spec's ``slurmd_kill``): its steps run
+        on unseen until Slurm misses the daemon (its ``SlurmdTimeout``, and the ping round
+        after it) and marks the node DOWN. ``start_slurmd`` (or ``close``) starts it again."""
+        self._daemon_command("slurmd_kill", self.spec.slurmd_kill, node)
+        self.daemons_lost.add(node)
+
+    def start_slurmd(self, node: str) -> None:
+        """Slurm node ``node``'s ``slurmd`` started again (the spec's ``slurmd_start``): the
+        node is back once it registers (Slurm's ``ReturnToService`` decides whether a node
+        it marked DOWN for not responding comes back by itself; ``close`` resumes it)."""
+        self._daemon_command("slurmd_start", self.spec.slurmd_start, node)
+        self.daemons_lost.discard(node)
+
+    def _daemon_command(self, name: str, argv: tuple[str, ...], node: str) -> None:
+        if not argv:
+            raise HostError(f"Slurm: the Slurm file gives no {name}: the command for node {node}'s slurmd")
+        command = [part.replace("{node}", node) for part in argv]
+        try:
+            done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=_CLIENT_S,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise HostError(f"Slurm: {name} for node {node} ({' '.join(command)}) could not run: {e}") from None
+        if done.returncode != 0:
+            raise HostError(f"Slurm: {name} for node {node} exited {done.returncode}: "
+                            f"{done.stderr.strip() or done.stdout.strip() or 'no word'}")
+
+    def out_of_service(self) -> set[str]:
+        """The Slurm nodes a fault took out (DOWN, drained, their slurmd killed): no node lands there."""
+        return set(self.changed) | self.daemons_lost
+
+    def _restore(self) -> list[str]:
+        """Every node a fault took out back in service (its slurmd started, then resumed
+        where still down or drained); what failed, one line each."""
         problems = []
-        for node in dict.fromkeys(self.downed):
-            state = self.run("sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T").stdout
-            if "down" in state or "drain" in state:
-                done = self.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
-                if done.returncode != 0:
-                    problems.append(f"Slurm: node {node}, marked DOWN by a down_node fault, could not be resumed "
-                                    f"(exit {done.returncode}): {done.stderr.strip()}")
-        self.downed.clear()
+        for node in sorted(self.daemons_lost):
+            try:
+                self.start_slurmd(node)
+                self.changed.setdefault(node, "DOWN")  # Slurm may have marked it DOWN meanwhile
+            except HostError as e:
+                problems.append(f"{e} (its slurmd was killed by a kill_slurmd fault)")
+        for node, state in list(self.changed.items()):
+            try:
+                shown = self.run("sinfo", "--noheader", "--Node", f"--nodes={node}", "--format=%T").stdout
+                if "down" in shown or "drain" in shown:
+                    self.set_state(node, "RESUME", "")
+                self.changed.pop(node, None)
+            except HostError as e:
+                problems.append(f"{e} (set {state} by a fault, it could not be put back in service)")
         return problems
 
     def close(self) -> list[str]:
         """Release the allocation if it is ours (``scancel``: its steps end with it), and
-        wait until it has left Slurm's queue; put back in service the nodes it marked DOWN;
-        what went wrong, one line each."""
-        try:
-            resumed = self._resume_downed()
-        except HostError as e:
-            resumed = [str(e)]
+        wait until it has left Slurm's queue; put back in service the nodes its faults took
+        out; what went wrong, one line each."""
+        resumed = self._restore()
         if not self.ours:
             return resumed
         return resumed + self._release()

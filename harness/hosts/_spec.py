@@ -90,6 +90,9 @@ class HostSpec:
     #: its own name where it has one (a Slurm node's: what the scheduler calls it, and how
     #: its steps are sent to it); None: it is known by its address
     name: str | None = None
+    #: the scheduler that owns it (``"slurm"``: a node of a Slurm allocation, whose own
+    #: faults, a node marked DOWN or drained, are done there); None: no scheduler, an SSH host
+    scheduler: str | None = None
 
     @property
     def label(self) -> str:

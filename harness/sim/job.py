@@ -39,6 +39,7 @@ from harness.sim.net.faults import NetworkFaults
 from harness.sim.nodes.faults import ProcessFaults
 from harness.sim.nodes.ledger import NodeLedger
 from harness.sim.nodes.process import NodeProcess
+from harness.sim.nodes.scheduler import SchedulerFaults
 from harness.sim.nodes.start import agent_log, rendezvous_settings
 from harness.sim.nodes.teardown import fifos_under, kill_all, survivors
 from harness.sim.resources import ResourceFaults
@@ -84,7 +85,7 @@ class Job:
         os.makedirs(self.stacks_dir, exist_ok=True)
         self.scheduler = FaultScheduler(self)  # fires scheduled faults (a thread from the first on)
         self.chaos_schedule: list[ScheduledFault] = []  # chaos's faults: they may never fire
-        self.place: JobPlace = cluster.place.open(self)  # where its nodes run: this machine, hosts...
+        self.place: JobPlace = (place := cluster.place.open(self))  # where its nodes run: this machine, hosts...
         self.storage = StorageFaults(self, self.place.disk_servers)  # the job's filesystem (FUSE, where it can be)
         #: the job's own shared filesystem (checkpoints): ``{shared}`` in the args, and
         #: ``HARNESS_SHARED_DIR`` in every worker; fresh for every job (a twin gets its own)
@@ -99,10 +100,10 @@ class Job:
         #: the rendezvous store the harness runs for the job (None: one node hosts its own)
         self.store: StoreHandle | None = None
         self.net: Network = None  # type: ignore[assignment]  # built with the first node (the store's too)
-        self.processes = ProcessFaults(self, self.place.orders)  # the parts: each what it needs of the place
-        self.network = NetworkFaults(self, lambda: self.place.network)
-        self.resources = ResourceFaults(self, self.place.cgroups)
-        self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage]  # ``heal`` ends
+        self.processes = ProcessFaults(self, place.orders)  # the parts: each what it needs of the place
+        self.network, self.resources = NetworkFaults(self, lambda: place.network), ResourceFaults(self, place.cgroups)
+        self.slurm = SchedulerFaults(self, place.scheduler)
+        self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage, self.slurm]  # heal ends them
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.close_warnings: list[Warning] = []  # unhealed faults: Cluster.close warns once all is closed
 

@@ -102,7 +102,8 @@ __all__ = [
     "Key", "FaultKind", "TriggerForm", "KindSet",
     "CLUSTER_OPTIONS", "PLUGIN_OWNED", "TIMEOUT", "MARKER_OPTIONS", "JOB_ONLY_OPTIONS",
     "SCENARIO_JOB_OPTIONS", "EXPECT_KEYS", "SCENARIO_TABLES",
-    "FAULT_KINDS", "NODE", "LOCAL_RANK", "DISK", "NETNS", "FUSE", "CGROUPS", "NEEDS", "UNTIL_HEALED", "UNTIL_END",
+    "FAULT_KINDS", "NODE", "LOCAL_RANK", "DISK", "NETNS", "FUSE", "CGROUPS", "SLURM_ADMIN", "SLURMD",
+    "NEEDS", "UNTIL_HEALED", "UNTIL_END",
     "add_kind", "remove_kind", "kinds_where", "needs_of",
     "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS", "RENAMED_EVENTS",
     "event_kind", "modern_event",
@@ -282,7 +283,11 @@ LOCAL_RANK = Key("local_rank", 0, "local rank of the worker on that node", integ
 NETNS = "netns"  # nodes as network hosts: a namespace each (Cluster(network="netns"))
 FUSE = "fuse"  # the harness's FUSE filesystem (harness.sim.storage)
 CGROUPS = "cgroups"  # a cgroup per node (harness.sim.resources)
-NEEDS = (NETNS, FUSE, CGROUPS)
+#: the scheduler's node states may be changed (``scontrol update``: an operator's right)
+SLURM_ADMIN = "slurm_admin"
+#: the node's scheduler daemon may be killed and started (a Slurm file's ``slurmd_kill``/``slurmd_start``)
+SLURMD = "slurmd"
+NEEDS = (NETNS, FUSE, CGROUPS, SLURM_ADMIN, SLURMD)
 #: how long a fault lasts (``FaultKind.lasts``; None: it is an act, over once done)
 UNTIL_HEALED = "healed"  # until ``job.heal()`` ends it (or the job's end)
 UNTIL_END = "end"  # until the job's end: a stopped process stays stopped until reaped
@@ -302,7 +307,7 @@ class FaultKind:
     params: tuple[Key, ...]  # = the class's dataclass fields, same order and defaults
     doc: str
     #: the part of the job that applies it: ``Fault.apply`` calls ``job.<part>.<kind>(**params)``
-    #: ("processes", "network", "storage", "resources"); None: its class applies itself
+    #: ("processes", "network", "storage", "resources", "slurm"); None: its class applies itself
     #: (``heal`` ends the lasting faults of every part)
     part: str | None = None
     chaos: str | None = None  # its --elastic-faults name (= kind; None: chaos never generates it)
@@ -413,10 +418,19 @@ FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
               (NODE, Key("seconds", 3.0, "how long this machine cannot reach the host", number(0.1), example=20)),
               "this machine loses the SSH connection to a node's host for a while (nodes on hosts)", part="network",
               membership=-1, needs=(NETNS,), hosts_only=True),
+    # the scheduler's own faults (nodes in a Slurm allocation: ``Cluster(slurm=...)``)
     FaultKind("down_node", "NodeDown", (NODE,),
-              "Slurm marks the node's Slurm node DOWN (the scheduler's own node failure, an admin's right): "
-              "every step there ends (nodes in a Slurm allocation)", part="processes", membership=-1,
-              agent_losing=True, hosts_only=True, slurm_only=True),
+              "Slurm marks the node's Slurm node DOWN (the scheduler's own node failure): every step there "
+              "ends", part="slurm", chaos="down_node", membership=-1, agent_losing=True, needs=(SLURM_ADMIN,),
+              hosts_only=True, slurm_only=True),
+    FaultKind("drain_node", "NodeDrain", (NODE,),
+              "Slurm drains the node's Slurm node: its steps go on, no new node of the job lands there",
+              part="slurm", chaos="drain_node", heal_after=(1.0, 4.0), lasts=UNTIL_HEALED, needs=(SLURM_ADMIN,),
+              hosts_only=True, slurm_only=True),
+    FaultKind("kill_slurmd", "SlurmdKill", (NODE,),
+              "the node's slurmd is killed: Slurm sees the node lost only after its SlurmdTimeout, then "
+              "ends the node's step", part="slurm", membership=-1, lasts=UNTIL_HEALED, agent_losing=True,
+              needs=(SLURM_ADMIN, SLURMD), hosts_only=True, slurm_only=True),
     # resource faults (cgroups: harness.sim.resources); chaos heals a slow node before the job ends
     FaultKind("slow_node", "SlowNode",
               (NODE, Key("cpu", 0.2, "CPUs' worth of time the node's workers get together",

@@ -16,8 +16,14 @@ nothing under ``/sys/fs/cgroup`` to leave), ``ReturnToService=2`` (a node set DO
 comes back when its ``slurmd`` registers), ports 46817/46818 (inside the lab's namespaces
 only). The controller's host name must be this machine's (``slurmctld`` checks it).
 
+A node's ``slurmd`` can be killed and started again, as an operator would on a real cluster:
+``slurmd_kill``/``slurmd_start`` are the commands for a Slurm file (``{node}``: the node's
+name), a script in ``root_dir`` that kills the node's daemon by the pid in its pid file, or
+starts it again in its namespace (it daemonizes; the lab finds it by its pid file).
+
 ``close()`` cancels every job of the lab's controller, ends every daemon by pid (SIGTERM,
-then SIGKILL after a grace) and removes the namespaces; the config, logs and state stay in
+then SIGKILL after a grace; a restarted ``slurmd`` by its pid file, if it is the lab's) and
+removes the namespaces; the config, logs and state stay in
 ``root_dir`` (the caller's temp dir). Standard library, psutil and harness only (no pytest):
 a bench may use it too.
 """
@@ -72,11 +78,13 @@ class SlurmLab:
         assert self.net.store_namespace is not None
         self._controller_ns = f"/run/netns/{self.net.store_namespace}"
         self.conf = root / "slurm.conf"
+        self.control = root / "slurmd-ctl"
         #: the nodes' spool dirs: short, for the step sockets slurmd makes there (a Unix
         #: socket's path holds at most 107 bytes, and a test's tmp_path may take most of them)
         self.spool = Path(tempfile.mkdtemp(prefix="pe-slurm-"))
         try:
             self._write_conf(cpus, slurmd_timeout)
+            self._write_control()
             self._start()
             self.wait_idle()
         except BaseException:
@@ -119,7 +127,7 @@ class SlurmLab:
         states: dict[str, str] = {}
         while time.monotonic() < deadline:
             for name, proc in self._daemons:
-                if proc.poll() is not None:
+                if proc.poll() is not None and self._restarted(name) is None:
                     raise RuntimeError(f"{name} exited {proc.returncode}: {self._log_tail(name)}")
             states = self.node_states()
             if len(states) == self.nnodes and all(state == "idle" for state in states.values()):
@@ -128,9 +136,37 @@ class SlurmLab:
         raise RuntimeError(f"the Slurm lab's nodes are not idle after {timeout:g} s: {states} "
                            f"({self._log_tail('slurmctld')})")
 
+    @property
+    def slurmd_kill(self) -> list[str]:
+        """A Slurm file's ``slurmd_kill`` for this lab (``{node}``: the node's name)."""
+        return [str(self.control), "kill", "{node}"]
+
+    @property
+    def slurmd_start(self) -> list[str]:
+        """A Slurm file's ``slurmd_start`` for this lab."""
+        return [str(self.control), "start", "{node}"]
+
     def daemon_pids(self) -> list[int]:
-        """The pids of the lab's daemons still running (slurmctld first)."""
-        return [proc.pid for _, proc in self._daemons if proc.poll() is None]
+        """The pids of the lab's daemons still running (slurmctld first; a node's restarted
+        ``slurmd`` by its pid file)."""
+        pids = []
+        for name, proc in self._daemons:
+            pid = proc.pid if proc.poll() is None else self._restarted(name)
+            if pid is not None:
+                pids.append(pid)
+        return pids
+
+    def _restarted(self, name: str) -> int | None:
+        """The pid of node ``name``'s ``slurmd`` started again by ``slurmd-ctl start``: the
+        one its pid file names, if that process is this lab's slurmd of that node."""
+        try:
+            pid = int((self.root / f"slurmd.{name}.pid").read_text().split()[0])
+            proc = psutil.Process(pid)
+            argv = proc.cmdline()
+            ours = proc.environ().get("SLURM_CONF") == str(self.conf)
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return None
+        return pid if ours and Path(argv[0]).name == "slurmd" and "-N" in argv and name in argv else None
 
     def processes(self) -> list[psutil.Process]:
         """The daemons and everything below them (``slurmstepd`` and its steps' processes)."""
@@ -166,6 +202,26 @@ class SlurmLab:
                   f"CPUs={cpus} State=UNKNOWN" for i in range(self.nnodes)]
         lines.append("PartitionName=lab Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8")
         self.conf.write_text("\n".join(lines) + "\n")
+
+    def _write_control(self) -> None:
+        """``slurmd-ctl kill|start NODE``: an operator's way to lose and restore a node's daemon."""
+        starts = "\n".join(f"    {self.node_name(i)}) exec nsenter --net={self.net.namespace_path(i)} "
+                           f"{_which('slurmd') or 'slurmd'} -N {self.node_name(i)} ;;" for i in range(self.nnodes))
+        self.control.write_text(f"""#!/bin/sh
+# slurmd-ctl kill|start NODE: the Slurm lab's node daemons, as an operator would kill and start them
+set -e
+export SLURM_CONF={self.conf}
+case "$1" in
+kill) exec kill -KILL "$(cat {self.root}/slurmd.$2.pid)" ;;
+start)
+  case "$2" in
+{starts}
+  *) echo "no node $2" >&2; exit 2 ;;
+  esac ;;
+*) echo "usage: slurmd-ctl kill|start NODE" >&2; exit 2 ;;
+esac
+""")
+        self.control.chmod(0o755)
 
     def _start(self) -> None:
         env = self.env
@@ -218,16 +274,28 @@ class SlurmLab:
             deadline = time.monotonic() + _GRACE_S
             while self.step_processes() and time.monotonic() < deadline:
                 time.sleep(0.05)
-        for _, proc in reversed(self._daemons):  # the node daemons first, then the controller
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _GRACE_S
-        for _, proc in self._daemons:
+        restarted = []
+        for name, _ in self._daemons:
+            pid = self._restarted(name)
             try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
+                daemon = psutil.Process(pid) if pid is not None else None
+                if daemon is not None:
+                    daemon.terminate()
+                    restarted.append(daemon)
+            except psutil.Error:
+                continue
+        for _, popen in reversed(self._daemons):  # the node daemons first, then the controller
+            if popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + _GRACE_S
+        for _, popen in self._daemons:
+            try:
+                popen.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                popen.kill()
+                popen.wait()
+        for proc in psutil.wait_procs(restarted, timeout=max(0.0, deadline - time.monotonic()))[1]:
+            proc.kill()
         self._daemons.clear()
         left = self.step_processes()
         for proc in left:  # a step the daemons did not end: ours by its SLURM_CONF

@@ -6,6 +6,7 @@ closes (the allocation released, no step running)."""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,7 @@ def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm
     from harness.sim.faults import fault_class
 
     with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1, start_method="spawn",
-                 slurm=_slurm(slurm_lab, tmp_path)) as cluster:
+                 slurm=_slurm(slurm_lab, tmp_path, capabilities=["slurm_admin"])) as cluster:
         job = cluster.launch(str(SCRIPTS / "stepper.py"), "60", "0.05")
         job.inject(fault_class("down_node")(node=1), AtStep(step=5, rank=0))
         result = job.wait(timeout=150)
@@ -111,6 +112,80 @@ def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm
         assert job.timeline.states(0)[-1] == WorkerState.SUCCEEDED
     assert _jobs(slurm_lab) == []
     assert slurm_lab.node_states()[down] in ("idle", "idle*"), slurm_lab.node_states()
+
+
+@pytest.mark.slow  # run by CI's Slurm step: the default run is at its budget
+def test_a_drained_node_keeps_its_step_and_no_added_node_lands_there(slurm_lab: SlurmLab, tmp_path):
+    """drain_node: Slurm drains the node's Slurm node (sinfo says so), its step goes on
+    stepping; once that node is killed, the node added lands beside node 0 on the
+    allocation's other node, not on the drained one though it is idle (Slurm would let a
+    step of the allocation land there: the harness does not); healed, the node is back in
+    service."""
+    from harness.faults import Heal, NodeAdd, NodeKill, ScheduledFault
+    from harness.sim.faults import fault_class
+
+    with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1, start_method="spawn",
+                 slurm=_slurm(slurm_lab, tmp_path, capabilities=["slurm_admin"])) as cluster:
+        job = cluster.launch(str(SCRIPTS / "stepper.py"), "120", "0.04")
+        job.schedule([ScheduledFault(fault_class("drain_node")(node=1), AtStep(step=3, rank=0)),
+                      ScheduledFault(NodeKill(node=1), AtStep(step=30, rank=0)),
+                      ScheduledFault(NodeAdd(), AtStep(step=10, rank=0), after_previous=True),
+                      ScheduledFault(Heal(node=1), AtStep(step=20, rank=0), after_previous=True)])
+        deadline = time.monotonic() + 60
+        while not job.timeline.faults() and time.monotonic() < deadline:
+            time.sleep(0.02)  # the scheduler's thread fires it
+        drained = job.timeline.events("node_start", HARNESS)[1]["host"]
+        assert slurm_lab.node_states()[drained] in ("drng", "drain"), slurm_lab.node_states()
+        drained_at = job.timeline.faults()[0]["mono"]
+        result = job.wait(timeout=150)
+        assert result.state == WorkerState.SUCCEEDED, [job.agent_log(n) for n in range(3)]
+        steps_after = [e for e in job.timeline.events("step", 1) if e["mono"] > drained_at]
+        assert len(steps_after) >= 5  # its step went on
+        starts = {e["target_node"]: e["host"] for e in job.timeline.events("node_start", HARNESS)}
+        assert starts[2] == starts[0] != drained, starts  # the allocation's two nodes: not the drained one
+        assert [(f["fault"], f["target_node"]) for f in job.timeline.faults()] == [
+            ("drain_node", 1), ("kill_node", 1), ("add_node", 2)]
+        [heal] = job.timeline.events("heal", HARNESS)
+        assert heal["healed"] == ["drain_node"]
+    assert _jobs(slurm_lab) == []
+    assert slurm_lab.node_states()[drained] == "idle", slurm_lab.node_states()
+
+
+@pytest.mark.slow  # about a minute: Slurm's detection, then the node's lease
+def test_a_node_whose_slurmd_is_killed_is_lost_once_slurm_sees_it(tmp_path):
+    """kill_slurmd: the node's slurmd killed (the lab's ``slurmd-ctl``, as an operator's
+    command); its step runs on unseen until Slurm misses the daemon (``SlurmdTimeout`` 4 s
+    here) and marks the node DOWN, then the step's srun ends ("Node failure") and the job
+    goes on without it. Healed, the daemon is started again and the node comes back; nothing
+    of the job is left."""
+    from harness.faults import Heal, OnWorldSize, ScheduledFault
+    from harness.sim.faults import fault_class
+
+    (tmp_path / "lab").mkdir()
+    with SlurmLab(tmp_path / "lab", 2, slurmd_timeout=4) as lab:
+        slurm = _slurm(lab, tmp_path, capabilities=["slurm_admin"], slurmd_kill=lab.slurmd_kill,
+                       slurmd_start=lab.slurmd_start)
+        with Cluster(nnodes="1:2", nproc_per_node=1, max_restarts=1, start_method="spawn", slurm=slurm) as cluster:
+            job = cluster.launch(str(SCRIPTS / "stepper.py"), "1200", "0.05")
+            job.schedule([ScheduledFault(fault_class("kill_slurmd")(node=1), AtStep(step=5, rank=0)),
+                          ScheduledFault(Heal(node=1), OnWorldSize(size=1), after_previous=True)])
+            result = job.wait(timeout=240)
+            logs = [job.agent_log(0), job.agent_log(1)]
+            assert result.state == WorkerState.SUCCEEDED, logs
+            [fault] = job.timeline.faults()
+            lost = next(e for e in job.timeline.events("node_exit", HARNESS) if e["target_node"] == 1)
+            assert (fault["fault"], fault["slurm_node"], lost["cause"]) == ("kill_slurmd", "node1", "kill_slurmd")
+            assert lost["mono"] - fault["mono"] >= 4  # not before Slurm's SlurmdTimeout
+            assert "Node failure on node1" in logs[1], logs[1]
+            assert job.timeline.states(0)[-1] == WorkerState.SUCCEEDED
+            [heal] = job.timeline.events("heal", HARNESS)
+            assert heal["healed"] == ["kill_slurmd"]
+        assert _jobs(lab) == []
+        deadline = time.monotonic() + 30
+        while lab.node_states().get("node1") != "idle" and time.monotonic() < deadline:
+            time.sleep(0.2)  # back once its restarted slurmd registers (ReturnToService=2)
+        assert lab.node_states() == {"node0": "idle", "node1": "idle"}
+        assert len(lab.daemon_pids()) == 3  # slurmctld, and both nodes' slurmd (node1's restarted)
 
 
 @pytest.mark.slow

@@ -71,3 +71,30 @@ def test_an_overloaded_schedule_says_the_failures_past_the_budget():
                                        "max_restarts=1: a job that ends FAILED did what its budget allows"]
     record.settings.overload = False
     assert _overload_lines(record) == []
+
+
+def test_the_schedulers_own_kinds_are_drawn_only_on_slurm_nodes_an_operator_may_change():
+    """``down_node`` and ``drain_node`` are chaos kinds of Slurm's: left out on this machine
+    (its place lacks the scheduler, and says so), on SSH hosts (no scheduler) and on a Slurm
+    allocation whose file lists no ``slurm_admin``; drawn where it does."""
+    from harness.hosts import HostSpec, slurm_spec, stand_ins
+    from harness.sim.config import ClusterConfig
+    from harness.sim.places.here.place import Here
+    from harness.sim.places.hosts.refusals import chaos_kinds
+
+    slurms = ("down_node", "drain_node")
+    assert [k for k in EVERY if CHAOS_KINDS[k].slurm_only] == list(slurms)
+    here = Here(ClusterConfig(nnodes="1:3")).lacks("netns")
+    kinds, left_out = survivable(("kill_worker", *slurms), JobFacts(1, 3, 3, missing=here))
+    assert kinds == ("kill_worker",)
+    assert left_out["down_node"] == left_out["drain_node"] == (
+        "the job's nodes run on this machine, which no scheduler owns (the scheduler's own faults need "
+        "--elastic-slurm)")
+    ssh = [HostSpec(address="198.18.0.1", user="root", capabilities=frozenset({"slurm_admin"}))]
+    kinds, left_out = chaos_kinds(("kill_worker", *slurms), ssh, None, 3)
+    assert kinds == ("kill_worker",) and "an SSH host has no scheduler" in left_out["drain_node"]
+    user = stand_ins(slurm_spec(controller_address="198.18.0.1"), 3)
+    kinds, left_out = chaos_kinds(("kill_worker", *slurms), user, None, 3)
+    assert kinds == ("kill_worker",) and "it needs slurm_admin" in left_out["down_node"]
+    operator = stand_ins(slurm_spec(controller_address="198.18.0.1", capabilities=["slurm_admin"]), 3)
+    assert chaos_kinds(("kill_worker", *slurms), operator, None, 3) == (("kill_worker", *slurms), {})

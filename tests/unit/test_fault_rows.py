@@ -112,13 +112,15 @@ def test_a_scenario_whose_fault_acts_on_a_host_is_skipped_with_its_nodes_here():
     assert str(info.value) == ("needs the nodes on hosts (--elastic-hosts): host_unreachable acts on a node's "
                                "host, and a node on this machine has no connection to lose")
     _scenarios._skip_without_hosts([{"kind": "partition"}, {"kind": "no_such_kind"}])
-    assert [k for k, row in schema.FAULT_KINDS.items() if row.hosts_only] == ["host_unreachable", "down_node"]
+    assert [k for k, row in schema.FAULT_KINDS.items() if row.hosts_only] == [
+        "host_unreachable", "down_node", "drain_node", "kill_slurmd"]
 
 
 def test_a_scenario_with_the_schedulers_own_fault_says_it_needs_slurm_here_and_on_ssh_hosts():
-    """``down_node`` (a ``slurm_only`` row) is Slurm's own: here the scenario is skipped
-    saying it needs an allocation; on SSH hosts the fault is refused saying why; on the
-    nodes of a Slurm allocation it is done."""
+    """The scheduler's own kinds (``slurm_only`` rows) are Slurm's: here the scenario is
+    skipped saying it needs an allocation; on SSH hosts the fault is refused saying why; on
+    the nodes of a Slurm allocation it is done where the Slurm file lists ``slurm_admin``
+    (and, for ``kill_slurmd``, gives the commands for the node's slurmd)."""
     from harness.hosts import HostSpec
     from harness.sim.errors import FaultRefused
     from harness.sim.faults import Immediately, ScheduledFault, fault_class
@@ -128,12 +130,27 @@ def test_a_scenario_with_the_schedulers_own_fault_says_it_needs_slurm_here_and_o
         _scenarios._skip_without_hosts([{"kind": "down_node", "node": 1}])
     assert str(info.value) == ("needs the nodes in a Slurm allocation (--elastic-slurm): down_node is the "
                                "scheduler's own, and a node on this machine has no scheduler")
-    assert [k for k, row in schema.FAULT_KINDS.items() if row.slurm_only] == ["down_node"]
-    hosts = [HostSpec(address="198.18.0.1", user="root"), HostSpec(address="198.18.0.2", user="root")]
-    entry = [ScheduledFault(fault_class("down_node")(node=1), Immediately())]
-    with pytest.raises(FaultRefused, match="down_node needs the nodes in a Slurm allocation"):
-        refuse_faults(entry, hosts, None, 2)
-    refuse_faults(entry, hosts, None, 2, slurm=True)
+    assert [k for k, row in schema.FAULT_KINDS.items() if row.slurm_only] == ["down_node", "drain_node", "kill_slurmd"]
+    ssh = [HostSpec(address="198.18.0.1", user="root", capabilities=frozenset({"slurm_admin"})),
+           HostSpec(address="198.18.0.2", user="root", capabilities=frozenset({"slurm_admin"}))]
+
+    def entry(kind: str) -> list[ScheduledFault]:
+        return [ScheduledFault(fault_class(kind)(node=1), Immediately())]
+
+    for kind in ("down_node", "drain_node", "kill_slurmd"):
+        with pytest.raises(FaultRefused, match=f"{kind} needs the nodes in a Slurm allocation"):
+            refuse_faults(entry(kind), ssh, None, 2)
+
+    def slurm_nodes(*capabilities: str) -> list[HostSpec]:
+        return [HostSpec(address=f"198.18.0.{i}", user="root", name=f"node{i}", scheduler="slurm",
+                         capabilities=frozenset(capabilities)) for i in (1, 2)]
+
+    with pytest.raises(FaultRefused, match="host node2 cannot do it: it needs slurm_admin, which the host.s"):
+        refuse_faults(entry("drain_node"), slurm_nodes(), None, 2)
+    with pytest.raises(FaultRefused, match="node node2 cannot do it: kill_slurmd needs slurmd_kill and slurmd_start"):
+        refuse_faults(entry("kill_slurmd"), slurm_nodes("slurm_admin"), None, 2)
+    for kind in ("down_node", "drain_node", "kill_slurmd"):
+        refuse_faults(entry(kind), slurm_nodes("slurm_admin", "slurmd"), None, 2)
 
 
 # -- one apply, explicit registration ----------------------------------------------------------
@@ -151,7 +168,8 @@ class _Part:
 def test_apply_hands_every_field_to_the_part_the_row_names(kind):
     row = schema.FAULT_KINDS[kind]
     calls: list = []
-    job = type("Job", (), {part: _Part(calls, part) for part in ("processes", "network", "storage", "resources")})()
+    parts = ("processes", "network", "storage", "resources", "slurm")
+    job = type("Job", (), {part: _Part(calls, part) for part in parts})()
     fault = faults.fault_class(kind)()
     fault.apply(job)
     assert calls == [(row.part, kind, {p.name: getattr(fault, p.name) for p in row.params})]

@@ -429,7 +429,7 @@ def test_a_state_trigger_takes_the_states_name_too():
 
 
 #: the parts of a Job a fault may act through (``job.processes.kill_node``...)
-_PARTS = ("processes", "network", "resources", "storage")
+_PARTS = ("processes", "network", "resources", "storage", "slurm")
 
 
 class _Recorder:
@@ -446,7 +446,7 @@ class _Recorder:
         return lambda *args, **kwargs: self.called.append(self._prefix + name)
 
 
-_VERBS = ("kill", "hang", "remove", "add", "freeze", "down")
+_VERBS = ("kill", "hang", "remove", "add", "freeze", "down", "drain")
 
 
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
@@ -458,6 +458,7 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     from harness.sim.job import Job
     from harness.sim.net.faults import NetworkFaults
     from harness.sim.nodes.faults import ProcessFaults
+    from harness.sim.nodes.scheduler import SchedulerFaults
     from harness.sim.resources import ResourceFaults
     from harness.sim.storage.faults import StorageFaults
 
@@ -466,7 +467,7 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     job = _Recorder()
     cls().apply(job)
     part_classes = {"processes": ProcessFaults, "network": NetworkFaults, "resources": ResourceFaults,
-                    "storage": StorageFaults}
+                    "storage": StorageFaults, "slurm": SchedulerFaults}
     part, _, method = job.called[0].rpartition(".")
     assert len(job.called) == 1 and method == kind and part == (row.part or "")
     assert callable(getattr(Job, kind, None)) == row.public

@@ -32,12 +32,30 @@ def test_a_slurm_file_gives_its_spec(tmp_path):
     ({"controller_address": "198.18.0.1", "slurm_conf": "/nonexistent/slurm.conf"}, "does not exist"),
     ({"controller_address": "198.18.0.1", "gpus": 2}, "gpus=2 is not a Slurm field"),
     ({"controller_address": "-oProxyCommand=x"}, "controller_address='-oProxyCommand=x' must be the IP address"),
+    ({"controller_address": "198.18.0.1", "slurmd_kill": "kill"}, "slurmd_kill='kill' must be a list of strings"),
+    ({"controller_address": "198.18.0.1", "slurmd_kill": ["k", "{node}"]}, "needs slurmd_start too"),
+    ({"controller_address": "198.18.0.1", "slurmd_start": ["s", "{node}"]}, "needs slurmd_kill too"),
+    ({"controller_address": "198.18.0.1", "capabilities": ["slurmd"]}, "must not list 'slurmd'"),
 ])
 def test_a_bad_field_is_one_line_naming_it(fields, message):
     with pytest.raises(ConfigError) as caught:
         slurm_spec("slurm.toml", **fields)
     text = str(caught.value)
     assert message in text and "slurm.toml" in text and "\n" not in text
+
+
+def test_the_nodes_can_lose_their_slurmd_where_the_file_gives_its_commands():
+    """``slurmd`` (what ``kill_slurmd`` needs) is no listed capability: the Slurm file's
+    ``slurmd_kill`` and ``slurmd_start`` give it to every node of the allocation; the
+    nodes are the scheduler's (``scheduler="slurm"``), which SSH hosts are not."""
+    from harness.hosts import stand_ins
+
+    plain = slurm_spec(controller_address="198.18.0.1", capabilities=["slurm_admin"])
+    assert plain.node_capabilities == {"slurm_admin"}
+    daemon = slurm_spec(controller_address="198.18.0.1", capabilities=["slurm_admin"],
+                        slurmd_kill=["ssh", "{node}", "kill"], slurmd_start=["ssh", "{node}", "start"])
+    assert daemon.node_capabilities == {"slurm_admin", "slurmd"}
+    assert [(h.capabilities, h.scheduler) for h in stand_ins(daemon, 2)] == [({"slurm_admin", "slurmd"}, "slurm")] * 2
 
 
 @pytest.mark.parametrize("text, message", [

@@ -169,21 +169,6 @@ class ProcessFaults:
         record_fault(self._target, "remove_node", target_node=node)
         agent.signal_agent(signal.SIGTERM)
 
-    def down_node(self, node: int) -> None:
-        """The scheduler's own node failure: Slurm marks the node's Slurm node DOWN and ends
-        every step there, the node's agent and workers among them (``scheduler_down``).
-        Returns once the harness reaped the agent; ``ConfigError`` where the node is not in
-        a Slurm allocation (nothing recorded then)."""
-        agent = self._live_node(node)
-        name = agent.scheduler_node()
-        if name is None:
-            raise ConfigError("fault", "down_node", "needs the nodes in a Slurm allocation (Cluster(slurm=...), "
-                              "--elastic-slurm): it is the scheduler's own node failure")
-        self._target.ledger.harm(node, "down_node")
-        record_fault(self._target, "down_node", target_node=node, slurm_node=name)
-        agent.scheduler_down()
-        self._target.ledger.await_exit(node)
-
     def freeze_node(self, node: int) -> None:
         """SIGSTOP the whole node: alive to TCP, silent to heartbeats. Its terminal entry
         is written once the agent is stopped (it never writes again)."""

@@ -96,14 +96,6 @@ class NodeProcess:
         """``sig`` to worker ``pid`` (one of ``live_workers``); nothing if it just ended."""
         _signal(pid, sig)
 
-    def scheduler_node(self) -> str | None:
-        """The node's name in the scheduler that owns it (None: none does, here)."""
-        return None
-
-    def scheduler_down(self) -> None:
-        """The scheduler marks the node down (only where ``scheduler_node`` names it)."""
-        raise NotImplementedError("no scheduler owns this node")
-
     def signal_node(self, sig: int, worker_pids: Iterable[int] = ()) -> None:
         """``sig`` to the agent's process group and to each of ``worker_pids``' (its live
         workers lead groups of their own): the whole node at once."""

@@ -8,9 +8,10 @@ out and what it lacks), and opens one ``JobPlace`` per job.
 
 A ``JobPlace`` is the job's nodes in that place: it starts a node's agent and says its
 address; it is where exit-code orders are left (``orders``), where the network faults are
-carried out (``network``), where the nodes' cgroups are (``cgroups``), where a node-hosted
-store keeps its port (``store_port``); it refuses, in one line, the faults it cannot carry
-out (``refuse``, ``guarded``) and ends everything it started (``close``).
+carried out (``network``), where the nodes' cgroups are (``cgroups``), which scheduler owns
+them (``scheduler``), where a node-hosted store keeps its port (``store_port``); it
+refuses, in one line, the faults it cannot carry out (``refuse``, ``guarded``) and ends
+everything it started (``close``).
 
 The job always holds one (``job.place``): no ``None`` meaning "this machine". The fault
 parts are handed what they need of it when the job builds them, and never ask where the
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from harness.sim.nodes.pool import WarmPool
     from harness.sim.nodes.process import NodeProcess
     from harness.sim.nodes.rendezvous_store import StoreSite
+    from harness.sim.nodes.scheduler import NodeScheduler
     from harness.sim.resources.faults import NodeCgroups
     from harness.sim.storage.mount import StorageMount
     from harness.sim.storage.servers import DiskServers
@@ -71,6 +73,12 @@ class JobPlace(Protocol):
     @property
     def cgroups(self) -> NodeCgroups:
         """Where the job's nodes' cgroups are (made on first use)."""
+        ...
+
+    @property
+    def scheduler(self) -> NodeScheduler:
+        """The scheduler that owns the job's nodes, as its own faults reach it (``NoScheduler``
+        where none does: it refuses them, saying why)."""
         ...
 
     def disk_servers(self, mount: StorageMount, answer: Callable[[str, dict[str, Any]], Any]) -> DiskServers:

@@ -17,6 +17,7 @@ from harness.endpoints import PortReservation
 from harness.sim.nodes.faults import LocalOrders
 from harness.sim.nodes.gpus import GpuPlan
 from harness.sim.nodes.rendezvous_store import NETNS_STORE_PORT, STORE_ADDR, StoreSite
+from harness.sim.nodes.scheduler import NoScheduler
 from harness.sim.nodes.start import start_agent
 from harness.sim.resources.cgroups import MachineCgroups
 from harness.sim.storage.servers import MountServers
@@ -67,7 +68,7 @@ class Here:
     def lacks(self, network: str) -> dict[str, str]:
         from harness.sim.net import netns_missing
         from harness.sim.resources import probe
-        from harness.sim.schema import CGROUPS, FUSE, NETNS
+        from harness.sim.schema import CGROUPS, FUSE, NETNS, SLURM_ADMIN, SLURMD
         from harness.sim.storage.mount import fuse_missing
 
         missing: dict[str, str] = {}
@@ -82,6 +83,8 @@ class Here:
         fuse = fuse_missing()
         if fuse is not None:
             missing[FUSE] = f"this machine lacks {fuse}"
+        missing[SLURM_ADMIN] = missing[SLURMD] = ("the job's nodes run on this machine, which no scheduler owns "
+                                                  "(the scheduler's own faults need --elastic-slurm)")
         return missing
 
     def chaos_kinds(self, kinds: Sequence[str], max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -103,6 +106,8 @@ class HereJob:
         self._job = job
         self.orders = LocalOrders(job.orders_dir)
         self.cgroups = MachineCgroups(lambda: job.run_id)
+        self.scheduler = NoScheduler("runs on this machine, which no scheduler owns: the scheduler's own faults need "
+                                     "the nodes in a Slurm allocation (--elastic-slurm)")
 
     @property
     def network(self) -> Network:

@@ -78,6 +78,7 @@ from harness.sim.nodes.gpus import VISIBLE_ENV
 from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge, StoreSite
+from harness.sim.nodes.scheduler import NodeScheduler, NoScheduler
 from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
 from harness.sim.places.hosts.cgroups import HostCgroups
 from harness.sim.places.hosts.disks import HostDisks
@@ -446,6 +447,10 @@ class RemoteNodes:
         self.orders = HostOrders(self, self.shared)
         #: the nodes' cgroups, each on its node's host (a keeper there per node)
         self.cgroups = HostCgroups(self, lambda: job.run_id)
+        #: the scheduler that owns the nodes: none on SSH hosts
+        self.scheduler: NodeScheduler = NoScheduler(
+            "runs on an SSH host, which no scheduler owns: the scheduler's own faults need the nodes in a Slurm "
+            "allocation (--elastic-slurm)")
         self._disks: HostDisks | None = None  # the nodes' disks there (``disk_servers``, with the job's storage)
         self._script: ScriptCopy | None = None  # the job's script, for hosts that copy it
         self._ended = threading.Event()  # the job's hosts are closed: the clock upkeep stops
@@ -696,14 +701,26 @@ class RemoteNodes:
 
     # -- the end ---------------------------------------------------------------------
 
+    def _remove_shared(self, shared: SharedDir) -> list[str]:
+        """The job's shared dir removed over a host's connection that still works: a
+        host lost meanwhile (its Slurm node DOWN, its network cut) cannot, another one
+        can (every host mounts it); the first problem if none could."""
+        said: list[str] = []
+        hosts = sorted((link.host for link in self._links.values()), key=lambda host: not host.connected())
+        for host in hosts:
+            problem = shared.remove(host)
+            if problem is None:
+                return []
+            said.append(problem)
+        return said[:1]
+
     def close(self) -> list[str]:
         """Every node's agent and relay, then every connection (what each started on its
         host goes, its work dir last), the bridge, the sink; what could not be ended."""
         problems = []
         self._ended.set()
         if self.shared is not None and self._links:  # its nodes ended: nothing writes there now
-            problem = self.shared.remove(next(iter(self._links.values())).host)
-            problems += [problem] if problem else []
+            problems += self._remove_shared(self.shared)
         for link in self._links.values():
             try:
                 link.host.close()

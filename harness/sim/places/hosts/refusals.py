@@ -1,4 +1,4 @@
-"""Where a job's nodes on hosts run, and the faults their hosts cannot carry out (issue 29).
+"""Where a job's nodes on hosts run, and the faults their hosts cannot carry out.
 
 A fault on a node placed on a host is refused before anything is recorded (``FaultRefused``,
 one line naming the host and what it lacks) where the host cannot carry it out: a
@@ -22,7 +22,7 @@ from harness.sim.errors import FaultRefused
 from harness.sim.places.hosts.network import NOT_ON_HOSTS
 from harness.sim.places.hosts.orders import exact_order_refusal
 from harness.sim.places.hosts.shared import shared_fs_refusal
-from harness.sim.schema import CGROUPS
+from harness.sim.schema import CGROUPS, SLURMD
 
 if TYPE_CHECKING:
     from harness.sim.faults import ScheduledFault
@@ -55,19 +55,24 @@ def placed_hosts(hosts: Sequence[HostSpec], placement: Sequence[int] | None, cou
     return [placed_host(hosts, placement, node) for node in range(count)]
 
 
-def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = (), slurm: bool = False) -> str | None:
+def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
-    or None: it lacks a capability (``refusal``), the kind is not done on hosts
-    (``NOT_ON_HOSTS``), it is the scheduler's own and the host no Slurm node (``slurm``:
-    it is one), or it is not among the kinds hosts carry out (``HOST_FAULTS``)."""
+    or None: it is the scheduler's own and no scheduler owns the host (an SSH host), it
+    lacks a capability (``refusal``), the kind is not done on hosts (``NOT_ON_HOSTS``), or
+    it is not among the kinds hosts carry out (``HOST_FAULTS``)."""
     from harness.sim.schema import FAULT_KINDS
 
     row = FAULT_KINDS.get(kind)
+    if row is not None and row.slurm_only:
+        if host.scheduler != "slurm":
+            return (f"{kind} needs the nodes in a Slurm allocation (--elastic-slurm): it is the scheduler's own "
+                    "fault, and an SSH host has no scheduler")
+        if SLURMD in needs and SLURMD not in host.capabilities:
+            return (f"node {host.label} cannot do it: {kind} needs slurmd_kill and slurmd_start in the Slurm file "
+                    "(the commands that kill and start a node's slurmd: an operator's)")
+        return refusal(host, needs)
     why = refusal(host, needs)
-    if why is None and row is not None and row.slurm_only:
-        why = None if slurm else (f"{kind} needs the nodes in a Slurm allocation (--elastic-slurm): it is the "
-                                  "scheduler's own node failure, and an SSH host has no scheduler")
-    elif why is None and kind in NOT_ON_HOSTS:
+    if why is None and kind in NOT_ON_HOSTS:
         why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
     elif why is None and kind not in HOST_FAULTS:
         why = f"host {host.label} cannot do it: {kind} is not carried out on hosts"
@@ -135,17 +140,22 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
                 max_nodes: int) -> tuple[tuple[str, ...], dict[str, str]]:
     """The chaos kinds of ``kinds`` a job on ``hosts`` (placed by ``placement``, at most
     ``max_nodes`` nodes: chaos adds none past it) draws, and those it leaves out, with why:
-    a network kind where a host would carry two of its nodes, or is not the job's alone
-    (``exclusive``), and could not tell their sockets apart (the fault would fall on both,
-    and its refusal would fail the schedule).
-    The session's kinds are the hosts' already (``pytest_elastic``'s
-    ``chaos_kinds_on_hosts``); this is the job's cut of them."""
+    a kind a host cannot carry out (``host_refusal``: a capability it lacks, the scheduler's
+    own on an SSH host), a network kind where a host would carry two of its nodes, or is not
+    the job's alone (``exclusive``), and could not tell their sockets apart (the fault would
+    fall on both, and its refusal would fail the schedule). The session's kinds are the
+    hosts' already (``pytest_elastic``'s ``chaos_kinds_on_hosts``); this is the job's cut of
+    them."""
     from harness.sim.schema import CHAOS_KINDS
 
     where = placed_hosts(hosts, placement, max_nodes)
     left_out: dict[str, str] = {}
     for kind in kinds:
-        if CHAOS_KINDS[kind].part != "network":
+        refused = next((why for spec in dict.fromkeys(where)
+                        if (why := host_refusal(spec, kind, CHAOS_KINDS[kind].needs))), None)
+        if refused is not None:
+            left_out[kind] = refused
+        if refused is not None or CHAOS_KINDS[kind].part != "network":
             continue
         crowded = next((spec for spec in dict.fromkeys(where) if where.count(spec) > 1 and not by_sockets(spec, kind)),
                        None)
@@ -159,12 +169,11 @@ def chaos_kinds(kinds: Sequence[str], hosts: Sequence[HostSpec], placement: Sequ
 
 
 def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
-                  placement: Sequence[int] | None, nnodes: int = 0, slurm: bool = False) -> None:
+                  placement: Sequence[int] | None, nnodes: int = 0) -> None:
     """``FaultRefused`` for the first entry whose node's host (of ``hosts``, placed by
     ``placement``) cannot carry it out; a job's (``RemoteNodes.refuse``) and a scenario's
     before it starts (the plugin skips it, saying why). ``nnodes``: how many nodes the
-    job can have (a network fault on a node that shares its host is refused); ``slurm``:
-    the hosts are a Slurm allocation's nodes (the scheduler's own faults are done there)."""
+    job can have (a network fault on a node that shares its host is refused)."""
     from harness.sim.faults import AtStep, OnFile
     from harness.sim.schema import FAULT_KINDS
 
@@ -191,7 +200,7 @@ def refuse_faults(entries: Sequence[ScheduledFault], hosts: Sequence[HostSpec],
                                    f"{', '.join(sorted(needs)) or 'the nodes on this machine'} on every node's "
                                    "host: name a node (node=...)")
             continue
-        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs, slurm)
+        why = host_refusal(placed_host(hosts, placement, node), fault.kind, needs)
         if why is None and row is not None and row.part == "network":
             why = _sharing(hosts, placement, nnodes, node, fault.kind, getattr(fault, "peers", None))
         if why is not None:

@@ -12,9 +12,8 @@ a failure of the others' collectives (measured: the bundled ``scale_down_leave``
 through the supervisor too, as on an SSH host: Slurm's ``SIGSTOP`` would stop the supervisor
 as well. Where the step is not known yet (a fault in the moment before the agent's first
 event came in), or scancel could not run, the supervisor kills the node instead, and the log
-says why. ``down_node``, the scheduler's own
-node failure, is Slurm's alone: the node's Slurm node marked DOWN (``SlurmAllocation.down``),
-refused on any other place.
+says why. The scheduler's own faults (``down_node``, ``drain_node``, ``kill_slurmd``) are
+the allocation's to do (``SlurmScheduler``), refused on any other place.
 """
 
 from __future__ import annotations
@@ -22,16 +21,16 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.hosts import HostError, HostSpec, SlurmAllocation
 from harness.sim.places.hosts.nodes import RemoteNodeProcess, RemoteNodes
-from harness.sim.places.hosts.refusals import refuse_faults
+from harness.sim.places.slurm.scheduler import SlurmScheduler
 
 if TYPE_CHECKING:
-    from harness.sim.faults import ScheduledFault
+    pass
 
 __all__ = ["SlurmNodeProcess", "SlurmNodes"]
 
@@ -55,13 +54,6 @@ class SlurmNodeProcess(RemoteNodeProcess):
 
     def placed(self) -> dict[str, str]:
         return {**super().placed(), **({"slurm_job": self.allocation.job_id} if self.allocation else {})}
-
-    def scheduler_node(self) -> str | None:
-        return self.host if self.allocation is not None else None
-
-    def scheduler_down(self) -> None:
-        assert self.allocation is not None
-        self.allocation.down(self.host, f"pytest-elastic down_node of node {self.index}")
 
     def signal_node(self, sig: int, worker_pids: Iterable[int] = ()) -> None:
         if not self._by_slurm(sig):
@@ -92,27 +84,29 @@ class SlurmNodes(RemoteNodes):
     def __init__(self, *args: Any, allocation: SlurmAllocation, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.allocation = allocation
+        self.scheduler = SlurmScheduler(allocation, self.host_of)
         self._placed: dict[int, HostSpec] = {}  # node -> its Slurm node, chosen at its first ask
         self._placing = threading.Lock()  # not the hosts' lock: that one is held around host_of
 
     def host_of(self, node: int) -> HostSpec:
-        """Node ``node``'s Slurm node, chosen once: the first node of the allocation that
-        carries none of the job's live nodes and that no ``down_node`` took from it (a node
-        added after one was lost lands on an idle node, as a new step on a real
-        allocation would), else round robin as on hosts."""
+        """Node ``node``'s Slurm node, chosen once: the job's first nodes round robin as on
+        hosts; a node added later on the first node of the allocation that carries none of
+        the job's live nodes, as a new step on a real allocation would, else round robin,
+        in either case never on one a fault took out of service (DOWN, drained, its slurmd
+        killed) while another is in service."""
         with self._placing:
             chosen = self._placed.get(node)
             if chosen is None:
-                busy = {self._placed.get(n) for n, handle in self._job.nodes.items() if handle.alive()}
-                lost = set(self.allocation.downed)
-                idle = [host for host in self.hosts if host not in busy and host.label not in lost]
-                chosen = idle[0] if idle and node >= len(self.hosts) else super().host_of(node)
+                if node < len(self.hosts):
+                    chosen = super().host_of(node)
+                else:
+                    busy = {self._placed.get(n) for n, handle in self._job.nodes.items() if handle.alive()}
+                    lost = self.allocation.out_of_service()
+                    usable = [host for host in self.hosts if host.label not in lost] or list(self.hosts)
+                    idle = [host for host in usable if host not in busy]
+                    chosen = idle[0] if idle else usable[node % len(usable)]
                 self._placed[node] = chosen
             return chosen
-
-    def refuse(self, entries: Sequence[ScheduledFault]) -> None:
-        """As on hosts, but the scheduler's own faults (``slurm_only``) are Slurm's to do here."""
-        refuse_faults(entries, self.hosts, self.placement, self.node_count(), slurm=True)
 
     def start(self, index: int, rdzv: Any) -> SlurmNodeProcess:
         node = super().start(index, rdzv)
