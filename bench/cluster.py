@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/cluster.py [--runs N] [--quick] [--no-torchrun] [--nodes N]
 
-Rows (targets from issue 5, for this 2-core machine):
+Rows (targets for this 2-core machine):
 
 (1)  2 nodes x 2 workers, one worker SIGKILLed once every rank is ready (gloo init + one
      all_reduce), the job recovers and ends: start (``Cluster()``) to ``JobResult``, in a
@@ -18,7 +18,7 @@ Rows (targets from issue 5, for this 2-core machine):
      while the job runs, in a separate run (sampling costs CPU, so it is not timed).
      <= 4 GiB. torchrun is not run at this size: its reference is printed (~13 GB RSS:
      211 MB per agent and per worker).
-(4)  trigger latency (the event bus, issue 9): a 4 x 1 job trains (gloo all_reduce and
+(4)  trigger latency (the event bus): a 4 x 1 job trains (gloo all_reduce and
      ``report_step`` every ~14 ms); faults scheduled ``AtStep(step=s, rank=0)`` for a dozen
      steps run a probe ``apply`` that notes the time: the delay from the worker stamping
      its step event to the fault being applied in the harness. Median <= 5 ms.

@@ -1,4 +1,4 @@
-"""Flake bench (issue 26 part 1): how often the README's main job goes red on this machine, and why.
+"""Flake bench: how often the README's main job goes red on this machine, and why.
 
     python bench/flake.py [--runs 10] [--busy K] [--suite] [--pytest-args "-k scale_down"]
                           [--faults KINDS ...] [--timeout S] [--logs DIR]

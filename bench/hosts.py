@@ -1,6 +1,6 @@
-"""SSH hosts benchmark: one multiplexed OpenSSH connection vs a fresh connection per command
-(issue 29 part 1), and asyncssh beside them when it is importable; then what a node on a
-host costs beyond commands (parts 2 and 4): the clock offset's error bound, an event's
+"""SSH hosts benchmark: one multiplexed OpenSSH connection vs a fresh connection per command,
+and asyncssh beside them when it is importable; then what a node on a
+host costs beyond commands: the clock offset's error bound, an event's
 latency from the host's file to the controller, and how long a lost controller's things
 last on the host; last, a training job with its nodes on two hosts beside the same job here.
 
@@ -11,7 +11,7 @@ last on the host; last, a training job with its nodes on two hosts beside the sa
 The project's rule is that a bench compares ours against torchrun. torchrun has no SSH
 hosts (it starts one node per machine and leaves getting there to the user), so there is
 nothing of torch's to compare with: this bench compares the SSH strategies the host layer
-could use, which is the choice issue 29 asks to measure and justify.
+could use: the measure by which the choice of one was made.
 
 The hosts are real sshd servers on this machine (``tests/hosts/sshd.py``: one per network
 namespace, key auth), so the link has no latency worth the name: on a real network a fresh
@@ -42,7 +42,7 @@ The last table (hosts' ``~/.bashrc`` emptied):
   frozen           the same controller SIGSTOPped, lost_after=2 s: its link stays open, the
   controller       host notices the silence; from the freeze to the last process gone, 3 runs.
 
-The job table (issue 29's "done means"): ``bench/resume.py``'s node-loss run (``fault_run``:
+The job table: ``bench/resume.py``'s node-loss run (``fault_run``:
 ``scenarios/training/train.py``, DDP on gloo with DCP checkpoints, ``NodeKill(node=1)`` at
 step 6 of rank 0) on 2 nodes x 2 workers, ``Cluster(nnodes="1:2", nproc_per_node=2)`` at its
 defaults, once with the nodes on two ``SshdLab`` hosts (round robin: node i on host i; their
@@ -93,7 +93,7 @@ for i in range(n):
 writer.close()
 """
 LOST_AFTER_S = 2.0
-#: issue 29: a job with its nodes on hosts takes at most this many times the same job here
+#: the goal: a job with its nodes on hosts takes at most this many times the same job here
 JOB_GOAL = 1.5
 
 

@@ -7,8 +7,7 @@ than one module, lazy imports inside functions included, ``TYPE_CHECKING`` ones 
 graph ``tests/unit/test_layers.py`` checks), its rooms (sub-packages; a loose module of a
 floor is a room of its own), their cycles and the ``TYPE_CHECKING`` imports that run back up
 a room, and its largest classes and functions in lines (decorators to last line; a method
-counts as a function). Issues 18 and 28 asked for these before and after their changes; they
-are figures, not targets.
+counts as a function). Figures to compare before and after a restructuring, not targets.
 """
 
 from __future__ import annotations

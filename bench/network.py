@@ -1,10 +1,10 @@
 """Network benchmark: what namespaced nodes and network faults cost, and what a store
-partition does to our runtime and to torchrun, side by side (issue 10 part 7).
+partition does to our runtime and to torchrun, side by side.
 
     python bench/network.py [--quick] [--rounds N] [--nodes 1,4,16] [--limit S]
                             [--peers store,all] [--runtimes ours,zygote,torchrun] [--verbose]
 
-Network rows (medians over the rounds; targets from issue 10):
+Network rows (medians over the rounds; the targets):
   setup / node     Network(n, "netns") built, divided by n (switch, store and n nodes:
                    namespaces, veths on the bridge, addresses), beside Network(n, "loopback")
                    which builds nothing. Target <= 50 ms a node (judged for n > 1: with one
@@ -214,7 +214,7 @@ def bench_faults(net: Network, rounds: int) -> dict[str, list[float]]:
 
 
 
-# -- side by side: store partition and heal under real agents (issue 10 part 7, rows 3-4) --
+# -- side by side: store partition and heal under real agents (rows 3-4) -----------------
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 RESUME_TARGET_S = 2.0

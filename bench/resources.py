@@ -1,5 +1,5 @@
 """Resource bench: what a straggler does to step time, ours beside torchrun under the same
-cgroup (issue 20 part 6).
+cgroup.
 
     python bench/resources.py [--quick] [--rounds N] [--cpu 0.2] [--steps 40] [--work 1000]
 

@@ -1,4 +1,4 @@
-"""Fault -> training resumed, ours beside torchrun, on the DCP trainer (issue 19 item 7).
+"""Fault -> training resumed, ours beside torchrun, on the DCP trainer.
 
     .venv/bin/python bench/resume.py [--runs N] [--quick] [--no-torchrun] [--scenarios crash,node,partition]
 
@@ -60,7 +60,7 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 FAULT_STEP = 6
 ARGS = ["--steps", "14", "--ckpt-every", "3"]
 TORCHRUN_TIMEOUT_S = 120.0
-TARGET_S = 0.5  # issue 19: fault -> training resumed, worker crash and node loss
+TARGET_S = 0.5  # the goal: fault -> training resumed, worker crash and node loss
 #: our sides: a warm pool (the plugin's per-session pool after a first job: the zygote has
 #: preloaded what the trainer imports), a cold private pool (``Cluster()`` alone), spawn
 OURS = ("warm pool", "zygote", "spawn")

@@ -40,6 +40,7 @@ __all__ = [
     "ERROR_FILE_ENV",
 ]
 
+#: the file a worker's ``@record`` writes its error to, per worker, read into the error summary
 ERROR_FILE_ENV = "TORCHELASTIC_ERROR_FILE"
 NOT_AVAILABLE = "<N/A>"
 _MAX_ERROR_FILE_BYTES = 4 * 1024 * 1024

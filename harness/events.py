@@ -28,8 +28,11 @@ from typing import Any
 __all__ = ["EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
            "event_writer_from_env", "node_key"]
 
+#: the job's event file every agent and worker appends its events to (unset: no events)
 EVENTS_ENV = "HARNESS_EVENTS"
+#: the node an agent or worker writes its events as (its label)
 NODE_ENV = "HARNESS_NODE"
+#: the harness's wake socket, poked after each event written
 WAKE_ENV = "HARNESS_EVENTS_WAKE"
 
 

@@ -1,9 +1,9 @@
 """Faults as data (public face of ``harness.sim.faults``): what to break, and when.
 
 ``from harness.faults import NodeKill, AtStep`` is the import path users and scenario
-authors rely on (README.md); the implementation lives in the simulation layer. Each fault
+authors rely on; the implementation lives in the simulation layer. Each fault
 has one name: its class here, its ``Job`` method, its scenario kind and its chaos kind
-(README.md's table; ``harness.sim.schema.FAULT_KINDS``). The errors a fault can end in
+(docs/reference/faults.md; ``harness.sim.schema.FAULT_KINDS``). The errors a fault can end in
 come from here too: ``FaultError`` (a scheduled fault could not be applied; ``Job.wait``
 raises it), ``FaultNotFired`` (the job ended with it still pending), ``TargetNotReady``
 (its target is not running now) and ``FaultRefused`` (its node's host cannot carry it out:

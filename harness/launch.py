@@ -31,6 +31,7 @@ __all__ = ["LaunchConfig", "build_agent", "elastic_launch", "launch_agent", "run
 
 log = logging.getLogger(__name__)
 
+#: seconds a stopping worker gets before SIGKILL (torch's; ``Cluster(shutdown_timeout=)``)
 SHUTDOWN_TIMEOUT_ENV = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 

@@ -9,5 +9,5 @@ __all__ = ["ENABLE_FILE_TIMER_ENV", "TIMER_FILE_ENV"]
 
 #: "1": the agent runs a file timer server for its workers (torch's agent reads the same)
 ENABLE_FILE_TIMER_ENV = "TORCHELASTIC_ENABLE_FILE_TIMER"
-#: the FIFO path of that server, exported to every worker
+#: the FIFO path of the agent's file timer server, exported to every worker
 TIMER_FILE_ENV = "TORCHELASTIC_TIMER_FILE"

@@ -21,6 +21,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from pytest_elastic._options import option as option_row
+
 __all__ = ["github_wanted", "has_property", "one_line_cause", "annotation_place", "twin_verdict", "error_annotations",
            "step_summary", "escape_data", "escape_property", "write_step_summary"]
 
@@ -33,7 +35,7 @@ def github_wanted(option: bool | None, env: dict[str, str] | os._Environ[str] = 
     this runs in GitHub Actions."""
     if option:
         return True
-    explicit = env.get("PYTEST_ELASTIC_GITHUB")
+    explicit = env.get(option_row("github").env)
     if explicit is not None:
         return explicit.strip().lower() in ("1", "true", "yes", "on")
     return env.get("GITHUB_ACTIONS") == "true"

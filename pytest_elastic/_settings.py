@@ -2,7 +2,8 @@
 the keys of what a session (``config.stash``) and a test (``item.stash``) remember.
 
 The bottom of the plugin: every other module of ``pytest_elastic`` may import this one, and
-it imports none of them (``tests/unit/test_layers.py`` checks the plugin has no import cycle).
+it imports none of them but ``_options``, the settings' table (standard library only;
+``tests/unit/test_layers.py`` checks the plugin has no import cycle).
 
 The keys and their checks come from ``harness.sim.schema`` (one definition for the marker,
 ``Cluster``, scenarios, fault specs and chaos kinds). The plugin imports this module at its
@@ -25,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from harness.errors import ElasticError
+from pytest_elastic._options import ENV_PREFIX
+from pytest_elastic._options import option as _option
 
 if TYPE_CHECKING:
     from harness.hosts import HostSpec
@@ -37,7 +40,6 @@ __all__ = ["Settings", "ENV_PREFIX", "resolve_settings", "marker_config", "parse
            "hosts_line", "ElasticRecord", "settings_of", "SETTINGS_KEY", "STATS_KEY", "STACKS_CLEANUP_KEY", "POOL_KEY",
            "RECORD_KEY", "TIMEOUT_STACKS_KEY", "SCHEDULE_OVERRIDE_KEY"]
 
-ENV_PREFIX = "PYTEST_ELASTIC_"
 
 #: names derived from ``harness.sim.schema``, loaded on first access (see the docstring)
 _FROM_SCHEMA: dict[str, Callable[[Any], Any]] = {
@@ -127,25 +129,28 @@ def _bool(text: str, name: str) -> bool:
     raise SettingError(f"{name}={text!r} must be a boolean (1/0, true/false)")
 
 
-def _pick(cli: Any, env_name: str, ini: Any, default: Any, convert: Any, name: str) -> Any:
-    """The first of CLI, env, ini that is set, converted; else the default."""
+def _pick(name: str, option: Any, ini: Any, default: Any, convert: Any) -> Any:
+    """Setting ``name``'s value: the first of its CLI option, its environment variable and
+    its ini key (``pytest_elastic._options``) that is set, converted; else ``default``."""
+    row = _option(name)
+    cli = getattr(option, row.dest, None)
     if cli is not None:
         try:
             return convert(cli)
         except (TypeError, ValueError) as e:
-            flag = "--elastic-" + name.replace("_", "-")
-            raise SettingError(f"{flag}={cli!r} is not valid: {e}") from None
-    raw = os.environ.get(ENV_PREFIX + env_name)
+            raise SettingError(f"{row.flag}={cli!r} is not valid: {e}") from None
+    raw = os.environ.get(row.env)
     if raw is not None and raw != "":
         try:
             return convert(raw)
         except (TypeError, ValueError) as e:
-            raise SettingError(f"{ENV_PREFIX}{env_name}={raw!r} is not valid for {name}: {e}") from None
-    if ini not in (None, "", []):
+            raise SettingError(f"{row.env}={raw!r} is not valid for {name}: {e}") from None
+    given = ini(row.ini_key) if row.ini_key is not None else None
+    if given not in (None, "", []):
         try:
-            return convert(ini)
+            return convert(given)
         except (TypeError, ValueError) as e:
-            raise SettingError(f"ini elastic_{name}={ini!r} is not valid: {e}") from None
+            raise SettingError(f"ini {row.ini_key}={given!r} is not valid: {e}") from None
     return default
 
 
@@ -154,24 +159,20 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
     ``processes``: how many processes run the session's tests at once (pytest -n): with
     more than one, two jobs may run on one host of ``--elastic-hosts`` at once, so the
     hosts are not a job's alone (``exclusive`` false: a fault on a whole host is refused)."""
-    chaos = _pick(option.elastic_chaos, "CHAOS", ini("elastic_chaos"), False,
-                  lambda v: _bool(str(v), "chaos"), "chaos")
-    seed_text = _pick(option.elastic_seed, "SEED", None, None, int, "seed")
+    chaos = _pick("chaos", option, ini, False, lambda v: _bool(str(v), "chaos"))
+    seed_text = _pick("seed", option, ini, None, int)
     seed_given = seed_text is not None
     if seed_from_controller is not None and not seed_given:
         seed = seed_from_controller  # xdist: every worker uses the controller's seed
     else:
         seed = int(seed_text) if seed_given else random.SystemRandom().randrange(1, 2**31)
-    faults = _pick(option.elastic_faults, "FAULTS", ini("elastic_faults"), None, _fault_kinds, "faults")
-    timeout = _pick(option.elastic_timeout, "TIMEOUT", ini("elastic_timeout"), None, _positive, "timeout")
-    schedule = _pick(getattr(option, "elastic_schedule", None), "SCHEDULE", None, None,
-                     _schedule_text, "schedule")
-    hosts_file, hosts = _pick(getattr(option, "elastic_hosts", None), "HOSTS", None, (None, None), _hosts_file,
-                              "hosts")
+    faults = _pick("faults", option, ini, None, _fault_kinds)
+    timeout = _pick("timeout", option, ini, None, _positive)
+    schedule = _pick("schedule", option, ini, None, _schedule_text)
+    hosts_file, hosts = _pick("hosts", option, ini, (None, None), _hosts_file)
     if hosts is not None and processes > 1:
         hosts = tuple(dataclasses.replace(host, exclusive=False) for host in hosts)
-    slurm_file, slurm = _pick(getattr(option, "elastic_slurm", None), "SLURM", None, (None, None), _slurm_file,
-                              "slurm")
+    slurm_file, slurm = _pick("slurm", option, ini, (None, None), _slurm_file)
     if slurm is not None and hosts is not None:
         raise SettingError(f"--elastic-slurm={slurm_file!r} and --elastic-hosts={hosts_file!r} are two places "
                            "for the same nodes: give one")
@@ -184,16 +185,13 @@ def resolve_settings(option: Any, ini: Any, seed_from_controller: int | None = N
         chaos=bool(chaos) or schedule is not None, seed=seed, seed_given=seed_given,
         faults="kill_worker" if faults is None else faults, faults_given=faults is not None,
         place=place,
-        overload=bool(_pick(option.elastic_chaos_overload, "CHAOS_OVERLOAD", None, False,
-                            lambda v: _bool(str(v), "overload"), "overload")),
-        report_dir=_pick(option.elastic_report, "REPORT", ini("elastic_report"), None, str, "report"),
-        start_method=_pick(option.elastic_start_method, "START_METHOD", ini("elastic_start_method"),
-                           "zygote", _start_method, "start_method"),
+        overload=bool(_pick("chaos_overload", option, ini, False, lambda v: _bool(str(v), "overload"))),
+        report_dir=_pick("report", option, ini, None, str),
+        start_method=_pick("start_method", option, ini, "zygote", _start_method),
         timeout=120.0 if timeout is None else timeout, timeout_given=timeout is not None,
-        shrink_budget=_pick(getattr(option, "elastic_shrink_budget", None), "SHRINK_BUDGET",
-                            ini("elastic_shrink_budget"), 8, _non_negative_int, "shrink_budget"),
+        shrink_budget=_pick("shrink_budget", option, ini, 8, _non_negative_int),
         schedule=schedule,
-        project=_pick(getattr(option, "elastic_project", None), "PROJECT", None, None, _project_text, "project"),
+        project=_pick("project", option, ini, None, _project_text),
     )
     placed = settings.placed_by_option()
     if settings.chaos and placed is not None and settings.schedule is None:

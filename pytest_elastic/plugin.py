@@ -33,59 +33,14 @@ _SEED_INPUT = "elastic_seed"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harness.sim import schema  # the lists in the help; pytest_configure needs it anyway
+    """Every setting's option and ini key, from its row (``pytest_elastic._options``)."""
+    from pytest_elastic._options import OPTIONS
 
-    aliases = "; ".join([*(f"{a} = {','.join(k)}" for a, k in schema.CHAOS_ALIASES.items()),
-                         f"{schema.EVERY_CHAOS_KIND} = every kind"])
     group = parser.getgroup("elastic", "elastic distributed training (pytest-elastic)")
-    group.addoption("--elastic-chaos", action="store_true", default=None,
-                    help="inject a seeded random fault schedule into every elastic job")
-    group.addoption("--elastic-seed", type=int, default=None, metavar="N",
-                    help="chaos seed (replay a run); default: random, shown in the header")
-    group.addoption("--elastic-faults", default=None, metavar="KINDS",
-                    help=f"chaos fault kinds: {','.join(schema.CHAOS_KINDS)} ({aliases}); "
-                         f"default: {','.join(schema.DEFAULT_CHAOS_KINDS)}")
-    group.addoption("--elastic-chaos-overload", action="store_true", default=None,
-                    help="let chaos inject more worker failures than max_restarts allows")
-    group.addoption("--elastic-report", default=None, metavar="DIR",
-                    help="write a drawn HTML timeline per elastic test, index.html and summary.json into DIR")
-    group.addoption("--elastic-start-method", default=None, metavar="METHOD",
-                    help=f"default worker start method ({', '.join(schema.START_METHODS)})")
-    group.addoption("--elastic-timeout", type=float, default=None, metavar="SECONDS",
-                    help="default timeout of an elastic test (given to pytest-timeout when installed)")
-    group.addoption("--elastic-shrink-budget", type=int, default=None, metavar="N",
-                    help="re-runs a failing chaos test may spend shrinking its fault schedule "
-                         "(default 8; 0: off)")
-    group.addoption("--elastic-schedule", default=None, metavar="JSON",
-                    help="replay this exact fault schedule (one JSON list per job, as printed "
-                         "under a shrunk failure); implies --elastic-chaos")
-    group.addoption("--elastic-project", default=None, metavar="nodes=N[,mtbf=H|NAME][,interval=S][,checkpoint=S]",
-                    help="project the session's measured cost per fault and per checkpoint to N nodes: "
-                         "the effective training time ratio and the checkpoint interval that maximises it "
-                         "(Young/Daly); mtbf: node MTBF in hours or llama3 / meta-rsc (default llama3)")
-    group.addoption("--elastic-hosts", default=None, metavar="FILE",
-                    help="run every elastic job's nodes on the hosts of this TOML hosts file, over SSH "
-                         "([defaults] and one [[host]] per host: address, user, port, key, python, work_dir, "
-                         "capabilities; docs/hosts.md); a marker's or scenario's own hosts= wins; scenarios "
-                         "with faults the hosts cannot carry out are skipped, and chaos draws only kinds "
-                         "they can")
-    group.addoption("--elastic-slurm", default=None, metavar="FILE",
-                    help="run every elastic job's nodes in a Slurm allocation, each node's agent a job "
-                         "step: the [slurm] table of this TOML file (controller_address, partition, account, "
-                         "time_limit, nodes, job_id, python, capabilities, shared_dir; docs/slurm.md); "
-                         "inside an allocation ($SLURM_JOB_ID) it uses that one, else it makes its own and "
-                         "releases it; a marker's or scenario's own hosts= or slurm= wins")
-    group.addoption("--elastic-github", action="store_true", default=None,
-                    help="GitHub Actions output: an ::error annotation per failing elastic test and "
-                         "a summary table in $GITHUB_STEP_SUMMARY (default: on when GITHUB_ACTIONS=true; "
-                         "PYTEST_ELASTIC_GITHUB=false turns it off)")
-    for name, help_text in (("elastic_chaos", "enable chaos mode (true/false)"),
-                            ("elastic_faults", "chaos fault kinds"),
-                            ("elastic_report", "directory for HTML timelines"),
-                            ("elastic_start_method", "default worker start method"),
-                            ("elastic_timeout", "default timeout of an elastic test (s)"),
-                            ("elastic_shrink_budget", "re-runs to shrink a failing chaos schedule")):
-        parser.addini(name, help_text, default=None)
+    for row in OPTIONS:
+        group.addoption(row.flag, **row.addoption_kwargs())
+        if row.ini_key is not None:
+            parser.addini(row.ini_key, row.described(), default=None)
 
 
 def _marker_signature() -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,18 @@ def _our_mounts() -> set[str]:
 
 # multiprocessing's per-parent helpers: started once, they exit when this process does
 _MP_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """Headless Chromium over its DevTools pipe (``tests/browser.py``), closed after the test."""
+    from tests.browser import Browser
+
+    opened = Browser(tmp_path / "profile")
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @pytest.fixture(scope="session")

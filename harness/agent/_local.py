@@ -28,11 +28,17 @@ __all__ = ["LocalElasticAgent", "AgentEnv", "TORCHELASTIC_HEALTH_CHECK_PORT",
 log = logging.getLogger(__name__)
 
 # environment variables the agent reads (once, at construction)
+#: "1": the agent treats its workers as identical (torch's rank assignment shortcut)
 WORKER_IDENTICAL_ENV = "TORCH_ELASTIC_WORKER_IDENTICAL"
+#: the template of the prefix of each worker output line (torchrun's ``--log-line-prefix-template``)
 LOG_LINE_PREFIX_ENV = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+#: seconds the agent waits for workers in an uninterruptible state before it gives up on them
 UNINTERRUPTIBLE_TIMEOUT_ENV = "TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"
+#: given to every worker ("1" unless set): NCCL errors end the worker instead of hanging it
 NCCL_ASYNC_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+#: the port of the agent's health check server (torch's; unset: none)
 HEALTH_CHECK_PORT_ENV = TORCHELASTIC_HEALTH_CHECK_PORT = "TORCHELASTIC_HEALTH_CHECK_PORT"
+#: the signals the agent turns into a clean stop of its workers (comma-separated names)
 SIGNALS_TO_HANDLE_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
 HEALTH_CHECK_TIMEOUT = 60.0  # torch's agent uses 60 s too
 

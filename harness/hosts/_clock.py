@@ -1,4 +1,4 @@
-"""A host's clock offset, measured over the connection it already has (issue 29 part 2).
+"""A host's clock offset, measured over the connection it already has.
 
 Events are stamped where they happen (``harness.events``): ``ts`` = ``time.time()`` and
 ``mono`` = ``time.monotonic()`` of the host, and the timeline orders by ``mono``. A host's

@@ -1,5 +1,4 @@
-"""Which host each node runs on, and which faults a host cannot carry out (issue 29 parts
-1 and 4).
+"""Which host each node runs on, and which faults a host cannot carry out.
 
 ``place(nodes, hosts, placement)``: round robin over ``hosts`` by default (node i on host
 ``i % len(hosts)``), or pinned, ``placement[i]`` being node i's host index (``None``: this

@@ -1,4 +1,4 @@
-"""A node's events from a host, onto this controller's clocks (issue 29 part 2).
+"""A node's events from a host, onto this controller's clocks.
 
 On the host, ``_tail`` follows the node's events file and writes each whole line to its
 stdout, the SSH channel (it is started with ``SshHost.start``, so it is owned like any

@@ -24,7 +24,7 @@ What the zygote may import: ``torch`` (and its submodules), ``numpy``, and the s
 library; never user code, whose import-time side effects (reading ``RANK``, opening files)
 must happen in the worker. Those allowed packages read their import-time configuration
 from the zygote's environment (the harness's), as ``torch`` itself always has here
-(README: "Differences from a fresh interpreter"). A module whose import starts a thread
+(docs/elastic-run.md, "The zygote start method"). A module whose import starts a thread
 stops the learning (forking with more threads is what the zygote must not do), and a
 module that fails to import is not tried again.
 

@@ -22,7 +22,7 @@ pays neither, and a restart reuses the same zygote. One zygote can serve many ag
   the zygote with whoever started it.
 
 The forked child runs a script (``runpy.run_path``) or module (``runpy.run_module``) as
-``__main__``. Differences from a fresh interpreter are listed in README.md.
+``__main__``. Differences from a fresh interpreter are listed in docs/elastic-run.md.
 
 Wire format: each message is a JSON object; requests ``spawn`` (+3 fds) and ``signal``;
 replies ``spawned``/``error``; events ``exit``. Workers send ``learn`` (the modules they

@@ -25,6 +25,7 @@ from harness.rendezvous._store import StoreServer
 
 __all__ = ["AgentStore", "DISABLE_SHARE_ENV", "agent_store_enabled"]
 
+#: "1": the workers do not share the rendezvous's TCP store (torch's switch)
 DISABLE_SHARE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 

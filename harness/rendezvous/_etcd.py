@@ -531,7 +531,7 @@ def default_lease_ttl(settings: C10dSettings) -> int:
     lease a node may publish (``max_lease``) and one more beat. A vanished heartbeat key
     reads as a dead node at once, so a TTL shorter than that would declare dead a node
     that the adaptive detector (``_liveness``) still waits for: a fixed bound again, the
-    one issue 26 took out (with the defaults: 5 s, against the old 2 s). A killed node is
+    one taken out (with the defaults: 5 s, against the old 2 s). A killed node is
     still seen in well under a second, by its peers' liveness sockets and counters."""
     return max(2, math.ceil(settings.max_lease + settings.keep_alive_interval))
 

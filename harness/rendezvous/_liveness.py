@@ -183,7 +183,7 @@ class StoreContact:
     not ask. A node whose thread was not scheduled for longer than the bound (an
     overloaded host) has been silent to its peers just as long, and they may already
     have re-formed without it; so it fences itself the moment it runs again, before it
-    does anything else (issue 26: such a node's workers used to train on in the old
+    does anything else (such a node's workers would otherwise train on in the old
     round while the new one started).
     """
 

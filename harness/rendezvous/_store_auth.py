@@ -48,7 +48,9 @@ __all__ = ["ACCEPTED", "AUTH", "AUTH_TIMEOUT", "JobSecret", "NONCE_SIZE", "PROOF
 
 log = logging.getLogger(__name__)
 
+#: the job's secret, by which a store peer proves it belongs to the job (never logged)
 SECRET_ENV = "HARNESS_RDZV_SECRET"
+#: a file holding the job's secret (read where the secret is not in the environment)
 SECRET_FILE_ENV = "HARNESS_RDZV_SECRET_FILE"
 #: what the agent removes from its workers' environments
 SECRET_ENVS = (SECRET_ENV, SECRET_FILE_ENV)

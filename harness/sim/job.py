@@ -8,7 +8,7 @@ face stays small enough to read and each piece can be read alone.
   records what the harness did to each node and how its agent ended (a killed node: FAILED);
 * faults: the parts ``processes``, ``network``, ``storage`` and ``resources`` (``nodes.faults``,
   ``net.faults``, ``storage.faults``, ``resources.faults``) act on the job as a ``FaultTarget``
-  (``faults.target``); the README's fault methods are theirs, handed on (``faults.methods``);
+  (``faults.target``); the public fault methods are theirs, handed on (``faults.methods``);
   ``faults.scheduler`` fires scheduled ones; ``heal`` ends the lasting ones of every part;
 * waits: ``waits``; verdicts: ``truth.verdicts``; the result and the end: ``truth.job_result``,
   ``nodes.teardown``.
@@ -162,7 +162,7 @@ class Job:
         """local_rank -> pid of the node's current workers (alive, same process as started)."""
         return self.node(node).live_workers(self.worker_starts(node))
 
-    # -- faults: the README's are the parts' own methods, handed on (one line per public row) --
+    # -- faults: the public ones are the parts' own methods, handed on (one line per public row)
 
     kill_worker = hand_off(ProcessFaults.kill_worker)
     hang_worker = hand_off(ProcessFaults.hang_worker)

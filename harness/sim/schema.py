@@ -107,7 +107,7 @@ __all__ = [
     "add_kind", "remove_kind", "kinds_where", "needs_of",
     "RENAMED_KINDS", "RENAMED_CHAOS_KINDS", "RENAMED_CLASSES", "RENAMED_SPEC_KEYS", "RENAMED_EVENTS",
     "event_kind", "modern_event",
-    "deprecated", "modern_spec", "vocabulary_table", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
+    "deprecated", "modern_spec", "TRIGGERS", "DEFAULT_TRIGGER", "AFTER_PREVIOUS", "SPEC_KEYS",
     "CHAOS_KINDS", "CHAOS_ALIASES", "CHAOS_CHOICES", "DEFAULT_CHAOS_KINDS", "EVERY_CHAOS_KIND",
     "START_METHODS", "STATES",
     "runtime_rule", "keys_of", "check_fault_spec", "trigger_form", "parse_chaos_kinds", "check_options",
@@ -339,8 +339,8 @@ class FaultKind:
     #: it is the scheduler's own (Slurm's: ``Cluster(slurm=...)``) and means nothing elsewhere:
     #: refused on this machine and on SSH hosts, a scenario with it run there skipped, saying so
     slurm_only: bool = False
-    #: part of the README's API: a one-line ``Job`` method of its name, its class exported by
-    #: ``harness.faults``, a line of README's table (``vocabulary_table``). A new kind is
+    #: part of the public API: a one-line ``Job`` method of its name, its class exported by
+    #: ``harness.faults`` (every kind is in docs/reference/faults.md either way). A new kind is
     #: complete without (scenarios, chaos, ``job.inject``, ``job.<part>.<kind>``)
     public: bool = False
 
@@ -361,8 +361,8 @@ class FaultKind:
 
 #: One name per fault: a row's ``kind`` is its part's method, its ``Job`` method, its scenario
 #: kind, its chaos kind (where chaos draws it) and its event name; its class is the method's
-#: words turned round (``kill_node`` -> ``NodeKill``). README.md's table of faults is
-#: ``vocabulary_table()`` (tests/unit/test_schema.py keeps them equal). Rows added at run
+#: words turned round (``kill_node`` -> ``NodeKill``). docs/reference/faults.md is made from
+#: these rows (``pytest_elastic._reference``). Rows added at run
 #: time (``harness.sim.faults.register``) join this dict (``add_kind``).
 FAULT_KINDS: dict[str, FaultKind] = {row.kind: row for row in (
     FaultKind("kill_worker", "WorkerKill",
@@ -700,7 +700,7 @@ def needs_of(spec: Mapping[str, Any]) -> frozenset[str]:
 
 #: chaos kind -> its row (kept by ``add_kind``: one dict, updated in place)
 CHAOS_KINDS: dict[str, FaultKind] = {}
-#: --elastic-faults names that stand for several kinds (README.md's chaos kind groups: "scale" is both directions)
+#: --elastic-faults names that stand for several kinds (chaos kind groups: "scale" is both directions)
 CHAOS_ALIASES: dict[str, tuple[str, ...]] = {"scale": ("remove_node", "add_node")}
 #: every --elastic-faults name (``add_kind`` rebinds it: read it as ``schema.CHAOS_CHOICES``)
 CHAOS_CHOICES: tuple[str, ...] = ()
@@ -815,20 +815,6 @@ def marker_signature() -> str:
     line at its first ':', so no default may be shown with one (``Key.shown``)."""
     args = ", ".join(f"{k.name}={k.shown or repr(k.default)}" for k in MARKER_OPTIONS)
     return f"elastic({args})"
-
-
-def vocabulary_table() -> str:
-    """The faults of the README's API (``FaultKind.public``), one row each, as README.md
-    shows them (Markdown): the one name each has as ``Job`` method, scenario kind and chaos
-    kind, and its class. Every kind, public or not, is in ``scenario_reference()``."""
-    lines = ["| fault class | Job method | scenario kind | chaos kind | what it does |",
-             "|---|---|---|---|---|"]
-    for row in (row for row in FAULT_KINDS.values() if row.public):
-        chaos = f"`{row.chaos}`" if row.chaos else "—"
-        lines.append(f"| `{row.cls}` | `job.{row.kind}()` | `{row.kind}` | {chaos} | {row.doc} |")
-    aliases = "; ".join(f"`{a}` = {' + '.join(f'`{k}`' for k in kinds)}" for a, kinds in CHAOS_ALIASES.items())
-    return "\n".join(lines) + (f"\n\nChaos kind groups: {aliases}; `{EVERY_CHAOS_KIND}` = every chaos kind (each job\n"
-                               "draws those it can survive as configured: [docs/chaos.md](docs/chaos.md)).\n")
 
 
 def _toml(value: Any) -> str:

@@ -162,7 +162,7 @@ def main() -> int:
         lost = sorted(set(range(args.steps)) - set(done))
         print(json.dumps({"steps": len(done), "unique": len(set(done)), "lost": lost,
                           "world_size": world, "attempt": attempt}), flush=True)
-    # End without torch's teardown deadlock (pytorch#56297; gdb in issue 26: the main thread
+    # End without torch's teardown deadlock (pytorch#56297; seen in gdb: the main thread
     # in ~ProcessGroupGloo, reached from DDP's ~Reducer with the GIL held, joins gloo's run
     # loop, which waits for the GIL to destroy the last barrier's work): give the run loop
     # the GIL to retire that work, let the reducer go while the process group still has

@@ -95,7 +95,7 @@ def cgroup_pids(directory: str) -> list[int]:
 
 
 def test_a_starved_node_is_not_taken_for_a_dead_one(warm_pool):
-    """Issue 26's reproduction: node 1 held to 5 % of a CPU for 4 s used to be declared dead
+    """A reproduction: node 1 held to 5 % of a CPU for 4 s used to be declared dead
     by node 0 (its agent starved behind its own workers), the job re-forming [4, 2, 4] with
     node 1's old workers alive in the new round. A straggler is slow, not dead: the world
     keeps its size and no invariant breaks."""

@@ -1,4 +1,4 @@
-"""One restart count per job (issue 17): every worker of a round sees the same
+"""One restart count per job: every worker of a round sees the same
 ``TORCHELASTIC_RESTART_COUNT``, ``max_restarts`` is one budget for the whole job, and a
 node that comes back as a fresh agent cannot reset it (pytorch#147064; torch counts per
 agent, pytorch#108158). Membership changes still use no restart."""

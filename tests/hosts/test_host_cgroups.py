@@ -1,4 +1,4 @@
-"""Resource faults on hosts (issue 29): a node on a host whose capabilities list ``cgroups``
+"""Resource faults on hosts: a node on a host whose capabilities list ``cgroups``
 gets its cgroup there, from a keeper under the connection's supervisor; ``slow_node`` and
 ``memory_limit`` are writes there, read back over SSH; the cgroup goes with the job.
 

@@ -1,4 +1,4 @@
-"""Storage faults on hosts (issue 29): a node on a host whose capabilities list ``fuse``
+"""Storage faults on hosts: a node on a host whose capabilities list ``fuse``
 gets its disk served there by the harness's filesystem, whose control link comes over the
 connection; ``disk_full``, ``io_error``, ``slow_io`` on that disk are carried out there and
 healed; the mount goes with the job. The same server serves its node's view of the job's

@@ -1,4 +1,4 @@
-"""Issue 29 part 3: network faults on hosts, by nftables there (``harness.sim.places.hosts.network``).
+"""Network faults on hosts, by nftables there (``harness.sim.places.hosts.network``).
 
 Two sshd hosts of ``SshdLab`` (each a network namespace with root: nft works there). What
 is checked, each where it can be seen: the table on the host (``nft list`` over a fresh

@@ -1,4 +1,4 @@
-"""A filesystem the hosts share (the hosts file's ``shared_dir``, issue 29): a job's
+"""A filesystem the hosts share (the hosts file's ``shared_dir``): a job's
 ``{shared}`` on two hosts is one dir there, so one node sees what another wrote (a
 checkpoint); it goes with the job, and a dead controller's is swept by the next job of
 this machine. The lab's hosts share this machine's /tmp, as real ones would an NFS mount."""

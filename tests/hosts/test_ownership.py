@@ -1,4 +1,4 @@
-"""Ownership across machines (issue 29 part 4): what a controller starts on a host goes
+"""Ownership across machines: what a controller starts on a host goes
 when the controller goes, however it goes, and the host notices by itself.
 
 First the host-side pieces on this machine, no SSH (``_remote.py`` run locally, as the

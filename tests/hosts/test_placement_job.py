@@ -1,4 +1,4 @@
-"""Issue 29 part 1: a job's nodes on real sshd hosts (``Cluster(hosts=[...])``).
+"""A job's nodes on real sshd hosts (``Cluster(hosts=[...])``).
 
 Two hosts (``SshdLab``: an sshd per network namespace, on one bridge); the job's store runs
 here and each host reaches it through its own connection (a remote port forward). The

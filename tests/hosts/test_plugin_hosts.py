@@ -1,4 +1,4 @@
-"""Issue 29 parts 1 and 6: the plugin's door to hosts, ``--elastic-hosts=FILE``.
+"""The plugin's door to hosts, ``--elastic-hosts=FILE``.
 
 End to end as a user runs it: a hosts file for two real sshd hosts (``SshdLab``), and
 ``python -m pytest ... --elastic-hosts=hosts.toml`` in a subprocess whose network namespace

@@ -1,4 +1,4 @@
-"""Issue 29 part 6: soak and leak on hosts, as for local clusters.
+"""Soak and leak on hosts, as for local clusters.
 
 Jobs one after another on the same two sshd hosts, each with a fault carried out there,
 as a resilience suite runs its scenarios: after each, nothing of it is left on either host

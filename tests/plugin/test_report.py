@@ -150,7 +150,7 @@ def test_failures_put_the_root_cause_first_with_signal_names_and_traceback():
 def test_a_rank_without_an_error_file_is_shown_with_its_nodes_last_traceback(warm_pool, tmp_path):
     """A script without ``@record`` that raises: no error file, so torch's summary says only
     "To enable traceback see ...". The failure is read with what its node's log ends with,
-    from its last traceback on (a red run's cause in one look: issue 26, a gloo error)."""
+    from its last traceback on (a red run's cause in one look: a gloo error)."""
     from harness import Cluster
     from pytest_elastic.report.failures import collect_failures
 

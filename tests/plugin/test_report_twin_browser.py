@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.plugin.test_report_browser import CHROMIUM, Browser
+from tests.browser import CHROMIUM, Browser
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed (.ci/run installs Debian's)")
 pytest.importorskip("numpy", reason="torch.distributed.checkpoint needs numpy (the test extra installs it)")
@@ -25,15 +24,6 @@ pytest.importorskip("numpy", reason="torch.distributed.checkpoint needs numpy (t
 TRAINING = Path(__file__).resolve().parents[2] / "scenarios" / "training"
 CAUGHT = "forgets_lr_scheduler_is_caught"  # diverges = true: the twin must catch it
 CLEAN = "worker_crash_resume_is_golden"  # same_as_golden = true
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    b = Browser(tmp_path / "profile")
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def _open(browser: Browser, page: Path) -> None:

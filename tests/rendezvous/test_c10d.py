@@ -223,7 +223,7 @@ def test_standalone_store_survives_losing_any_node(nodes):
         assert starts(b, 1)
 
 
-# -- the first round's last call (issue 11 item 5) ----------------------------------------
+# -- the first round's last call ------------------------------------------------------------
 
 
 def test_staggered_start_forms_one_world(nodes):

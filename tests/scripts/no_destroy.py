@@ -10,7 +10,7 @@ exit, and one may still have to drop the finished all_reduce's work after ``main
 returned; if ``Py_FinalizeEx`` has begun by then, the rank dies of SIGABRT ("terminate
 called without an active exception"; mechanism in ``harness/procs/_exit.py``). That race is
 torch's; how a launcher starts and ends its workers decides how often it opens. Measured on
-this 2-core machine under load (4 workers, runs/aborted, 2026-11-25; issue 17):
+this 2-core machine under load (4 workers, runs/aborted):
 
 - a plain script (``python script.py``, a session of its own per worker under either
   launcher): torchrun 2/12, elastic-run 5/12; with the workers left in the agent's session

@@ -127,7 +127,7 @@ def test_the_schema_keys_are_the_runtime_rules():
         assert (keys[rule.name].check.test, keys[rule.name].check.says) == (rule.test, rule.says)
 
 
-# -- hosts and placement (issue 29) -------------------------------------------------------
+# -- hosts and placement ----------------------------------------------------------------
 
 
 def test_hosts_are_parsed_once_into_specs_and_placement_frozen():

@@ -196,23 +196,50 @@ def test_a_crash_that_cut_into_fsynced_data_is_caught(tmp_path):
 
 # -- naming a hang: where the stack says it is (harness.sim.truth.hangs) ---------------------------
 
-_MAIN_RETURNED = """--- node 1 (hunter-1) local_rank 1 rank 3 pid 3990
+def _stack(script: str, line: int) -> str:
+    """A worker's stacks as faulthandler writes them, its main thread at ``script``:``line``."""
+    return f"""--- node 1 (hunter-1) local_rank 1 rank 3 pid 3990
 Thread 0x00007f3e2e1ff6c0 (most recent call first):
   <no Python frame>
 
 Current thread 0x00007f3e5708bb80 (most recent call first):
-  File "/x/scenarios/scripts/train.py", line 114 in <module>
+  File "{script}", line {line} in <module>
   File "<frozen runpy>", line 88 in _run_code
   File "/x/harness/procs/_zygote.py", line 351 in run_as_main
 """
-_IN_THE_LOOP = _MAIN_RETURNED.replace("line 114 in <module>",
-                                      'line 97 in main\n  File "/x/t.py", line 114 in <module>')
 
 
-def test_a_worker_blocked_after_its_main_returned_is_said_to_be_in_teardown():
-    """The stack captured in the main job's hang (issue 26): only <module> under the runner."""
-    from harness.sim.truth.hangs import TEARDOWN_HINT, teardown_hint
+_TRAINS = """import time
 
-    assert teardown_hint(_MAIN_RETURNED) == TEARDOWN_HINT
-    assert teardown_hint(_IN_THE_LOOP) is None
+
+def main():
+    for step in range(3):
+        time.sleep(0.01)
+
+
+main()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_finished_worker_is_placed_where_its_stack_and_its_script_say(tmp_path):
+    """After training, a main thread at the top-level line that called ``main()`` is in the
+    teardown of what main held (the stack of a hang of the main job); one at any other
+    top-level line (a ``while True`` of the script's own, at its line 10) is said to be
+    there, with the line, and no teardown is guessed; inside a function, or where the
+    script's source is not on this machine, nothing is guessed either."""
+    from harness.sim.truth.hangs import TEARDOWN_HINT, TOP_LEVEL_HINT, teardown_hint
+
+    script = tmp_path / "trains.py"
+    script.write_text(_TRAINS)
+    assert teardown_hint(_stack(str(script), 9)) == TEARDOWN_HINT.format(call="main")
+    assert teardown_hint(_stack(str(script), 10)) == TOP_LEVEL_HINT.format(
+        path=script, line=10, source="while True:")
+    assert "destructors" not in teardown_hint(_stack(str(script), 11))
+    frame = f'File "{script}", line 9 in <module>'
+    in_the_loop = _stack(str(script), 9).replace(frame, f'File "{script}", line 6 in main\n  {frame}')
+    assert teardown_hint(in_the_loop) is None
+    assert teardown_hint(_stack("/nowhere/train.py", 114)) == TOP_LEVEL_HINT.format(
+        path="/nowhere/train.py", line=114, source="(its source is not here)")
     assert teardown_hint("(no live workers)") is None

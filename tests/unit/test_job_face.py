@@ -1,7 +1,7 @@
 """``Job`` is a face, not a god: it hands each call to the module or part that holds the
 logic, and stays small enough to read (the house's rule: a class past ~300 lines or ~30
 public methods is two classes). Measured on the source with ``ast``, so it cannot grow back
-unnoticed; the README's fault methods are the parts' own methods, handed on
+unnoticed; the public fault methods are the parts' own methods, handed on
 (``harness.sim.faults.methods``), one declaration per public row of the schema."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_the_job_is_a_face_of_at_most_300_lines_and_30_public_methods():
 
 
 def test_the_job_hands_on_exactly_the_public_fault_kinds():
-    """Each README fault method is a one-line ``hand_off`` declaration, and there is one for
+    """Each public fault method is a one-line ``hand_off`` declaration, and there is one for
     each public row with a part: neither the rows nor the face can drift."""
     declared = {name for name, value in vars(Job).items() if isinstance(value, FaultMethod)}
     assert declared == set(PUBLIC_KINDS)

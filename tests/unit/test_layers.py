@@ -22,7 +22,7 @@ RUNTIME = ("harness.agent", "harness.rendezvous", "harness.timer", "harness.proc
            "harness.events", "harness.endpoints", "harness.net", "harness.selfpipe", "harness.timer_env",
            "harness.settings", "harness.states", "harness.thread_cpu", "harness.launch", "harness.run")
 SIMULATION = ("harness.sim",)
-#: hosts reached over SSH (issue 29): below the simulation, beside the runtime
+#: hosts reached over SSH: below the simulation, beside the runtime
 HOSTS = ("harness.hosts",)
 #: public faces assembled at the top of the package (re-exports only)
 FACADES = ("harness", "harness.faults")
@@ -152,7 +152,7 @@ def test_the_checker_catches_private_runtime_names(tmp_path, monkeypatch, source
 #: the simulation and the hosts together)
 ACYCLIC = ("pytest_elastic", "harness")
 
-#: cycles tolerated for now, each one cycle's modules (none: issue 18 removed the last ones).
+#: cycles tolerated for now, each one cycle's modules (none left).
 #: A cycle listed here that is gone fails the test too, so the list cannot go stale.
 KNOWN_CYCLES: list[frozenset[str]] = []
 
@@ -177,7 +177,7 @@ def import_graph(package: str, typing: bool = False) -> dict[str, set[str]]:
     """module -> the modules of ``package`` it imports; ``typing``: the ``TYPE_CHECKING``
     imports too. ``from pkg import mod`` names both ``pkg.mod`` and ``pkg``: it runs the
     package's ``__init__`` first, so a module that takes a sibling through its package's face
-    is tied to whatever that face imports (issue 28: ``net/probe.py`` took ``names`` through
+    is tied to whatever that face imports (``net/probe.py`` once took ``names`` through
     ``harness.sim.net``, whose ``__init__`` imports ``probe``). The implicit import of a
     parent package (``import a.b.c`` runs ``a/b/__init__.py``) is no edge: every submodule
     would then be tied to a face that re-exports it."""
@@ -278,7 +278,7 @@ def test_the_checker_catches_cycles(tmp_path, monkeypatch, files, expected):
 # ``harness.sim.cluster``...) is a room of its own. Rooms import each other one way only:
 # the graph of rooms, built from the module graph above (imports that run, lazy ones
 # included), has no cycle. Without this, modules could each read bottom-up while their
-# rooms import each other (issue 28: ``harness/sim/net`` -> ``leftovers`` -> ``storage`` ->
+# rooms import each other (as ``harness/sim/net`` once did: -> ``leftovers`` -> ``storage`` ->
 # the fault parts -> ... -> ``net``), and no room could be read, moved or tested alone.
 #
 # ``TYPE_CHECKING`` imports do not count here either: they never run. But they are not free:

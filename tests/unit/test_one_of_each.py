@@ -1,5 +1,5 @@
 """Each environment variable name is defined once in the runtime and the simulation
-(issue 18, "one of each"): a module-level ``NAME = "HARNESS_..."`` (or ``TORCHELASTIC_``,
+("one of each"): a module-level ``NAME = "HARNESS_..."`` (or ``TORCHELASTIC_``,
 ``PET_``, ``TORCH_``) string constant appears in one module only; others import it.
 
 ``pytest_elastic`` is left out on purpose: importing the plugin loads nothing of the engine

@@ -40,7 +40,7 @@ USER_FILE = textwrap.dedent("""\
     """)
 
 MISUSE = "    cluster_count: int = Cluster.no_such_thing\n"
-#: the README's fault methods are the parts' own, handed on: typed as written there
+#: the public fault methods are the parts' own, handed on: typed as written there
 FAULT_MISUSE = "    harness.Job.kill_worker(job, node=0, local_rank=1)\n    job.slow_node(node=0, cpu='a lot')\n"
 
 

@@ -114,7 +114,7 @@ def test_first_round_waits_the_full_last_call_for_staggered_starts():
     w.step("a")  # joins; min reached: the last call starts
     step = w.step("a")
     assert step.kind == "wait" and step.wait_for <= 0.2
-    w.clock.advance(2.0)  # b starts two seconds later (issue 11 item 5)
+    w.clock.advance(2.0)  # b starts two seconds later
     assert w.step("a").kind == "wait" and not w.state.complete
     w.start("b")
     w.settle("a", "b")

@@ -452,7 +452,7 @@ _VERBS = ("kill", "hang", "remove", "add", "freeze", "down", "drain")
 @pytest.mark.parametrize("kind", list(schema.FAULT_KINDS))
 def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
     """The scenario kind is the method ``apply`` calls (on the job's part the row names, and
-    for the README's kinds the Job's own one-line hand-off has the same name), the chaos kind
+    for the public kinds the Job's own one-line hand-off has the same name), the chaos kind
     (if any) is the same word, and the class is the method's words turned round (kill_node ->
     NodeKill)."""
     from harness.sim.job import Job
@@ -482,10 +482,6 @@ def test_each_fault_has_one_name_across_class_method_scenario_and_chaos(kind):
 _ACRONYMS = {"io"}  # slow_io -> SlowIO (DESIGN.md's name)
 #: kinds whose class cannot follow the rule: io_error's would be the builtin ``IOError``
 _CLASS_EXCEPTIONS = {"io_error": "IoError"}
-
-
-def test_the_readme_has_the_one_table_of_faults():
-    assert schema.vocabulary_table() in (ROOT / "README.md").read_text()
 
 
 @pytest.mark.parametrize("old, new", list(schema.RENAMED_CLASSES.items()))

@@ -5,7 +5,7 @@
 * ``target``: the ``FaultTarget`` protocol, the job as a part sees it (the parts themselves
   live in the rooms of what they break: ``nodes.faults``, ``net.faults``, ``storage.faults``,
   ``resources.faults``);
-* ``methods``: ``hand_off``, how ``Job`` offers a part's method as its own (README's API);
+* ``methods``: ``hand_off``, how ``Job`` offers a part's method as its own (the public API);
 * ``scheduler``: ``FaultScheduler``, which fires a job's scheduled faults on the event bus;
 * ``chaos``: seeded, replayable random schedules.
 

@@ -1,7 +1,7 @@
-"""The README's fault methods on ``Job`` (``job.kill_worker(node=0, local_rank=1)``): each is
+"""The public fault methods on ``Job`` (``job.kill_worker(node=0, local_rank=1)``): each is
 the method of the part its row names, handed on as it is.
 
-A public row of ``harness.sim.schema.FAULT_KINDS`` is part of the README's API, so ``Job``
+A public row of ``harness.sim.schema.FAULT_KINDS`` is part of the public API, so ``Job``
 has a method of the kind's name. That method holds nothing of its own: ``Job`` declares
 ``kill_worker = hand_off(ProcessFaults.kill_worker)``, the row says which part applies the
 kind (``processes``), and ``job.kill_worker`` *is* ``job.processes.kill_worker``: the same
@@ -14,7 +14,7 @@ signature and the docstring:
   is a function of the part's signature and docstring that hands the call on).
 
 Why not ``setattr`` a method per public row at import: nothing a type checker reads would
-name them, and the README's API would be ``Any`` to every user's mypy. One declaration line
+name them, and the public API would be ``Any`` to every user's mypy. One declaration line
 per public kind is the price of being seen; ``tests/unit/test_job_face.py`` keeps those lines
 equal to the public rows, so neither can drift.
 """
@@ -93,6 +93,6 @@ class FaultMethod(Generic[P, R]):
 
 
 def hand_off(method: Callable[Concatenate[Any, P], R]) -> FaultMethod[P, R]:
-    """``kill_worker = hand_off(ProcessFaults.kill_worker)`` in ``Job``'s body: the README's
+    """``kill_worker = hand_off(ProcessFaults.kill_worker)`` in ``Job``'s body: the public
     ``job.kill_worker`` is the part's method (module doc)."""
     return FaultMethod(method)

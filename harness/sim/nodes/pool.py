@@ -38,6 +38,7 @@ from harness.sim.storage.standby import StandbyServer
 
 __all__ = ["SHARED_ZYGOTE_ENV", "WarmPool"]
 
+#: the socket of a warm pool's zygote to join (a session's, shared by its clusters)
 SHARED_ZYGOTE_ENV = "HARNESS_POOL_ZYGOTE"
 
 

@@ -184,7 +184,7 @@ class NodeCgroup:
 
     Why apart: a CPU quota (``slow_node``) is a straggler's *training*; the agent's
     keep-alive (a few ms of CPU a second) must not starve behind it, or a slow node is
-    taken for a dead one by its peers and the job re-forms without it (issue 26). A node
+    taken for a dead one by its peers and the job re-forms without it. A node
     whose agent is silent too is ``freeze_node``. A memory limit is the node's: its agent
     and workers share it, as on a real host.
     """

@@ -32,6 +32,7 @@ __all__ = ["StorageMount", "fuse_missing", "FUSE_ENV", "sweep", "harness_mounts"
 FSNAME_PREFIX = "harness-"  # fsname harness-<owner pid>-<job>: the owner is in the name
 SUBTYPE = "harness"
 MOUNT_TIMEOUT = 15.0
+#: "0": no FUSE filesystem for the jobs (plain directories; storage faults say so)
 FUSE_ENV = "HARNESS_FUSE"
 
 

@@ -31,9 +31,11 @@ naming the fault that left the job stuck and what the job lacks to survive it
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.sim.errors import JobHung
@@ -43,7 +45,7 @@ from harness.timer_env import ENABLE_FILE_TIMER_ENV
 
 __all__ = ["GRACE_S", "STALL_FLOOR_S", "STALL_STEPS", "STALL_WATCHDOG_FLOOR_S", "Hang", "JobHung", "Stall",
            "describe_workers", "find_hang", "find_stall", "runs_watchdog", "stall_bound", "stall_cause", "step_time",
-           "teardown_hint", "training_over"]
+           "teardown_hint", "training_over", "TOP_LEVEL_HINT"]
 
 #: how long past the exit barrier a node may still take to end (its own teardown: workers'
 #: exit, the agent's shutdown) before it is called hung
@@ -230,25 +232,58 @@ def describe_workers(timeline: Timeline, node: int, alive: dict[int, int],
     return lines, finished and top >= 0
 
 
-#: a worker whose main thread is in ``<module>`` with no frame above it, in the script's
-#: outermost line, after its training finished: its main function returned, and what blocks
-#: is the C++ teardown of the objects it held (seen in the main job under load: DDP's reducer
-#: and gloo's process group after ``destroy_process_group()``, torch's, not the training loop)
-TEARDOWN_HINT = ("the main thread is at the script's top level with no frame above it: its main "
-                 "function returned and the worker is blocked in the destructors of what it held "
+#: a worker whose main thread is in ``<module>`` with no frame above it, at a top-level
+#: call of a function the script defines (``main()``), after its training finished: that
+#: function returned, and what blocks is the C++ teardown of the objects it held (seen in the
+#: main job under load: DDP's reducer and gloo's process group after
+#: ``destroy_process_group()``, torch's, not the training loop)
+TEARDOWN_HINT = ("the main thread is at the script's top level, on the line that called {call}(): "
+                 "{call}() returned and the worker is blocked in the destructors of what it held "
                  "(torch's C++ teardown of DDP / the gloo process group after "
                  "destroy_process_group(): ~ProcessGroupGloo joins gloo's run loop with the GIL "
                  "held while that thread waits for the GIL, pytorch#56297), not in the training "
                  "loop; scenarios/scripts/train.py shows how to end without it")
+#: the same place on any other line: the script's own top-level code holds it there
+TOP_LEVEL_HINT = "the main thread is in the script's own top-level code, at {path} line {line}: {source}"
+_MODULE_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in <module>$')
 
 
 def teardown_hint(stacks: str) -> str | None:
-    """``TEARDOWN_HINT`` when some worker's main thread (faulthandler's "Current thread")
-    is innermost in a ``<module>`` frame of a script run as ``__main__``; else None."""
+    """Where a finished worker's main thread (faulthandler's "Current thread") is held, when
+    it is innermost in a ``<module>`` frame of the script: ``TEARDOWN_HINT`` where that line
+    calls a function the script defines (its main returned), else ``TOP_LEVEL_HINT`` with
+    the line itself (a loop or a wait of the script's own); None where no main thread is
+    there. The script's source is read where this machine has it; without it, only the
+    line's place is said (no guess)."""
     lines = stacks.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("Current thread") and i + 1 < len(lines):
-            top = lines[i + 1].strip()
-            if top.endswith(" in <module>") and "<frozen" not in top:
-                return TEARDOWN_HINT
+            found = _MODULE_FRAME.search(lines[i + 1].strip())
+            if found is None or found.group("path").startswith("<"):
+                continue
+            path, number = found.group("path"), int(found.group("line"))
+            call, source = _top_level_call(path, number)
+            if call is not None:
+                return TEARDOWN_HINT.format(call=call)
+            return TOP_LEVEL_HINT.format(path=path, line=number, source=source or "(its source is not here)")
     return None
+
+
+def _top_level_call(path: str, number: int) -> tuple[str | None, str | None]:
+    """(the function the script defines that line ``number`` of ``path`` calls at top level,
+    or None; the line's source, or None where it cannot be read)."""
+    import ast
+
+    try:
+        text = Path(path).read_text()
+        tree = ast.parse(text)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None, None
+    source_lines = text.splitlines()
+    source = source_lines[number - 1].strip() if 0 < number <= len(source_lines) else None
+    defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node, "lineno", None) == number \
+                and isinstance(node.func, ast.Name) and node.func.id in defined:
+            return node.func.id, source
+    return None, source

@@ -1,4 +1,4 @@
-"""A node's cgroup on a host (issue 29): the host's half of ``harness.sim.places.hosts.cgroups``.
+"""A node's cgroup on a host: the host's half of ``harness.sim.places.hosts.cgroups``.
 
 Run on the host over SSH, under the connection's supervisor, with the host's interpreter
 and its installed pytest-elastic (the controller's version, checked when it connected):

@@ -1,4 +1,4 @@
-"""A job's nodes on hosts over SSH (issue 29, ``Cluster(hosts=[...])``; docs/hosts.md).
+"""A job's nodes on hosts over SSH (``Cluster(hosts=[...])``; docs/hosts.md).
 
 ``RemoteNodes`` (``job.place`` of a cluster with hosts) is the glue between a job and ``harness.hosts``: it places
 the nodes (``place``: round robin, or ``placement``), opens one ``SshHost`` per host the job

@@ -27,8 +27,8 @@ from harness.sim.schema import CGROUPS, SLURMD
 if TYPE_CHECKING:
     from harness.sim.faults import ScheduledFault
 
-__all__ = ["BY_SOCKETS", "HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "by_sockets", "chaos_kinds", "host_refusal",
-           "placed_host", "placed_hosts", "refuse_faults", "shared_host_refusal"]
+__all__ = ["BY_SOCKETS", "HOST_FAULTS", "NETWORK_CHAOS_ON_HOSTS", "NOT_ON_SLURM", "by_sockets", "chaos_kinds",
+           "host_refusal", "placed_host", "placed_hosts", "refuse_faults", "shared_host_refusal"]
 
 #: the faults carried out on a host (network ones where its capabilities say netns); every other kind is refused there
 HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_node", "add_node", "freeze_node",
@@ -36,6 +36,11 @@ HOST_FAULTS = ("kill_worker", "hang_worker", "kill_agent", "kill_node", "remove_
                "slow_node", "memory_limit", "disk_full", "slow_io", "io_error")
 #: the network faults that fall on one node of several on a host (by its sockets), where it lists cgroups
 BY_SOCKETS = ("partition", "packet_loss")
+#: the faults of SSH hosts not done on a Slurm allocation's nodes, and why
+NOT_ON_SLURM = {
+    "host_unreachable": "it cuts the harness's SSH connection to a host, and a Slurm node is reached by srun's "
+                        "job steps (down_node and kill_slurmd lose a node the scheduler's way)",
+}
 #: where chaos draws network faults on hosts (``chaos_kinds``: a job's own are refused per node)
 NETWORK_CHAOS_ON_HOSTS = ("network kinds where each of a job's nodes is alone on its host, which no other job "
                           f"shares, or its host lists '{CGROUPS}'")
@@ -58,7 +63,8 @@ def placed_hosts(hosts: Sequence[HostSpec], placement: Sequence[int] | None, cou
 def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | None:
     """Why ``host`` cannot carry out a fault of ``kind`` that needs ``needs`` (one line),
     or None: it is the scheduler's own and no scheduler owns the host (an SSH host), it
-    lacks a capability (``refusal``), the kind is not done on hosts (``NOT_ON_HOSTS``), or
+    lacks a capability (``refusal``), the kind is not done on hosts (``NOT_ON_HOSTS``) or on
+    a Slurm node (``NOT_ON_SLURM``), or
     it is not among the kinds hosts carry out (``HOST_FAULTS``)."""
     from harness.sim.schema import FAULT_KINDS
 
@@ -72,7 +78,9 @@ def host_refusal(host: HostSpec, kind: str, needs: Iterable[str] = ()) -> str | 
                     "(the commands that kill and start a node's slurmd: an operator's)")
         return refusal(host, needs)
     why = refusal(host, needs)
-    if why is None and kind in NOT_ON_HOSTS:
+    if why is None and host.scheduler == "slurm" and kind in NOT_ON_SLURM:
+        why = f"{kind} is not done on Slurm nodes: {NOT_ON_SLURM[kind]}"
+    elif why is None and kind in NOT_ON_HOSTS:
         why = f"{kind} is not done on hosts: {NOT_ON_HOSTS[kind]}"
     elif why is None and kind not in HOST_FAULTS:
         why = f"host {host.label} cannot do it: {kind} is not carried out on hosts"

@@ -1,4 +1,4 @@
-"""The nftables ruleset of a node's network faults on a real host (issue 29; docs/hosts.md).
+"""The nftables ruleset of a node's network faults on a real host (docs/hosts.md).
 
 A node on a host has no namespace of its own: the host *is* its network host, and its
 faults are one table of the host's, rewritten whole in one ``nft -f`` transaction on each
