@@ -166,6 +166,7 @@ class ScenarioItem(pytest.Item):
         job_spec = dict(self.spec["job"])
         timeout = float(job_spec.pop("timeout", settings.timeout))
         steps = job_spec.pop("steps", None)
+        _skip_without_requirements(job_spec.pop("requires", []))
         launch = _launch_args(job_spec, Path(self.path).parent)
         job_spec.setdefault("start_method", settings.start_method)
         faults = self.spec.get("fault", [])
@@ -326,6 +327,27 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     if reasons:
         raise ScenarioFailure("; ".join(reasons))
     return hosts
+
+
+def _skip_without_requirements(requires: list[str]) -> None:
+    """A scenario whose script needs a distribution that is not installed here (a training
+    framework: ``requires = ["transformers>=5"]``) is skipped, naming every one missing."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    missing = []
+    for text in requires:
+        wanted = Requirement(text)
+        try:
+            have = importlib.metadata.version(wanted.name)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(f"{text} (not installed)")
+            continue
+        if wanted.specifier and not wanted.specifier.contains(have, prereleases=True):
+            missing.append(f"{text} ({have} installed)")
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}: pip install {' '.join(repr(r) for r in requires)}")
 
 
 def _skip_without_netns(job: dict[str, Any], faults: list[dict[str, Any]]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, TypeGuard
 
 __all__ = ["Check", "integer", "number", "one_of", "optional", "list_of", "BOOL", "TEXT",
            "STR_TABLE", "TABLE", "NNODES", "GPUS", "ARGS", "PEERS", "PROBABILITY", "RATE", "MEMORY_LIMIT", "HOSTS",
-           "PLACEMENT"]
+           "PLACEMENT", "REQUIREMENT"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,22 @@ def _nnodes_ok(value: Any) -> bool:
 
 BOOL = Check(lambda v: isinstance(v, bool), "must be true or false")
 TEXT = Check(lambda v: isinstance(v, str) and v != "", "must be a non-empty string")
+
+
+def _requirement_ok(value: Any) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement  # pytest's own dependency
+
+    if not isinstance(value, str):
+        return False
+    try:
+        Requirement(value)
+    except InvalidRequirement:
+        return False
+    return True
+
+
+#: a requirement as pip spells it ("transformers>=5", "lightning")
+REQUIREMENT = Check(_requirement_ok, 'must be a requirement as pip spells it ("transformers>=5")')
 # any Mapping: a frozen ClusterConfig holds its tables read-only (types.MappingProxyType)
 STR_TABLE = Check(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str)
                                                         for k, x in v.items()),

@@ -85,6 +85,7 @@ from harness.sim.checks import (
     PLACEMENT,
     PROBABILITY,
     RATE,
+    REQUIREMENT,
     SLURM,
     STR_TABLE,
     TABLE,
@@ -227,6 +228,9 @@ JOB_ONLY_OPTIONS: tuple[Key, ...] = (
         example=["--steps", "20", "--ckpt-dir", "{tmp}"]),
     Key("nodes", None, "node agents started (default: the maximum of nnodes)", integer(1), example=1),
     Key("steps", None, "steps the script trains (for expect.no_lost_steps)", integer(0), example=20),
+    Key("requires", [], "Python distributions the script needs, as pip spells them: the scenario is skipped, "
+        "saying which, where one is missing", list_of(REQUIREMENT, "requirements (\"transformers>=5\")"),
+        example=["transformers>=5"]),
 )
 
 SCENARIO_JOB_OPTIONS: tuple[Key, ...] = JOB_ONLY_OPTIONS + MARKER_OPTIONS

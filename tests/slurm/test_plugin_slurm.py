@@ -97,9 +97,9 @@ def test_every_bundled_scenario_passes_in_a_slurm_allocation_or_says_why_not(slu
 
 @pytest.mark.slow  # run by CI's Slurm step: the default run is at its budget
 def test_chaos_on_slurm_draws_the_schedulers_own_faults_where_the_file_lets_it(slurm_lab: SlurmLab, tmp_path):
-    """With ``slurm_admin`` in the Slurm file, chaos on Slurm draws ``down_node`` and
-    ``drain_node`` (the header says so; seed 4 draws a node DOWN) and the job survives it;
-    without it, they are left out, and the run says why."""
+    """Without ``slurm_admin`` in the Slurm file, chaos on Slurm leaves ``down_node`` and
+    ``drain_node`` out, and the run says why; with it, chaos draws each (the header says so)
+    and the job survives it; every node is back in service after."""
     import xml.etree.ElementTree as ElementTree
 
     slurm_file = _slurm_file(slurm_lab, tmp_path)
@@ -110,20 +110,21 @@ def test_chaos_on_slurm_draws_the_schedulers_own_faults_where_the_file_lets_it(s
                         'args = ["--steps", "60", "--step-time", "0.05", "--ckpt-dir", "{tmp}"]\n'
                         'nnodes = "1:2"\nnproc_per_node = 1\nmax_restarts = 1\nsteps = 60\ntimeout = 120\n\n'
                         '[expect]\nstate = "SUCCEEDED"\n')
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--elastic-chaos", "--elastic-seed=4",
-               "--elastic-faults=down_node,drain_node", str(scenario)]
-    left = subprocess.run([*command, f"--elastic-slurm={slurm_file}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", "--elastic-chaos",
+               "--elastic-seed=4", "scenarios/two_nodes.toml"]
+    left = subprocess.run([*command, "--elastic-faults=down_node,drain_node", f"--elastic-slurm={slurm_file}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert left.returncode != 0 and "names no kind the hosts of --elastic-slurm" in left.stdout + left.stderr
     assert "it needs slurm_admin" in left.stdout + left.stderr
     slurm_file.write_text(slurm_file.read_text() + 'capabilities = ["slurm_admin"]\n')
-    junit = tmp_path / "run.xml"
-    done = subprocess.run([*command, f"--elastic-slurm={slurm_file}", f"--junitxml={junit}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    out = done.stdout + done.stderr
-    assert done.returncode == 0, out[-3000:]
-    assert "chaos draws down_node,drain_node there" in out, out[-3000:]
-    properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
-    assert '"kind":"down_node"' in properties["elastic_schedule"], properties
+    for kind in ("down_node", "drain_node"):
+        junit = tmp_path / f"{kind}.xml"
+        done = subprocess.run([*command, f"--elastic-faults={kind}", f"--elastic-slurm={slurm_file}",
+                               f"--junitxml={junit}"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-3000:]
+        assert f"chaos draws {kind} there" in out, out[-3000:]
+        properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
+        assert f'"kind":"{kind}"' in properties["elastic_schedule"], properties
     assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
     assert set(slurm_lab.node_states().values()) == {"idle"}, slurm_lab.node_states()

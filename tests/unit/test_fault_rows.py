@@ -403,3 +403,16 @@ def test_the_fake_kind_leaves_nothing_behind():
     assert "term_worker" not in schema.FAULT_KINDS and "term_worker" not in schema.CHAOS_CHOICES
     assert "term_worker" not in schema.kinds_where(lambda row: True)
     assert set(schema.FAULT_KINDS) == {cls.kind for cls in faults.BUILT_IN}
+
+
+def test_a_scenario_whose_script_needs_what_is_not_installed_is_skipped_naming_each():
+    """``[job] requires``: every requirement missing here (not installed, or another version)
+    in the one skip line, with the install that fixes it; a met one is no skip."""
+    with pytest.raises(pytest.skip.Exception) as info:
+        _scenarios._skip_without_requirements(["pytest>=1", "no-such-distribution>=1", "pytest<1"])
+    said = str(info.value)
+    assert said.startswith("needs no-such-distribution>=1 (not installed), pytest<1 (")
+    assert "installed): pip install 'pytest>=1' 'no-such-distribution>=1' 'pytest<1'" in said
+    _scenarios._skip_without_requirements(["pytest>=1"])
+    assert schema.check_scenario({"job": {"script": "t.py", "requires": ["transformers>=5"]}}) == []
+    assert "requires" in " ".join(schema.check_scenario({"job": {"script": "t.py", "requires": ["not a req!"]}}))

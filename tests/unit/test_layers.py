@@ -26,6 +26,9 @@ SIMULATION = ("harness.sim",)
 HOSTS = ("harness.hosts",)
 #: public faces assembled at the top of the package (re-exports only)
 FACADES = ("harness", "harness.faults")
+#: the training frameworks' hooks (a user's script imports one): the public faces and the
+#: runtime's public names only, never a private one nor the simulation's inside
+INTEGRATIONS = ("harness.integrations",)
 
 
 def module_name(path: Path) -> str:
@@ -97,13 +100,17 @@ def violations() -> list[str]:
                 private = private_part(module, names)
                 if private:
                     found.append(f"{where}: hosts module {me} imports the runtime's private {private}")
+            if in_layer(me, INTEGRATIONS) and module.startswith("harness") and (
+                    in_layer(module, SIMULATION) or private_part(module, names)):
+                found.append(f"{where}: integration {me} imports {module} (the public faces and names only)")
     return found
 
 
 def test_every_harness_module_belongs_to_a_layer():
     unplaced = [module_name(p) for p in sources()
-                if not in_layer(module_name(p), RUNTIME + SIMULATION + HOSTS) and module_name(p) not in FACADES]
-    assert unplaced == [], "add each module to RUNTIME, SIMULATION or HOSTS in this test (or move it)"
+                if not in_layer(module_name(p), RUNTIME + SIMULATION + HOSTS + INTEGRATIONS)
+                and module_name(p) not in FACADES]
+    assert unplaced == [], "add each module to RUNTIME, SIMULATION, HOSTS or INTEGRATIONS in this test (or move it)"
 
 
 def test_layers_are_respected():

@@ -75,7 +75,8 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
 
     ``loss`` (a float or a 0-d tensor) goes on the timeline with the step, exactly (a float32
     loss is held exactly by the float the event carries). ``state`` (a tensor, a state dict,
-    any nesting) is digested only when the harness asked for digests (``HARNESS_STATE_DIGEST``).
+    any nesting, or a function that returns one: called only then) is digested only when
+    the harness asked for digests (``HARNESS_STATE_DIGEST``).
     """
     writer = _events()
     if writer is None:
@@ -84,9 +85,11 @@ def report_step(step: int, loss: object = None, state: object = None, **fields: 
     if loss is not None:
         fields["loss"] = _as_float(loss)
     if state is not None and os.environ.get(DIGEST_ENV):
+        import inspect
+
         from harness.sim.truth.digest import state_digest
 
-        fields["digest"] = state_digest(state)
+        fields["digest"] = state_digest(state() if inspect.isfunction(state) or inspect.ismethod(state) else state)
     times = _cpu_times()
     if times is not None:
         fields["cpu_run"], fields["cpu_wait"] = times
