@@ -15,7 +15,6 @@ import os
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
 from harness.integrations.transformers import ElasticCallback
 
@@ -36,21 +35,42 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+def last_complete_checkpoint(directory: str) -> str | None:
+    """The newest ``checkpoint-N`` of ``directory`` that was saved whole: one with its
+    ``trainer_state.json``, which the Trainer writes after the weights, optimizer, scheduler and
+    RNG states. ``transformers.trainer_utils.get_last_checkpoint`` takes the newest directory,
+    and a membership change that stops the workers mid-save leaves one without it: the resume
+    then fails ("Can't find a valid checkpoint")."""
+    if not os.path.isdir(directory):
+        return None
+    saved = [(int(name.split("-")[1]), os.path.join(directory, name)) for name in os.listdir(directory)
+             if name.startswith("checkpoint-") and name.split("-")[1].isdigit()
+             and os.path.exists(os.path.join(directory, name, "trainer_state.json"))]
+    return max(saved)[1] if saved else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--save-steps", type=int, default=5)
     parser.add_argument("--ckpt-dir", required=True)
+    parser.add_argument("--global-batch", type=int, default=0,
+                        help="keep this many samples per optimizer step whatever the world size (each rank "
+                             "gets global / world); 0: 4 per rank, so the global batch changes with the world")
+    parser.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout (its default 0.1): each "
+                        "rank draws its masks from its own generator, so a world-size change changes them")
     opts = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_device = opts.global_batch // world if opts.global_batch else 4
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2))
-    args = TrainingArguments(output_dir=opts.ckpt_dir, max_steps=opts.steps, per_device_train_batch_size=4,
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=LENGTH, n_embd=32, n_layer=2, n_head=2,
+                                       resid_pdrop=opts.dropout, embd_pdrop=opts.dropout, attn_pdrop=opts.dropout))
+    args = TrainingArguments(output_dir=opts.ckpt_dir, max_steps=opts.steps, per_device_train_batch_size=per_device,
                              learning_rate=1e-3, save_strategy="steps", save_steps=opts.save_steps,
                              logging_steps=1, report_to=[], use_cpu=True, ddp_backend="gloo", seed=0,
                              dataloader_num_workers=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(512), callbacks=[ElasticCallback()])
-    last = get_last_checkpoint(opts.ckpt_dir) if os.path.isdir(opts.ckpt_dir) else None
-    trainer.train(resume_from_checkpoint=last)
+    trainer.train(resume_from_checkpoint=last_complete_checkpoint(opts.ckpt_dir))
 
 
 if __name__ == "__main__":
