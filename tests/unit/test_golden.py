@@ -59,6 +59,7 @@ def test_a_scale_down_is_compared_with_a_tolerance_and_says_so():
     assert not diff.diverged and diff.world_size_changed and diff.rtol == RESHARD_RTOL
     assert diff.digests_compared == 0 and "world size changed ([2, 1])" in diff.note
     assert compare(run, TWIN, rtol=1e-9).diverged
+    assert compare(run, TWIN, rtol=0.0).diverged and compare(run, TWIN, rtol=0.0).rtol == 0.0  # given: as given
 
 
 def test_no_losses_cannot_pass():

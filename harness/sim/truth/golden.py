@@ -137,16 +137,19 @@ def same_loss(got: float, expected: float, rtol: float) -> bool:
     return math.isclose(got, expected, rel_tol=rtol, abs_tol=0.0)
 
 
-def compare(run: GoldenRecord, twin: GoldenRecord, rtol: float = 0.0) -> GoldenDiff:
-    """Compare a run with its fault-free twin (module doc)."""
+def compare(run: GoldenRecord, twin: GoldenRecord, rtol: float | None = None) -> GoldenDiff:
+    """Compare a run with its fault-free twin (module doc). ``rtol``: as given (0.0: bitwise,
+    even across a world-size change); None: 0.0, or ``RESHARD_RTOL`` where the world size
+    changed."""
     changed = len(set(run.world_sizes)) > 1 or (bool(run.world_sizes) and bool(twin.world_sizes)
                                                  and run.world_sizes[-1] != twin.world_sizes[-1])
     note = ""
-    used = rtol
+    used = 0.0 if rtol is None else rtol
     if changed:
-        used = rtol or RESHARD_RTOL
-        note = (f"the world size changed ({run.world_sizes}): compared with rtol={used:g}, "
-                "not bitwise (another world size sums in another order); final digests not compared")
+        used = RESHARD_RTOL if rtol is None else rtol
+        note = (f"the world size changed ({run.world_sizes}): compared with rtol={used:g}"
+                + (" as asked" if used == 0 else ", not bitwise (another world size sums in another order)")
+                + "; final digests not compared")
     # every step the twin reported on a rank the run still had at that step: a run that shrank
     # reports fewer ranks after the change, which is not a divergence
     ranks_at: dict[int, set[int]] = {}

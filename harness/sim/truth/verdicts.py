@@ -59,6 +59,7 @@ def compare_golden(job: JudgedJob, rtol: float | None, timeout: float, cache_dir
     cache = cache_dir if cache_dir is not None else job.cluster.golden_cache
     twin, cached = twin_record(job, timeout, cache)
     run = job_record(job)
-    diff = compare(run, twin, job.cluster.config.golden_rtol if rtol is None else rtol)
+    # the cluster's golden_rtol of 0.0 is its default: not given (a world-size change then gets its tolerance)
+    diff = compare(run, twin, (job.cluster.config.golden_rtol or None) if rtol is None else rtol)
     job.harness_events.emit("golden", cached=cached, **event_fields(diff, run, twin))
     return diff
