@@ -56,13 +56,14 @@ def _default(key: Any) -> str:
 ENV_PREFIXES = ("HARNESS_", "TORCHELASTIC_", "PET_", "TORCH_")
 
 
-def environment_variables() -> list[tuple[str, str, str]]:
-    """(variable, module, what it is) of each module-level constant of ``harness`` that names
-    an environment variable (one module defines each: ``tests/unit/test_one_of_each.py``),
-    what it is from the ``#:`` comment above it or the comment after it."""
+def environment_variables(root: Path | None = None) -> list[tuple[str, str, str]]:
+    """(variable, module, what it is) of each module-level constant of the package at
+    ``root`` (default ``harness``) that names an environment variable, what it is from the
+    ``#:`` comment above it or the comment after it. One module defines each
+    (``tests/unit/test_one_of_each.py`` checks it on this scan)."""
     import ast
 
-    root = Path(__file__).resolve().parents[1] / "harness"
+    root = root if root is not None else Path(__file__).resolve().parents[1] / "harness"
     found = []
     for path in sorted(root.rglob("*.py")):
         text = path.read_text()

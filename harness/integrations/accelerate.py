@@ -19,6 +19,7 @@ from accelerate import Accelerator
 
 import harness
 from harness.events import EVENTS_ENV
+from harness.integrations.state import rng_states
 
 __all__ = ["ElasticAccelerator"]
 
@@ -45,13 +46,7 @@ class ElasticAccelerator(Accelerator):
 
     def _trained(self) -> dict[str, Any]:
         """What the twin compares, gathered only when it asks (a digest reads every byte)."""
-        import random
-
-        import numpy
-        import torch
-
         return {"models": [self.unwrap_model(model).state_dict() for model in self._models],
                 "optimizers": [optimizer.state_dict() for optimizer in self._optimizers],
                 "schedulers": [scheduler.state_dict() for scheduler in self._schedulers],
-                "rng": {"torch": torch.get_rng_state(), "python": repr(random.getstate()),
-                        "numpy": repr(numpy.random.get_state())}}
+                "rng": rng_states()}

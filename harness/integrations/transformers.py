@@ -16,23 +16,13 @@ import os
 from contextlib import AbstractContextManager
 from typing import Any
 
-import torch
 from transformers import TrainerCallback
 
 import harness
 from harness.events import EVENTS_ENV
+from harness.integrations.state import rng_states
 
 __all__ = ["ElasticCallback"]
-
-
-def _rng_states() -> dict[str, Any]:
-    """The RNG states a resume must give back for the run to go on as it would have."""
-    import random
-
-    import numpy
-
-    return {"torch": torch.get_rng_state(), "python": repr(random.getstate()),
-            "numpy": repr(numpy.random.get_state())}
 
 
 class ElasticCallback(TrainerCallback):
@@ -64,6 +54,6 @@ class ElasticCallback(TrainerCallback):
             return {"model": model.state_dict() if model is not None else None,
                     "optimizer": optimizer.state_dict() if optimizer is not None else None,
                     "scheduler": lr_scheduler.state_dict() if lr_scheduler is not None else None,
-                    "rng": _rng_states()}
+                    "rng": rng_states()}
 
         harness.report_step(state.global_step, loss=float(logs["loss"]), state=trained)

@@ -8,24 +8,19 @@ runtime's by ``tests/plugin/test_timeout.py``."""
 
 from __future__ import annotations
 
-import ast
 from collections import defaultdict
 from pathlib import Path
 
+from pytest_elastic._reference import environment_variables
+
 ROOT = Path(__file__).resolve().parents[2]
-PREFIXES = ("HARNESS_", "TORCHELASTIC_", "PET_", "TORCH_")
 
 
 def env_constants(root: Path) -> dict[str, set[str]]:
     """Env-variable name -> the modules that define a module-level constant with it."""
     found: dict[str, set[str]] = defaultdict(set)
-    for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
-        for node in tree.body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):
-                value = node.value.value
-                if isinstance(value, str) and value.startswith(PREFIXES) and value.isupper():
-                    found[value].add(str(path.relative_to(root.parent)))
+    for name, module, _ in environment_variables(root):
+        found[name].add(module)
     return found
 
 

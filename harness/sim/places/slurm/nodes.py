@@ -23,14 +23,11 @@ import signal
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.hosts import HostError, HostSpec, SlurmAllocation
 from harness.sim.places.hosts.nodes import RemoteNodeProcess, RemoteNodes
 from harness.sim.places.slurm.scheduler import SlurmScheduler
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["SlurmNodeProcess", "SlurmNodes"]
 
