@@ -182,7 +182,7 @@ class ScenarioItem(pytest.Item):
             _skip_without_fuse(faults)
             _skip_without_hosts(faults)
         expect = self.spec.get("expect", {})
-        if expect.get("same_as_golden") or expect.get("diverges"):
+        if expect.get("same_as_golden") or expect.get("diverges") or "diverges_at_step" in expect:
             job_spec["golden"] = True  # the workers digest their final state for the twin
         # [job] was checked at collection (check_scenario: every problem at once); the frozen
         # config the cluster is made from runs the same schema keys
@@ -578,13 +578,17 @@ def _training_truth(expect: dict[str, Any], job: Any, timeout: float, own: list[
         goodput = job.goodput()
         if goodput.ratio < floor:
             problems.append(f"{goodput.summary()} < min_goodput {floor}")
-    if expect.get("same_as_golden") or expect.get("diverges"):
+    at_step = expect.get("diverges_at_step")
+    if expect.get("same_as_golden") or expect.get("diverges") or at_step is not None:
         diff = job.compare_golden(rtol=expect.get("golden_rtol"), timeout=timeout)
         if expect.get("same_as_golden") and diff.diverged:
             problems.append(diff.explain())
-        if expect.get("diverges") and not diff.diverged:
+        if (expect.get("diverges") or at_step is not None) and not diff.diverged:
             problems.append("expected the run to diverge from its fault-free twin (diverges = true), but it "
                             f"did not: {diff.explain()} -- the oracle missed what the script forgot")
+        elif at_step is not None and not chaotic and (diff.first is None or diff.first[1] != at_step):
+            problems.append(f"expected the run to diverge from its fault-free twin first at step {at_step} "
+                            f"(diverges_at_step), but {diff.explain()}")
     return problems
 
 

@@ -254,6 +254,8 @@ EXPECT_KEYS: tuple[Key, ...] = (
         "and the final state digests (harness.report_step(step, loss=, state=))", BOOL),
     Key("diverges", False, "the run must differ from its fault-free twin (a scenario that tests the oracle: "
         "a trainer that forgets state on resume)", BOOL),
+    Key("diverges_at_step", None, "the run first differs from its fault-free twin at this step (implies "
+        "diverges; not under chaos, whose faults may resume it earlier)", integer(0), example=11),
     Key("golden_rtol", None, "relative tolerance of the twin comparison (default 0: bitwise; a run whose "
         "world size changed uses 1e-4 unless given)", number(0), example=0.0),
     Key("min_goodput", None, "the job's goodput (productive / wall time) is at least this",
@@ -800,6 +802,9 @@ def check_scenario(data: Mapping[str, Any]) -> list[str]:
         problems.append("[expect] must be a table")
     else:
         problems += check_options(expect, EXPECT_KEYS, "[expect]")
+        if expect.get("same_as_golden") and (expect.get("diverges") or "diverges_at_step" in expect):
+            problems.append("[expect] same_as_golden and diverges contradict each other: a run is judged one or the "
+                            "other")
     faults = data.get("fault", [])
     if not isinstance(faults, list):
         return problems + ["fault must be an array of tables: [[fault]]"]

@@ -283,6 +283,8 @@ def test_every_scenario_file_is_valid(path):
     ({"job": {"script": "x.py"}, "fault": [{"kind": "kill_node"}, {"kind": "nope"}]},
      "[[fault]] #2: kind='nope' must be one of kill_worker,"),
     ({"job": {"script": "x.py"}, "faults": []}, "unknown table(s) ['faults']; known: description, job,"),
+    ({"job": {"script": "x.py"}, "expect": {"same_as_golden": True, "diverges_at_step": 3}},
+     "[expect] same_as_golden and diverges contradict each other"),
 ])
 def test_bad_scenarios_say_which_key(data, message):
     problems = schema.check_scenario(data)
@@ -330,7 +332,7 @@ def test_every_expect_key_is_enforced(tmp_path):
                                   "startup 0.20 s, wasted 0.00 s < min_goodput 0.6")}
     # allow_unfired is no check of the outcome: it is Job.wait's (tests/plugin/test_plugin.py); the twin
     # keys need a real twin run: tests/harness/test_golden.py and scenarios/training
-    twin_keys = {"same_as_golden", "diverges", "golden_rtol"}
+    twin_keys = {"same_as_golden", "diverges", "diverges_at_step", "golden_rtol"}  # and below
     resource_keys = {"straggler_node", "min_slowdown", "oom_kills"}  # tests/unit/test_rank_rates.py
     assert set(holds) == set(fails) == {k.name for k in schema.EXPECT_KEYS} - {"allow_unfired"} - twin_keys \
         - resource_keys
@@ -339,6 +341,25 @@ def test_every_expect_key_is_enforced(tmp_path):
         with pytest.raises(_scenarios.ScenarioFailure, match=re.escape(message)):
             _scenarios._check_expectations({key: value}, job, result, 10 if key == "no_lost_steps" else 5,
                                            chaotic=False)
+
+
+def test_diverges_at_step_names_the_step_the_twin_first_differs(tmp_path):
+    """``diverges_at_step`` holds only where the twin's first difference is at that step; under
+    chaos only that the run diverged (chaos's own faults may resume it earlier)."""
+    from harness.sim.truth.golden import GoldenDiff
+
+    job, result = _finished_job(tmp_path)
+    at_11 = GoldenDiff(diverged=True, first=(0, 11, 0.5, 0.7), steps_compared=24, rtol=0.0)
+    job.compare_golden = lambda rtol=None, timeout=None: at_11
+    _scenarios._check_expectations({"diverges_at_step": 11}, job, result, 5, chaotic=False)
+    with pytest.raises(_scenarios.ScenarioFailure, match="first at step 12 .diverges_at_step., but diverged from "
+                       "the fault-free twin at rank 0, step 11"):
+        _scenarios._check_expectations({"diverges_at_step": 12}, job, result, 5, chaotic=False)
+    _scenarios._check_expectations({"diverges_at_step": 12}, job, result, 5, chaotic=True)
+    job.compare_golden = lambda rtol=None, timeout=None: GoldenDiff(diverged=False, first=None, steps_compared=24,
+                                                                    rtol=0.0)
+    with pytest.raises(_scenarios.ScenarioFailure, match="expected the run to diverge"):
+        _scenarios._check_expectations({"diverges_at_step": 11}, job, result, 5, chaotic=True)
 
 
 def _chaotic_job(tmp_path):

@@ -18,6 +18,7 @@ workers never read half a record.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import inspect
 import json
@@ -77,23 +78,40 @@ def job_record(job: Traced) -> GoldenRecord:
 
 
 def twin_record(job: JudgedJob, timeout: float, cache_dir: str | None) -> tuple[GoldenRecord, bool]:
-    """The twin's record and whether it came from the cache."""
-    key = twin_key(job)
-    path = os.path.join(cache_dir, f"{key}.json") if cache_dir else None
-    if path and os.path.exists(path):
-        try:
-            with open(path) as fp:
-                return GoldenRecord.from_json(json.load(fp)), True
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # a damaged entry is re-made below
-    record = _run_twin(job, timeout)
-    if path:
-        os.makedirs(cache_dir, exist_ok=True)  # type: ignore[arg-type]
+    """The twin's record and whether it came from the cache.
+
+    While one process runs a key's twin it holds the key's lock file; another that needs the
+    same twin (an xdist worker judging a second scenario of the same job) waits for it and
+    reads the record instead of running it again beside it: on a 2-core runner a second copy
+    only halves the speed of both. The lock is ``flock``'s, so a holder that dies frees it.
+    """
+    if not cache_dir:
+        return _run_twin(job, timeout), False
+    path = os.path.join(cache_dir, f"{twin_key(job)}.json")
+    cached = _cached(path)
+    if cached is not None:
+        return cached, True
+    os.makedirs(cache_dir, exist_ok=True)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # held by another process only while it runs this twin
+        cached = _cached(path)
+        if cached is not None:
+            return cached, True
+        record = _run_twin(job, timeout)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as fp:
             json.dump(record.to_json(), fp)
         os.replace(tmp, path)
     return record, False
+
+
+def _cached(path: str) -> GoldenRecord | None:
+    """The record a finished twin left at ``path``; None when there is none (a damaged one is re-made)."""
+    try:
+        with open(path) as fp:
+            return GoldenRecord.from_json(json.load(fp))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _run_twin(job: JudgedJob, timeout: float) -> GoldenRecord:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
+from typing import Any
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
 from harness.integrations.transformers import ElasticCallback
 
@@ -33,6 +35,17 @@ class Tokens(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Pace(TrainerCallback):
+    """Each optimizer step takes at least ``seconds`` (a node that joins mid-run must find the
+    run still going: unpaced, this model's steps take milliseconds)."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        time.sleep(self.seconds)
 
 
 def last_complete_checkpoint(directory: str) -> str | None:
@@ -57,6 +70,7 @@ def main() -> None:
     parser.add_argument("--global-batch", type=int, default=0,
                         help="keep this many samples per optimizer step whatever the world size (each rank "
                              "gets global / world); 0: 4 per rank, so the global batch changes with the world")
+    parser.add_argument("--step-time", type=float, default=0.0, help="seconds each step takes at least")
     parser.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout (its default 0.1): each "
                         "rank draws its masks from its own generator, so a world-size change changes them")
     opts = parser.parse_args()
@@ -69,7 +83,8 @@ def main() -> None:
                              learning_rate=1e-3, save_strategy="steps", save_steps=opts.save_steps,
                              logging_steps=1, report_to=[], use_cpu=True, ddp_backend="gloo", seed=0,
                              dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=Tokens(512), callbacks=[ElasticCallback()])
+    trainer = Trainer(model=model, args=args, train_dataset=Tokens(512),
+                      callbacks=[ElasticCallback(), Pace(opts.step_time)])
     trainer.train(resume_from_checkpoint=last_complete_checkpoint(opts.ckpt_dir))
 
 
