@@ -9,11 +9,12 @@ our client against torch's servers (libuv and classic), torch's client against o
 The protocol (read off the wire of torch 2.13, little-endian): every command is one byte
 of ``QueryType`` followed by its arguments; a string or byte vector is a u64 length plus
 the bytes; integers are i64. A client opens with ``VALIDATE`` + u32 magic, then ``PING``
-+ u32 nonce, which the server echoes. torch's client puts ``/`` in front of every key, so
-we do too: a torch client on the same server sees the same keys. ``GET`` and
-``MULTI_GET`` are preceded by a ``WAIT`` on their keys (a missing key blocks, as in
-torch); a ``WAIT`` that times out is withdrawn with ``CANCEL_WAIT``, answered by
-``WAIT_CANCELED`` (possibly after a late ``STOP_WAITING``).
++ u32 nonce, which the server echoes. torch 2.4's servers know no ``PING`` and close the
+connection; where one did, the client's next try probes with ``GETNUMKEYS`` instead.
+torch's client puts ``/`` in front of every key, so we do too: a torch client on the same
+server sees the same keys. ``GET`` and ``MULTI_GET`` are preceded by a ``WAIT`` on their
+keys (a missing key blocks, as in torch); a ``WAIT`` that times out is withdrawn with
+``CANCEL_WAIT``, answered by ``WAIT_CANCELED`` (possibly after a late ``STOP_WAITING``).
 
 Every blocking call has a timeout; its error names the store, the operation and how long
 it waited. A lost connection is a ``StoreConnectionError`` naming the store address.
@@ -144,6 +145,7 @@ class StoreClient:
         self._lock = threading.Lock()
         self._midway = False  # a request went out and its whole answer has not come in
         self._sock: socket.socket | None = None
+        self._pings = True  # the handshake's probe: PING (False: GETNUMKEYS, for torch 2.4's servers)
         # the first connect's bound may be tighter than the later ones' (a leave's renewal)
         self._sock = self._connect(self._connect_timeout if connect_within is None else connect_within)
 
@@ -195,14 +197,23 @@ class StoreClient:
                 if self._secret is not None:
                     self._authenticate(sock, self._secret, opening)
                     opening = b""
-                sock.sendall(opening + _U8.pack(PING) + _U32.pack(nonce))
-                echo = _U32.unpack(self._recv_on(sock, 4, "the handshake"))[0]
+                if self._pings:
+                    sock.sendall(opening + _U8.pack(PING) + _U32.pack(nonce))
+                    echo = _U32.unpack(self._recv_on(sock, 4, "the handshake"))[0]
+                else:  # a server older than PING: any answer proves a TCPStore
+                    sock.sendall(opening + _U8.pack(GETNUMKEYS))
+                    self._recv_on(sock, 8, "the handshake")
+                    echo = nonce
             except StoreAuthError:
                 sock.close()
                 raise
             except (OSError, StoreConnectionError) as e:
                 sock.close()
                 last_error = f"handshake failed: {e}"
+                if self._secret is None:
+                    # torch 2.4's servers know no PING and drop a connection that sends
+                    # one; the next try probes with GETNUMKEYS, the one after with PING again
+                    self._pings = not self._pings
                 if time.monotonic() >= deadline:
                     continue
                 time.sleep(delay)
@@ -427,6 +438,10 @@ class StoreClient:
             return int(_I64.unpack(self._recv(8, "num_keys"))[0])
 
     def ping(self) -> None:
+        """One round trip (``PING``; ``GETNUMKEYS`` to a server that knows no ``PING``)."""
+        if not self._pings:
+            self.num_keys()
+            return
         with self._exchange():
             self._send(_U8.pack(PING) + _U32.pack(7), "ping")
             self._recv(4, "ping")

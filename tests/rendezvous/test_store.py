@@ -70,7 +70,7 @@ def test_torch_client_against_our_server():
         assert theirs.add("n", 1) == ours.add("n", 0)
         assert theirs.compare_set("t", b"1", b"2") == b"2"
         assert theirs.multi_get(["t"]) == [b"2"]
-        with pytest.raises(Exception, match="timeout"):
+        with pytest.raises(Exception, match="(?i)timeout"):  # "Socket Timeout" in torch 2.4
             theirs.wait(["never"], timedelta(seconds=0.2))
         theirs.set("late", b"x")
         assert ours.get("late") == b"x"
