@@ -537,6 +537,11 @@ class StoreServer:
         self._wake_r, self._wake_w = self_pipe()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._served = [0] * len(_COMMANDS)  # requests served, by command (``served()``)
+
+    def served(self) -> dict[str, int]:
+        """How many requests of each command the server has served (a rendezvous's cost)."""
+        return {name: count for name, count in zip(_COMMANDS, self._served, strict=True) if count}
 
     @staticmethod
     def _bind(host: str, port: int, backlog: int) -> socket.socket:
@@ -753,6 +758,8 @@ class StoreServer:
             conn.challenge = StoreGate.challenge(r.take(NONCE_SIZE))
             self._reply(conn, conn.challenge[1])
             return
+        if cmd < len(self._served):
+            self._served[cmd] += 1
         data = self._data
         if cmd == SET:
             key, value = r.key(), r.blob()

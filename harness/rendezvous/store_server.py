@@ -15,6 +15,7 @@ It logs each refusal on stderr with the peer's address.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -23,6 +24,10 @@ import sys
 from harness.errors import ConfigError
 from harness.rendezvous._store import DEFAULT_PORT, StoreServer
 from harness.rendezvous._store_auth import job_secret
+
+#: where the server writes, when it stops, how many requests of each command it served
+#: (JSON: ``{"served": {"GET": n, ...}}``): what a rendezvous costs the store
+STORE_STATS_ENV = "HARNESS_STORE_STATS"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     print(f"PORT {server.port}", flush=True)
     server.serve_forever()
+    stats = os.environ.get(STORE_STATS_ENV)
+    if stats:
+        with open(stats, "w") as out:
+            json.dump({"served": server.served()}, out)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -151,9 +152,13 @@ def test_port_in_use_fails_at_once():
         server.stop()
 
 
-def test_standalone_store_process_prints_port_and_dies_with_parent():
+def test_standalone_store_process_prints_port_and_dies_with_parent(tmp_path):
+    """... and, with HARNESS_STORE_STATS, writes there what it served when it stops."""
+    import json
+
+    stats = tmp_path / "served.json"
     proc = subprocess.Popen([sys.executable, "-m", "harness.rendezvous.store_server", "--port", "0"],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "HARNESS_STORE_STATS": str(stats)})
     try:
         line = proc.stdout.readline()
         assert line.startswith("PORT ")
@@ -165,6 +170,8 @@ def test_standalone_store_process_prints_port_and_dies_with_parent():
         proc.terminate()
         proc.stdout.close()
         assert proc.wait(10) == 0
+    # the handshake's PING, the SET, and the GET with the WAIT before it
+    assert json.loads(stats.read_text()) == {"served": {"SET": 1, "GET": 1, "WAIT": 1, "PING": 1}}
 
 
 def test_a_request_cut_by_a_signal_drops_the_connection_instead_of_reading_its_reply_later():
