@@ -133,6 +133,9 @@ class C10dSettings:
     #: the longest a node's lease may grow to on a loaded host (``_liveness.KeepAliveLease``);
     #: by default ``MAX_LEASE_FACTOR`` times ``heartbeat_timeout``
     max_lease: float = 0.0
+    #: how many nodes the launcher started at once (0: unknown): the first round closes as
+    #: soon as they are all in (``_round.RoundRules.first_round_nodes``)
+    first_round_nodes: int = 0
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> C10dSettings:
@@ -159,6 +162,10 @@ class C10dSettings:
         if max_lease < heartbeat:
             raise ConfigError("max_lease", max_lease, f"must be >= heartbeat_timeout={heartbeat:g}",
                               "--rdzv-conf")
+        first_round = params.get("first_round_nodes")
+        first_round_nodes = params.get_as_int("first_round_nodes", 0) if first_round is not None else 0
+        if first_round_nodes is None or first_round_nodes < 0:
+            raise ConfigError("first_round_nodes", first_round, "must be an int >= 0", "--rdzv-conf")
         return cls(
             join_timeout=positive("join_timeout", cls.join_timeout),
             last_call_timeout=positive("last_call_timeout", cls.last_call_timeout),
@@ -168,6 +175,7 @@ class C10dSettings:
             read_timeout=positive("read_timeout", cls.read_timeout),
             is_host=params.get_as_bool("is_host", None),
             max_lease=max_lease,
+            first_round_nodes=first_round_nodes,
         )
 
 
@@ -200,7 +208,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         self._machine = RoundMachine(self._node, RoundRules(
             min_nodes=params.min_nodes, max_nodes=params.max_nodes,
             last_call_timeout=s.last_call_timeout, join_timeout=s.join_timeout,
-            poll=2 * s.keep_alive_interval), clock)
+            poll=2 * s.keep_alive_interval, first_round_nodes=s.first_round_nodes), clock)
         self._keeper = Keeper(self._store, self._keys, self._node, self._name, KeeperSettings(
             keep_alive_interval=s.keep_alive_interval, heartbeat_timeout=s.heartbeat_timeout,
             join_timeout=s.join_timeout, max_lease=s.max_lease), params.max_nodes, clock)

@@ -43,6 +43,7 @@ from harness.rendezvous._state import RendezvousState
 __all__ = [
     "LEAVE_SLACK",
     "RECOVERY_LAST_CALL",
+    "RECOVERY_LAST_CALL_PER_NODE",
     "RoundRules",
     "RoundMachine",
     "Step",
@@ -55,6 +56,10 @@ __all__ = [
 #: the longest a round after the first waits for expected nodes that are alive but have
 #: not joined yet (a survivor slow to stop its workers); node loss itself never waits
 RECOVERY_LAST_CALL = 1.0
+#: ... and for each node it expects: many survivors stop their workers and rejoin one after
+#: another on a loaded machine (64 nodes on 2 cores: the last came more than 1 s after the
+#: first, and a round that closed without it started its workers beside its old ones)
+RECOVERY_LAST_CALL_PER_NODE = 0.1
 
 #: how long past the grace a leaving node announced the others wait for it to withdraw
 #: before they count it dead (its agent SIGKILLs its workers when the grace runs out; the
@@ -71,13 +76,18 @@ class RoundRules:
     last_call_timeout: float = 30.0
     join_timeout: float = 600.0
     poll: float = 0.2  # longest wait for news before looking again
+    #: nodes a launcher started at once for the first round (0: unknown): it completes as
+    #: soon as that many joined, and waits its last call only for one that never came
+    first_round_nodes: int = 0
 
-    def last_call_for(self, round_: int) -> float:
+    def last_call_for(self, round_: int, expecting: int = 0) -> float:
         """Round 0 is the first formation: torch's last call. Later rounds expect a known
-        set of nodes, so the last call only bounds the wait for slow survivors."""
+        set of nodes (``expecting`` of them), so the last call only bounds the wait for
+        slow survivors: ``RECOVERY_LAST_CALL``, longer by ``RECOVERY_LAST_CALL_PER_NODE``
+        for each node past ten, never past the configured last call."""
         if round_ == 0:
             return self.last_call_timeout
-        return min(self.last_call_timeout, RECOVERY_LAST_CALL)
+        return min(self.last_call_timeout, max(RECOVERY_LAST_CALL, RECOVERY_LAST_CALL_PER_NODE * expecting))
 
 
 @dataclass(frozen=True)
@@ -140,7 +150,8 @@ class RoundMachine:
         (None: it has not started: fewer than ``min_nodes`` are in)."""
         if self._last_call is None or self._last_call[0] != state.round:
             return None
-        return self.rules.last_call_for(state.round) - (self._clock.now() - self._last_call[1])
+        return (self.rules.last_call_for(state.round, len(state.expected))
+                - (self._clock.now() - self._last_call[1]))
 
     def step(self, state: RendezvousState, dead: set[str], meta: dict[str, Any]) -> Step:
         """Decide what to do about ``state`` (just read). ``dead``: nodes this node
@@ -194,6 +205,8 @@ class RoundMachine:
         if self._last_call is None or self._last_call[0] != state.round:
             self._last_call = (state.round, now)
         all_in = bool(state.expected) and all(e in state.participants for e in state.expected)
+        if state.round == 0 and not state.expected and rules.first_round_nodes:
+            all_in = joined >= rules.first_round_nodes  # every node the launcher started is in
         left = self.last_call_left(state)
         assert left is not None
         if joined >= rules.max_nodes or all_in or left <= 0:

@@ -11,6 +11,7 @@ import pytest
 from harness.rendezvous._round import (
     LEAVE_SLACK,
     RECOVERY_LAST_CALL,
+    RECOVERY_LAST_CALL_PER_NODE,
     RoundMachine,
     RoundRules,
     Step,
@@ -263,6 +264,42 @@ def test_later_rounds_wait_at_most_the_recovery_last_call_for_slow_survivors():
     w.step("a")
     assert w.state.complete and w.state.participants == ["a"]
     assert w.rules.last_call_for(0) == 30.0 and w.rules.last_call_for(1) == RECOVERY_LAST_CALL
+
+
+def test_the_first_round_closes_the_moment_every_node_the_launcher_started_is_in():
+    """64 nodes on 2 cores came over 3 s: with a 1 s last call the first round closed with 33,
+    and the other 31 made a second at once. The launcher gives a last call long enough for
+    them all, and, told how many it started, the round closes the moment the last is in
+    instead of waiting that last call out (fewer than max_nodes)."""
+    w = World(RoundRules(min_nodes=1, max_nodes=8, last_call_timeout=6.0, first_round_nodes=5))
+    w.start("a", "b", "c", "d", "e")
+    for name in "abcd":
+        w.step(name)
+        w.clock.advance(1.2)  # each comes more than a second after the one before
+    assert w.step("a").kind == "wait" and not w.state.complete
+    w.step("e")
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a", "b", "c", "d", "e"]
+
+
+def test_the_first_round_still_closes_on_its_last_call_when_a_started_node_never_comes():
+    w = World(RoundRules(min_nodes=1, max_nodes=8, last_call_timeout=2.0, first_round_nodes=3))
+    w.start("a", "b")
+    w.step("a")
+    w.step("b")
+    w.step("a")
+    w.clock.advance(2.01)
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a", "b"]
+
+
+def test_a_recovery_round_waits_longer_for_many_expected_survivors():
+    """Survivors stop their workers and rejoin one after another on a loaded machine: a
+    round expecting many waits longer for the last of them."""
+    r = rules(last_call=30.0)
+    assert r.last_call_for(1, expecting=2) == RECOVERY_LAST_CALL
+    assert r.last_call_for(1, expecting=64) == pytest.approx(64 * RECOVERY_LAST_CALL_PER_NODE)
+    assert rules(last_call=3.0).last_call_for(1, expecting=64) == 3.0
 
 
 def test_recovery_last_call_never_exceeds_a_shorter_configured_one():

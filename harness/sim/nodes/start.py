@@ -181,7 +181,8 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
     job.storage.add_node(index)
     job.storage.ready()  # workers must find the filesystem served
     entrypoint, args = _command(job, index)
-    config = LaunchConfig(**launch_fields(settings, job.run_id, index, rdzv, name, addr, rdzv["endpoint"]))
+    config = LaunchConfig(**launch_fields(settings, job.run_id, index, rdzv, name, addr, rdzv["endpoint"],
+                                          launched=job.launched_nodes))
     spec = NodeSpec(config=config, entrypoint=entrypoint, args=args,
                     result_path=os.path.join(directory, "result.pkl"))
     spec_path = os.path.join(directory, "spec.pkl")
@@ -195,19 +196,31 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
     return NodeProcess(index, name, addr, directory, popen, spec.result_path, slot, gpus)
 
 
+#: the first round's last call, for each node the harness started at once: a loaded machine
+#: starts many one after another (64 on 2 cores: over 3 s, and a 1 s last call formed the
+#: first round with 33); it costs nothing when they all come (the round closes as the last
+#: is in) and bounds the wait for one that never does (a node killed as it started)
+FIRST_ROUND_LAST_CALL_PER_NODE = 0.1
+
+
 def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
-                  local_addr: str, endpoint: str, last_call: float = 1.0) -> dict[str, Any]:
+                  local_addr: str, endpoint: str, last_call: float = 1.0, launched: int = 0) -> dict[str, Any]:
     """The ``LaunchConfig`` fields of node ``index``'s agent: here they make its config, on
     a host its JSON spec (``harness.sim.places.hosts.nodes``). ``endpoint``: the store as the agent reaches it.
     ``last_call``: how long the first round waits for more nodes once it has its minimum
-    (a ``rdzv_conf`` of the user's wins)."""
+    (a ``rdzv_conf`` of the user's wins); ``launched``: the nodes ``Cluster.launch`` starts
+    at once: the first round closes as soon as they are all in (``first_round_nodes``), and
+    its last call grows with them."""
+    first_round = ({"first_round_nodes": launched,
+                    "last_call_timeout": max(last_call, FIRST_ROUND_LAST_CALL_PER_NODE * launched)}
+                   if launched else {"last_call_timeout": last_call})
     return {
         "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
         "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
         "rdzv_endpoint": endpoint, "rdzv_backend": rdzv["backend"],
         # the harness knows how many nodes it starts: no 30 s first-round last call
         # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
-        "rdzv_configs": {"last_call_timeout": last_call, **rdzv["configs"],
+        "rdzv_configs": {**first_round, **rdzv["configs"],
                          **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
         "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
         "start_method": settings.start_method, "local_addr": local_addr,

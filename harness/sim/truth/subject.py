@@ -107,7 +107,8 @@ class JudgedCluster(Configured, Protocol):
 
 
 class Launched(Protocol):
-    """What a job runs: its id, its entrypoint (a script, a module or a callable) and args."""
+    """What a job runs: its id, its entrypoint (a script, a module or a callable) and args,
+    and on how many nodes ``launch`` started it."""
 
     @property
     def run_id(self) -> str: ...
@@ -121,14 +122,15 @@ class Launched(Protocol):
     @property
     def module(self) -> bool: ...
 
+    @property
+    def launched_nodes(self) -> int:
+        """The nodes ``launch`` started at once (the first round waits for them; the twin
+        starts as many)."""
+        ...
+
 
 class JudgedJob(Traced, Launched, Protocol):
     """The job as ``verdicts`` and ``twin`` see it: what it ran, on what, and how it ended."""
-
-    @property
-    def launched_nodes(self) -> int:
-        """The nodes ``launch`` started (the twin starts as many)."""
-        ...
 
     @property
     def cluster(self) -> JudgedCluster: ...

@@ -638,7 +638,7 @@ class RemoteNodes:
             secret = host.put(f"node{index}/rdzv.secret", fp.read())
         config = launch_fields(settings, job.run_id, index, rdzv, name, spec.address,
                                rdzv["endpoint"] if link.store_port is None else f"127.0.0.1:{link.store_port}",
-                               last_call=HOSTS_LAST_CALL_S)
+                               last_call=HOSTS_LAST_CALL_S, launched=job.launched_nodes)
         # the node's {shared}: its view of the job's shared dir, served by its disk's server where it has one
         assert self._disks is not None, "the job's storage part asks for its servers as the job is made"
         disk, worker_tmp, shared = self._disks.serve(

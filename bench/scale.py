@@ -1,0 +1,285 @@
+"""Scale bench: how a simulated job's cost grows with its nodes, beside torchrun where it fits.
+
+    .venv/bin/python bench/scale.py                      # N = 8, 16, 32, 64, 128 x 1, and 16 x 4
+    .venv/bin/python bench/scale.py --sizes 8x1 32x1 --runs 3 --no-torchrun
+
+Each size runs in a fresh interpreter (``--child``), so each run pays the zygote's torch
+import as a user's first job does. A run is one ``harness.Cluster(nnodes="1:N")`` job of
+``scripts/scale_worker.py`` (gloo init, then steps of one all_reduce each, reported with
+``harness.report_step``): node N-1 is SIGKILLed (``kill_node``) at step 2, the survivors
+re-form and run their steps again, and the job ends. Measured, in the child:
+
+* **first step**: ``Cluster()`` called (before the harness is imported) to every rank's
+  first step;
+* **result**: to ``JobResult`` (the close after it is in *total*);
+* **lost → survivors**: the fault to every survivor's first step in the smaller world;
+* **PSS**: the controller's own (this process: the harness, its bus reader, its checkers),
+  and the job's processes per node (agents, workers, the zygote and the store, summed at
+  their peak, divided by N: the zygote's shared pages are counted once, proportionally);
+* **events/s**: events the bus carried over the job's wall time; **store ops/round**: the
+  rendezvous store's requests over the job, per rendezvous round (two rounds: formation and
+  the loss).
+
+torchrun (``--torchrun``, the default where N x P <= ``--torchrun-max``): N agents on
+loopback with one c10d store (``--rdzv-backend=c10d``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``),
+the same worker without the harness's step reports: launch to every agent reaped, and the
+same node's agent and workers SIGKILLed once every rank reached step 2. Its agents each
+import torch (~220 MB), so it stops where the machine's memory does.
+
+The growth exponent k of t ∝ N^k is fitted over the N x 1 sizes (least squares on logs).
+Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+from _common import fmt_s, median, print_table  # noqa: E402
+
+WORKER = str(HERE / "scripts" / "scale_worker.py")
+DEFAULT_SIZES = ["8x1", "16x1", "32x1", "64x1", "128x1", "16x4"]
+STEPS = 4
+KILL_AT = 2
+
+
+def _pss_kb(pid: int) -> int:
+    """Proportional set size in KiB, from /proc/<pid>/smaps_rollup; 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fp:
+            for line in fp:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fp:
+            return [int(p) for p in fp.read().split()]
+    except OSError:
+        return []
+
+
+def _tree(roots: list[int]) -> set[int]:
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        todo.extend(_children(pid))
+    return seen
+
+
+class PssPeak(threading.Thread):
+    """The peak over time of the PSS summed over every process below this one (the job's
+    agents, workers, zygote and store), sampled every ``period`` s."""
+
+    def __init__(self, period: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.period, self.peak_kb = period, 0
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        me = os.getpid()
+        while not self._done.is_set():
+            total = sum(_pss_kb(p) for p in _tree([me]) if p != me)
+            self.peak_kb = max(self.peak_kb, total)
+            self._done.wait(self.period)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def child(nodes: int, nproc: int) -> None:
+    """One run in this fresh interpreter; prints one JSON line."""
+    started = time.monotonic()
+    from harness import Cluster, WorkerState
+    from harness.faults import AtStep, NodeKill, ScheduledFault
+
+    stats = os.path.join(tempfile.mkdtemp(prefix="scale-"), "served.json")
+    os.environ["HARNESS_STORE_STATS"] = stats  # the job's store process writes what it served here
+    sampler = PssPeak()
+    sampler.start()
+    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
+        with open(os.devnull, "w") as devnull:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            os.dup2(devnull.fileno(), 1)
+            try:
+                job = cluster.launch(WORKER, "--steps", str(STEPS))
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+        job.schedule([ScheduledFault(NodeKill(node=nodes - 1), AtStep(step=KILL_AT, rank=0))])
+        result = job.wait(timeout=600)
+        ended = time.monotonic()
+        steps = job.timeline.steps()
+        rounds = job.timeline.world_sizes()
+        events = job.timeline.events()
+    closed = time.monotonic()
+    sampler.stop()
+    world = nodes * nproc
+    firsts = [e["mono"] for e in steps if e["step"] == 1 and e.get("restart_count", 0) == 0]
+    first_round = sorted(firsts)[:world]
+    fault = next((e["mono"] for e in events if e["kind"] == "fault"), None)
+    after = {}
+    if fault is not None:
+        for e in steps:
+            if e["mono"] > fault and e["step"] == 1:
+                after.setdefault(e["rank"], e["mono"])
+    survivors = world - nproc
+    lost_to_survivors = (max(after.values()) - fault) if fault is not None and len(after) >= survivors else None
+    mono0 = events[0]["mono"] if events else started
+    span = max(e["mono"] for e in events) - mono0 if events else 0.0
+    try:
+        with open(stats) as fp:
+            served = json.load(fp)["served"]
+    except (OSError, ValueError, KeyError):
+        served = {}
+    print(json.dumps({
+        "store_ops": sum(served.values()), "store_ops_per_round": sum(served.values()) / max(len(rounds), 1),
+        "served": served,
+        "nodes": nodes, "nproc": nproc, "state": result.state.value == WorkerState.SUCCEEDED.value,
+        "first_step": (max(first_round) - started) if len(first_round) == world else None,
+        "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
+        "controller_pss_mb": _pss_kb(os.getpid()) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
+        "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
+    }), flush=True)
+
+
+def run_child(nodes: int, nproc: int, timeout: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc)], capture_output=True,
+                         text=True, timeout=timeout, cwd=ROOT)
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
+    """N torchrun agents on loopback, one c10d store: launch to every agent reaped, with node
+    N-1's agent and workers SIGKILLed once its workers started."""
+    port = _free_port()
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1"}
+    tmp = tempfile.mkdtemp(prefix="scale-torchrun-")
+    env["TMPDIR"] = tmp
+    started = time.monotonic()
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", f"--nnodes=1:{nodes}",
+                                f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                                f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=scale", "--max-restarts=0",
+                                "--rdzv-conf=last_call_timeout=1", WORKER, "--steps", "30",
+                                "--step-time", "0.05"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                               start_new_session=True) for _ in range(nodes)]
+    victim = agents[-1]
+    killed = False
+    deadline = started + timeout
+    while time.monotonic() < deadline and any(a.poll() is None for a in agents):
+        if not killed and len(_tree([victim.pid])) > nproc:  # its workers are up
+            time.sleep(1.0)
+            for pid in _tree([victim.pid]):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed = True
+        time.sleep(0.05)
+    for agent in agents:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+    codes = [a.returncode for a in agents[:-1]]
+    return {"total": time.monotonic() - started, "ok": all(c == 0 for c in codes)}
+
+
+def exponent(points: list[tuple[int, float]]) -> float | None:
+    """k of t ∝ N^k, least squares on (log N, log t)."""
+    pts = [(math.log(n), math.log(t)) for n, t in points if t and t > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    den = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--child", nargs=2, type=int, metavar=("NODES", "NPROC"), help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, help="NODESxNPROC (default: %(default)s)")
+    parser.add_argument("--runs", type=int, default=1, help="runs per size (default 1; medians)")
+    parser.add_argument("--no-torchrun", action="store_true")
+    parser.add_argument("--torchrun-max", type=int, default=32, help="largest N x P torchrun runs at (memory)")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    opts = parser.parse_args()
+    if opts.child:
+        child(*opts.child)
+        return
+    rows, fits = [], []
+    for size in opts.sizes:
+        nodes, nproc = (int(x) for x in size.split("x"))
+        runs = []
+        for i in range(opts.runs):
+            print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
+            run = run_child(nodes, nproc, opts.timeout)
+            print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
+            runs.append(run)
+        good = [r for r in runs if r.get("state")]
+        failed = len(runs) - len(good)
+
+        def med(key: str, good: list[dict] = good) -> float | None:
+            values = [r[key] for r in good if r.get(key) is not None]
+            return median(values) if values else None
+
+        theirs = None
+        if not opts.no_torchrun and nodes * nproc <= opts.torchrun_max:
+            print(f"{size}: torchrun ...", file=sys.stderr, flush=True)
+            theirs = torchrun(nodes, nproc, opts.timeout)
+            print(f"{size}: torchrun {json.dumps(theirs)}", file=sys.stderr, flush=True)
+        if nproc == 1 and med("result") is not None:
+            fits.append((nodes, med("result")))
+        job_pss = med("job_pss_mb")
+        rows.append([size, fmt_s(med("first_step")), fmt_s(med("result")), fmt_s(med("total")),
+                     fmt_s(med("lost_to_survivors")),
+                     f"{med('controller_pss_mb'):.0f}" if med("controller_pss_mb") else "-",
+                     f"{job_pss / nodes:.0f}" if job_pss else "-",
+                     f"{med('events_per_s'):.0f}" if med("events_per_s") else "-",
+                     f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
+                     (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
+                     str(failed)])
+    print_table(["N x P", "first step", "result", "total", "lost → survivors", "controller PSS MB",
+                 "PSS MB / node", "events/s", "store ops / round", "torchrun total", "failed"], rows)
+    k = exponent(fits)
+    print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
+
+
+if __name__ == "__main__":
+    main()
