@@ -5,8 +5,9 @@ A chaos schedule is data (one list of ``ScheduledFault`` per job), so a smaller 
 just another list handed to ``Cluster`` through ``ChaosConfig.schedules``. The search is
 deterministic (the same outcomes give the same candidates) and bounded twice: by a budget
 of re-runs (``--elastic-shrink-budget``), and in time, the re-runs together taking at most
-``TIME_FACTOR`` times the failing run (each re-run's timeout is what is left of that, at most
-the test's own; a re-run cut short fails differently, so it is not kept):
+``TIME_FACTOR`` times the failing run or ``MIN_SHRINK_SECONDS``, whichever is more (each
+re-run's timeout is what is left of that, at most the test's own; a re-run cut short fails
+differently, so it is not kept):
 
 0. free: faults that had not fired when the test failed are dropped without a re-run;
 1. drop: with two or more faults, the empty schedule first (does it fail without chaos?),
@@ -48,6 +49,9 @@ __all__ = ["run_with_shrinking", "shrink", "Outcome", "ShrinkResult", "schedules
 SECTION = "elastic chaos: minimal failing schedule"
 #: the re-runs of a shrink together take at most this many times the failing run
 TIME_FACTOR = 3.0
+#: ... or this many seconds, whichever is more: a test of two seconds had 6 s for its
+#: re-runs, and on a loaded machine four of them took 6.4 s and the shrink stopped short
+MIN_SHRINK_SECONDS = 30.0
 _TIMEOUT_MESSAGE = "Timeout (>"  # pytest-timeout's failure message starts so
 
 
@@ -288,7 +292,8 @@ def run_with_shrinking(item: pytest.Item, nextitem: pytest.Item | None, settings
                 return outcome_of(rerun, item.stash.get(RECORD_KEY, None))
 
             try:
-                result = shrink(first, run, settings.shrink_budget, time_budget=TIME_FACTOR * took)
+                result = shrink(first, run, settings.shrink_budget,
+                                time_budget=max(TIME_FACTOR * took, MIN_SHRINK_SECONDS))
             finally:
                 item.user_properties[:] = saved
                 item.stash[RECORD_KEY] = record  # the first run's: its reports are the ones logged
@@ -309,8 +314,9 @@ def describe(result: ShrinkResult, test_id: str, settings: Settings) -> str:
              f"re-run(s) (budget {result.budget}, {result.seconds:.1f}s); same failure throughout: "
              f"{_describe_signature(result.signature)}"]
     if result.out_of_time and result.time_budget is not None:
-        lines.append(f"the time ran out ({result.time_budget:.1f}s: {TIME_FACTOR:g}x the failing run): a smaller "
-                     "schedule may exist (replay the minimal one below and shrink again)")
+        lines.append(f"the time ran out ({result.time_budget:.1f}s: {TIME_FACTOR:g}x the failing run, at least "
+                     f"{MIN_SHRINK_SECONDS:g}s): a smaller schedule may exist (replay the minimal one below and "
+                     "shrink again)")
     elif result.exhausted:
         lines.append("the budget ran out: a smaller schedule may exist (--elastic-shrink-budget=N)")
     lines.append("minimal failing schedule:")
