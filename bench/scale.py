@@ -33,9 +33,11 @@ Progress goes to stderr, the table to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,7 +119,8 @@ def child(nodes: int, nproc: int) -> None:
     from harness import Cluster, WorkerState
     from harness.faults import AtStep, NodeKill, ScheduledFault
 
-    stats = os.path.join(tempfile.mkdtemp(prefix="scale-"), "served.json")
+    stats_dir = tempfile.mkdtemp(prefix="scale-")
+    stats = os.path.join(stats_dir, "served.json")
     os.environ["HARNESS_STORE_STATS"] = stats  # the job's store process writes what it served here
     sampler = PssPeak()
     sampler.start()
@@ -157,6 +160,7 @@ def child(nodes: int, nproc: int) -> None:
             served = json.load(fp)["served"]
     except (OSError, ValueError, KeyError):
         served = {}
+    shutil.rmtree(stats_dir, ignore_errors=True)
     print(json.dumps({
         "store_ops": sum(served.values()), "store_ops_per_round": sum(served.values()) / max(len(rounds), 1),
         "served": served,
@@ -201,10 +205,13 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     deadline = started + timeout
     while time.monotonic() < deadline and any(a.poll() is None for a in agents):
         time.sleep(0.05)
+    leftovers = _tree([a.pid for a in agents if a.poll() is None])  # a stuck job: agents and workers
+    for pid in leftovers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     for agent in agents:
-        if agent.poll() is None:
-            os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait()
+        agent.wait()
+    shutil.rmtree(tmp, ignore_errors=True)
     return {"total": time.monotonic() - started, "ok": all(a.returncode == 0 for a in agents)}
 
 

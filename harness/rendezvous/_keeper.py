@@ -101,6 +101,7 @@ class Keeper:
         #: the one that last saw its heartbeat move (it moved after that one read it)
         self._heard: dict[str, float] = {}
         self._beat_began = -1.0  # the start of the last keep-alive
+        self._heartbeat_dead: set[str] = set()  # the peers the last keep-alive found silent too long
         self._pipe_r = self._pipe_w = -1
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
@@ -324,9 +325,14 @@ class Keeper:
                         continue
                 try:
                     client.set_timeout(self._op_timeout())
-                    seq = self._beat(client, peers)
+                    # a keep-alive every interval; a change of the state between two only
+                    # re-reads the state: a round that N nodes join changes it N times, and a
+                    # keep-alive on each change read every peer's heartbeat (N^3 reads a round)
+                    due = self._beat_began + s.keep_alive_interval - time.monotonic()
+                    seq = self._beat(client, peers) if due <= 0 else self._look(client)
+                    until = max(self._beat_began + s.keep_alive_interval - time.monotonic(), 0.001)
                     try:
-                        client.wait([self._keys.seq(seq + 1)], s.keep_alive_interval)
+                        client.wait([self._keys.seq(seq + 1)], until)
                     except StoreTimeoutError:
                         if not getattr(client, "connected", True):
                             raise  # not even the cancel was answered
@@ -378,9 +384,7 @@ class Keeper:
         self._answered()
         self._renew_lease(client)
         state = self._keys.parse(client.get(self._keys.state))
-        watched = [n for n in dict.fromkeys(
-            state.participants + state.expected + state.waiting
-            + self._running_members) if n != self._node]
+        watched = self._watched(state)
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
         keys = [self._keys.heartbeat(n) for n in watched] + [self._keys.lease(n) for n in watched]
         values = peek(keys) if watched else []
@@ -389,7 +393,8 @@ class Keeper:
         verdict = peers.observe(zip(watched, values[:len(watched)], strict=False), leases)
         self._longest = peers.longest
         self._connect_live(state, watched)
-        dead = set(verdict.dead) | self.sock_dead()
+        self._heartbeat_dead = set(verdict.dead)
+        dead = self._heartbeat_dead | self.sock_dead()
         with self._lock:
             self._snapshot = state
             self.snapshot_read_at = began
@@ -398,6 +403,31 @@ class Keeper:
             self._suspects = set(verdict.suspects) - dead
             self._heard.update(dict.fromkeys(verdict.advanced, self._beat_began))
             self._beat_began = began
+            self._wakeup.notify_all()
+        self._maybe_signal()
+        return state.seq
+
+    def _watched(self, state: RendezvousState) -> list[str]:
+        """The peers this node watches: every node of ``state`` and of the round it runs."""
+        return [n for n in dict.fromkeys(state.participants + state.expected + state.waiting
+                                         + self._running_members) if n != self._node]
+
+    def _look(self, client: Any) -> int:
+        """Between two keep-alives: read the state that changed (who joined, left, waits),
+        and judge the peers by their liveness sockets and the last keep-alive's verdict on
+        their heartbeats; the state's seq."""
+        began = time.monotonic()
+        state = self._keys.parse(client.get(self._keys.state))
+        self._answered()
+        watched = self._watched(state)
+        self._connect_live(state, watched)
+        dead = self._heartbeat_dead | self.sock_dead()
+        with self._lock:
+            self._snapshot = state
+            self.snapshot_read_at = began
+            self._state_error = None
+            self._dead = dead & set(watched)
+            self._suspects &= set(watched)
             self._wakeup.notify_all()
         self._maybe_signal()
         return state.seq

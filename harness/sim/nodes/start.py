@@ -201,6 +201,12 @@ def start_agent(job: StartingJob, index: int, rdzv: dict[str, Any]) -> NodeProce
 #: first round with 33); it costs nothing when they all come (the round closes as the last
 #: is in) and bounds the wait for one that never does (a node killed as it started)
 FIRST_ROUND_LAST_CALL_PER_NODE = 0.1
+#: the nodes a job may have before its keep-alive slows with them: every node reads every
+#: peer's heartbeat each keep-alive (N^2 reads an interval), and past this many on 2 cores the
+#: store and the keepers fall behind it (128 nodes at 0.1 s: peers taken for lost at the first
+#: round). The interval and the heartbeat timeout grow in proportion past it; a dead process is
+#: still seen at once (its liveness socket closes), only a silent node takes longer to judge
+KEEP_ALIVE_NODES = 16
 
 
 def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
@@ -214,6 +220,9 @@ def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mappin
     first_round = ({"first_round_nodes": launched,
                     "last_call_timeout": max(last_call, FIRST_ROUND_LAST_CALL_PER_NODE * launched)}
                    if launched else {"last_call_timeout": last_call})
+    if settings.max_nodes > KEEP_ALIVE_NODES:
+        scale = settings.max_nodes / KEEP_ALIVE_NODES
+        first_round.update(keep_alive_interval=round(0.1 * scale, 3), heartbeat_timeout=round(0.8 * scale, 3))
     return {
         "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
         "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
