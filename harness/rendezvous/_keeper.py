@@ -31,6 +31,7 @@ from harness.rendezvous._api import RendezvousConnectionError, RendezvousStateEr
 from harness.rendezvous._liveness import (
     Clock,
     KeepAliveLease,
+    PeerVerdict,
     PeerWatch,
     StoreContact,
     change_reason,
@@ -392,20 +393,8 @@ class Keeper:
         leases = {n: parse_lease(v) for n, v in zip(watched, values[len(watched):], strict=False)}
         verdict = peers.observe(zip(watched, values[:len(watched)], strict=False), leases)
         self._longest = peers.longest
-        self._connect_live(state, watched)
         self._heartbeat_dead = set(verdict.dead)
-        dead = self._heartbeat_dead | self.sock_dead()
-        with self._lock:
-            self._snapshot = state
-            self.snapshot_read_at = began
-            self._state_error = None
-            self._dead = dead & set(watched)
-            self._suspects = set(verdict.suspects) - dead
-            self._heard.update(dict.fromkeys(verdict.advanced, self._beat_began))
-            self._beat_began = began
-            self._wakeup.notify_all()
-        self._maybe_signal()
-        return state.seq
+        return self._take(state, began, watched, verdict)
 
     def _watched(self, state: RendezvousState) -> list[str]:
         """The peers this node watches: every node of ``state`` and of the round it runs."""
@@ -419,7 +408,12 @@ class Keeper:
         began = time.monotonic()
         state = self._keys.parse(client.get(self._keys.state))
         self._answered()
-        watched = self._watched(state)
+        return self._take(state, began, self._watched(state), None)
+
+    def _take(self, state: RendezvousState, began: float, watched: list[str], verdict: PeerVerdict | None) -> int:
+        """Make ``state`` (read at ``began``) this node's view, the peers dead by their
+        heartbeats (the last keep-alive's) or their liveness sockets; with a keep-alive's
+        ``verdict``, also its suspects and the peers it heard. The state's seq."""
         self._connect_live(state, watched)
         dead = self._heartbeat_dead | self.sock_dead()
         with self._lock:
@@ -427,7 +421,12 @@ class Keeper:
             self.snapshot_read_at = began
             self._state_error = None
             self._dead = dead & set(watched)
-            self._suspects &= set(watched)
+            if verdict is None:
+                self._suspects &= set(watched)
+            else:
+                self._suspects = set(verdict.suspects) - dead
+                self._heard.update(dict.fromkeys(verdict.advanced, self._beat_began))
+                self._beat_began = began
             self._wakeup.notify_all()
         self._maybe_signal()
         return state.seq
