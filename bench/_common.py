@@ -1,6 +1,8 @@
-"""Shared bench helpers: run a process and time it, watch its peak RSS, medians, ratios, tables.
+"""Shared bench helpers: run a process and time it, watch its peak RSS, a process tree's peak
+PSS, medians, ratios, tables.
 
-Standard library only. Conventions for every bench in this folder:
+Standard library only (psutil where a tree or a PSS is read, imported there). Conventions
+for every bench in this folder:
   * wall times are ``time.monotonic()`` around ``Popen`` ... reaped;
   * cross-process instants (a worker's line vs the launcher's exit) are ``time.time()``:
     workers print ``BENCH <tag> ... ts=<time.time()>`` and ``timestamps()`` reads them back;
@@ -19,11 +21,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 __all__ = ["RunSample", "run_process", "timestamps", "median", "ratio", "fmt_s", "fmt_ratio",
-           "fmt_mb", "print_table"]
+           "fmt_mb", "print_table", "process_tree", "pss_kb", "PssPeak"]
 
 RSS_POLL_S = 0.005
 
@@ -191,3 +193,52 @@ def stdout_to(path: str) -> Iterator[None]:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(fd)
+
+
+def process_tree(roots: Sequence[int]) -> set[int]:
+    """``roots`` and all their descendants that are still alive."""
+    import psutil
+
+    found: set[int] = set()
+    for pid in roots:
+        try:
+            root = psutil.Process(pid)
+            found.add(pid)
+            found.update(child.pid for child in root.children(recursive=True))
+        except psutil.NoSuchProcess:
+            continue
+    return found
+
+
+def pss_kb(pid: int) -> int:
+    """Proportional set size in KiB (psutil reads /proc/<pid>/smaps_rollup); 0 if gone."""
+    import psutil
+
+    try:
+        return int(psutil.Process(pid).memory_full_info().pss // 1024)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0
+
+
+class PssPeak(threading.Thread):
+    """Sums PSS over the processes ``pids()`` names every ``period`` s; keeps the peak (and
+    how many processes it was over) and counts its samples."""
+
+    def __init__(self, pids: Callable[[], set[int]], period: float = 0.05):
+        super().__init__(daemon=True)
+        self._pids, self._period = pids, period
+        self._done = threading.Event()
+        self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            pids = self._pids()
+            total = sum(pss_kb(p) for p in pids)
+            self.samples += 1
+            if total > self.peak_kb:
+                self.peak_kb, self.peak_procs = total, len(pids)
+            self._done.wait(self._period)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()

@@ -43,7 +43,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -53,7 +52,18 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import fmt_ratio, fmt_s, isolate_tmpdir, median, print_table, ratio, stdout_to  # noqa: E402
+from _common import (  # noqa: E402
+    PssPeak,
+    fmt_ratio,
+    fmt_s,
+    isolate_tmpdir,
+    median,
+    print_table,
+    process_tree,
+    pss_kb,
+    ratio,
+    stdout_to,
+)
 
 WORKER = str(HERE / "scripts" / "cluster_worker.py")
 TRIVIAL = str(HERE / "scripts" / "trivial.py")
@@ -115,60 +125,14 @@ def ours_2x2(tmp: str) -> dict:
     return {"wall": wall, "ok": ok, "detail": "" if ok else f"{result.state} {fired}\n{text[-800:]}"}
 
 
-def _tree(roots: list[int]) -> set[int]:
-    """``roots`` and all their descendants that are still alive."""
-    import psutil
-
-    found: set[int] = set()
-    for pid in roots:
-        try:
-            root = psutil.Process(pid)
-            found.add(pid)
-            found.update(child.pid for child in root.children(recursive=True))
-        except psutil.NoSuchProcess:
-            continue
-    return found
-
-
-def _pss_kb(pid: int) -> int:
-    """Proportional set size in KiB (psutil reads /proc/<pid>/smaps_rollup); 0 if gone."""
-    import psutil
-
-    try:
-        return int(psutil.Process(pid).memory_full_info().pss // 1024)
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        return 0
-
-
-class PssSampler(threading.Thread):
-    """Sums PSS over the job's processes every ``period`` s; keeps the peak."""
-
-    def __init__(self, job, period: float = 0.05):
-        super().__init__(daemon=True)
-        self._job, self._period = job, period
-        self._done = threading.Event()
-        self.peak_kb, self.peak_procs, self.samples = 0, 0, 0
-
-    def pids(self) -> set[int]:
-        roots = [n.pid for n in self._job.nodes.values()]
-        if self._job.cluster.pool.pid is not None:
-            roots.append(self._job.cluster.pool.pid)
-        if getattr(self._job.store, "pid", None):
-            roots.append(self._job.store.pid)
-        return _tree(roots)
-
-    def run(self) -> None:
-        while not self._done.is_set():
-            pids = self.pids()
-            total = sum(_pss_kb(p) for p in pids)
-            self.samples += 1
-            if total > self.peak_kb:
-                self.peak_kb, self.peak_procs = total, len(pids)
-            self._done.wait(self._period)
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
+def job_processes(job) -> set[int]:
+    """The job's processes: its agents, the zygote, the store server and all below them."""
+    roots = [n.pid for n in job.nodes.values()]
+    if job.cluster.pool.pid is not None:
+        roots.append(job.cluster.pool.pid)
+    if getattr(job.store, "pid", None):
+        roots.append(job.store.pid)
+    return process_tree(roots)
 
 
 def ours_big(tmp: str, nodes: int, sample_pss: bool) -> dict:
@@ -182,7 +146,7 @@ def ours_big(tmp: str, nodes: int, sample_pss: bool) -> dict:
         with stdout_to(out):
             job = cluster.launch(TRIVIAL)
         if sample_pss:
-            sampler = PssSampler(job)
+            sampler = PssPeak(lambda: job_processes(job))
             sampler.start()
         result = job.wait(timeout=JOB_TIMEOUT_S)
         wall = time.monotonic() - started
@@ -194,7 +158,7 @@ def ours_big(tmp: str, nodes: int, sample_pss: bool) -> dict:
     sample = {"wall": wall, "ok": ok, "detail": "" if ok else f"{result.state}, {lines} workers done"}
     if sampler:
         sample.update(pss_mb=sampler.peak_kb / 1024, procs=sampler.peak_procs,
-                      samples=sampler.samples, harness_pss_mb=_pss_kb(os.getpid()) / 1024)
+                      samples=sampler.samples, harness_pss_mb=pss_kb(os.getpid()) / 1024)
     return sample
 
 

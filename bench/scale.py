@@ -43,7 +43,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -52,65 +51,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import fmt_s, median, print_table  # noqa: E402
+from _common import PssPeak, fmt_s, median, print_table, process_tree, pss_kb  # noqa: E402
 
 WORKER = str(HERE / "scripts" / "scale_worker.py")
 DEFAULT_SIZES = ["8x1", "16x1", "32x1", "64x1", "128x1", "16x4"]
 STEPS = 4
 KILL_AT = 2
-
-
-def _pss_kb(pid: int) -> int:
-    """Proportional set size in KiB, from /proc/<pid>/smaps_rollup; 0 if gone."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fp:
-            for line in fp:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as fp:
-            return [int(p) for p in fp.read().split()]
-    except OSError:
-        return []
-
-
-def _tree(roots: list[int]) -> set[int]:
-    seen: set[int] = set()
-    todo = list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        todo.extend(_children(pid))
-    return seen
-
-
-class PssPeak(threading.Thread):
-    """The peak over time of the PSS summed over every process below this one (the job's
-    agents, workers, zygote and store), sampled every ``period`` s."""
-
-    def __init__(self, period: float = 0.25) -> None:
-        super().__init__(daemon=True)
-        self.period, self.peak_kb = period, 0
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        me = os.getpid()
-        while not self._done.is_set():
-            total = sum(_pss_kb(p) for p in _tree([me]) if p != me)
-            self.peak_kb = max(self.peak_kb, total)
-            self._done.wait(self.period)
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
 
 
 def child(nodes: int, nproc: int) -> None:
@@ -122,7 +68,8 @@ def child(nodes: int, nproc: int) -> None:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     stats = os.path.join(stats_dir, "served.json")
     os.environ["HARNESS_STORE_STATS"] = stats  # the job's store process writes what it served here
-    sampler = PssPeak()
+    me = os.getpid()
+    sampler = PssPeak(lambda: process_tree([me]) - {me}, period=0.25)  # the job's processes, all below this one
     sampler.start()
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
         with open(os.devnull, "w") as devnull:
@@ -167,7 +114,7 @@ def child(nodes: int, nproc: int) -> None:
         "nodes": nodes, "nproc": nproc, "state": result.state.value == WorkerState.SUCCEEDED.value,
         "first_step": (max(first_round) - started) if len(first_round) == world else None,
         "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
-        "controller_pss_mb": _pss_kb(os.getpid()) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
+        "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
     }), flush=True)
 
@@ -205,7 +152,7 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     deadline = started + timeout
     while time.monotonic() < deadline and any(a.poll() is None for a in agents):
         time.sleep(0.05)
-    leftovers = _tree([a.pid for a in agents if a.poll() is None])  # a stuck job: agents and workers
+    leftovers = process_tree([a.pid for a in agents if a.poll() is None])  # a stuck job: agents and workers
     for pid in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

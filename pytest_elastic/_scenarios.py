@@ -182,7 +182,7 @@ class ScenarioItem(pytest.Item):
             _skip_without_fuse(faults)
             _skip_without_hosts(faults)
         expect = self.spec.get("expect", {})
-        if expect.get("same_as_golden") or expect.get("diverges") or "diverges_at_step" in expect:
+        if _twin_asked(expect):
             job_spec["golden"] = True  # the workers digest their final state for the twin
         # [job] was checked at collection (check_scenario: every problem at once); the frozen
         # config the cluster is made from runs the same schema keys
@@ -579,7 +579,7 @@ def _training_truth(expect: dict[str, Any], job: Any, timeout: float, own: list[
         if goodput.ratio < floor:
             problems.append(f"{goodput.summary()} < min_goodput {floor}")
     at_step = expect.get("diverges_at_step")
-    if expect.get("same_as_golden") or expect.get("diverges") or at_step is not None:
+    if _twin_asked(expect):
         diff = job.compare_golden(rtol=expect.get("golden_rtol"), timeout=timeout)
         if expect.get("same_as_golden") and diff.diverged:
             problems.append(diff.explain())
@@ -590,6 +590,11 @@ def _training_truth(expect: dict[str, Any], job: Any, timeout: float, own: list[
             problems.append(f"expected the run to diverge from its fault-free twin first at step {at_step} "
                             f"(diverges_at_step), but {diff.explain()}")
     return problems
+
+
+def _twin_asked(expect: dict[str, Any]) -> bool:
+    """Whether ``[expect]`` judges the run by its fault-free twin (the same, or diverging)."""
+    return bool(expect.get("same_as_golden") or expect.get("diverges") or "diverges_at_step" in expect)
 
 
 def _lost_progress(job: Any, steps: int) -> list[str]:

@@ -3,6 +3,8 @@
 from collections.abc import Mapping
 
 from harness.rendezvous._api import (
+    HEARTBEAT_TIMEOUT,
+    KEEP_ALIVE_INTERVAL,
     MAX_LEASE_FACTOR,
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -23,6 +25,8 @@ from harness.rendezvous._registry import (
 from harness.rendezvous._store_auth import SECRET_ENV, SECRET_ENVS, SECRET_FILE_ENV
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT",
+    "KEEP_ALIVE_INTERVAL",
     "MAX_LEASE_FACTOR",
     "RendezvousClosedError",
     "RendezvousConnectionError",

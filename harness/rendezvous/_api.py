@@ -10,6 +10,8 @@ from typing import Any
 from harness.errors import ConfigError, ElasticError
 
 __all__ = [
+    "HEARTBEAT_TIMEOUT",
+    "KEEP_ALIVE_INTERVAL",
     "MAX_LEASE_FACTOR",
     "RendezvousError",
     "RendezvousClosedError",
@@ -27,6 +29,10 @@ __all__ = [
 #: ``--rdzv-conf max_lease`` says otherwise (``_liveness.KeepAliveLease``); the simulation's
 #: fencing invariant allows that long
 MAX_LEASE_FACTOR = 5.0
+#: the dynamic rendezvous's keep-alive: each node bumps its heartbeat this often (s) ...
+KEEP_ALIVE_INTERVAL = 0.1
+#: ... and is judged silent after this long without one (s); ``--rdzv-conf`` sets both
+HEARTBEAT_TIMEOUT = 0.8
 
 
 class RendezvousError(ElasticError, RuntimeError):

@@ -82,6 +82,8 @@ from harness.endpoints import PortReservation, fqdn, split_endpoint
 from harness.errors import ConfigError
 from harness.rendezvous._agent_store import AgentStore, agent_store_enabled
 from harness.rendezvous._api import (
+    HEARTBEAT_TIMEOUT,
+    KEEP_ALIVE_INTERVAL,
     MAX_LEASE_FACTOR,
     RendezvousClosedError,
     RendezvousConnectionError,
@@ -126,8 +128,8 @@ class C10dSettings:
     join_timeout: float = 600.0
     last_call_timeout: float = 30.0
     close_timeout: float = 30.0
-    keep_alive_interval: float = 0.1
-    heartbeat_timeout: float = 0.8
+    keep_alive_interval: float = KEEP_ALIVE_INTERVAL
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
     read_timeout: float = 60.0
     is_host: bool | None = None
     #: the longest a node's lease may grow to on a loaded host (``_liveness.KeepAliveLease``);
@@ -162,10 +164,10 @@ class C10dSettings:
         if max_lease < heartbeat:
             raise ConfigError("max_lease", max_lease, f"must be >= heartbeat_timeout={heartbeat:g}",
                               "--rdzv-conf")
-        first_round = params.get("first_round_nodes")
-        first_round_nodes = params.get_as_int("first_round_nodes", 0) if first_round is not None else 0
+        first_round_nodes = params.get_as_int("first_round_nodes", 0)
         if first_round_nodes is None or first_round_nodes < 0:
-            raise ConfigError("first_round_nodes", first_round, "must be an int >= 0", "--rdzv-conf")
+            raise ConfigError("first_round_nodes", params.get("first_round_nodes"), "must be an int >= 0",
+                              "--rdzv-conf")
         return cls(
             join_timeout=positive("join_timeout", cls.join_timeout),
             last_call_timeout=positive("last_call_timeout", cls.last_call_timeout),

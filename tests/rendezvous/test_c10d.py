@@ -78,6 +78,8 @@ def test_agent_refuses_pickled_state_with_a_clear_error():
     ("keep_alive_interval=-1", "must be a number > 0"),
     ("is_host=maybe", "must be a boolean"),
     ("join_timeout=soon", "must be a number"),
+    ("first_round_nodes=-1", "must be an int >= 0"),
+    ("first_round_nodes=all", "must be an integer"),
 ])
 def test_bad_rdzv_conf_is_a_one_line_error(conf, message):
     out = run_elastic(*c10d_args(free_port(), "2", "conf", f"--rdzv-conf={conf}"), ENV_DUMP)

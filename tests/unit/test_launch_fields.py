@@ -3,6 +3,7 @@ round waits for every node it started, and a job of many nodes keeps alive more 
 
 from __future__ import annotations
 
+from harness.rendezvous import HEARTBEAT_TIMEOUT, KEEP_ALIVE_INTERVAL
 from harness.sim.config import ClusterConfig
 from harness.sim.nodes.start import FIRST_ROUND_LAST_CALL_PER_NODE, KEEP_ALIVE_NODES, launch_fields
 
@@ -24,7 +25,9 @@ def test_many_nodes_get_a_longer_last_call_and_a_slower_keep_alive():
     assert got["first_round_nodes"] == 128
     assert got["last_call_timeout"] == FIRST_ROUND_LAST_CALL_PER_NODE * 128
     scale = 128 / KEEP_ALIVE_NODES
-    assert (got["keep_alive_interval"], got["heartbeat_timeout"]) == (round(0.1 * scale, 3), round(0.8 * scale, 3))
+    assert (got["keep_alive_interval"], got["heartbeat_timeout"]) == (round(KEEP_ALIVE_INTERVAL * scale, 3),
+                                                                        round(HEARTBEAT_TIMEOUT * scale, 3))
+    assert (got["keep_alive_interval"], got["heartbeat_timeout"]) == (0.8, 6.4)  # 128 nodes: 8x the defaults
     assert "keep_alive_interval" not in configs(f"1:{KEEP_ALIVE_NODES}", KEEP_ALIVE_NODES)
 
 

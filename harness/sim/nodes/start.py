@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from harness.errors import ERROR_FILE_ENV
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV
 from harness.procs import STACKS_ENV, WORKER_NICE_ENV
+from harness.rendezvous import HEARTBEAT_TIMEOUT, KEEP_ALIVE_INTERVAL
 from harness.sim.net import NODE_INTERFACE
 from harness.sim.nodes.main import WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess
@@ -217,19 +218,20 @@ def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mappin
     (a ``rdzv_conf`` of the user's wins); ``launched``: the nodes ``Cluster.launch`` starts
     at once: the first round closes as soon as they are all in (``first_round_nodes``), and
     its last call grows with them."""
-    first_round = ({"first_round_nodes": launched,
-                    "last_call_timeout": max(last_call, FIRST_ROUND_LAST_CALL_PER_NODE * launched)}
-                   if launched else {"last_call_timeout": last_call})
+    ours: dict[str, Any] = ({"first_round_nodes": launched,
+                             "last_call_timeout": max(last_call, FIRST_ROUND_LAST_CALL_PER_NODE * launched)}
+                            if launched else {"last_call_timeout": last_call})
     if settings.max_nodes > KEEP_ALIVE_NODES:
         scale = settings.max_nodes / KEEP_ALIVE_NODES
-        first_round.update(keep_alive_interval=round(0.1 * scale, 3), heartbeat_timeout=round(0.8 * scale, 3))
+        ours.update(keep_alive_interval=round(KEEP_ALIVE_INTERVAL * scale, 3),
+                    heartbeat_timeout=round(HEARTBEAT_TIMEOUT * scale, 3))
     return {
         "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
         "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
         "rdzv_endpoint": endpoint, "rdzv_backend": rdzv["backend"],
         # the harness knows how many nodes it starts: no 30 s first-round last call
         # waiting for stragglers that will never come (a rdzv_conf of the user's wins)
-        "rdzv_configs": {**first_round, **rdzv["configs"],
+        "rdzv_configs": {**ours, **rdzv["configs"],
                          **(rdzv.get("host_configs", {}) if index == 0 else {}), **settings.rdzv_conf},
         "max_restarts": settings.max_restarts, "monitor_interval": settings.monitor_interval,
         "start_method": settings.start_method, "local_addr": local_addr,
