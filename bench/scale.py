@@ -20,6 +20,13 @@ re-form and run their steps again, and the job ends. Measured, in the child:
   rendezvous store's requests over the job, per rendezvous round (two rounds: formation and
   the loss).
 
+**Where the seconds go** (the tables after the main one): for the first round (from the
+start) and the recovery (from the fault), when the median and the last node or rank passed
+each milestone: node started, agent up and round formed (the timeline), worker forked (the
+agent's ``worker_start``), script began, torch imported, gloo initialised and the first
+``all_reduce`` returned (the worker's own stamps, ``scale_worker.py --stamps``). The step from
+one "last" to the next is what that phase cost on the critical path.
+
 torchrun (unless ``--no-torchrun``, where N x P <= ``--torchrun-max``): N agents on loopback
 with one c10d store (``--rdzv-backend=c10d``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), the
 same worker (its step reports are no-ops there) and no fault: launch to every agent reaped,
@@ -67,6 +74,8 @@ def child(nodes: int, nproc: int) -> None:
 
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     stats = os.path.join(stats_dir, "served.json")
+    stamps_dir = os.path.join(stats_dir, "stamps")
+    os.mkdir(stamps_dir)
     os.environ["HARNESS_STORE_STATS"] = stats  # the job's store process writes what it served here
     me = os.getpid()
     sampler = PssPeak(lambda: process_tree([me]) - {me}, period=0.25)  # the job's processes, all below this one
@@ -77,7 +86,7 @@ def child(nodes: int, nproc: int) -> None:
             saved = os.dup(1)
             os.dup2(devnull.fileno(), 1)
             try:
-                job = cluster.launch(WORKER, "--steps", str(STEPS))
+                job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
             finally:
                 os.dup2(saved, 1)
                 os.close(saved)
@@ -107,6 +116,7 @@ def child(nodes: int, nproc: int) -> None:
             served = json.load(fp)["served"]
     except (OSError, ValueError, KeyError):
         served = {}
+    stamps = [json.loads(Path(stamps_dir, name).read_text()) for name in os.listdir(stamps_dir)]
     shutil.rmtree(stats_dir, ignore_errors=True)
     print(json.dumps({
         "store_ops": sum(served.values()), "store_ops_per_round": sum(served.values()) / max(len(rounds), 1),
@@ -116,7 +126,46 @@ def child(nodes: int, nproc: int) -> None:
         "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
         "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
+        "phases": phases(events, stamps, started, fault),
     }), flush=True)
+
+
+#: the milestones of a round, in the order a node passes them: (name, where it is read)
+MILESTONES = ["node started", "agent up", "round formed", "worker forked", "script began", "torch imported",
+              "gloo initialised", "first all_reduce"]
+
+
+def phases(events: list[dict], stamps: list[dict], started: float, fault: float | None) -> dict[str, dict]:
+    """When the last node (or rank) passed each milestone, from ``started`` (the first round)
+    and from the fault (the recovery): the difference of two consecutive ones is what that
+    phase cost on the critical path. Worker milestones come from the worker's own stamps
+    (``scale_worker.py --stamps``), the others from the timeline."""
+    def when(kind: str, pick=lambda e: True) -> list[float]:
+        return [e["mono"] for e in events if e["kind"] == kind and pick(e)]
+
+    out: dict[str, dict] = {}
+    for name, lo, hi in (("first round", started, fault if fault is not None else math.inf),
+                         ("recovery", fault, math.inf)):
+        if lo is None:
+            continue
+        inside = lambda t, lo=lo, hi=hi: lo <= t < hi  # noqa: E731
+        marks = {
+            "node started": when("node_start"),
+            "agent up": when("state", lambda e: e.get("state") == "INIT" and e.get("source") != "harness"),
+            "round formed": when("rendezvous"),
+            "worker forked": when("worker_start"),
+            "script began": [s["began"] for s in stamps],
+            "torch imported": [s["imported"] for s in stamps],
+            "gloo initialised": [s["initialised"] for s in stamps],
+            "first all_reduce": [s["first_reduce"] for s in stamps],
+        }
+        row = {}
+        for mark in MILESTONES:
+            times = sorted(t - lo for t in marks[mark] if inside(t))
+            if times:
+                row[mark] = {"median": times[len(times) // 2], "last": times[-1], "count": len(times)}
+        out[name] = row
+    return out
 
 
 def run_child(nodes: int, nproc: int, timeout: float) -> dict:
@@ -185,7 +234,7 @@ def main() -> None:
     if opts.child:
         child(*opts.child)
         return
-    rows, fits = [], []
+    rows, fits, phase_rows = [], [], []
     for size in opts.sizes:
         nodes, nproc = (int(x) for x in size.split("x"))
         runs = []
@@ -196,6 +245,8 @@ def main() -> None:
             runs.append(run)
         good = [r for r in runs if r.get("state")]
         failed = len(runs) - len(good)
+        if good and good[-1].get("phases"):
+            phase_rows.append((size, good[-1]["phases"]))
 
         def med(key: str, good: list[dict] = good) -> float | None:
             values = [r[key] for r in good if r.get(key) is not None]
@@ -221,6 +272,24 @@ def main() -> None:
                  "PSS MB / node", "events/s", "store ops / round", "torchrun total", "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
+    print_phases(phase_rows)
+
+
+def print_phases(phase_rows: list[tuple[str, dict]]) -> None:
+    """Where the seconds go: for each size and round, when the last node passed each
+    milestone (s from the start, or from the fault), and the step from the one before."""
+    for size, phases_of in phase_rows:
+        for round_name, row in phases_of.items():
+            rows, before = [], 0.0
+            for mark in MILESTONES:
+                if mark not in row:
+                    continue
+                last = row[mark]["last"]
+                rows.append([mark, f"{row[mark]['count']}", f"{row[mark]['median']:.2f}", f"{last:.2f}",
+                             f"{last - before:+.2f}"])
+                before = last
+            print(f"\n{size}, {round_name} (s from the {'start' if round_name == 'first round' else 'fault'}):")
+            print_table(["milestone", "passed by", "median", "last", "phase (last - previous last)"], rows)
 
 
 if __name__ == "__main__":

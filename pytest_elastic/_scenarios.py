@@ -43,6 +43,7 @@ chaos adds never fail it: the report lists them as not fired.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -316,6 +317,8 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     if len(spread) > 1 and shared_base(tuple(spread)) is None and shares:
         reasons.append(f"[job] its args use {' and '.join(shares)}, a dir its nodes share (checkpoints), which is "
                        "each host's own dir there: name one the hosts share (shared_dir in the hosts or Slurm file)")
+    if config.slurm is not None and (short := _partition_too_small(config.slurm, config.max_nodes)):
+        reasons.append(short)
     for spec in faults:
         try:
             refuse_faults([_fault(spec)], hosts, config.placement, config.max_nodes)
@@ -327,6 +330,21 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
     if reasons:
         raise ScenarioFailure("; ".join(reasons))
     return hosts
+
+
+@functools.cache
+def _partition_too_small(spec: Any, max_nodes: int) -> str | None:
+    """Why an allocation of our own for ``max_nodes`` nodes cannot be had from the Slurm
+    file's partition (asked of ``sinfo`` once per file and size); None where it can, where the
+    file fixes the allocation's size (``nodes``) or names one to use (``job_id``)."""
+    import os
+
+    from harness.hosts import partition_size, too_small
+
+    if spec.nodes is not None or spec.job_id is not None or os.environ.get("SLURM_JOB_ID"):
+        return None
+    size = partition_size(spec)
+    return too_small(size, max_nodes) if size is not None and size[1] < max_nodes else None
 
 
 def _skip_without_requirements(requires: list[str]) -> None:

@@ -1,21 +1,42 @@
 """Scale bench worker: gloo init, then ``--steps`` steps of one all_reduce each, reported to
-the harness (``harness.report_step``), ``--step-time`` s apart; destroy, exit 0."""
+the harness (``harness.report_step``), ``--step-time`` s apart; destroy, exit 0.
+
+``--stamps DIR`` writes one JSON line per worker to ``DIR/<rank>-<pid>.json``: when the script
+began, when ``init_process_group`` returned and when the first ``all_reduce`` did
+(``time.monotonic()``, one clock for every process of the machine), so the bench can say how
+long gloo's connection mesh took apart from the rest of the start."""
 import argparse
+import json
+import os
 import time
 
-import torch
-import torch.distributed as dist
+began = time.monotonic()
 
-import harness
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import harness  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--step-time", type=float, default=0.0)
+parser.add_argument("--stamps", default="")
 opts = parser.parse_args()
+imported = time.monotonic()
 dist.init_process_group("gloo")
+initialised = time.monotonic()
 value = torch.ones(1)
+first_reduce = None
 for step in range(1, opts.steps + 1):
     dist.all_reduce(value)
+    if first_reduce is None:
+        first_reduce = time.monotonic()
+        if opts.stamps:
+            rank = dist.get_rank()
+            with open(os.path.join(opts.stamps, f"{rank}-{os.getpid()}.json"), "w") as fp:
+                json.dump({"rank": rank, "world": dist.get_world_size(), "began": began, "imported": imported,
+                           "initialised": initialised, "first_reduce": first_reduce,
+                           "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}, fp)
     harness.report_step(step)
     time.sleep(opts.step_time)
 dist.destroy_process_group()

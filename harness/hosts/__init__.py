@@ -33,7 +33,16 @@ from harness.hosts._errors import (
 from harness.hosts._placement import CAPABILITIES, place, refusal
 from harness.hosts._process import CommandResult, RemoteProcess
 from harness.hosts._relay import EventRelay, check_event
-from harness.hosts._slurm import SLURM_FIELDS, SlurmAllocation, SlurmSpec, load_slurm, slurm_spec, stand_ins
+from harness.hosts._slurm import (
+    SLURM_FIELDS,
+    SlurmAllocation,
+    SlurmSpec,
+    load_slurm,
+    partition_size,
+    slurm_spec,
+    stand_ins,
+    too_small,
+)
 from harness.hosts._spec import FIELDS, HostSpec, load_hosts, parse_host
 from harness.hosts._srun import SrunHost
 from harness.hosts._ssh import SILENT_LINK_S, RemoteInfo, SshHost, controller_version
@@ -43,5 +52,5 @@ __all__ = [
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SLURM_FIELDS", "SlurmAllocation", "SlurmSpec", "SrunHost", "SshHost",
     "check_event", "controller_version", "load_hosts", "measure_offset", "last_line", "load_slurm", "parse_host",
-    "place", "refusal", "slurm_spec", "stand_ins", "SILENT_LINK_S",
+    "partition_size", "too_small", "place", "refusal", "slurm_spec", "stand_ins", "SILENT_LINK_S",
 ]

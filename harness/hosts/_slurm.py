@@ -37,7 +37,8 @@ from harness.hosts._errors import HostError
 from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _label, _text, check_fields
 from harness.hosts._srun import SrunHost
 
-__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "slurm_spec", "stand_ins"]
+__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "partition_size", "slurm_spec", "stand_ins",
+           "too_small"]
 
 #: how long a Slurm client may take (salloc waits for its nodes this long, by default)
 _CLIENT_S = 60.0
@@ -162,6 +163,45 @@ def stand_ins(spec: SlurmSpec, count: int) -> tuple[HostSpec, ...]:
                           name=f"slurm-node{i}", scheduler="slurm") for i in range(count))
 
 
+def client_env(spec: SlurmSpec, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a Slurm client runs in: ``env`` (default ours) with the spec's ``SLURM_CONF``."""
+    environ = dict(os.environ if env is None else env)
+    if spec.slurm_conf is not None:
+        environ["SLURM_CONF"] = spec.slurm_conf
+    return environ
+
+
+def partition_size(spec: SlurmSpec, env: Mapping[str, str] | None = None) -> tuple[str, int] | None:
+    """(name, node count) of the partition an allocation of ``spec`` would come from (its
+    ``partition``, else the cluster's default), as ``sinfo`` counts it; None where sinfo
+    cannot say (no client, no answer, no such partition: salloc then says why)."""
+    try:
+        listed = subprocess.run([*spec.client_prefix, "sinfo", "--noheader", "--format=%P %D"],
+                                env=client_env(spec, env), capture_output=True, text=True, timeout=_CLIENT_S,
+                                stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts: dict[str, int] = {}
+    default: str | None = None
+    for line in listed.stdout.splitlines() if listed.returncode == 0 else []:
+        name, _, count = line.partition(" ")
+        if not count.strip().isdigit():
+            continue
+        if name.endswith("*"):
+            name = default = name[:-1]
+        counts[name] = counts.get(name, 0) + int(count)  # one line per state of its nodes
+    wanted = spec.partition or default
+    return (wanted, counts[wanted]) if wanted is not None and wanted in counts else None
+
+
+def too_small(size: tuple[str, int], count: int) -> str:
+    """Why an allocation of ``count`` nodes cannot be had from a partition of ``size``."""
+    name, nodes = size
+    return (f"Slurm: the job needs {count} node(s) (one per node, up to nnodes' most) and partition {name!r} "
+            f"has {nodes}: set nodes = {nodes} (or fewer) in the Slurm file to share them (round robin), "
+            "or use a larger partition")
+
+
 class SlurmAllocation:
     """The allocation a job's nodes run in: ours (made with ``salloc --no-shell``, released
     at ``close``) or the caller's (``job_id``, ``$SLURM_JOB_ID``: used and left)."""
@@ -169,9 +209,7 @@ class SlurmAllocation:
     def __init__(self, spec: SlurmSpec, nodes: int, env: Mapping[str, str] | None = None,
                  wait: float = _CLIENT_S):
         self.spec = spec
-        environ = dict(os.environ if env is None else env)
-        if spec.slurm_conf is not None:
-            environ["SLURM_CONF"] = spec.slurm_conf
+        environ = client_env(spec, env)
         self.env = environ
         given = spec.job_id or environ.get("SLURM_JOB_ID")
         self.ours = given is None
@@ -207,6 +245,9 @@ class SlurmAllocation:
                 *([f"--partition={spec.partition}"] if spec.partition else []),
                 *([f"--account={spec.account}"] if spec.account else []),
                 *([f"--time={spec.time_limit}"] if spec.time_limit else [])]
+        size = partition_size(spec, self.env)
+        if size is not None and size[1] < count:
+            raise HostError(too_small(size, count))
         try:
             proc = subprocess.Popen(self.client(*argv), env=self.env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

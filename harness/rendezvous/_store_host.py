@@ -189,14 +189,20 @@ class StoreHost:
     def renew(self, connect_within: float | None = None) -> None:
         """Replace the main connection (a request on it went unanswered or was cut short:
         the stream may be out of step, or it went stale during a fence), connecting within
-        ``connect_within`` s (default: the read timeout)."""
+        ``connect_within`` s (default: the read timeout). Raises ``StoreConnectionError`` at
+        once if nothing listens there any more: the store this agent reached before is gone
+        (its host died), and retrying a refused connect for ``connect_within`` — what a
+        store still starting up needs — only held a finished agent's exit that long."""
+        try:
+            self._probe(min(connect_within if connect_within is not None else self._read_timeout, 1.0))
+        except NoAnswer:
+            pass  # silent, not gone: the clone below waits for it
         old, self._client = self._client, self.client.clone(connect_within)
         old.close()
 
-    def connect(self, timeout: float) -> Any:
-        """A fresh connection for the keeper, its requests bounded by ``timeout``. Raises
-        ``StoreConnectionError`` if nothing listens there any more (refused: the store is
-        gone), ``NoAnswer`` if it does not answer (yet)."""
+    def _probe(self, timeout: float) -> None:
+        """Raise ``StoreConnectionError`` if the store's port refuses a connection (nothing
+        listens: the store is gone), ``NoAnswer`` if nothing answers within ``timeout``."""
         try:
             socket.create_connection((self.host, self.port), timeout=timeout).close()
         except ConnectionRefusedError as e:
@@ -204,6 +210,12 @@ class StoreHost:
                                        f"the connection: {e.strerror}") from None
         except OSError as e:
             raise NoAnswer(e) from None
+
+    def connect(self, timeout: float) -> Any:
+        """A fresh connection for the keeper, its requests bounded by ``timeout``. Raises
+        ``StoreConnectionError`` if nothing listens there any more (refused: the store is
+        gone), ``NoAnswer`` if it does not answer (yet)."""
+        self._probe(timeout)
         try:
             return StoreClient(self.host, self.port, timeout=timeout, connect_timeout=timeout,
                                secret=self._secret)

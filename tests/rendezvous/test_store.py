@@ -143,6 +143,22 @@ def test_lost_server_is_a_connection_error_naming_the_store():
         client.get("anything")
 
 
+def test_renewing_a_connection_to_a_store_that_is_gone_says_so_instead_of_retrying_the_connect():
+    """A finished agent whose exit barrier lost the store (its host died) closes the
+    rendezvous on a fresh connection: a refused connect there means the store is gone, not
+    still starting, and must not be retried for the whole bound (30 s held the agent's exit)."""
+    from harness.rendezvous._store_host import StoreHost
+
+    server = StoreServer("127.0.0.1", 0).start()
+    host = StoreHost("127.0.0.1", server.port, read_timeout=60.0, is_host=False)
+    host.open()
+    try:
+        server.stop()
+        with pytest.raises(StoreConnectionError, match=f"127.0.0.1:{server.port} refused the connection"):
+            host.renew(connect_within=60.0)
+    finally:
+        host.close()
+
 def test_port_in_use_fails_at_once():
     server = StoreServer("", 0).start()
     try:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.hosts import HostError, SlurmAllocation, slurm_spec
+from harness.hosts import HostError, SlurmAllocation, partition_size, slurm_spec
 from tests.slurm.lab import SlurmLab
 
 
@@ -55,8 +55,27 @@ def test_an_allocation_that_cannot_be_had_says_why_in_one_line(slurm_lab: SlurmL
     assert _jobs(slurm_lab) == []
 
 
+def test_more_nodes_than_the_partition_has_is_refused_at_once_saying_how_to_share_them(slurm_lab: SlurmLab):
+    """salloc would queue such a request until its wait ran out; sinfo says it can never be had."""
+    partition = partition_size(_spec(slurm_lab))
+    assert partition is not None and partition[1] == slurm_lab.nnodes
+    wanted = slurm_lab.nnodes + 5
+    with pytest.raises(HostError, match=rf"Slurm: the job needs {wanted} node\(s\) .* partition '{partition[0]}' has "
+                                        rf"{slurm_lab.nnodes}: set nodes = {slurm_lab.nnodes} .* in the Slurm file"):
+        SlurmAllocation(_spec(slurm_lab), nodes=wanted)
+    assert partition_size(_spec(slurm_lab, partition="nosuch")) is None  # salloc names the bad partition
+    assert _jobs(slurm_lab) == []
+
+
 @pytest.mark.slow  # it waits 2 s: the default run is at its 5-minute budget
 def test_a_request_no_nodes_answer_is_withdrawn(slurm_lab: SlurmLab):
-    with pytest.raises(HostError, match=r"Slurm: salloc of 9 node\(s\) got none within 2 s \(its request withdrawn\)"):
-        SlurmAllocation(_spec(slurm_lab), nodes=9, wait=2)  # more than the lab has: it would wait forever
-    assert _jobs(slurm_lab) == []
+    names = ",".join(slurm_lab.node_name(i) for i in range(slurm_lab.nnodes))
+    slurm_lab.run("scontrol", "update", f"nodename={names}", "state=drain", "reason=test")  # none can take a job
+    try:
+        withdrawn = r"Slurm: salloc of 1 node\(s\) got none within 2 s \(its request withdrawn\)"
+        with pytest.raises(HostError, match=withdrawn):
+            SlurmAllocation(_spec(slurm_lab), nodes=1, wait=2)
+        assert _jobs(slurm_lab) == []
+    finally:
+        slurm_lab.run("scontrol", "update", f"nodename={names}", "state=resume")
+        slurm_lab.wait_idle()

@@ -34,14 +34,17 @@ def _slurm_file(slurm_lab: SlurmLab, tmp_path: Path) -> Path:
 
 def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_path):
     slurm_file = _slurm_file(slurm_lab, tmp_path)
-    scenarios = ["scenarios/multi_node/node_failure.toml", "scenarios/network/flapping_link.toml"]
+    scenarios = ["scenarios/multi_node/node_failure.toml", "scenarios/network/flapping_link.toml",
+                 "scenarios/multi_node/shrink_to_minimum_and_grow_32_nodes.toml"]
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                            f"--elastic-slurm={slurm_file}", *scenarios], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
-    assert "1 passed, 1 skipped" in out, out[-3000:]
+    assert "1 passed, 2 skipped" in out, out[-3000:]
     assert "the nodes are on hosts, and [[fault]] kind='partition' is refused" in out and "needs netns" in out
+    assert (f"Slurm: the job needs 32 node(s) (one per node, up to nnodes' most) and partition 'lab' has "
+            f"{slurm_lab.nnodes}: set nodes = {slurm_lab.nnodes}") in out, out[-3000:]
     assert f"elastic: nodes in a Slurm allocation ({slurm_file})" in out
     assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
 
