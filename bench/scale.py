@@ -22,7 +22,8 @@ re-form and run their steps again, and the job ends. Measured, in the child:
 
 **Where the seconds go** (the tables after the main one): for the first round (from the
 start) and the recovery (from the fault), when the median and the last node or rank passed
-each milestone: node started, agent up and round formed (the timeline), worker forked (the
+each milestone: node started, agent up, change seen (a survivor's agent decided to re-form),
+workers stopped and round formed (the timeline), worker forked (the
 agent's ``worker_start``), script began, torch imported, gloo initialised and the first
 ``all_reduce`` returned (the worker's own stamps, ``scale_worker.py --stamps``). The step from
 one "last" to the next is what that phase cost on the critical path.
@@ -131,8 +132,8 @@ def child(nodes: int, nproc: int) -> None:
 
 
 #: the milestones of a round, in the order a node passes them: (name, where it is read)
-MILESTONES = ["node started", "agent up", "round formed", "worker forked", "script began", "torch imported",
-              "gloo initialised", "first all_reduce"]
+MILESTONES = ["node started", "agent up", "change seen", "workers stopped", "round formed", "worker forked",
+              "script began", "torch imported", "gloo initialised", "first all_reduce"]
 
 
 def phases(events: list[dict], stamps: list[dict], started: float, fault: float | None) -> dict[str, dict]:
@@ -152,6 +153,8 @@ def phases(events: list[dict], stamps: list[dict], started: float, fault: float 
         marks = {
             "node started": when("node_start"),
             "agent up": when("state", lambda e: e.get("state") == "INIT" and e.get("source") != "harness"),
+            "change seen": when("membership_change"),
+            "workers stopped": when("state", lambda e: e.get("state") == "STOPPED" and e.get("source") != "harness"),
             "round formed": when("rendezvous"),
             "worker forked": when("worker_start"),
             "script began": [s["began"] for s in stamps],

@@ -339,12 +339,11 @@ def _partition_too_small(spec: Any, max_nodes: int) -> str | None:
     file fixes the allocation's size (``nodes``) or names one to use (``job_id``)."""
     import os
 
-    from harness.hosts import partition_size, too_small
+    from harness.hosts import allocation_refusal
 
     if spec.nodes is not None or spec.job_id is not None or os.environ.get("SLURM_JOB_ID"):
         return None
-    size = partition_size(spec)
-    return too_small(size, max_nodes) if size is not None and size[1] < max_nodes else None
+    return allocation_refusal(spec, max_nodes)
 
 
 def _skip_without_requirements(requires: list[str]) -> None:

@@ -37,11 +37,10 @@ from harness.hosts._slurm import (
     SLURM_FIELDS,
     SlurmAllocation,
     SlurmSpec,
+    allocation_refusal,
     load_slurm,
-    partition_size,
     slurm_spec,
     stand_ins,
-    too_small,
 )
 from harness.hosts._spec import FIELDS, HostSpec, load_hosts, parse_host
 from harness.hosts._srun import SrunHost
@@ -52,5 +51,5 @@ __all__ = [
     "HostCommandError", "HostError", "HostKeyError", "HostPythonError", "HostSpec", "HostTimeout", "HostUnreachable",
     "RemoteInfo", "RemoteProcess", "SLURM_FIELDS", "SlurmAllocation", "SlurmSpec", "SrunHost", "SshHost",
     "check_event", "controller_version", "load_hosts", "measure_offset", "last_line", "load_slurm", "parse_host",
-    "partition_size", "too_small", "place", "refusal", "slurm_spec", "stand_ins", "SILENT_LINK_S",
+    "allocation_refusal", "place", "refusal", "slurm_spec", "stand_ins", "SILENT_LINK_S",
 ]

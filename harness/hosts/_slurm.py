@@ -37,8 +37,8 @@ from harness.hosts._errors import HostError
 from harness.hosts._spec import HostSpec, _absolute, _address, _capabilities, _Field, _label, _text, check_fields
 from harness.hosts._srun import SrunHost
 
-__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "load_slurm", "partition_size", "slurm_spec", "stand_ins",
-           "too_small"]
+__all__ = ["SlurmAllocation", "SlurmSpec", "SLURM_FIELDS", "allocation_refusal", "load_slurm", "slurm_spec",
+           "stand_ins"]
 
 #: how long a Slurm client may take (salloc waits for its nodes this long, by default)
 _CLIENT_S = 60.0
@@ -194,8 +194,13 @@ def partition_size(spec: SlurmSpec, env: Mapping[str, str] | None = None) -> tup
     return (wanted, counts[wanted]) if wanted is not None and wanted in counts else None
 
 
-def too_small(size: tuple[str, int], count: int) -> str:
-    """Why an allocation of ``count`` nodes cannot be had from a partition of ``size``."""
+def allocation_refusal(spec: SlurmSpec, count: int, env: Mapping[str, str] | None = None) -> str | None:
+    """Why an allocation of ``count`` nodes can never be had from ``spec``'s partition (it has
+    fewer: salloc would queue the request until its wait ran out), None where it can or
+    sinfo cannot say."""
+    size = partition_size(spec, env)
+    if size is None or size[1] >= count:
+        return None
     name, nodes = size
     return (f"Slurm: the job needs {count} node(s) (one per node, up to nnodes' most) and partition {name!r} "
             f"has {nodes}: set nodes = {nodes} (or fewer) in the Slurm file to share them (round robin), "
@@ -245,9 +250,9 @@ class SlurmAllocation:
                 *([f"--partition={spec.partition}"] if spec.partition else []),
                 *([f"--account={spec.account}"] if spec.account else []),
                 *([f"--time={spec.time_limit}"] if spec.time_limit else [])]
-        size = partition_size(spec, self.env)
-        if size is not None and size[1] < count:
-            raise HostError(too_small(size, count))
+        refusal = allocation_refusal(spec, count, self.env)
+        if refusal is not None:
+            raise HostError(refusal)
         try:
             proc = subprocess.Popen(self.client(*argv), env=self.env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -14,6 +14,7 @@ PUBLIC = {
     "RemoteInfo", "RemoteProcess", "SshHost", "check_event", "controller_version", "load_hosts", "measure_offset",
     "last_line", "parse_host", "place", "refusal", "SILENT_LINK_S",
     "SrunHost", "SLURM_FIELDS", "SlurmAllocation", "SlurmSpec", "slurm_spec", "load_slurm", "stand_ins",
+    "allocation_refusal",
 }
 #: what harness.hosts may import from the rest of harness (public names only)
 ALLOWED = ("harness.errors", "harness.procs", "harness.hosts")

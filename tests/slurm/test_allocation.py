@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from harness.hosts import HostError, SlurmAllocation, partition_size, slurm_spec
+from harness.hosts import HostError, SlurmAllocation, slurm_spec
+from harness.hosts._slurm import partition_size
 from tests.slurm.lab import SlurmLab
 
 
