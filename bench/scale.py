@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/scale.py                      # N = 8, 16, 32, 64, 128 x 1, and 16 x 4
     .venv/bin/python bench/scale.py --sizes 8x1 32x1 --runs 3 --no-torchrun
+    .venv/bin/python bench/scale.py --sizes 8x1 --jobs-in-a-row 30     # the controller's memory
 
 Each size runs in a fresh interpreter (``--child``), so each run pays the zygote's torch
 import as a user's first job does. A run is one ``harness.Cluster(nnodes="1:N")`` job of
@@ -25,8 +26,14 @@ start) and the recovery (from the fault), when the median and the last node or r
 each milestone: node started, agent up, change seen (a survivor's agent decided to re-form),
 workers stopped and round formed (the timeline), worker forked (the
 agent's ``worker_start``), script began, torch imported, gloo initialised and the first
-``all_reduce`` returned (the worker's own stamps, ``scale_worker.py --stamps``). The step from
+``all_reduce`` returned (the worker's own stamps, ``scale_worker.py --stamps``), then the end:
+the last step, ``destroy_process_group`` returned, the workers' exits, the agents' results
+and the ``JobResult``. The step from
 one "last" to the next is what that phase cost on the critical path.
+
+``--jobs-in-a-row K``: K such jobs one after another on one cluster (one interpreter), the
+controller's PSS after each: whether it grows per job (a timeline, a checker or a bus
+reader that keeps what a finished job left).
 
 torchrun (unless ``--no-torchrun``, where N x P <= ``--torchrun-max``): N agents on loopback
 with one c10d store (``--rdzv-backend=c10d``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), the
@@ -127,16 +134,18 @@ def child(nodes: int, nproc: int) -> None:
         "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
         "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
-        "phases": phases(events, stamps, started, fault),
+        "phases": phases(events, stamps, started, fault, ended),
     }), flush=True)
 
 
-#: the milestones of a round, in the order a node passes them: (name, where it is read)
+#: the milestones of a round, in the order a node passes them
 MILESTONES = ["node started", "agent up", "change seen", "workers stopped", "round formed", "worker forked",
-              "script began", "torch imported", "gloo initialised", "first all_reduce"]
+              "script began", "torch imported", "gloo initialised", "first all_reduce", "last step", "group destroyed",
+              "worker exited", "agent result", "job result"]
 
 
-def phases(events: list[dict], stamps: list[dict], started: float, fault: float | None) -> dict[str, dict]:
+def phases(events: list[dict], stamps: list[dict], started: float, fault: float | None,
+           ended: float) -> dict[str, dict]:
     """When the last node (or rank) passed each milestone, from ``started`` (the first round)
     and from the fault (the recovery): the difference of two consecutive ones is what that
     phase cost on the critical path. Worker milestones come from the worker's own stamps
@@ -157,10 +166,15 @@ def phases(events: list[dict], stamps: list[dict], started: float, fault: float 
             "workers stopped": when("state", lambda e: e.get("state") == "STOPPED" and e.get("source") != "harness"),
             "round formed": when("rendezvous"),
             "worker forked": when("worker_start"),
-            "script began": [s["began"] for s in stamps],
-            "torch imported": [s["imported"] for s in stamps],
-            "gloo initialised": [s["initialised"] for s in stamps],
-            "first all_reduce": [s["first_reduce"] for s in stamps],
+            "script began": [s["began"] for s in stamps if "began" in s],
+            "torch imported": [s["imported"] for s in stamps if "imported" in s],
+            "gloo initialised": [s["initialised"] for s in stamps if "initialised" in s],
+            "first all_reduce": [s["first_reduce"] for s in stamps if "first_reduce" in s],
+            "last step": when("step", lambda e: e.get("step") == STEPS),
+            "group destroyed": [s["destroyed"] for s in stamps if "destroyed" in s],
+            "worker exited": when("worker_exit", lambda e: e.get("exitcode") == 0),
+            "agent result": when("result"),
+            "job result": [ended],
         }
         row = {}
         for mark in MILESTONES:
@@ -169,6 +183,46 @@ def phases(events: list[dict], stamps: list[dict], started: float, fault: float 
                 row[mark] = {"median": times[len(times) // 2], "last": times[-1], "count": len(times)}
         out[name] = row
     return out
+
+
+def child_in_a_row(nodes: int, nproc: int, jobs: int) -> None:
+    """``jobs`` jobs one after another on one cluster in this interpreter (each with its node
+    loss); prints one JSON line: the controller's PSS after each (does it grow per job?)."""
+    from harness import Cluster, WorkerState
+    from harness.faults import AtStep, NodeKill, ScheduledFault
+
+    me = os.getpid()
+    series, failed = [], 0
+    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
+        for _ in range(jobs):
+            job = cluster.launch(WORKER, "--steps", str(STEPS))
+            job.schedule([ScheduledFault(NodeKill(node=nodes - 1), AtStep(step=KILL_AT, rank=0))])
+            result = job.wait(timeout=600)
+            failed += result.state.value != WorkerState.SUCCEEDED.value
+            series.append(pss_kb(me) / 1024)
+    print(json.dumps({"nodes": nodes, "nproc": nproc, "pss_mb": series, "failed": failed}), flush=True)
+
+
+def in_a_row(size: str, jobs: int, timeout: float) -> None:
+    """The controller's memory over ``jobs`` jobs in a row: PSS after the first, the 10th,
+    the last, and the growth per job after the first ten (least squares)."""
+    nodes, nproc = (int(x) for x in size.split("x"))
+    out = subprocess.run([sys.executable, __file__, "--child-in-a-row", str(nodes), str(nproc), str(jobs)],
+                         capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith("{")), None)
+    if line is None:
+        print(f"{size} x {jobs} jobs: no result (rc={out.returncode}): {out.stderr.strip()[-300:]}")
+        return
+    run = json.loads(line)
+    pss = run["pss_mb"]
+    tail = list(enumerate(pss))[10:] or list(enumerate(pss))
+    mx = sum(i for i, _ in tail) / len(tail)
+    my = sum(v for _, v in tail) / len(tail)
+    den = sum((i - mx) ** 2 for i, _ in tail)
+    slope_kb = 1024 * sum((i - mx) * (v - my) for i, v in tail) / den if den else 0.0
+    print_table(["N x P", "jobs", "failed", "PSS after job 1", "after job 10", "after the last", "growth / job"],
+                [[size, str(len(pss)), str(run["failed"]), f"{pss[0]:.1f} MB", f"{pss[min(9, len(pss) - 1)]:.1f} MB",
+                  f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
 
 
 def run_child(nodes: int, nproc: int, timeout: float) -> dict:
@@ -233,9 +287,18 @@ def main() -> None:
     parser.add_argument("--no-torchrun", action="store_true")
     parser.add_argument("--torchrun-max", type=int, default=32, help="largest N x P torchrun runs at (memory)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--jobs-in-a-row", type=int, default=0, metavar="K",
+                        help="instead: K jobs in a row on one cluster of the first --sizes size (the controller's PSS)")
+    parser.add_argument("--child-in-a-row", nargs=3, type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
         child(*opts.child)
+        return
+    if opts.child_in_a_row:
+        child_in_a_row(*opts.child_in_a_row)
+        return
+    if opts.jobs_in_a_row:
+        in_a_row(opts.sizes[0], opts.jobs_in_a_row, opts.timeout * opts.jobs_in_a_row)
         return
     rows, fits, phase_rows = [], [], []
     for size in opts.sizes:

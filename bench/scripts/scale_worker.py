@@ -4,7 +4,8 @@ the harness (``harness.report_step``), ``--step-time`` s apart; destroy, exit 0.
 ``--stamps DIR`` writes one JSON line per worker to ``DIR/<rank>-<pid>.json``: when the script
 began, when ``init_process_group`` returned and when the first ``all_reduce`` did
 (``time.monotonic()``, one clock for every process of the machine), so the bench can say how
-long gloo's connection mesh took apart from the rest of the start."""
+long gloo's connection mesh took apart from the rest of the start; and ``end-<rank>-<pid>.json``
+once ``destroy_process_group`` returned (when the steps ended and when the group was gone)."""
 import argparse
 import json
 import os
@@ -39,4 +40,9 @@ for step in range(1, opts.steps + 1):
                            "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}, fp)
     harness.report_step(step)
     time.sleep(opts.step_time)
+stepped = time.monotonic()
+rank = dist.get_rank()
 dist.destroy_process_group()
+if opts.stamps:
+    with open(os.path.join(opts.stamps, f"end-{rank}-{os.getpid()}.json"), "w") as fp:
+        json.dump({"rank": rank, "stepped": stepped, "destroyed": time.monotonic()}, fp)

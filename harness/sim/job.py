@@ -106,6 +106,9 @@ class Job:
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage, self.slurm]  # heal ends them
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.close_warnings: list[Warning] = []  # unhealed faults: Cluster.close warns once all is closed
+        #: what would not die when the cluster released the finished job (None: not released;
+        #: ``Cluster.launch`` releases the finished ones, ``Cluster.close`` says what is here)
+        self.released: list[str] | None = None
 
     # -- nodes ---------------------------------------------------------------------------
 

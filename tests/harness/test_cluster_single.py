@@ -112,3 +112,33 @@ def test_a_pools_zygote_learns_a_workers_imports_at_its_first_step_and_preloads_
                 break
         else:
             pytest.fail(f"the pool's zygote never preloaded {name}")
+
+
+def test_jobs_in_a_row_hold_one_jobs_resources_and_a_finished_job_still_answers(warm_pool):
+    """A cluster that runs jobs one after another releases each finished job when it
+    launches the next: its threads and descriptors go (they stayed until the close: a few
+    dozen jobs in a row ran out of descriptors), its events leave memory and are read back
+    from its file when asked, and its result, timeline and invariants answer as before."""
+    import os
+    import threading
+
+    def held(run_id: str) -> list[str]:
+        return [t.name for t in threading.enumerate() if run_id in t.name]
+
+    with Cluster(pool=warm_pool, nnodes=1, nproc_per_node=2, max_restarts=1) as cluster:
+        first = cluster.launch(workers.crash_first_attempt)
+        assert first.wait(timeout=60).state == WorkerState.SUCCEEDED
+        states, steps, events = first.timeline.states(0), first.timeline.world_sizes(), len(first.timeline.events())
+        assert held(first.run_id)  # its bus reader and fault scheduler, while nothing came after it
+        counts = []
+        for _ in range(3):
+            job = cluster.launch(workers.crash_first_attempt)
+            assert job.wait(timeout=60).state == WorkerState.SUCCEEDED
+            counts.append((threading.active_count(), len(os.listdir("/proc/self/fd"))))
+        assert held(first.run_id) == [] and first.released == []
+        assert counts[-1] == counts[0], counts  # flat: one job's threads and descriptors, not one per job
+        assert first.timeline._events == []  # forgotten until asked
+        assert first.timeline.states(0) == states and first.timeline.world_sizes() == steps
+        assert len(first.timeline.events()) == events
+        assert first.result().return_values == {0: "attempt 1", 1: "attempt 1"}
+        assert first.invariant_problems() == []

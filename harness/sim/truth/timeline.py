@@ -107,6 +107,7 @@ class Timeline:
         self._offset = 0
         self._partial = b""
         self._fd: int | None = None  # kept open while live (``close``): one pread per refresh
+        self._read_once = False  # ``forget`` was called: the next read takes the whole file, then closes
         self._listeners: list[Callable[[], None]] = []
 
     def add_listener(self, listener: Callable[[], None]) -> None:
@@ -130,6 +131,18 @@ class Timeline:
                 os.close(self._fd)
                 self._fd = -1  # closed for good: no more reads
 
+    def forget(self) -> None:
+        """Let go of the events read so far (a finished job's, once the cluster moved on):
+        the next query reads them again from the file, so a cluster running jobs in a row
+        keeps one job's events in memory, not every job's."""
+        with self._lock:
+            if self._fd is not None and self._fd >= 0:
+                os.close(self._fd)
+            self._fd, self._read_once = None, True
+            self._offset, self._partial = 0, b""
+            self._events, self._by_kind, self._steps = [], {}, {}
+            self._rounds, self._unplaced, self._known, self._labels = {}, {}, {}, {}
+
     def _read_chunk(self) -> bytes:
         if self._fd is None:
             try:
@@ -142,6 +155,9 @@ class Timeline:
         while True:
             part = os.pread(self._fd, 1 << 20, self._offset + sum(map(len, parts)))
             if not part:
+                if self._read_once:  # forgotten: the file is whole, read back in one go
+                    os.close(self._fd)
+                    self._fd = -1
                 return b"".join(parts)
             parts.append(part)
 

@@ -4,7 +4,8 @@ A 2-layer GPT-2 made from a config (random weights, nothing downloaded) learns a
 language-model task on CPU with gloo: ``accelerator.prepare``, ``accelerator.backward``,
 ``accelerator.log`` every step, ``accelerator.save_state`` every ``--save-steps`` into
 ``--ckpt-dir``/``step-N`` and, at start, ``load_state`` of the newest whole one there and
-``skip_first_batches`` past the steps it holds. Run it under torchrun, ``elastic-run`` or the
+``skip_first_batches`` past the steps it holds; ``--step-time`` paces the steps (a node added
+mid-run must land while the run still trains). Run it under torchrun, ``elastic-run`` or the
 harness.
 
     python accelerate_loop.py --steps 30 --save-steps 5 --ckpt-dir /tmp/ckpt
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=5)
     parser.add_argument("--ckpt-dir", required=True)
     parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--step-time", type=float, default=0.0, help="seconds each step lasts at least")
     opts = parser.parse_args()
     accelerator = ElasticAccelerator(cpu=True)
     torch.manual_seed(0)
@@ -64,6 +66,7 @@ def main() -> None:
     for (tokens,) in batches:
         if step >= opts.steps:
             break
+        time.sleep(opts.step_time)
         loss = model(input_ids=tokens, labels=tokens).loss
         accelerator.backward(loss)
         optimizer.step()
