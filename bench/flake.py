@@ -324,9 +324,10 @@ def _end(proc: subprocess.Popen[bytes], first: int, grace: float) -> None:
 def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float,
              grace: float = INTERRUPT_GRACE_S) -> tuple[int, float, str, bool]:
     """Run ``cmd`` from the repo root in its own session, output (stdout and stderr, in
-    order) to a temp file: (returncode, wall seconds, output, timed out). On timeout the
-    run's processes are SIGKILLed; on Ctrl-C or any other exception pytest gets SIGINT
-    (it tears its clusters down) and ``grace`` seconds before that."""
+    order) to a temp file: (returncode, wall seconds, output, timed out). On timeout, Ctrl-C
+    or any other exception pytest gets SIGINT (it tears its clusters down) and ``grace``
+    seconds before its processes are SIGKILLed; after a timeout, what a SIGKILLed run left
+    (network namespaces, cgroups) is swept at once, not by the next run's start."""
     with tempfile.TemporaryFile() as out:
         started = time.monotonic()
         proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -336,13 +337,26 @@ def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float,
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _end(proc, signal.SIGKILL, 0.0)
+            _end(proc, signal.SIGINT, grace)  # pytest closes its clusters, then what is left is killed
+            _sweep_killed_owners()
         except BaseException:
             _end(proc, signal.SIGINT, grace)
             raise
         wall = time.monotonic() - started
         out.seek(0)
         return proc.returncode, wall, out.read().decode(errors="replace"), timed_out
+
+
+def _sweep_killed_owners() -> None:
+    """Remove the network namespaces and cgroups whose owner process is dead (a run killed
+    before its clusters closed): each says so on stderr."""
+    sys.path.insert(0, str(ROOT))
+    from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
+    from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
+
+    for what, sweep in (("network namespace", sweep_namespaces), ("cgroup", sweep_cgroups)):
+        for name in sweep():
+            print(f"flake: removed the killed run's {what} {name}", file=sys.stderr)
 
 
 @contextlib.contextmanager

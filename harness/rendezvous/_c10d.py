@@ -138,6 +138,11 @@ class C10dSettings:
     #: how many nodes the launcher started at once (0: unknown): the first round closes as
     #: soon as they are all in (``_round.RoundRules.first_round_nodes``)
     first_round_nodes: int = 0
+    #: how long a node lets the state settle after a change before it reads it again (0:
+    #: at once): a round that N nodes join changes N times, and each of its waiters (and
+    #: each keeper) read the whole state, which grows with N, on every change: N^3 bytes a
+    #: round. Settling lets a burst of joins be read once (the harness sets it past 16 nodes)
+    settle_time: float = 0.0
 
     @classmethod
     def from_params(cls, params: RendezvousParameters) -> C10dSettings:
@@ -168,6 +173,10 @@ class C10dSettings:
         if first_round_nodes is None or first_round_nodes < 0:
             raise ConfigError("first_round_nodes", params.get("first_round_nodes"), "must be an int >= 0",
                               "--rdzv-conf")
+        settle = params.get_as_float("settle_time", 0.0)
+        if settle is None or not 0 <= settle <= 1.0:
+            raise ConfigError("settle_time", params.get("settle_time"), "must be a number of seconds in 0..1",
+                              "--rdzv-conf")
         return cls(
             join_timeout=positive("join_timeout", cls.join_timeout),
             last_call_timeout=positive("last_call_timeout", cls.last_call_timeout),
@@ -178,6 +187,7 @@ class C10dSettings:
             is_host=params.get_as_bool("is_host", None),
             max_lease=max_lease,
             first_round_nodes=first_round_nodes,
+            settle_time=settle,
         )
 
 
@@ -213,7 +223,7 @@ class C10dRendezvousHandler(RendezvousHandler):
             poll=2 * s.keep_alive_interval, first_round_nodes=s.first_round_nodes), clock)
         self._keeper = Keeper(self._store, self._keys, self._node, self._name, KeeperSettings(
             keep_alive_interval=s.keep_alive_interval, heartbeat_timeout=s.heartbeat_timeout,
-            join_timeout=s.join_timeout, max_lease=s.max_lease), params.max_nodes, clock)
+            join_timeout=s.join_timeout, max_lease=s.max_lease, settle_time=s.settle_time), params.max_nodes, clock)
         self._started: bool | None = None  # None: not yet; False: the start failed
         self._client_fences = 0  # fences the main connection has been renewed after
         self._running_restarts = 0  # the job's restart count in the round this node runs
@@ -290,11 +300,18 @@ class C10dRendezvousHandler(RendezvousHandler):
         return True
 
     def _wait_change(self, seq: int, timeout: float) -> None:
+        """Block up to ``timeout`` s for the state after ``seq``; when it came, let it settle
+        (``settle_time``, within the same bound) so that a burst of changes is read once."""
+        began = time.monotonic()
         try:
             self._client.wait([self._keys.seq(seq + 1)], max(timeout, 0.001))
         except StoreTimeoutError:
             if not getattr(self._client, "connected", True):
                 raise  # not even the cancel was answered: the store is silent
+            return
+        settle = min(self._settings.settle_time, timeout - (time.monotonic() - began))
+        if settle > 0:
+            time.sleep(settle)
 
     # -- the handler API ----------------------------------------------------------------
 

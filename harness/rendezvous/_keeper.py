@@ -56,6 +56,7 @@ class KeeperSettings:
     heartbeat_timeout: float
     join_timeout: float
     max_lease: float = 0.0  # the longest silence a lease may grow to (0: heartbeat_timeout)
+    settle_time: float = 0.0  # how long a look waits after news, so a burst of changes is read once
 
 
 class Keeper:
@@ -337,6 +338,10 @@ class Keeper:
                     except StoreTimeoutError:
                         if not getattr(client, "connected", True):
                             raise  # not even the cancel was answered
+                    else:  # news: let a burst of changes settle (``settle_time``) before the look
+                        settle = min(s.settle_time, self._beat_began + s.keep_alive_interval - time.monotonic())
+                        if settle > 0:
+                            self._stopped.wait(settle)
                     self._answered()  # news, or the cancel of a wait without news
                 except StoreTimeoutError as e:
                     client.close()

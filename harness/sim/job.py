@@ -97,8 +97,7 @@ class Job:
         #: long a kill waits for the agent it killed to be reaped)
         self.ledger = NodeLedger(self.nodes, self.timeline, self.harness_events, self.bus)
         self._rdzv: dict[str, Any] | None = None
-        #: the rendezvous store the harness runs for the job (None: one node hosts its own)
-        self.store: StoreHandle | None = None
+        self.store: StoreHandle | None = None  # the rendezvous store the harness runs (None: a node hosts it)
         self.net: Network = None  # type: ignore[assignment]  # built with the first node (the store's too)
         self.processes = ProcessFaults(self, place.orders)  # the parts: each what it needs of the place
         self.network, self.resources = NetworkFaults(self, lambda: place.network), ResourceFaults(self, place.cgroups)
@@ -106,9 +105,7 @@ class Job:
         self.lasting: list[LastingFaults] = [self.network, self.resources, self.storage, self.slurm]  # heal ends them
         self.killed_nodes: set[int] = set()  # nodes whose agents terminate() had to SIGKILL
         self.close_warnings: list[Warning] = []  # unhealed faults: Cluster.close warns once all is closed
-        #: what would not die when the cluster released the finished job (None: not released;
-        #: ``Cluster.launch`` releases the finished ones, ``Cluster.close`` says what is here)
-        self.released: list[str] | None = None
+        self.released: list[str] | None = None  # what would not die at the release of the finished job (None: not yet)
 
     # -- nodes ---------------------------------------------------------------------------
 

@@ -80,6 +80,8 @@ def test_agent_refuses_pickled_state_with_a_clear_error():
     ("join_timeout=soon", "must be a number"),
     ("first_round_nodes=-1", "must be an int >= 0"),
     ("first_round_nodes=all", "must be an integer"),
+    ("settle_time=-0.1", "must be a number of seconds in 0..1"),
+    ("settle_time=5", "must be a number of seconds in 0..1"),
 ])
 def test_bad_rdzv_conf_is_a_one_line_error(conf, message):
     out = run_elastic(*c10d_args(free_port(), "2", "conf", f"--rdzv-conf={conf}"), ENV_DUMP)

@@ -47,3 +47,19 @@ def test_sigterm_leaves_no_temp_dir(tmp_path):
     assert bench.returncode == 130, out
     assert "interrupted after 0 run(s)" in out
     assert list(temp.iterdir()) == []
+
+
+def test_a_run_past_its_timeout_is_interrupted_first_so_pytest_closes_what_it_started(tmp_path):
+    """A run killed at once (SIGKILL) closed none of its clusters: their namespaces and
+    cgroups waited for the next start's sweep. Past ``--timeout`` the run's pytest gets
+    SIGINT and the grace first (its teardown runs: the log shows the interrupt), and what a
+    killed run still left is swept then."""
+    (tmp_path / "test_waits.py").write_text("import time\n\ndef test_waits():\n    time.sleep(60)\n")
+    logs = tmp_path / "logs"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "flake.py"), "--runs", "1", "--timeout", "6",
+                           "--interrupt-grace", "5", "--pytest-args", f"{tmp_path / 'test_waits.py'} -n 0",
+                           "--logs", str(logs)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "(whole run) (hang)" in out, out
+    kept = "".join(p.read_text() for p in logs.rglob("*") if p.is_file())
+    assert "KeyboardInterrupt" in kept, kept[-2000:]

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from harness.rendezvous import HEARTBEAT_TIMEOUT, KEEP_ALIVE_INTERVAL
 from harness.sim.config import ClusterConfig
-from harness.sim.nodes.start import FIRST_ROUND_LAST_CALL_PER_NODE, KEEP_ALIVE_NODES, launch_fields
+from harness.sim.nodes.start import (
+    FIRST_ROUND_LAST_CALL_PER_NODE,
+    KEEP_ALIVE_NODES,
+    SETTLE_MAX,
+    SETTLE_PER_NODE,
+    launch_fields,
+)
 
 RDZV = {"backend": "c10d", "endpoint": "127.0.0.1:29400", "configs": {}}
 
@@ -29,6 +35,14 @@ def test_many_nodes_get_a_longer_last_call_and_a_slower_keep_alive():
                                                                         round(HEARTBEAT_TIMEOUT * scale, 3))
     assert (got["keep_alive_interval"], got["heartbeat_timeout"]) == (0.8, 6.4)  # 128 nodes: 8x the defaults
     assert "keep_alive_interval" not in configs(f"1:{KEEP_ALIVE_NODES}", KEEP_ALIVE_NODES)
+
+
+def test_past_sixteen_nodes_the_state_settles_before_it_is_read_again_in_proportion_up_to_a_bound():
+    """A round that N nodes join changes N times; without settling each waiter and keeper
+    reads the whole state on every change. Small jobs read at once, as torch's agents do."""
+    assert "settle_time" not in configs(f"1:{KEEP_ALIVE_NODES}", KEEP_ALIVE_NODES)
+    assert configs("1:32", 32)["settle_time"] == round(SETTLE_PER_NODE * (32 - KEEP_ALIVE_NODES), 3) == 0.016
+    assert configs("1:128", 128)["settle_time"] == SETTLE_MAX == 0.1
 
 
 def test_the_users_rdzv_conf_wins():

@@ -208,6 +208,12 @@ FIRST_ROUND_LAST_CALL_PER_NODE = 0.1
 #: round). The interval and the heartbeat timeout grow in proportion past it; a dead process is
 #: still seen at once (its liveness socket closes), only a silent node takes longer to judge
 KEEP_ALIVE_NODES = 16
+#: past those nodes, a node lets the rendezvous state settle this long per further node
+#: (``settle_time``) before it reads it again after a change, up to ``SETTLE_MAX``: a round
+#: that 128 nodes join changed 128 times, and every waiter and keeper read the whole state
+#: (some 25 KB) on each change
+SETTLE_PER_NODE = 0.001
+SETTLE_MAX = 0.1
 
 
 def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mapping[str, Any], name: str,
@@ -224,7 +230,8 @@ def launch_fields(settings: ClusterConfig, run_id: str, index: int, rdzv: Mappin
     if settings.max_nodes > KEEP_ALIVE_NODES:
         scale = settings.max_nodes / KEEP_ALIVE_NODES
         ours.update(keep_alive_interval=round(KEEP_ALIVE_INTERVAL * scale, 3),
-                    heartbeat_timeout=round(HEARTBEAT_TIMEOUT * scale, 3))
+                    heartbeat_timeout=round(HEARTBEAT_TIMEOUT * scale, 3),
+                    settle_time=round(min(SETTLE_MAX, SETTLE_PER_NODE * (settings.max_nodes - KEEP_ALIVE_NODES)), 3))
     return {
         "min_nodes": settings.min_nodes, "max_nodes": settings.max_nodes,
         "nproc_per_node": settings.nproc_per_node, "run_id": run_id, "role": "default",
