@@ -1,0 +1,121 @@
+"""torch alone under a simulated job's start: N ranks' gloo process group on this machine with
+torch's own store, and no launcher, agent or harness at all.
+
+    .venv/bin/python bench/gloo_floor.py                 # N = 8, 32, 64, 128
+    .venv/bin/python bench/gloo_floor.py --sizes 128 --runs 3
+
+One interpreter imports torch, starts torch's own ``TCPStore`` in a process of its own and
+waits until it listens, then forks N ranks (fork: no rank imports anything); each makes
+a store client, ``init_process_group("gloo")`` (every pair of ranks connects: N(N-1)/2
+connections), one ``all_reduce``, ``destroy_process_group`` and exits. Measured: the last
+fork, the last rank initialised, the last ``all_reduce`` returned, the last rank destroyed,
+every rank reaped (s from the first fork). It is the torch side of ``bench/scale.py``'s
+sizes where torchrun cannot run (128 agents each importing torch do not fit in this
+machine's memory): the worker-forked-to-gloo-initialised part of a round, done by torch
+alone. Measured here, torch's store takes a step of about 5 s from 32 ranks on, which a
+simulated job's store does not: this is a comparison, not a floor under ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import median, print_table  # noqa: E402
+
+
+def _store(port: int) -> subprocess.Popen[bytes]:
+    """torch's TCPStore, serving in a process of its own until killed."""
+    code = ("import time, torch.distributed as d\n"
+            f"s = d.TCPStore('127.0.0.1', {port}, 1, True, wait_for_workers=False)\n"
+            "time.sleep(3600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("torch's TCPStore did not listen within 60 s")
+
+
+def one_run(ranks: int) -> dict[str, float]:
+    """Fork ``ranks`` ranks of one gloo group; when the last passed each milestone."""
+    import torch
+    import torch.distributed as dist
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = _store(port)
+    stamps = tempfile.mkdtemp(prefix="gloo-floor-")
+    try:
+        began = time.monotonic()
+        pids = []
+        for rank in range(ranks):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    client = dist.TCPStore("127.0.0.1", port, ranks, False)
+                    dist.init_process_group("gloo", store=client, rank=rank, world_size=ranks)
+                    initialised = time.monotonic()
+                    value = torch.ones(1)
+                    dist.all_reduce(value)
+                    reduced = time.monotonic()
+                    dist.destroy_process_group()
+                    Path(stamps, str(rank)).write_text(f"{initialised} {reduced} {time.monotonic()}")
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        forked = time.monotonic()
+        failed = sum(os.waitpid(pid, 0)[1] != 0 for pid in pids)
+        reaped = time.monotonic()
+        rows = [[float(x) for x in Path(stamps, name).read_text().split()] for name in os.listdir(stamps)]
+    finally:
+        store.kill()
+        store.wait()
+        for name in os.listdir(stamps):
+            os.unlink(os.path.join(stamps, name))
+        os.rmdir(stamps)
+    if failed or len(rows) != ranks:
+        return {"failed": float(failed or ranks - len(rows))}
+    return {"forked": forked - began, "initialised": max(r[0] for r in rows) - began,
+            "reduced": max(r[1] for r in rows) - began, "destroyed": max(r[2] for r in rows) - began,
+            "reaped": reaped - began, "failed": 0.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[8, 32, 64, 128])
+    parser.add_argument("--runs", type=int, default=2, help="runs per size (default 2; medians)")
+    opts = parser.parse_args()
+    rows = []
+    for ranks in opts.sizes:
+        runs = [one_run(ranks) for _ in range(opts.runs)]
+        good = [r for r in runs if not r["failed"]]
+
+        def med(key: str, good: list[dict[str, float]] = good) -> str:
+            return f"{median([r[key] for r in good]):.2f} s" if good else "-"
+
+        rows.append([str(ranks), med("forked"), med("initialised"), med("reduced"), med("destroyed"), med("reaped"),
+                     str(len(runs) - len(good))])
+        print(f"{ranks} ranks: {runs}", file=sys.stderr, flush=True)
+    print_table(["ranks", "last forked", "last initialised", "last all_reduce", "last destroyed", "all reaped",
+                 "failed"], rows)
+
+
+if __name__ == "__main__":
+    main()
