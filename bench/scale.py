@@ -80,7 +80,7 @@ def child(nodes: int, nproc: int) -> None:
     from harness import Cluster, WorkerState
     from harness.faults import AtStep, NodeKill, ScheduledFault
 
-    stats_dir = tempfile.mkdtemp(prefix="scale-")
+    stats_dir = os.environ["SCALE_STATS_DIR"]  # the parent's: it removes it, however this child ends
     stats = os.path.join(stats_dir, "served.json")
     stamps_dir = os.path.join(stats_dir, "stamps")
     os.mkdir(stamps_dir)
@@ -125,7 +125,6 @@ def child(nodes: int, nproc: int) -> None:
     except (OSError, ValueError, KeyError):
         served = {}
     stamps = [json.loads(Path(stamps_dir, name).read_text()) for name in os.listdir(stamps_dir)]
-    shutil.rmtree(stats_dir, ignore_errors=True)
     print(json.dumps({
         "store_ops": sum(served.values()), "store_ops_per_round": sum(served.values()) / max(len(rounds), 1),
         "served": served,
@@ -226,8 +225,19 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
 
 
 def run_child(nodes: int, nproc: int, timeout: float) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc)], capture_output=True,
-                         text=True, timeout=timeout, cwd=ROOT)
+    stats_dir = tempfile.mkdtemp(prefix="scale-")
+    try:
+        out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc)], capture_output=True,
+                             text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "SCALE_STATS_DIR": stats_dir})
+    except subprocess.TimeoutExpired:  # the child was SIGKILLed: what its clusters held goes now
+        from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
+        from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
+
+        sweep_namespaces()
+        sweep_cgroups()
+        return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"no result within {timeout:g} s"}
+    finally:
+        shutil.rmtree(stats_dir, ignore_errors=True)
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
             return json.loads(line)
