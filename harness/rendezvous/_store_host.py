@@ -191,8 +191,8 @@ class StoreHost:
         the stream may be out of step, or it went stale during a fence), connecting within
         ``connect_within`` s (default: the read timeout). Raises ``StoreConnectionError`` at
         once if nothing listens there any more: the store this agent reached before is gone
-        (its host died), and retrying a refused connect for ``connect_within`` — what a
-        store still starting up needs — only held a finished agent's exit that long."""
+        (its host died). Retrying a refused connect is for a store still starting up; here
+        it would only hold, for ``connect_within``, a finished agent's exit."""
         try:
             self._probe(min(connect_within if connect_within is not None else self._read_timeout, 1.0))
         except NoAnswer:

@@ -187,10 +187,10 @@ class Cluster:
     def _release_finished(self) -> None:
         """End what every finished job still holds (its threads, descriptors, namespaces,
         mounts, cgroups) before the next starts: a cluster that runs jobs in a row then holds
-        one job's resources, not all of theirs (each finished job kept three threads and
-        some twenty descriptors until the close: a few dozen jobs in a row ran out of file
-        descriptors). Its timeline (re-read from its file when asked), result and verdicts
-        stay; what it leaves unhealed or alive is said at the close, as before."""
+        one job's resources, not all of theirs (else each finished job would keep three
+        threads and some twenty descriptors to the close, and a few dozen jobs in a row would
+        run out of descriptors). Its timeline (re-read from its file when asked), result and
+        verdicts stay; what it left unhealed or alive is said at the close."""
         for job in self.jobs:
             if job.released is not None or not job.finished():
                 continue

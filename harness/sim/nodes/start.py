@@ -210,8 +210,8 @@ FIRST_ROUND_LAST_CALL_PER_NODE = 0.1
 KEEP_ALIVE_NODES = 16
 #: past those nodes, a node lets the rendezvous state settle this long per further node
 #: (``settle_time``) before it reads it again after a change, up to ``SETTLE_MAX``: a round
-#: that 128 nodes join changed 128 times, and every waiter and keeper read the whole state
-#: (some 25 KB) on each change
+#: that 128 nodes join changes 128 times, and without it every waiter and keeper reads the
+#: whole state (some 25 KB) on each change
 SETTLE_PER_NODE = 0.001
 SETTLE_MAX = 0.1
 
