@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -193,6 +194,35 @@ def stdout_to(path: str) -> Iterator[None]:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(fd)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (probed, then closed: fine for one run's store)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """The least-squares slope of ``points`` (x, y); None with fewer than two distinct x."""
+    if len(points) < 2:
+        return None
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    den = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / den if den else None
+
+
+def sweep_killed_runs(said_by: str) -> None:
+    """Remove the network namespaces and cgroups of the project's whose owner process is dead
+    (a run the bench killed before its clusters closed), each said on stderr as ``said_by``."""
+    sys.path.insert(0, str(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
+    from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
+
+    for what, sweep in (("network namespace", sweep_namespaces), ("cgroup", sweep_cgroups)):
+        for name in sweep():
+            print(f"{said_by}: removed the killed run's {what} {name}", file=sys.stderr)
 
 
 def process_tree(roots: Sequence[int]) -> set[int]:

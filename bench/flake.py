@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from _common import isolate_tmpdir, median, print_table  # noqa: E402
+from _common import isolate_tmpdir, median, print_table, sweep_killed_runs  # noqa: E402
 
 #: the temp root before ``isolate_tmpdir`` moves TMPDIR: a run's own temp dir goes straight
 #: under it, not two levels down (see ``run_tmpdir``)
@@ -338,25 +338,13 @@ def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float,
         except subprocess.TimeoutExpired:
             timed_out = True
             _end(proc, signal.SIGINT, grace)  # pytest closes its clusters, then what is left is killed
-            _sweep_killed_owners()
+            sweep_killed_runs("flake")
         except BaseException:
             _end(proc, signal.SIGINT, grace)
             raise
         wall = time.monotonic() - started
         out.seek(0)
         return proc.returncode, wall, out.read().decode(errors="replace"), timed_out
-
-
-def _sweep_killed_owners() -> None:
-    """Remove the network namespaces and cgroups whose owner process is dead (a run killed
-    before its clusters closed): each says so on stderr."""
-    sys.path.insert(0, str(ROOT))
-    from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
-    from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
-
-    for what, sweep in (("network namespace", sweep_namespaces), ("cgroup", sweep_cgroups)):
-        for name in sweep():
-            print(f"flake: removed the killed run's {what} {name}", file=sys.stderr)
 
 
 @contextlib.contextmanager

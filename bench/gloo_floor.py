@@ -30,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import median, print_table  # noqa: E402
+from _common import free_port, median, print_table  # noqa: E402
 
 
 def _store(port: int) -> subprocess.Popen[bytes]:
@@ -55,9 +55,7 @@ def one_run(ranks: int) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     store = _store(port)
     stamps = tempfile.mkdtemp(prefix="gloo-floor-")
     try:

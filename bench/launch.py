@@ -15,7 +15,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from _common import (  # noqa: E402
     fmt_mb,
     fmt_ratio,
     fmt_s,
+    free_port,
     isolate_tmpdir,
     median,
     print_table,
@@ -83,12 +83,6 @@ NO_DESTROY = Path(__file__).resolve().parents[1] / "tests" / "scripts" / "no_des
 ABORTED = re.compile(r"exitcode\s*:\s*-6\b|SIGABRT")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def abort_soak(runs: int) -> int:
     """``runs`` runs of PyTorch's no-destroy launcher test under each launcher, alternating.
 
@@ -104,7 +98,7 @@ def abort_soak(runs: int) -> int:
     for i in range(runs):
         for name in (["ours", "torchrun"] if i % 2 == 0 else ["torchrun", "ours"]):
             cmd = [*LAUNCHERS[name], "--run-path", "--nnodes=1", "--nproc-per-node=4",
-                   "--master-addr=localhost", f"--master-port={_free_port()}",
+                   "--master-addr=localhost", f"--master-port={free_port()}",
                    "--monitor-interval=1", str(NO_DESTROY), "--init-method=env://"]
             sample = run_process(cmd, env=env, timeout=RUN_TIMEOUT_S)
             counts = tally[name]

@@ -54,19 +54,30 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from _common import PssPeak, fmt_s, median, print_table, process_tree, pss_kb  # noqa: E402
+from _common import (  # noqa: E402
+    PssPeak,
+    fmt_s,
+    free_port,
+    median,
+    print_table,
+    process_tree,
+    pss_kb,
+    slope,
+    stdout_to,
+    sweep_killed_runs,
+)
 
 WORKER = str(HERE / "scripts" / "scale_worker.py")
 DEFAULT_SIZES = ["8x1", "16x1", "32x1", "64x1", "128x1", "16x4"]
@@ -74,11 +85,18 @@ STEPS = 4
 KILL_AT = 2
 
 
+def lose_the_last_node(job: Any, nodes: int) -> Any:
+    """The run's fault: node N-1 SIGKILLed at rank 0's step ``KILL_AT``; the job's result."""
+    from harness.faults import AtStep, NodeKill, ScheduledFault
+
+    job.schedule([ScheduledFault(NodeKill(node=nodes - 1), AtStep(step=KILL_AT, rank=0))])
+    return job.wait(timeout=600)
+
+
 def child(nodes: int, nproc: int) -> None:
     """One run in this fresh interpreter; prints one JSON line."""
     started = time.monotonic()
     from harness import Cluster, WorkerState
-    from harness.faults import AtStep, NodeKill, ScheduledFault
 
     stats_dir = os.environ["SCALE_STATS_DIR"]  # the parent's: it removes it, however this child ends
     stats = os.path.join(stats_dir, "served.json")
@@ -89,17 +107,9 @@ def child(nodes: int, nproc: int) -> None:
     sampler = PssPeak(lambda: process_tree([me]) - {me}, period=0.25)  # the job's processes, all below this one
     sampler.start()
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
-        with open(os.devnull, "w") as devnull:
-            sys.stdout.flush()
-            saved = os.dup(1)
-            os.dup2(devnull.fileno(), 1)
-            try:
-                job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
-            finally:
-                os.dup2(saved, 1)
-                os.close(saved)
-        job.schedule([ScheduledFault(NodeKill(node=nodes - 1), AtStep(step=KILL_AT, rank=0))])
-        result = job.wait(timeout=600)
+        with stdout_to(os.devnull):
+            job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
+        result = lose_the_last_node(job, nodes)
         ended = time.monotonic()
         steps = job.timeline.steps()
         rounds = job.timeline.world_sizes()
@@ -188,15 +198,13 @@ def child_in_a_row(nodes: int, nproc: int, jobs: int) -> None:
     """``jobs`` jobs one after another on one cluster in this interpreter (each with its node
     loss); prints one JSON line: the controller's PSS after each (does it grow per job?)."""
     from harness import Cluster, WorkerState
-    from harness.faults import AtStep, NodeKill, ScheduledFault
 
     me = os.getpid()
     series, failed = [], 0
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
         for _ in range(jobs):
             job = cluster.launch(WORKER, "--steps", str(STEPS))
-            job.schedule([ScheduledFault(NodeKill(node=nodes - 1), AtStep(step=KILL_AT, rank=0))])
-            result = job.wait(timeout=600)
+            result = lose_the_last_node(job, nodes)
             failed += result.state.value != WorkerState.SUCCEEDED.value
             series.append(pss_kb(me) / 1024)
     print(json.dumps({"nodes": nodes, "nproc": nproc, "pss_mb": series, "failed": failed}), flush=True)
@@ -215,10 +223,7 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
     run = json.loads(line)
     pss = run["pss_mb"]
     tail = list(enumerate(pss))[10:] or list(enumerate(pss))
-    mx = sum(i for i, _ in tail) / len(tail)
-    my = sum(v for _, v in tail) / len(tail)
-    den = sum((i - mx) ** 2 for i, _ in tail)
-    slope_kb = 1024 * sum((i - mx) * (v - my) for i, v in tail) / den if den else 0.0
+    slope_kb = 1024 * (slope([(float(i), v) for i, v in tail]) or 0.0)
     print_table(["N x P", "jobs", "failed", "PSS after job 1", "after job 10", "after the last", "growth / job"],
                 [[size, str(len(pss)), str(run["failed"]), f"{pss[0]:.1f} MB", f"{pss[min(9, len(pss) - 1)]:.1f} MB",
                   f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
@@ -230,11 +235,7 @@ def run_child(nodes: int, nproc: int, timeout: float) -> dict:
         out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc)], capture_output=True,
                              text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "SCALE_STATS_DIR": stats_dir})
     except subprocess.TimeoutExpired:  # the child was SIGKILLed: what its clusters held goes now
-        from harness.sim.net.names import sweep_dead_owners as sweep_namespaces
-        from harness.sim.resources.cgroups import sweep_dead_owners as sweep_cgroups
-
-        sweep_namespaces()
-        sweep_cgroups()
+        sweep_killed_runs("scale")
         return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"no result within {timeout:g} s"}
     finally:
         shutil.rmtree(stats_dir, ignore_errors=True)
@@ -245,16 +246,10 @@ def run_child(nodes: int, nproc: int, timeout: float) -> dict:
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     """N torchrun agents on loopback, one c10d store, the same worker with no fault: launch
     to every agent reaped (ours: *result*, the same job without its node loss)."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONUNBUFFERED": "1"}
     tmp = tempfile.mkdtemp(prefix="scale-torchrun-")
     env["TMPDIR"] = tmp
@@ -280,13 +275,7 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
 
 def exponent(points: list[tuple[int, float]]) -> float | None:
     """k of t ∝ N^k, least squares on (log N, log t)."""
-    pts = [(math.log(n), math.log(t)) for n, t in points if t and t > 0]
-    if len(pts) < 2:
-        return None
-    mx = sum(x for x, _ in pts) / len(pts)
-    my = sum(y for _, y in pts) / len(pts)
-    den = sum((x - mx) ** 2 for x, _ in pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
+    return slope([(math.log(n), math.log(t)) for n, t in points if t and t > 0])
 
 
 def main() -> None:
