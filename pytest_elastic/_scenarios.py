@@ -334,15 +334,9 @@ def _skip_on_hosts(job: dict[str, Any], faults: list[dict[str, Any]], from_optio
 
 @functools.cache
 def _partition_too_small(spec: Any, max_nodes: int) -> str | None:
-    """Why an allocation of our own for ``max_nodes`` nodes cannot be had from the Slurm
-    file's partition (asked of ``sinfo`` once per file and size); None where it can, where the
-    file fixes the allocation's size (``nodes``) or names one to use (``job_id``)."""
-    import os
-
+    """``harness.hosts.allocation_refusal``, asked of ``sinfo`` once per Slurm file and size."""
     from harness.hosts import allocation_refusal
 
-    if spec.nodes is not None or spec.job_id is not None or os.environ.get("SLURM_JOB_ID"):
-        return None
     return allocation_refusal(spec, max_nodes)
 
 

@@ -194,11 +194,22 @@ def partition_size(spec: SlurmSpec, env: Mapping[str, str] | None = None) -> tup
     return (wanted, counts[wanted]) if wanted is not None and wanted in counts else None
 
 
-def allocation_refusal(spec: SlurmSpec, count: int, env: Mapping[str, str] | None = None) -> str | None:
-    """Why an allocation of ``count`` nodes can never be had from ``spec``'s partition (it has
-    fewer: salloc would queue the request until its wait ran out), None where it can or
-    sinfo cannot say."""
-    size = partition_size(spec, env)
+def given_allocation(spec: SlurmSpec, env: Mapping[str, str]) -> str | None:
+    """The job id of the caller's allocation the nodes run in (``job_id``, else
+    ``$SLURM_JOB_ID``); None: the harness makes one of its own."""
+    return spec.job_id or env.get("SLURM_JOB_ID")
+
+
+def allocation_refusal(spec: SlurmSpec, nodes: int, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the allocation of our own a job of ``nodes`` nodes needs (the spec's ``nodes``,
+    else one per node) can never be had from ``spec``'s partition (it has fewer: salloc
+    would queue the request until its wait ran out); None where it can, where sinfo cannot
+    say, or where the allocation is the caller's (``given_allocation``)."""
+    environ = client_env(spec, env)
+    if given_allocation(spec, environ) is not None:
+        return None
+    count = spec.nodes or nodes
+    size = partition_size(spec, environ)
     if size is None or size[1] >= count:
         return None
     name, nodes = size
@@ -216,7 +227,7 @@ class SlurmAllocation:
         self.spec = spec
         environ = client_env(spec, env)
         self.env = environ
-        given = spec.job_id or environ.get("SLURM_JOB_ID")
+        given = given_allocation(spec, environ)
         self.ours = given is None
         started = time.monotonic()
         self.job_id = given if given is not None else self._allocate(spec.nodes or nodes, wait)

@@ -330,16 +330,14 @@ class Keeper:
                     # a keep-alive every interval; a change of the state between two only
                     # re-reads the state: a round that N nodes join changes it N times, and a
                     # keep-alive on each change read every peer's heartbeat (N^3 reads a round)
-                    due = self._beat_began + s.keep_alive_interval - time.monotonic()
-                    seq = self._beat(client, peers) if due <= 0 else self._look(client)
-                    until = max(self._beat_began + s.keep_alive_interval - time.monotonic(), 0.001)
+                    seq = self._beat(client, peers) if self._to_next_beat() <= 0 else self._look(client)
                     try:
-                        client.wait([self._keys.seq(seq + 1)], until)
+                        client.wait([self._keys.seq(seq + 1)], max(self._to_next_beat(), 0.001))
                     except StoreTimeoutError:
                         if not getattr(client, "connected", True):
                             raise  # not even the cancel was answered
                     else:  # news: let a burst of changes settle (``settle_time``) before the look
-                        settle = min(s.settle_time, self._beat_began + s.keep_alive_interval - time.monotonic())
+                        settle = min(s.settle_time, self._to_next_beat())
                         if settle > 0:
                             self._stopped.wait(settle)
                     self._answered()  # news, or the cancel of a wait without news
@@ -365,6 +363,10 @@ class Keeper:
             cpu, self._cpu = self._cpu, None  # no other thread reads it from now on
             if cpu is not None:
                 cpu.close()
+
+    def _to_next_beat(self) -> float:
+        """Seconds until the next keep-alive is due (<= 0: due now)."""
+        return self._beat_began + self._settings.keep_alive_interval - time.monotonic()
 
     def _op_timeout(self) -> float:
         """How long the keeper waits for one answer: half the keep-alive bound (a slow

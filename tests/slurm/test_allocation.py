@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from harness.hosts import HostError, SlurmAllocation, slurm_spec
+from harness.hosts import HostError, SlurmAllocation, allocation_refusal, slurm_spec
 from harness.hosts._slurm import partition_size
 from tests.slurm.lab import SlurmLab
 
@@ -65,6 +65,10 @@ def test_more_nodes_than_the_partition_has_is_refused_at_once_saying_how_to_shar
                                         rf"{slurm_lab.nnodes}: set nodes = {slurm_lab.nnodes} .* in the Slurm file"):
         SlurmAllocation(_spec(slurm_lab), nodes=wanted)
     assert partition_size(_spec(slurm_lab, partition="nosuch")) is None  # salloc names the bad partition
+    # the Slurm file's own size is what is asked for; the caller's allocation is never refused
+    assert allocation_refusal(_spec(slurm_lab, nodes=slurm_lab.nnodes), wanted) is None
+    assert allocation_refusal(_spec(slurm_lab, job_id="4242"), wanted) is None
+    assert allocation_refusal(_spec(slurm_lab), wanted, env={"SLURM_JOB_ID": "4242"}) is None
     assert _jobs(slurm_lab) == []
 
 
