@@ -8,10 +8,12 @@ again in every restarted worker. This module keeps what was learned between proc
 
 What is kept: module *names* only -- never code, never a pickle -- as JSON, one file per
 target (the script, module or callable the workers ran: ``_preload.target_key``), and only
-names the caller's ``allowed`` rule accepts (``_preload.preloadable``: torch, numpy, the
-standard library). The file is read by a process that will import what it names, so the rule
-is applied on the way in as well as on the way out. Beside them, ``avoid.json`` names modules
-never to preload again (their import left a thread behind, or failed, in some zygote).
+names the caller's ``allowed`` rule accepts (the zygote's: ``_preload.module_name``, a module
+name). The file is read by a process that will import what it names, so the rule is applied
+on the way in as well as on the way out, and the zygote's preloader applies its own on top:
+torch, numpy, the standard library, and the packages the target's workers allow. Beside
+them, ``avoid.json`` names modules never to preload again (their import left a thread
+behind, or failed, in some zygote).
 
 Keyed by interpreter: one directory per ``sys.executable`` + ``sys.version`` + torch version
 (``Interpreter``), because a name learned under one torch may not exist under another.
@@ -98,7 +100,7 @@ class Interpreter:
 class ImportCache:
     """The learned names of one interpreter's targets, in ``directory``/``Interpreter.dir_name()``.
 
-    ``allowed`` is the rule a name must pass to be kept or read back (``preloadable``);
+    ``allowed`` is the rule a name must pass to be kept or read back (the zygote's: ``module_name``);
     passed in rather than imported, so this module holds the storage and ``_preload`` the
     policy."""
 

@@ -24,7 +24,13 @@ What the zygote may import: ``torch`` (and its submodules), ``numpy``, and the s
 library; never user code, whose import-time side effects (reading ``RANK``, opening files)
 must happen in the worker. Those allowed packages read their import-time configuration
 from the zygote's environment (the harness's), as ``torch`` itself always has here
-(docs/elastic-run.md, "The zygote start method"). A module whose import starts a thread
+(docs/elastic-run.md, "The zygote start method"). A job may allow more packages for its
+own workers (``HARNESS_PRELOAD`` in their environment, e.g. ``transformers,lightning``):
+a framework's import (about 2 s for transformers or lightning) is otherwise paid again by
+every restarted worker, and a job that names it accepts that the package reads its
+import-time configuration from the zygote's environment. The allowance is per target: a
+name learned under it is preloaded for that target's workers only while they still name
+the package, and never for another target's. A module whose import starts a thread
 stops the learning (forking with more threads is what the zygote must not do), and a
 module that fails to import is not tried again.
 
@@ -52,10 +58,15 @@ import time
 
 from harness.procs._import_cache import ImportCache
 
-__all__ = ["PRELOAD_PACKAGES", "Preloader", "note_fork", "share_imports", "target_key"]
+__all__ = ["PRELOAD_ENV", "PRELOAD_PACKAGES", "Preloader", "extra_packages", "module_name", "note_fork",
+           "share_imports", "target_key"]
 
 #: top-level packages (besides the standard library) whose submodules the zygote may preload
 PRELOAD_PACKAGES = frozenset({"torch", "numpy"})
+#: a worker's environment variable naming more top-level packages the zygote may preload for
+#: its target (comma- or space-separated), e.g. ``transformers,accelerate``
+PRELOAD_ENV = "HARNESS_PRELOAD"
+MAX_EXTRA = 32  # packages one target may add
 #: never imported in the zygote: they act on import (a browser, a poem) or are per-process
 NEVER = frozenset({"__main__", "__mp_main__", "antigravity", "this", "idlelib", "tkinter", "turtle"})
 IDLE_S = 0.05  # the zygote imports a queued module after this long without a request
@@ -65,11 +76,31 @@ PAYLOAD_HEAD = 64 * 1024  # where a callable payload names its function (the tup
 KNOWN_KEYS = 64  # targets whose names one zygote keeps in memory (its forks inherit them)
 
 
-def preloadable(name: str) -> bool:
+def preloadable(name: str, extra: frozenset[str] = frozenset()) -> bool:
+    """Whether the zygote may import ``name`` for a target whose workers allow the
+    top-level packages ``extra`` (``HARNESS_PRELOAD``) besides torch, numpy and the
+    standard library."""
     top = name.partition(".")[0]
     if top in NEVER or name in NEVER:
         return False
-    return top in PRELOAD_PACKAGES or top in sys.stdlib_module_names
+    return top in PRELOAD_PACKAGES or top in sys.stdlib_module_names or top in extra
+
+
+def module_name(name: str) -> bool:
+    """Whether ``name`` could be preloaded for some target (a dotted name, never one of
+    ``NEVER``): the import cache's rule. Which target may have it preloaded is the
+    preloader's to decide, with that target's allowance."""
+    return bool(name) and all(part.isidentifier() for part in name.split(".")) and preloadable(
+        name, frozenset({name.partition(".")[0]}))
+
+
+def extra_packages(value: object) -> frozenset[str]:
+    """The top-level packages a ``HARNESS_PRELOAD`` value names; what is not a package name
+    (a dotted name, a path, garbage) is ignored, and at most ``MAX_EXTRA`` are kept."""
+    if not isinstance(value, str):
+        return frozenset()
+    names = [n for n in value.replace(",", " ").split() if n.isidentifier() and n not in NEVER]
+    return frozenset(names[:MAX_EXTRA])
 
 
 def target_key(target: str, module: bool, is_callable: bool, cwd: str) -> str | None:
@@ -150,6 +181,7 @@ class Preloader:
         self.cache = cache
         self.avoid: set[str] = cache.avoided() if cache is not None else set()  # failed or left a thread
         self.known: dict[str, list[str]] = {}  # target key -> what its workers imported, in order
+        self.extras: dict[str, frozenset[str]] = {}  # target key -> the packages its workers allow
         self._baseline = _thread_count()  # torch's own threads, there before any preload
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -160,7 +192,8 @@ class Preloader:
         worker's target ``key``; how many names were new to the queue."""
         if not isinstance(names, list):
             return 0
-        clean = [n for n in names if isinstance(n, str) and n not in self.avoid and preloadable(n)]
+        extra = self.extras.get(key, frozenset()) if isinstance(key, str) else frozenset()
+        clean = [n for n in names if isinstance(n, str) and n not in self.avoid and preloadable(n, extra)]
         if isinstance(key, str) and 0 < len(key) <= MAX_KEY and clean:
             self._remember(key, clean)
         if not self.learning:
@@ -178,8 +211,21 @@ class Preloader:
             if len(self.known) >= KNOWN_KEYS:
                 del self.known[next(iter(self.known))]
             cached = self.cache.names(key) if self.cache is not None else []
-            self.known[key] = [n for n in cached if n not in self.avoid and preloadable(n)]
+            extra = self.extras.get(key, frozenset())
+            self.known[key] = [n for n in cached if n not in self.avoid and preloadable(n, extra)]
         return self.known[key]
+
+    def allow(self, key: str | None, extra: frozenset[str]) -> None:
+        """What the workers about to be forked for ``key`` allow besides torch, numpy and
+        the standard library (their ``HARNESS_PRELOAD``). A changed allowance re-reads what
+        the target's workers imported with the new rule: a package no longer named is no
+        longer preloaded for them."""
+        if key is None or self.extras.get(key, frozenset()) == extra:
+            return
+        if len(self.extras) >= KNOWN_KEYS and key not in self.extras:
+            del self.extras[next(iter(self.extras))]
+        self.extras[key] = extra
+        self.known.pop(key, None)
 
     def _remember(self, key: str, names: list[str]) -> None:
         known = self._known(key)
@@ -190,14 +236,16 @@ class Preloader:
             if self.cache is not None:
                 self.cache.remember(key, fresh)
 
-    def before_fork(self, key: str | None, workers_alive: bool) -> None:
+    def before_fork(self, key: str | None, workers_alive: bool, extra: frozenset[str] = frozenset()) -> None:
         """Before a fork for target ``key``: stop the import thread (``pause``); then, if no
         worker of this zygote is alive, import what ``key``'s workers imported before (in
         this zygote or, from the cache, in an earlier process). The worker about to be forked
         would import those itself; here they are imported once for it and every later fork
         (a restart). While workers are alive, fork at once: importing would compete with
-        their training and delay the reports of their exits."""
+        their training and delay the reports of their exits. ``extra``: the packages the
+        workers allow (``allow``)."""
         self.pause()
+        self.allow(key, extra)
         if key is None or workers_alive or not self.learning:
             return
         for name in self._known(key):
@@ -296,7 +344,8 @@ def share_imports() -> None:
     shared = _forked.get("shared")
     if not isinstance(path, str) or not isinstance(shared, set):
         return
-    new = [name for name in list(sys.modules) if name not in shared and preloadable(name)]
+    extra = extra_packages(os.environ.get(PRELOAD_ENV))
+    new = [name for name in list(sys.modules) if name not in shared and preloadable(name, extra)]
     shared.update(new)
     if not new:
         return

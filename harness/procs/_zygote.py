@@ -50,7 +50,15 @@ from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._import_cache import ImportCache, Interpreter
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
-from harness.procs._preload import Preloader, note_fork, preloadable, share_imports, target_key
+from harness.procs._preload import (
+    PRELOAD_ENV,
+    Preloader,
+    extra_packages,
+    module_name,
+    note_fork,
+    share_imports,
+    target_key,
+)
 from harness.selfpipe import drain_pipe, self_pipe
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
@@ -220,7 +228,9 @@ class _Zygote:
                          str(request["cwd"]))
         # never fork mid-import (a worker would inherit a held import lock); with no worker
         # alive, import first what this target's workers imported before
-        self.preloader.before_fork(key, bool(self.owner))
+        env = request.get("env")
+        allowed = extra_packages(env.get(PRELOAD_ENV) if isinstance(env, dict) else None)
+        self.preloader.before_fork(key, bool(self.owner), allowed)
         try:
             pid = os.fork()
         except OSError as e:
@@ -426,7 +436,7 @@ def serve(path: str, ready_fd: int | None = None, import_cache: str | None = Non
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    cache = ImportCache(import_cache, Interpreter.current(), preloadable) if import_cache else None
+    cache = ImportCache(import_cache, Interpreter.current(), module_name) if import_cache else None
     _Zygote(listener, path, Preloader(cache)).run()
 
 

@@ -90,3 +90,45 @@ def test_before_a_fork_the_zygote_imports_the_targets_names_unless_a_worker_is_a
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 2, lines  # one per event, each saying which module
     assert "not preloading xml.no_such_module" in lines[0] and "(plistlib) started a thread" in lines[1]
+
+
+#: the worker: was the package its job allows there when it started (forked with it)?
+FRAMEWORK_PROBE = """
+import sys
+with open(sys.argv[1], "a") as fp:
+    fp.write(f"{'extrapkg.model' in sys.modules}\\n")
+import extrapkg.model  # a third-party package: preloaded only for a job that names it
+"""
+ALLOWING_DRIVER = """
+import sys
+from harness import Cluster, WorkerState
+env = {"HARNESS_PRELOAD": sys.argv[3]} if sys.argv[3] else None
+with Cluster(nnodes=1, nproc_per_node=1, env=env) as cluster:
+    result = cluster.launch(sys.argv[1], sys.argv[2]).wait(timeout=120)
+assert result.state == WorkerState.SUCCEEDED, result
+"""
+
+
+def test_a_package_the_jobs_workers_name_is_preloaded_for_them_and_only_while_they_name_it(tmp_path):
+    """A framework (transformers, lightning: ~2 s to import) is paid once per zygote, not by
+    every restarted worker, when the job's workers name it in ``HARNESS_PRELOAD``."""
+    package = tmp_path / "site" / "extrapkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("WEIGHTS = [1, 2, 3]\n")
+    script, out = tmp_path / "probe.py", tmp_path / "seen.txt"
+    script.write_text(FRAMEWORK_PROBE)
+    env = {**os.environ, IMPORT_CACHE_ENV: str(tmp_path / "cache"), "PYTHONPATH": str(tmp_path / "site")}
+
+    def run(allowed: str) -> str:
+        done = subprocess.run([sys.executable, "-c", ALLOWING_DRIVER, str(script), str(out), allowed], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "[zygote]" not in done.stderr, done.stderr[-3000:]
+        return out.read_text().splitlines()[-1]
+
+    assert run("") == "False"  # not named: not even learned
+    assert run("") == "False"
+    assert run("extrapkg") == "False"  # named: learned from this worker
+    assert run("extrapkg") == "True"  # a fresh zygote imports it before the first fork
+    assert run("") == "False"  # no longer named: the cache still knows it, the zygote does not import it

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from harness.procs._preload import Preloader, preloadable
+from harness.procs._preload import Preloader, extra_packages, module_name, preloadable
 from harness.procs._zygote_client import ZygoteServerProcess
 
 LEARNER = """
@@ -55,6 +55,29 @@ def test_only_torch_numpy_and_the_standard_library_may_be_preloaded():
     assert preloadable("xml.dom.minidom") and preloadable("json")
     assert not preloadable("localmod") and not preloadable("transformers.models")
     assert not preloadable("__main__") and not preloadable("antigravity") and not preloadable("harness.run")
+
+
+def test_a_job_allows_more_packages_for_its_own_workers_by_naming_them():
+    allowed = extra_packages("transformers, accelerate lightning")
+    assert allowed == {"transformers", "accelerate", "lightning"}
+    assert preloadable("transformers.models.gpt2", allowed) and not preloadable("localmod", allowed)
+    assert not preloadable("__main__", extra_packages("__main__")), "never, even when named"
+    assert extra_packages("a.b ../x 1x  , ,") == set() and extra_packages(None) == set()
+    assert extra_packages(["transformers"]) == set(), "not a string: nothing"
+    assert len(extra_packages(",".join(f"p{i}" for i in range(100)))) == 32
+    assert module_name("transformers.models") and module_name("json")
+    assert not module_name("a..b") and not module_name("../x") and not module_name("__main__")
+
+
+def test_a_targets_allowance_is_its_own_and_a_withdrawn_one_no_longer_preloads():
+    preloader = Preloader()
+    preloader.allow("script:a", extra_packages("extrapkg"))
+    assert preloader.learn(["extrapkg", "extrapkg.sub"], key="script:a") == 2
+    assert preloader.learn(["extrapkg.other"], key="script:b") == 0, "another target did not allow it"
+    assert preloader.learn(["extrapkg.third"]) == 0, "nor does a worker that knows no target"
+    assert preloader._known("script:a") == ["extrapkg", "extrapkg.sub"]
+    preloader.allow("script:a", frozenset())  # its workers no longer name the package
+    assert preloader._known("script:a") == []
 
 
 def test_the_preloader_ignores_garbage_and_what_is_already_imported():

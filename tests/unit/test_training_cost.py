@@ -98,3 +98,12 @@ def test_a_fault_free_job():
     g = goodput(events, [])
     assert g.ratio == pytest.approx(3.0 / 5.5) and g.faults == 0 and g.restart_cost_s is None
     assert g.summary() == "goodput 0.55"
+
+
+def test_what_the_judges_add_after_the_job_is_not_its_time():
+    """The twin runs after the job, and its verdict is the timeline's last event: the seconds
+    the twin took are neither the job's wall time nor its tail."""
+    events = [start(0.0, 10, 0), *[step(1.0 + i, 10, i) for i in range(4)], {"kind": "result", "mono": 5.5},
+              {"kind": "storage_unhealed", "mono": 5.6}, {"kind": "golden", "mono": 13.5}]
+    g = goodput(events, [])
+    assert g.wall_s == pytest.approx(5.5) and g.badput["tail"] == pytest.approx(1.5)

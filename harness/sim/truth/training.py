@@ -21,10 +21,13 @@ and ``Job`` alike.
 ``round`` and ``restart_count``), so no clock has to be compared across processes to tell
 an old round's late step from a new round's first.
 
-**Goodput** (``goodput``): wall time from the first event to the last, and the badput that
-can be attributed: the initial start-up (first event -> first step), each fault's lost time,
-checkpoint saves the script marked (``harness.report_checkpoint``) and the tail (last step ->
-end: teardown, exit barrier). Productive time is what is left: the steps that count.
+**Goodput** (``goodput``): wall time from the first event to the last of the job's own, and
+the badput that can be attributed: the initial start-up (first event -> first step), each
+fault's lost time, checkpoint saves the script marked (``harness.report_checkpoint``) and the
+tail (last step -> end: teardown, exit barrier). Productive time is what is left: the steps
+that count. What the judges add once the job has ended (``AFTER_THE_JOB``: the twin's verdict,
+a storage fault left in place at close) is not the job's time: a twin run after the job would
+otherwise count as seconds of its tail.
 
 **Step rate per rank** (``rank_rates``): steps per second of each rank, and the share of that
 time its worker was runnable but not running (``cpu_wait``: the kernel's run delay, which
@@ -48,6 +51,8 @@ __all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "RankRate", "TrainingIndex
 
 #: the keys of ``FaultRecord.lost``, always all present
 LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
+#: events the harness adds after the job has ended: not part of its wall time
+AFTER_THE_JOB = frozenset({"golden", "storage_unhealed"})
 
 Event = Mapping[str, Any]
 
@@ -178,6 +183,7 @@ def goodput(events: Sequence[Event], costs: Sequence[FaultCost],
     An instant goes to the first category that claims it, in ``_PRIORITY`` order.
     ``fault_times``: each cost's fault instant (``mono``), in the same order as ``costs``.
     """
+    events = [e for e in events if e.get("kind") not in AFTER_THE_JOB]
     if not events:
         return Goodput(0.0, 0.0, 0.0, {})
     t0, t1 = _mono(events[0]), _mono(events[-1])
