@@ -16,9 +16,27 @@ import psutil
 import pytest
 
 SCRIPTS = Path(__file__).parent / "scripts"
+#: pytest plugins installed beside ours (faker for the fuzz suite, anyio with the frameworks'
+#: httpx) that no session of ours uses. Each loads at every pytest start: faker's alone costs
+#: ~0.4 s of a ~0.8 s start, and the suite starts sessions of its own (pytester, side by side,
+#: on hosts) about a hundred times. The fuzz suite builds its own ``Faker`` and asks for no
+#: fixture of faker's plugin.
+UNUSED_PLUGINS = ("no:faker", "no:anyio")
 _PRIVATE_TMP: str | None = None
 _IMPORT_CACHE: str | None = None
 _SHARED_POOL: Any = None  # the warm_pool fixture's, while it is open
+
+
+def unused_plugin_args() -> list[str]:
+    """``-p no:NAME`` for each of ``UNUSED_PLUGINS``: for a session a test starts itself."""
+    return [arg for name in UNUSED_PLUGINS for arg in ("-p", name)]
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's own, its sessions without ``UNUSED_PLUGINS`` (``-p``, in and out of process)."""
+    pytester.plugins.extend(UNUSED_PLUGINS)
+    return pytester
 
 
 def pytest_configure(config: pytest.Config) -> None:

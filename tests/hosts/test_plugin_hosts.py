@@ -38,6 +38,7 @@ import pytest
 
 from harness.sim.resources import CgroupSupport, probe
 from harness.sim.storage.mount import fuse_missing
+from tests.conftest import unused_plugin_args
 from tests.hosts.sshd import SshdLab
 
 #: each run starts a pytest session whose jobs put agents and workers on two hosts of this
@@ -165,7 +166,7 @@ def _pytests_on_hosts(lab: SshdLab, tmp_path: Path, work: Path, *runs: Sequence[
     for index, args in enumerate(runs):
         outs = [tmp_path / f"session-{index}.{name}" for name in ("out", "err")]
         cmd = [*namespace, sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"),
-               "--rootdir", str(rootdir), "-p", "no:cacheprovider", *args]
+               "--rootdir", str(rootdir), "-p", "no:cacheprovider", *unused_plugin_args(), *args]
         with outs[0].open("w") as stdout, outs[1].open("w") as stderr:
             sessions.append((cmd, outs, subprocess.Popen(cmd, cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
                                                         stdout=stdout, stderr=stderr, text=True)))

@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
+from tests.conftest import unused_plugin_args
+
 __all__ = ["runpytest_side_by_side"]
 
 TIMEOUT_S = 300.0
@@ -56,7 +58,8 @@ def _start(pytester: pytest.Pytester, index: int, args: Sequence[str],
         else:
             environ[name] = value
     out = (str(pytester.path / f"stdout-{index}"), str(pytester.path / f"stderr-{index}"))
-    cmd = [sys.executable, "-mpytest", f"--basetemp={basetemp}", "-o", f"cache_dir=.pytest_cache-{index}", *args]
+    cmd = [sys.executable, "-mpytest", f"--basetemp={basetemp}", "-o", f"cache_dir=.pytest_cache-{index}",
+           *unused_plugin_args(), *args]
     print("running:", *cmd)
     with open(out[0], "wb") as stdout, open(out[1], "wb") as stderr:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=environ)

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import unused_plugin_args
 from tests.hosts.sshd import checkout_python
 from tests.slurm.lab import SlurmLab
 
 ROOT = Path(__file__).resolve().parents[2]
+#: a pytest session of its own, without the plugins no session of ours uses
+PYTEST = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *unused_plugin_args()]
 
 
 def _slurm_file(slurm_lab: SlurmLab, tmp_path: Path) -> Path:
@@ -36,7 +39,7 @@ def test_bundled_scenarios_run_in_a_slurm_allocation(slurm_lab: SlurmLab, tmp_pa
     slurm_file = _slurm_file(slurm_lab, tmp_path)
     scenarios = ["scenarios/multi_node/node_failure.toml", "scenarios/network/flapping_link.toml",
                  "scenarios/multi_node/shrink_to_minimum_and_grow_32_nodes.toml"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
+    done = subprocess.run([*PYTEST, "-rs",
                            f"--elastic-slurm={slurm_file}", *scenarios], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     out = done.stdout + done.stderr
@@ -59,7 +62,7 @@ def test_chaos_on_slurm_replays_with_its_seed(slurm_lab: SlurmLab, tmp_path):
     runs = []
     for i in range(2):
         junit = tmp_path / f"run{i}.xml"
-        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
+        done = subprocess.run([*PYTEST, f"--junitxml={junit}",
                                f"--elastic-slurm={slurm_file}", "--elastic-chaos", "--elastic-seed=4242",
                                "--elastic-faults=kill_worker", "scenarios/single_node/worker_sigkill.toml"],
                               cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -83,7 +86,7 @@ def test_every_bundled_scenario_passes_in_a_slurm_allocation_or_says_why_not(slu
 
     slurm_file = _slurm_file(slurm_lab, tmp_path)
     junit = tmp_path / "run.xml"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}",
+    done = subprocess.run([*PYTEST, f"--junitxml={junit}",
                            f"--elastic-slurm={slurm_file}", "scenarios"], cwd=ROOT, capture_output=True, text=True,
                           timeout=900)
     out = done.stdout + done.stderr
@@ -113,7 +116,7 @@ def test_chaos_on_slurm_draws_the_schedulers_own_faults_where_the_file_lets_it(s
                         'args = ["--steps", "60", "--step-time", "0.05", "--ckpt-dir", "{tmp}"]\n'
                         'nnodes = "1:2"\nnproc_per_node = 1\nmax_restarts = 1\nsteps = 60\ntimeout = 120\n\n'
                         '[expect]\nstate = "SUCCEEDED"\n')
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--rootdir={tmp_path}", "--elastic-chaos",
+    command = [*PYTEST, f"--rootdir={tmp_path}", "--elastic-chaos",
                "--elastic-seed=4", "scenarios/two_nodes.toml"]
     left = subprocess.run([*command, "--elastic-faults=down_node,drain_node", f"--elastic-slurm={slurm_file}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
