@@ -31,6 +31,9 @@ the last step, ``destroy_process_group`` returned, the workers' exits, the agent
 and the ``JobResult``. The step from
 one "last" to the next is what that phase cost on the critical path.
 
+``--no-fault``: the same job without its node loss (one round): start to ``JobResult`` of a
+trivial gloo job, the figure torchrun's row is (its *total*, close included, beside ours).
+
 ``--jobs-in-a-row K``: K such jobs one after another on one cluster (one interpreter), the
 controller's PSS after each: whether it grows per job (a timeline, a checker or a bus
 reader that keeps what a finished job left).
@@ -38,7 +41,8 @@ reader that keeps what a finished job left).
 torchrun (unless ``--no-torchrun``, where N x P <= ``--torchrun-max``): N agents on loopback
 with one c10d store (``--rdzv-backend=c10d``, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``), the
 same worker (its step reports are no-ops there) and no fault: launch to every agent reaped,
-beside ours' *result* (which includes a node loss and its recovery). Its agents each import
+beside ours' *result* (which includes a node loss and its recovery, unless ``--no-fault``:
+then both are the same job) and *total*. Its agents each import
 torch (~220 MB), so it stops where the machine's memory does.
 
 The growth exponent k of t ∝ N^k is fitted over the N x 1 sizes (least squares on logs).
@@ -93,8 +97,9 @@ def lose_the_last_node(job: Any, nodes: int) -> Any:
     return job.wait(timeout=600)
 
 
-def child(nodes: int, nproc: int) -> None:
-    """One run in this fresh interpreter; prints one JSON line."""
+def child(nodes: int, nproc: int, fault: bool = True) -> None:
+    """One run in this fresh interpreter (with the node loss unless ``fault`` is false);
+    prints one JSON line."""
     started = time.monotonic()
     from harness import Cluster, WorkerState
 
@@ -109,7 +114,7 @@ def child(nodes: int, nproc: int) -> None:
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
         with stdout_to(os.devnull):
             job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
-        result = lose_the_last_node(job, nodes)
+        result = lose_the_last_node(job, nodes) if fault else job.wait(timeout=600)
         ended = time.monotonic()
         steps = job.timeline.steps()
         rounds = job.timeline.world_sizes()
@@ -229,10 +234,11 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
                   f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
 
 
-def run_child(nodes: int, nproc: int, timeout: float) -> dict:
+def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc)], capture_output=True,
+        out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
+                              *([] if fault else ["--no-fault"])], capture_output=True,
                              text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "SCALE_STATS_DIR": stats_dir})
     except subprocess.TimeoutExpired:  # the child was SIGKILLed: what its clusters held goes now
         sweep_killed_runs("scale")
@@ -284,6 +290,7 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", default=DEFAULT_SIZES, help="NODESxNPROC (default: %(default)s)")
     parser.add_argument("--runs", type=int, default=1, help="runs per size (default 1; medians)")
     parser.add_argument("--no-torchrun", action="store_true")
+    parser.add_argument("--no-fault", action="store_true", help="the job without its node loss (one round)")
     parser.add_argument("--torchrun-max", type=int, default=32, help="largest N x P torchrun runs at (memory)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--jobs-in-a-row", type=int, default=0, metavar="K",
@@ -291,7 +298,7 @@ def main() -> None:
     parser.add_argument("--child-in-a-row", nargs=3, type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        child(*opts.child)
+        child(*opts.child, fault=not opts.no_fault)
         return
     if opts.child_in_a_row:
         child_in_a_row(*opts.child_in_a_row)
@@ -305,7 +312,7 @@ def main() -> None:
         runs = []
         for i in range(opts.runs):
             print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
-            run = run_child(nodes, nproc, opts.timeout)
+            run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault)
             print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
             runs.append(run)
         good = [r for r in runs if r.get("state")]
