@@ -472,7 +472,7 @@ def test_a_leaving_node_is_a_membership_change_and_its_workers_never_overlap_the
     and node 0's all_reduce breaks: node 0 must read the announced leave (no failure of its
     own: max_restarts=0 would end the job), and must not form the next round before node
     1's last worker is gone (the overlap invariant)."""
-    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=3.0) as cluster:
+    with Cluster(pool=warm_pool, nnodes="1:2", nproc_per_node=2, max_restarts=0, shutdown_timeout=2.0) as cluster:
         job = cluster.launch(str(SCRIPTS / "leave_probe.py"), "40")
         job.inject(NodeRemove(node=1), AtStep(step=5, rank=0))
         result = job.wait(timeout=120)

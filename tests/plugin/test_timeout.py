@@ -57,16 +57,16 @@ def test_elastic_tests_get_a_timeout(pytester):
     # a scenario: its job's timeout (else the elastic default) + 30 s: the job's own error first
     expected = {"test_marker": "7.0", "test_default": "120.0", "test_explicit": "3", "test_plain": "None",
                 "s": "40.0", "t": "150.0"}
-    assert _timeouts(pytester.runpytest_subprocess("--co")) == expected
+    default, global_, elastic, without = runpytest_side_by_side(
+        pytester, ["--co"], ["--co", "--timeout=50"], ["--co", "--timeout=50", "--elastic-timeout=9"],
+        ["--co", "-p", "no:timeout"])
+    assert _timeouts(default) == expected
     # a global pytest-timeout timeout stands for tests that name no elastic timeout ...
-    assert _timeouts(pytester.runpytest_subprocess("--co", "--timeout=50")) == {
-        **expected, "test_default": "None", "t": "None"}
+    assert _timeouts(global_) == {**expected, "test_default": "None", "t": "None"}
     # ... unless --elastic-timeout (or its env/ini) says otherwise
-    assert _timeouts(pytester.runpytest_subprocess("--co", "--timeout=50", "--elastic-timeout=9")) == {
-        **expected, "test_default": "9.0", "t": "39.0"}
+    assert _timeouts(elastic) == {**expected, "test_default": "9.0", "t": "39.0"}
     # without pytest-timeout nothing is added (and nothing breaks)
-    result = pytester.runpytest_subprocess("--co", "-p", "no:timeout")
-    assert _timeouts(result) == {**{name: "None" for name in expected}, "test_explicit": "3"}
+    assert _timeouts(without) == {**{name: "None" for name in expected}, "test_explicit": "3"}
 
 
 HANGS = f"""
