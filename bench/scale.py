@@ -34,6 +34,9 @@ one "last" to the next is what that phase cost on the critical path.
 ``--no-fault``: the same job without its node loss (one round): start to ``JobResult`` of a
 trivial gloo job, the figure torchrun's row is (its *total*, close included, beside ours).
 
+``--monitor-interval S``: the agents' monitor interval (default: the cluster's, 0.1 s): what
+the agents' own polling costs the job at a size.
+
 ``--jobs-in-a-row K``: K such jobs one after another on one cluster (one interpreter), the
 controller's PSS after each: whether it grows per job (a timeline, a checker or a bus
 reader that keeps what a finished job left).
@@ -97,7 +100,7 @@ def lose_the_last_node(job: Any, nodes: int) -> Any:
     return job.wait(timeout=600)
 
 
-def child(nodes: int, nproc: int, fault: bool = True) -> None:
+def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | None = None) -> None:
     """One run in this fresh interpreter (with the node loss unless ``fault`` is false);
     prints one JSON line."""
     started = time.monotonic()
@@ -111,7 +114,8 @@ def child(nodes: int, nproc: int, fault: bool = True) -> None:
     me = os.getpid()
     sampler = PssPeak(lambda: process_tree([me]) - {me}, period=0.25)  # the job's processes, all below this one
     sampler.start()
-    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0) as cluster:
+    tuned = {} if monitor_interval is None else {"monitor_interval": monitor_interval}
+    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0, **tuned) as cluster:
         with stdout_to(os.devnull):
             job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
         result = lose_the_last_node(job, nodes) if fault else job.wait(timeout=600)
@@ -234,12 +238,15 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
                   f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
 
 
-def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True) -> dict:
+def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
+              monitor_interval: float | None = None) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     try:
         out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
-                              *([] if fault else ["--no-fault"])], capture_output=True,
-                             text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "SCALE_STATS_DIR": stats_dir})
+                              *([] if fault else ["--no-fault"]),
+                              *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)])],
+                             capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                             env={**os.environ, "SCALE_STATS_DIR": stats_dir})
     except subprocess.TimeoutExpired:  # the child was SIGKILLed: what its clusters held goes now
         sweep_killed_runs("scale")
         return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"no result within {timeout:g} s"}
@@ -291,6 +298,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="runs per size (default 1; medians)")
     parser.add_argument("--no-torchrun", action="store_true")
     parser.add_argument("--no-fault", action="store_true", help="the job without its node loss (one round)")
+    parser.add_argument("--monitor-interval", type=float, default=None,
+                        help="the agents' monitor interval (default: the cluster's)")
     parser.add_argument("--torchrun-max", type=int, default=32, help="largest N x P torchrun runs at (memory)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--jobs-in-a-row", type=int, default=0, metavar="K",
@@ -298,7 +307,7 @@ def main() -> None:
     parser.add_argument("--child-in-a-row", nargs=3, type=int, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        child(*opts.child, fault=not opts.no_fault)
+        child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval)
         return
     if opts.child_in_a_row:
         child_in_a_row(*opts.child_in_a_row)
@@ -312,7 +321,8 @@ def main() -> None:
         runs = []
         for i in range(opts.runs):
             print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
-            run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault)
+            run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
+                            monitor_interval=opts.monitor_interval)
             print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
             runs.append(run)
         good = [r for r in runs if r.get("state")]
