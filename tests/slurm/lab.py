@@ -82,6 +82,14 @@ class SlurmLab:
         #: the nodes' spool dirs: short, for the step sockets slurmd makes there (a Unix
         #: socket's path holds at most 107 bytes, and a test's tmp_path may take most of them)
         self.spool = Path(tempfile.mkdtemp(prefix="pe-slurm-"))
+        #: the base of the connection work dirs on the nodes (a Slurm file's ``work_dir``):
+        #: the lab's, so that it goes with the lab. A node's lease that Slurm or the lab kills
+        #: outright (a node marked down, its slurmd killed, the lab closed) cannot remove its
+        #: work dir, and under the nodes' default temp dir (this machine's /tmp: the lab's
+        #: steps have no TMPDIR) each CI run left two there. Right under /tmp: a node's event
+        #: relay binds a Unix socket below a work dir, and under xdist the test's TMPDIR is
+        #: two private dirs deep
+        self.work_dir = Path(tempfile.mkdtemp(prefix="pe-slurm-work-", dir="/tmp"))
         try:
             self._write_conf(cpus, slurmd_timeout)
             self._write_control()
@@ -303,6 +311,7 @@ esac
         psutil.wait_procs(left, timeout=5)
         self.net.close()
         shutil.rmtree(self.spool, ignore_errors=True)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def __enter__(self) -> SlurmLab:
         return self

@@ -31,7 +31,7 @@ def _slurm_file(slurm_lab: SlurmLab, tmp_path: Path) -> Path:
     slurm_file.write_text(f'[slurm]\ncontroller_address = "{slurm_lab.controller_address}"\n'
                           f'controller_netns = "/run/netns/{slurm_lab.net.store_namespace}"\n'
                           f'slurm_conf = "{slurm_lab.conf}"\nclient_prefix = [{prefix}]\n'
-                          f'python = "{python}"\nshared_dir = "{shared}"\n')
+                          f'python = "{python}"\nshared_dir = "{shared}"\nwork_dir = "{slurm_lab.work_dir}"\n')
     return slurm_file
 
 

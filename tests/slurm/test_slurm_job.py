@@ -25,7 +25,7 @@ def _slurm(lab: SlurmLab, tmp_path: Path, **fields: object) -> dict[str, object]
     the nodes' interpreter (this checkout's)."""
     return {"controller_address": lab.controller_address, "controller_netns": f"/run/netns/{lab.net.store_namespace}",
             "slurm_conf": str(lab.conf), "client_prefix": lab.command()[:2],
-            "python": str(checkout_python(tmp_path / "node-python")), **fields}
+            "python": str(checkout_python(tmp_path / "node-python")), "work_dir": str(lab.work_dir), **fields}
 
 
 def _jobs(lab: SlurmLab) -> list[str]:
