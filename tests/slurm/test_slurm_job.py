@@ -134,7 +134,9 @@ def test_a_drained_node_keeps_its_step_and_no_added_node_lands_there(slurm_lab: 
         deadline = time.monotonic() + 60
         while not job.timeline.faults() and time.monotonic() < deadline:
             time.sleep(0.02)  # the scheduler's thread fires it
-        drained = job.timeline.events("node_start", HARNESS)[1]["host"]
+        # node 1's own start, by its index: the two nodes start together, and their events
+        # come in either order
+        drained = next(e["host"] for e in job.timeline.events("node_start", HARNESS) if e["target_node"] == 1)
         assert slurm_lab.node_states()[drained] in ("drng", "drain"), slurm_lab.node_states()
         drained_at = job.timeline.faults()[0]["mono"]
         result = job.wait(timeout=150)
