@@ -106,7 +106,7 @@ def test_a_node_its_scheduler_marks_down_ends_its_step_and_the_job_goes_on(slurm
         result = job.wait(timeout=150)
         assert result.state == WorkerState.SUCCEEDED, [job.agent_log(0), job.agent_log(1)]
         [fault] = job.timeline.faults()
-        down = job.timeline.events("node_start", HARNESS)[1]["host"]
+        down = next(e["host"] for e in job.timeline.events("node_start", HARNESS) if e["target_node"] == 1)
         assert (fault["fault"], fault["target_node"], fault["slurm_node"]) == ("down_node", 1, down)
         assert "Node failure" in job.agent_log(1) or "NODE FAILURE" in job.agent_log(1), job.agent_log(1)
         assert job.timeline.states(0)[-1] == WorkerState.SUCCEEDED
