@@ -280,6 +280,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
+def _run_child_setup() -> None:
+    """In a run's pytest before exec: dies with the bench, and takes SIGINT as Ctrl-C even
+    where the bench was started with SIGINT ignored. A shell script's background job (``cmd &``
+    without job control) ignores SIGINT and SIGQUIT, and an ignored disposition is inherited
+    across fork and exec: the run's pytest then ignored the SIGINT of a timeout or a Ctrl-C
+    and sat out the whole grace, its clusters left to the SIGKILL."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _descendants(pid: int) -> list[int]:
     """``pid``'s process tree below it, from /proc (taken before a kill: once a parent dies
     its children are re-parented and can no longer be found this way)."""
@@ -331,7 +341,7 @@ def run_once(cmd: Sequence[str], env: dict[str, str], timeout: float,
     with tempfile.TemporaryFile() as out:
         started = time.monotonic()
         proc = subprocess.Popen(list(cmd), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=_run_child_setup)
         timed_out = False
         try:
             proc.wait(timeout=timeout)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["drain_pipe", "self_pipe", "wake_pipe"]
+__all__ = ["close_pipe", "drain_pipe", "self_pipe", "wake_pipe"]
 
 
 def self_pipe() -> tuple[int, int]:
@@ -43,3 +43,14 @@ def wake_pipe(fd: int) -> None:
         os.write(fd, b"!")
     except OSError:
         pass
+
+
+def close_pipe(read_fd: int, write_fd: int) -> None:
+    """Close both ends of a self-pipe; an end that is -1 (never opened) or already closed
+    is skipped, so a ``close()`` that runs twice, or before the pipe was made, is safe."""
+    for fd in (read_fd, write_fd):
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -17,7 +17,7 @@ from harness.events import event_writer_from_env
 from harness.procs import START_METHODS, LogsSpecs, ProcessContext
 from harness.procs._logs import as_logs_specs
 from harness.rendezvous import SECRET_ENVS
-from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.selfpipe import close_pipe, drain_pipe, self_pipe, wake_pipe
 from harness.states import WorkerState
 from harness.timer_env import ENABLE_FILE_TIMER_ENV
 from harness.timer_env import TIMER_FILE_ENV as TORCHELASTIC_TIMER_FILE
@@ -336,9 +336,7 @@ class LocalElasticAgent(SimpleElasticAgent):
                 self._health_started = False
             if self._watchdog is not None:
                 self._watchdog.stop()
-            for fd in (self._wake_r, self._wake_w):
-                if fd >= 0:
-                    os.close(fd)
+            close_pipe(self._wake_r, self._wake_w)
             self._wake_r = self._wake_w = -1
             if self._owns_zygote and self._zygote is not None:
                 self._zygote.close()

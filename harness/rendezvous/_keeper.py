@@ -5,7 +5,8 @@ One of the three parts of the dynamic rendezvous (``_c10d`` wires them; ``_store
 reaches the store). Every ``keep_alive_interval`` it bumps this node's heartbeat counter,
 reads the state and the peers' counters, judges them (``_liveness.PeerWatch``) and
 connects to each peer's liveness socket, whose EOF reveals a dead process within
-milliseconds. What it saw is kept under one lock for the handler's questions
+milliseconds (``_live_sockets``: a thread of its own waits on them, so that news does not
+wait for the next look). What it saw is kept under one lock for the handler's questions
 (``change_reason``, ``wait_for_verdict``, ``live_waiting``, ...), and news of a change to
 the round this node runs is written to a self-pipe (``event_fd``) so the agent wakes at
 once. A store that does not answer for ``heartbeat_timeout - keep_alive_interval`` fences
@@ -18,16 +19,14 @@ the handler is first used, not when it is constructed.
 from __future__ import annotations
 
 import logging
-import os
-import select
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness.endpoints import split_endpoint
 from harness.rendezvous._api import RendezvousConnectionError, RendezvousStateError
+from harness.rendezvous._live_sockets import LiveSockets
 from harness.rendezvous._liveness import (
     Clock,
     KeepAliveLease,
@@ -40,7 +39,7 @@ from harness.rendezvous._liveness import (
 from harness.rendezvous._state import RendezvousState, StoreKeys
 from harness.rendezvous._store import StoreConnectionError, StoreTimeoutError
 from harness.rendezvous._store_host import NoAnswer, StoreHost
-from harness.selfpipe import drain_pipe, self_pipe, wake_pipe
+from harness.selfpipe import close_pipe, drain_pipe, self_pipe, wake_pipe
 from harness.thread_cpu import ThreadCpu, cpu_span
 
 __all__ = ["Keeper", "KeeperSettings"]
@@ -89,8 +88,7 @@ class Keeper:
         # the store answers first: a lapsed lease must stop the workers all the same
         self._fence_seen = False
         self._fence_over = False
-        self._live_socks: dict[str, socket.socket] = {}
-        self._live_tried: set[str] = set()
+        self._live = LiveSockets(self._peer_died, name)
         self._running_round: int | None = None
         self._running_members: list[str] = []
         self._signaled = False
@@ -108,6 +106,7 @@ class Keeper:
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
         self._thread: threading.Thread | None = None
+        self._client: Any = None  # the thread's store connection, cut short by ``stop``
 
     # -- life ---------------------------------------------------------------------------
 
@@ -146,24 +145,20 @@ class Keeper:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop the thread, close every socket and the pipe; idempotent."""
+        """Stop the thread, close every socket and the pipe; idempotent. The thread's wait
+        on the store (up to a keep-alive interval: 0.8 s at 128 nodes) is cut short, so a
+        node's shutdown does not wait it out."""
         self._stopped.set()
+        interrupt = getattr(self._client, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2 * self._settings.keep_alive_interval + 1)
-        with self._lock:
-            socks = list(self._live_socks.values())
-            self._live_socks.clear()
-        for sock in socks:
-            sock.close()
+        self._live.close()
         if self._listener is not None:
             self._listener.close()
-        for fd in (self._pipe_r, self._pipe_w):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+        close_pipe(self._pipe_r, self._pipe_w)
         self._pipe_r = self._pipe_w = -1
 
     # -- what the handler asks ----------------------------------------------------------
@@ -266,11 +261,10 @@ class Keeper:
         charge that loss as a restart. A peer not heard within the bound is dead by then,
         and that is the verdict (see ``C10dRendezvousHandler.membership_changed``)."""
         asked = time.monotonic()
-        sock_dead = self.sock_dead()
         slack = 2 * self._settings.keep_alive_interval if confirm else 0.0  # one beat to see the silence
         deadline = asked + self._longest + slack
+        self._sock_dead_into_dead()
         with self._lock:
-            self._dead |= sock_dead & set(self._running_members)
             while True:
                 reason = self._change_reason_locked(for_barrier=False)
                 members = set(self._running_members) - {self._node}
@@ -321,10 +315,12 @@ class Keeper:
             while not self._stopped.is_set():
                 self._check_lease()
                 if client is None:
-                    client = self._connect()
+                    client = self._client = self._connect()
                     if client is None:  # unreachable: fenced (or soon), try again
                         self._stopped.wait(s.keep_alive_interval)
                         continue
+                    if self._stopped.is_set():  # stopped while it connected: no wait to cut short
+                        break
                 try:
                     client.set_timeout(self._op_timeout())
                     # a keep-alive every interval; a change of the state between two only
@@ -532,43 +528,23 @@ class Keeper:
 
     def _connect_live(self, state: RendezvousState, watched: list[str]) -> None:
         for node in watched:
-            if node in self._live_tried:
-                continue
-            target = state.nodes.get(node, {}).get("live", "")
-            if not target:
-                continue
-            self._live_tried.add(node)
-            try:
-                host, port = split_endpoint(target, 0)
-                sock = socket.create_connection((host, port), timeout=0.3)
-                sock.setblocking(False)
-            except (OSError, ValueError):
-                continue
-            with self._lock:
-                self._live_socks[node] = sock
+            if not self._live.tried(node):
+                target = state.nodes.get(node, {}).get("live", "")
+                if target:
+                    self._live.connect(node, target)
 
     def sock_dead(self) -> set[str]:
         """The peers whose liveness socket was closed (their process is gone)."""
+        return self._live.dead()
+
+    def _peer_died(self, node: str) -> None:
+        """The liveness thread's news: ``node``'s process is gone. A member of the running
+        round makes it over now (the agent is woken), not at the next look."""
         with self._lock:
-            items = list(self._live_socks.items())
-        if not items:
-            return set()
-        try:
-            readable, _, _ = select.select([s for _, s in items], [], [], 0)
-        except (OSError, ValueError):
-            return set()
-        dead = set()
-        for node, sock in items:
-            if sock in readable:
-                try:
-                    data = sock.recv(1, socket.MSG_PEEK)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    dead.add(node)
-        return dead
+            if node in self._running_members:
+                self._dead.add(node)
+            self._wakeup.notify_all()
+        self._maybe_signal()
 
     def _sock_dead_into_dead(self) -> None:
         dead = self.sock_dead()

@@ -332,6 +332,17 @@ class StoreClient:
         with self._lock:
             self._drop()
 
+    def interrupt(self) -> None:
+        """Cut the connection short from another thread: a request blocked on it (a
+        ``wait`` of many seconds) ends at once with ``StoreConnectionError``. Without the
+        lock, which that request holds; ``close`` it afterwards."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # not connected (any more)
+                pass
+
     # -- torch's Store API --------------------------------------------------------------
 
     def set_timeout(self, timeout: float | timedelta) -> None:

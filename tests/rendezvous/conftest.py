@@ -22,6 +22,15 @@ ENV_DUMP = str(SCRIPTS / "env_dump.py")
 ALWAYS_FAIL = str(SCRIPTS / "always_fail.py")
 
 
+def form_round(*handlers) -> None:
+    """Run ``next_rendezvous`` on every handler at once (in threads), as their nodes do."""
+    rounds = [threading.Thread(target=h.next_rendezvous) for h in handlers]
+    for thread in rounds:
+        thread.start()
+    for thread in rounds:
+        thread.join(30)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -9,6 +9,7 @@ import socket
 import time
 
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
+from tests.rendezvous.conftest import form_round
 
 
 def test_confirm_answers_from_a_keep_alive_begun_after_the_call():
@@ -52,11 +53,7 @@ def test_confirm_waits_to_hear_every_peer_alive_after_the_failure():
     second = handler(False)
     silent = threading.Event()
     try:
-        rounds = [threading.Thread(target=h.next_rendezvous) for h in (first, second)]
-        for thread in rounds:
-            thread.start()
-        for thread in rounds:
-            thread.join(30)
+        form_round(first, second)
         asked = time.monotonic()
         assert first.membership_changed(confirm=True) is False  # the peer is heard: a plain failure
         assert time.monotonic() - asked < 0.8

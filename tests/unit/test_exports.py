@@ -21,7 +21,7 @@ PINNED = {
     },
     "harness.launch": {"LaunchConfig", "elastic_launch", "launch_agent", "build_agent", "run_agent"},
     "harness.endpoints": {"PortReservation", "fqdn", "split_endpoint"},
-    "harness.selfpipe": {"drain_pipe", "self_pipe", "wake_pipe"},
+    "harness.selfpipe": {"close_pipe", "drain_pipe", "self_pipe", "wake_pipe"},
     "harness.timer_env": {"ENABLE_FILE_TIMER_ENV", "TIMER_FILE_ENV"},
     "harness.procs": {
         "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",

@@ -53,12 +53,17 @@ def test_a_run_past_its_timeout_is_interrupted_first_so_pytest_closes_what_it_st
     """A run killed at once (SIGKILL) closed none of its clusters: their namespaces and
     cgroups waited for the next start's sweep. Past ``--timeout`` the run's pytest gets
     SIGINT and the grace first (its teardown runs: the log shows the interrupt), and what a
-    killed run still left is swept then."""
+    killed run still left is swept then.
+
+    The bench is started with SIGINT ignored, as a shell script's background job (``cmd &``)
+    is, and a disposition it inherits would pass on to the run's pytest: the SIGINT must still
+    interrupt it (it sat out the whole grace and was SIGKILLed, under a backgrounded bench)."""
     (tmp_path / "test_waits.py").write_text("import time\n\ndef test_waits():\n    time.sleep(60)\n")
     logs = tmp_path / "logs"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "flake.py"), "--runs", "1", "--timeout", "6",
-                           "--interrupt-grace", "5", "--pytest-args", f"{tmp_path / 'test_waits.py'} -n 0",
-                           "--logs", str(logs)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    bench = [sys.executable, str(ROOT / "bench" / "flake.py"), "--runs", "1", "--timeout", "6",
+             "--interrupt-grace", "5", "--pytest-args", f"{tmp_path / 'test_waits.py'} -n 0", "--logs", str(logs)]
+    done = subprocess.run(["bash", "-c", 'trap "" INT; exec "$@"', "bench", *bench], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     out = done.stdout + done.stderr
     assert done.returncode != 0 and "(whole run) (hang)" in out, out
     kept = "".join(p.read_text() for p in logs.rglob("*") if p.is_file())
