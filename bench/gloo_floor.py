@@ -2,18 +2,24 @@
 torch's own store, and no launcher, agent or harness at all.
 
     .venv/bin/python bench/gloo_floor.py                 # N = 8, 32, 64, 128
-    .venv/bin/python bench/gloo_floor.py --sizes 128 --runs 3
+    .venv/bin/python bench/gloo_floor.py --sizes 128 --runs 3 --store torch
 
-One interpreter imports torch, starts torch's own ``TCPStore`` in a process of its own and
-waits until it listens, then forks N ranks (fork: no rank imports anything); each makes
+One interpreter imports torch, starts a store in a process of its own and waits until it
+listens, then forks N ranks (fork: no rank imports anything); each makes
 a store client, ``init_process_group("gloo")`` (every pair of ranks connects: N(N-1)/2
 connections), one ``all_reduce``, ``destroy_process_group`` and exits. Measured: the last
 fork, the last rank initialised, the last ``all_reduce`` returned, the last rank destroyed,
 every rank reaped (s from the first fork). It is the torch side of ``bench/scale.py``'s
 sizes where torchrun cannot run (128 agents each importing torch do not fit in this
 machine's memory): the worker-forked-to-gloo-initialised part of a round, done by torch
-alone. Measured here, torch's store takes a step of about 5 s from 32 ranks on, which a
-simulated job's store does not: this is a comparison, not a floor under ours.
+alone.
+
+``--store ours`` (the default): the store a simulated job's workers use (the agent's, the
+harness's pure-Python ``StoreServer``, here ``python -m harness.rendezvous.store_server``):
+then this is the floor under a simulated job's round, every part of it but the launcher's
+(agents, rendezvous, the zygote's requests, the events). ``--store torch``: torch's own
+``TCPStore`` server, which takes a step of about 5 s from 32 ranks on here: a comparison,
+not a floor under ours.
 """
 
 from __future__ import annotations
@@ -33,12 +39,17 @@ sys.path.insert(0, str(HERE))
 from _common import free_port, median, print_table  # noqa: E402
 
 
-def _store(port: int) -> subprocess.Popen[bytes]:
-    """torch's TCPStore, serving in a process of its own until killed."""
-    code = ("import time, torch.distributed as d\n"
-            f"s = d.TCPStore('127.0.0.1', {port}, 1, True, wait_for_workers=False)\n"
-            "time.sleep(3600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _store(port: int, kind: str) -> subprocess.Popen[bytes]:
+    """A store (``kind``: ours or torch's), serving in a process of its own until killed."""
+    if kind == "torch":
+        code = ("import time, torch.distributed as d\n"
+                f"s = d.TCPStore('127.0.0.1', {port}, 1, True, wait_for_workers=False)\n"
+                "time.sleep(3600)\n")
+        argv = [sys.executable, "-c", code]
+    else:
+        argv = [sys.executable, "-m", "harness.rendezvous.store_server", "--host", "127.0.0.1", "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_RDZV_SECRET")}
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -50,13 +61,13 @@ def _store(port: int) -> subprocess.Popen[bytes]:
     raise SystemExit("torch's TCPStore did not listen within 60 s")
 
 
-def one_run(ranks: int) -> dict[str, float]:
+def one_run(ranks: int, store_kind: str = "ours") -> dict[str, float]:
     """Fork ``ranks`` ranks of one gloo group; when the last passed each milestone."""
     import torch
     import torch.distributed as dist
 
     port = free_port()
-    store = _store(port)
+    store = _store(port, store_kind)
     stamps = tempfile.mkdtemp(prefix="gloo-floor-")
     try:
         began = time.monotonic()
@@ -99,10 +110,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", type=int, default=[8, 32, 64, 128])
     parser.add_argument("--runs", type=int, default=2, help="runs per size (default 2; medians)")
+    parser.add_argument("--store", choices=["ours", "torch"], default="ours",
+                        help="the ranks' store: the harness's (default), or torch's TCPStore")
     opts = parser.parse_args()
     rows = []
     for ranks in opts.sizes:
-        runs = [one_run(ranks) for _ in range(opts.runs)]
+        runs = [one_run(ranks, opts.store) for _ in range(opts.runs)]
         good = [r for r in runs if not r["failed"]]
 
         def med(key: str, good: list[dict[str, float]] = good) -> str:
