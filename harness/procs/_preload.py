@@ -55,6 +55,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from harness.procs._import_cache import ImportCache
 
@@ -163,6 +164,16 @@ def _wait_gone(native_id: int | None, limit_s: float = 1.0) -> None:
         time.sleep(0.0005)
 
 
+@dataclass
+class _Target:
+    """What one zygote knows of one target: the packages its workers allow besides torch,
+    numpy and the standard library (their ``HARNESS_PRELOAD``), and what they imported, in
+    order and filtered by that allowance (None until read from the cache under it)."""
+
+    allowed: frozenset[str] = frozenset()
+    imported: list[str] | None = None
+
+
 class Preloader:
     """The zygote's queue of modules its workers imported and it has not, the thread that
     imports them, and what each target's workers import (kept in ``cache``, when given).
@@ -175,13 +186,13 @@ class Preloader:
     report."""
 
     def __init__(self, cache: ImportCache | None = None) -> None:
-        self.pending: list[str] = []
+        #: (module, the target key whose worker reported it) to import between jobs
+        self.pending: list[tuple[str, str | None]] = []
         self.tried: set[str] = set()
         self.learning = True
         self.cache = cache
         self.avoid: set[str] = cache.avoided() if cache is not None else set()  # failed or left a thread
-        self.known: dict[str, list[str]] = {}  # target key -> what its workers imported, in order
-        self.extras: dict[str, frozenset[str]] = {}  # target key -> the packages its workers allow
+        self.targets: dict[str, _Target] = {}  # target key -> its allowance and its workers' imports
         self._baseline = _thread_count()  # torch's own threads, there before any preload
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -192,40 +203,56 @@ class Preloader:
         worker's target ``key``; how many names were new to the queue."""
         if not isinstance(names, list):
             return 0
-        extra = self.extras.get(key, frozenset()) if isinstance(key, str) else frozenset()
+        valid_key = key if isinstance(key, str) and 0 < len(key) <= MAX_KEY else None
+        extra = self._allowed(valid_key)
         clean = [n for n in names if isinstance(n, str) and n not in self.avoid and preloadable(n, extra)]
-        if isinstance(key, str) and 0 < len(key) <= MAX_KEY and clean:
-            self._remember(key, clean)
+        if valid_key is not None and clean:
+            self._remember(valid_key, clean)
         if not self.learning:
             return 0
         new = 0
         for name in clean:
             if name not in self.tried and name not in sys.modules:
                 self.tried.add(name)
-                self.pending.append(name)
+                self.pending.append((name, valid_key))
                 new += 1
         return new
 
+    def _allowed(self, key: str | None) -> frozenset[str]:
+        target = self.targets.get(key) if key is not None else None
+        return target.allowed if target is not None else frozenset()
+
+    def _target(self, key: str) -> _Target:
+        """``key``'s record, made (evicting the oldest past ``KNOWN_KEYS``) if new."""
+        target = self.targets.get(key)
+        if target is None:
+            if len(self.targets) >= KNOWN_KEYS:
+                del self.targets[next(iter(self.targets))]
+            target = self.targets[key] = _Target()
+        return target
+
     def _known(self, key: str) -> list[str]:
-        if key not in self.known:
-            if len(self.known) >= KNOWN_KEYS:
-                del self.known[next(iter(self.known))]
+        target = self._target(key)
+        if target.imported is None:
             cached = self.cache.names(key) if self.cache is not None else []
-            extra = self.extras.get(key, frozenset())
-            self.known[key] = [n for n in cached if n not in self.avoid and preloadable(n, extra)]
-        return self.known[key]
+            target.imported = [n for n in cached if n not in self.avoid and preloadable(n, target.allowed)]
+        return target.imported
 
     def allow(self, key: str | None, extra: frozenset[str]) -> None:
         """What the workers about to be forked for ``key`` allow besides torch, numpy and
         the standard library (their ``HARNESS_PRELOAD``). A changed allowance re-reads what
-        the target's workers imported with the new rule: a package no longer named is no
-        longer preloaded for them."""
-        if key is None or self.extras.get(key, frozenset()) == extra:
+        the target's workers imported with the new rule, and drops from the idle queue what
+        they reported under the old one that the new one refuses: a package no longer named
+        is no longer preloaded for them, before a fork or between jobs."""
+        if key is None or self._allowed(key) == extra:
             return
-        if len(self.extras) >= KNOWN_KEYS and key not in self.extras:
-            del self.extras[next(iter(self.extras))]
-        self.extras[key] = extra
-        self.known.pop(key, None)
+        target = self._target(key)
+        target.allowed = extra
+        target.imported = None
+        refused = [(n, k) for n, k in self.pending if k == key and not preloadable(n, extra)]
+        if refused:
+            self.pending = [entry for entry in self.pending if entry not in refused]
+            self.tried.difference_update(n for n, _ in refused)  # a later allowance may queue them again
 
     def _remember(self, key: str, names: list[str]) -> None:
         known = self._known(key)
@@ -313,7 +340,7 @@ class Preloader:
 
     def _import_pending(self) -> None:
         while self.pending and not self._stop.is_set():
-            name = self.pending.pop(0)
+            name, _key = self.pending.pop(0)
             if name in sys.modules or name in self.avoid:
                 continue
             self._import(name)

@@ -76,7 +76,7 @@ threading.Thread(target=stray.wait, daemon=True).start()  # as if importing plis
 preloader.before_fork("script:b", workers_alive=False)
 assert not preloader.learning, "a module that left a thread stops the preloading"
 assert cache().avoided() == {"xml.no_such_module", "plistlib"}, "and no later zygote imports it"
-assert Preloader(cache()).known == {} and Preloader(cache()).avoid == cache().avoided()
+assert Preloader(cache()).targets == {} and Preloader(cache()).avoid == cache().avoided()
 stray.set()
 print("OK")
 """

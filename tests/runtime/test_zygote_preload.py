@@ -76,8 +76,12 @@ def test_a_targets_allowance_is_its_own_and_a_withdrawn_one_no_longer_preloads()
     assert preloader.learn(["extrapkg.other"], key="script:b") == 0, "another target did not allow it"
     assert preloader.learn(["extrapkg.third"]) == 0, "nor does a worker that knows no target"
     assert preloader._known("script:a") == ["extrapkg", "extrapkg.sub"]
+    assert [name for name, _ in preloader.pending] == ["extrapkg", "extrapkg.sub"]  # for between jobs
     preloader.allow("script:a", frozenset())  # its workers no longer name the package
     assert preloader._known("script:a") == []
+    assert preloader.pending == [], "not imported between jobs either"
+    preloader.allow("script:a", extra_packages("extrapkg"))  # named again: learned again
+    assert preloader.learn(["extrapkg"], key="script:a") == 1
 
 
 def test_the_preloader_ignores_garbage_and_what_is_already_imported():

@@ -230,4 +230,4 @@ def test_the_preloader_keeps_what_a_target_imported_for_later_processes(tmp_path
     assert _cache(tmp_path).names(KEY) == ["json"]
     assert [f for f in _files(_cache(tmp_path)) if f.endswith(".json")] == [os.path.basename(
         _cache(tmp_path).path(KEY))]
-    assert Preloader(_cache(tmp_path)).known == {}  # loaded when a target is first forked for
+    assert Preloader(_cache(tmp_path)).targets == {}  # loaded when a target is first forked for
