@@ -14,6 +14,9 @@ re-form and run their steps again, and the job ends. Measured, in the child:
   first step;
 * **result**: to ``JobResult`` (the close after it is in *total*);
 * **lost → survivors**: the fault to every survivor's first step in the smaller world;
+* **change seen**: the fault to a survivor's agent deciding to re-form (its
+  ``membership_change``), the median survivor's and the last's: how long the loss takes to
+  reach every survivor;
 * **PSS**: the controller's own (this process: the harness, its bus reader, its checkers),
   and the job's processes per node (agents, workers, the zygote and the store, summed at
   their peak, divided by N: the zygote's shared pages are counted once, proportionally);
@@ -334,6 +337,13 @@ def main() -> None:
             values = [r[key] for r in good if r.get(key) is not None]
             return median(values) if values else None
 
+        def seen(which: str, good: list[dict] = good) -> float | None:
+            """The fault to a survivor's agent deciding to re-form (``which``: the median
+            survivor's or the last's), the median over the runs."""
+            values = [r["phases"]["recovery"]["change seen"][which] for r in good
+                      if "change seen" in r.get("phases", {}).get("recovery", {})]
+            return median(values) if values else None
+
         theirs = None
         if not opts.no_torchrun and nodes * nproc <= opts.torchrun_max:
             print(f"{size}: torchrun ...", file=sys.stderr, flush=True)
@@ -344,13 +354,15 @@ def main() -> None:
         job_pss = med("job_pss_mb")
         rows.append([size, fmt_s(med("first_step")), fmt_s(med("result")), fmt_s(med("total")),
                      fmt_s(med("lost_to_survivors")),
+                     f"{fmt_s(seen('median'))} / {fmt_s(seen('last'))}",
                      f"{med('controller_pss_mb'):.0f}" if med("controller_pss_mb") else "-",
                      f"{job_pss / nodes:.0f}" if job_pss else "-",
                      f"{med('events_per_s'):.0f}" if med("events_per_s") else "-",
                      f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
                      str(failed)])
-    print_table(["N x P", "first step", "result", "total", "lost → survivors", "controller PSS MB",
+    print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
+                 "controller PSS MB",
                  "PSS MB / node", "events/s", "store ops / round", "torchrun total", "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
