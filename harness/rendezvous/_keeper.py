@@ -102,6 +102,7 @@ class Keeper:
         self._heard: dict[str, float] = {}
         self._beat_began = -1.0  # the start of the last keep-alive
         self._heartbeat_dead: set[str] = set()  # the peers the last keep-alive found silent too long
+        self._leases: dict[str, float | None] = {}  # peer -> the lease it published, when last read
         self._pipe_r = self._pipe_w = -1
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
@@ -382,7 +383,8 @@ class Keeper:
 
     def _beat(self, client: Any, peers: PeerWatch) -> int:
         """One keep-alive round: bump our heartbeat, read the state and the peers'
-        heartbeats, decide who is dead; the state's seq (the caller waits for the next)."""
+        heartbeats (and the leases of those whose heartbeat stood still), decide who is dead;
+        the state's seq (the caller waits for the next)."""
         began = time.monotonic()
         client.add(self._keys.heartbeat(self._node), 1)
         self._answered()
@@ -390,11 +392,16 @@ class Keeper:
         state = self._keys.parse(client.get(self._keys.state))
         watched = self._watched(state)
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
-        keys = [self._keys.heartbeat(n) for n in watched] + [self._keys.lease(n) for n in watched]
-        values = peek(keys) if watched else []
+        beats = list(zip(watched, peek([self._keys.heartbeat(n) for n in watched]) if watched else [],
+                         strict=False))
+        # a peer's lease matters only while its heartbeat stands still: read it then, fresh
+        # (a lease a silent peer grew is read before it is judged), not each beat for all
+        stalled = peers.unmoved(beats)
+        if stalled:
+            fresh = peek([self._keys.lease(n) for n in stalled])
+            self._leases.update((n, parse_lease(v)) for n, v in zip(stalled, fresh, strict=False))
         self._answered()
-        leases = {n: parse_lease(v) for n, v in zip(watched, values[len(watched):], strict=False)}
-        verdict = peers.observe(zip(watched, values[:len(watched)], strict=False), leases)
+        verdict = peers.observe(beats, {n: self._leases.get(n) for n in watched})
         self._longest = peers.longest
         self._heartbeat_dead = set(verdict.dead)
         return self._take(state, began, watched, verdict)

@@ -142,6 +142,13 @@ class PeerWatch:
         """How long a peer that published ``lease`` may stay silent."""
         return self.timeout if lease is None else max(self.timeout, lease + self.interval)
 
+    def unmoved(self, counters: Iterable[tuple[str, bytes]]) -> list[str]:
+        """The peers whose heartbeat has not moved since the last observation (or that
+        were never observed, or whose key is gone): the ones whose silence ``observe`` may
+        judge now, so the ones whose published lease must be read fresh first."""
+        return [node for node, value in counters
+                if value == b"" or self._seen.get(node, (None, 0.0))[0] in (None, value)]
+
     def observe(self, counters: Iterable[tuple[str, bytes]],
                 leases: Mapping[str, float | None] | None = None) -> PeerVerdict:
         """``counters``: (peer, its heartbeat value now; ``b""`` = its key is gone);

@@ -29,6 +29,21 @@ def test_a_peer_whose_counter_moves_stays_alive():
         assert not verdict.dead and not verdict.suspects
 
 
+def test_the_peers_whose_lease_must_be_read_are_the_ones_standing_still():
+    """A keep-alive reads a peer's published lease only while that peer's heartbeat stands
+    still (then its silence may be judged, against its lease read fresh): a peer never seen,
+    one whose counter did not move since the last look, one whose key is gone."""
+    clock, peers = watch()
+    first = [("b", b"1"), ("c", b"1"), ("d", b"1")]
+    assert peers.unmoved(first) == ["b", "c", "d"], "never seen: all of them"
+    peers.observe(first)
+    clock.advance(INTERVAL)
+    now = [("b", b"2"), ("c", b"1"), ("d", b"")]
+    assert peers.unmoved(now) == ["c", "d"]
+    peers.observe(now)
+    assert peers.unmoved([("b", b"2"), ("c", b"2")]) == ["b"]
+
+
 def test_a_silent_peer_is_suspect_then_dead_after_the_timeout():
     clock, peers = watch()
     peers.observe([("b", b"1")])
