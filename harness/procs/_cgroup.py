@@ -42,7 +42,7 @@ class _MountTable:
 
     Why: the zygote reads a worker's cgroups and its agent's on every fork, and the mount
     table grows with a simulated cluster (each node's network namespace is a bind mount under
-    ``/run/netns``): parsing it each time made the forks of a round cost O(N^2), 1.4 ms a
+    ``/run/netns``): parsed on every call, the forks of a round would cost O(N^2), 1.4 ms a
     call at 64 nodes. The kernel says when the table changed: an open ``mountinfo`` polls
     POLLPRI after any mount or unmount (proc(5)), so one ``poll`` of zero timeout stands for
     the parse. A forked child opens its own (``/proc/self`` was the parent's)."""
@@ -83,7 +83,7 @@ class _MountTable:
 
     def _changed(self) -> bool:
         if self._poll is None:
-            return True  # no file to watch: read it every time, as before
+            return True  # no file to watch: read the table on every call
         try:
             return bool(self._poll.poll(0))
         except OSError:
