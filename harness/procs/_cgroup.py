@@ -25,7 +25,6 @@ import os
 import select
 import signal
 import threading
-from typing import IO
 
 __all__ = ["cgroup_dirs", "cgroup_mounts", "join_cgroups", "memory_cgroup", "memory_limit", "OomLedger", "OOM_REASON",
            "parse_cgroup", "parse_mountinfo"]
@@ -50,7 +49,7 @@ class _MountTable:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pid = -1
-        self._file: IO[str] | None = None
+        self._fd = -1  # a raw descriptor, not a file object: it lives as long as the process
         self._poll: select.poll | None = None
         self._mounts: dict[str, tuple[str, str]] | None = None
 
@@ -64,39 +63,42 @@ class _MountTable:
 
     def close(self) -> None:
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-            self._file, self._poll, self._mounts, self._pid = None, None, None, -1
+            self._close_fd()
+            self._poll, self._mounts, self._pid = None, None, -1
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # in a forked child, its copy: the parent's stays open
+        self._fd = -1
 
     def _reopen(self) -> None:
-        if self._file is not None:
-            self._file.close()  # a forked child's copy: the parent's stays open
+        self._close_fd()
         self._pid, self._mounts, self._poll = os.getpid(), None, None
         try:
-            fp = open("/proc/self/mountinfo")  # noqa: SIM115  kept open: its POLLPRI is the news
+            self._fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
-            self._file = None
             return
-        self._file = fp
         self._poll = select.poll()
-        self._poll.register(fp.fileno(), select.POLLPRI)
+        self._poll.register(self._fd, select.POLLPRI)
 
     def _changed(self) -> bool:
         if self._poll is None:
-            return True  # no file to watch: read the table on every call
+            return True  # no descriptor to watch: read the table on every call
         try:
             return bool(self._poll.poll(0))
         except OSError:
             return True
 
     def _read(self) -> dict[str, tuple[str, str]]:
-        fp = self._file
         try:
-            if fp is None:
+            if self._fd < 0:
                 with open("/proc/self/mountinfo") as once:
                     return parse_mountinfo(once.read())
-            fp.seek(0)
-            return parse_mountinfo(fp.read())
+            os.lseek(self._fd, 0, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(self._fd, 65536):
+                chunks.append(chunk)
+            return parse_mountinfo(b"".join(chunks).decode(errors="surrogateescape"))
         except OSError:
             return {}
 
