@@ -20,6 +20,7 @@ from harness.rendezvous._api import (
 from harness.rendezvous._registry import (
     RendezvousHandlerRegistry,
     get_rendezvous_handler,
+    import_backend,
     rendezvous_handler_registry,
 )
 from harness.rendezvous._store_auth import SECRET_ENV, SECRET_ENVS, SECRET_FILE_ENV
@@ -44,6 +45,7 @@ __all__ = [
     "SECRET_FILE_ENV",
     "enable_etcd_auth",
     "get_rendezvous_handler",
+    "import_backend",
     "rendezvous_handler_registry",
 ]
 

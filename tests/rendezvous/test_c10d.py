@@ -6,6 +6,7 @@ import json
 import pickle
 import re
 import signal
+from dataclasses import fields
 
 import pytest
 
@@ -57,6 +58,17 @@ def test_state_round_trips_and_rejects_foreign_data():
     ]:
         with pytest.raises(RendezvousStateError, match=re.escape(why)):
             RendezvousState.from_json(raw, "other" if "run id" in why else "job", "key k")
+
+
+def test_state_json_carries_every_field():
+    """Each field, set away from its default, comes back: one the writer forgot is lost on
+    the next agent's read (``from_json`` needs every key)."""
+    state = RendezvousState(run_id="job", seq=3, round=2, complete=True, closed=True, close_reason="done",
+                            cause="death", restarts=4, participants=["a", "b"], expected=["a"], waiting=["c"],
+                            nodes={"a": {"name": "n", "addr": "h", "live": "h:1", "port": 5, "finished": True}})
+    defaults = RendezvousState(run_id="job")
+    assert all(getattr(state, f.name) != getattr(defaults, f.name) for f in fields(state) if f.name != "run_id")
+    assert RendezvousState.from_json(state.to_json(), "job", "here") == state
 
 
 def test_agent_refuses_pickled_state_with_a_clear_error():

@@ -79,3 +79,53 @@ def test_a_handler_whose_store_cannot_be_opened_fails_on_use_and_shuts_down_quie
     assert handler.shutdown() is False
     assert own_sockets() <= sockets
     assert not any(t.name.startswith("rdzv-keeper:") for t in threading.enumerate())
+
+
+IMPORT_BACKEND_PROBE = """
+import json, socket, sys
+from harness.errors import ConfigError
+from harness.rendezvous import RendezvousParameters, get_rendezvous_handler, import_backend
+
+def harness_modules():
+    return {m for m in sys.modules if m.startswith("harness.")}
+
+before = harness_modules()
+import_backend("static")  # nothing to load
+static = harness_modules() - before
+import_backend("c10d")
+loaded = harness_modules() - before
+try:
+    import_backend("nope")
+    unknown = ""
+except ConfigError as e:
+    unknown = str(e)
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+handler = get_rendezvous_handler(RendezvousParameters("c10d", f"127.0.0.1:{port}", "preload", 1, 2,
+                                                      is_host=True, last_call_timeout=0.1))
+preloaded = harness_modules()
+info = handler.next_rendezvous()
+from harness.rendezvous._barrier import store_barrier
+store_barrier(info.store, 1, "exit/", 10.0)
+handler.shutdown()
+print(json.dumps({"static": sorted(static), "loaded": sorted(loaded), "unknown": unknown,
+                  "first_round": sorted(harness_modules() - preloaded)}))
+"""
+
+
+def test_import_backend_loads_what_a_c10d_agents_first_round_would():
+    """What a process that forks agents preloads: afterwards an agent's first round (its
+    handler, the store, the exit barrier) imports no module of the runtime's."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", IMPORT_BACKEND_PROBE], capture_output=True, text=True,
+                         timeout=60, check=True)
+    found = json.loads(out.stdout.splitlines()[-1])
+    assert found["static"] == []
+    assert {"harness.rendezvous._c10d", "harness.rendezvous._barrier", "harness.rendezvous._keeper"} \
+        <= set(found["loaded"])
+    assert "'nope'" in found["unknown"] and "c10d" in found["unknown"]
+    assert found["first_round"] == []

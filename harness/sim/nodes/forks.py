@@ -2,7 +2,8 @@
 
 Why: a node agent is a Python process that imports the runtime (~0.1 s of CPU) before it
 does anything; a 32-node cluster pays that 32 times, ~1.6 s of wall time on two cores,
-the biggest single cost of starting it. The server imports the runtime once and forks a
+the biggest single cost of starting it. The server imports the runtime once (the c10d
+rendezvous backend an agent loads at its first round included) and forks a
 node per request (~2 ms each), as the worker zygote does for workers.
 
 The server is its own program, ``python -m harness.sim.nodes.forks FD [--parent PID]``;
@@ -263,7 +264,12 @@ def serve(fd: int, parent: int | None) -> int:
 
     if parent is not None:
         die_with_parent(parent)
+    import encodings.idna  # noqa: F401  (socket.getaddrinfo's codec for a host name: every agent's)
+
     import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
+    from harness.rendezvous import import_backend
+
+    import_backend("c10d")  # the simulated nodes' backend, loaded on an agent's first round
 
     sock = socket.socket(fileno=fd)
     wake_read, wake_write = self_pipe()
