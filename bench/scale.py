@@ -19,7 +19,9 @@ re-form and run their steps again, and the job ends. Measured, in the child:
   reach every survivor;
 * **PSS**: the controller's own (this process: the harness, its bus reader, its checkers),
   and the job's processes per node (agents, workers, the zygote and the store, summed at
-  their peak, divided by N: the zygote's shared pages are counted once, proportionally);
+  their peak, divided by N: the zygote's shared pages are counted once, proportionally),
+  sampled in one more run per size whose times are not used (``--no-pss``: none): reading
+  every process's ``smaps_rollup`` during a timed run slowed the job it measured;
 * **events/s**: events the bus carried over the job's wall time; **store ops/round**: the
   rendezvous store's requests over the job, per rendezvous round (two rounds: formation and
   the loss).
@@ -103,9 +105,12 @@ def lose_the_last_node(job: Any, nodes: int) -> Any:
     return job.wait(timeout=600)
 
 
-def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | None = None) -> None:
+def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | None = None,
+          pss: bool = False) -> None:
     """One run in this fresh interpreter (with the node loss unless ``fault`` is false);
-    prints one JSON line."""
+    prints one JSON line. ``pss``: sample the job's PSS (the run is then not timed: reading
+    every process's ``smaps_rollup`` four times a second took 5 % of the machine's CPU at 64
+    nodes, on the controller's own process)."""
     started = time.monotonic()
     from harness import Cluster, WorkerState
 
@@ -116,7 +121,8 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
     os.environ["HARNESS_STORE_STATS"] = stats  # the job's store process writes what it served here
     me = os.getpid()
     sampler = PssPeak(lambda: process_tree([me]) - {me}, period=0.25)  # the job's processes, all below this one
-    sampler.start()
+    if pss:
+        sampler.start()
     tuned = {} if monitor_interval is None else {"monitor_interval": monitor_interval}
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0, **tuned) as cluster:
         with stdout_to(os.devnull):
@@ -127,7 +133,8 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
         rounds = job.timeline.world_sizes()
         events = job.timeline.events()
     closed = time.monotonic()
-    sampler.stop()
+    if pss:
+        sampler.stop()
     world = nodes * nproc
     firsts = [e["mono"] for e in steps if e["step"] == 1 and e.get("restart_count", 0) == 0]
     first_round = sorted(firsts)[:world]
@@ -153,7 +160,7 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
         "nodes": nodes, "nproc": nproc, "state": result.state.value == WorkerState.SUCCEEDED.value,
         "first_step": (max(first_round) - started) if len(first_round) == world else None,
         "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
-        "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024,
+        "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024 if pss else None,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
         "phases": phases(events, stamps, started, fault, ended),
     }), flush=True)
@@ -242,11 +249,11 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
 
 
 def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
-              monitor_interval: float | None = None) -> dict:
+              monitor_interval: float | None = None, pss: bool = False) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     try:
         out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
-                              *([] if fault else ["--no-fault"]),
+                              *([] if fault else ["--no-fault"]), *(["--pss"] if pss else []),
                               *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)])],
                              capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                              env={**os.environ, "SCALE_STATS_DIR": stats_dir})
@@ -308,9 +315,12 @@ def main() -> None:
     parser.add_argument("--jobs-in-a-row", type=int, default=0, metavar="K",
                         help="instead: K jobs in a row on one cluster of the first --sizes size (the controller's PSS)")
     parser.add_argument("--child-in-a-row", nargs=3, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pss", action="store_true", help=argparse.SUPPRESS)  # a child's: sample PSS
+    parser.add_argument("--no-pss", action="store_true",
+                        help="skip the extra, untimed run per size that measures the job's PSS")
     opts = parser.parse_args()
     if opts.child:
-        child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval)
+        child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval, pss=opts.pss)
         return
     if opts.child_in_a_row:
         child_in_a_row(*opts.child_in_a_row)
@@ -330,6 +340,13 @@ def main() -> None:
             runs.append(run)
         good = [r for r in runs if r.get("state")]
         failed = len(runs) - len(good)
+        job_pss = None
+        if not opts.no_pss:
+            print(f"{size}: PSS run (untimed) ...", file=sys.stderr, flush=True)
+            sampled = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
+                                monitor_interval=opts.monitor_interval, pss=True)
+            print(f"{size}: PSS run {json.dumps(sampled)}", file=sys.stderr, flush=True)
+            job_pss = sampled.get("job_pss_mb") if sampled.get("state") else None
         if good and good[-1].get("phases"):
             phase_rows.append((size, good[-1]["phases"]))
 
@@ -351,7 +368,6 @@ def main() -> None:
             print(f"{size}: torchrun {json.dumps(theirs)}", file=sys.stderr, flush=True)
         if nproc == 1 and med("result") is not None:
             fits.append((nodes, med("result")))
-        job_pss = med("job_pss_mb")
         rows.append([size, fmt_s(med("first_step")), fmt_s(med("result")), fmt_s(med("total")),
                      fmt_s(med("lost_to_survivors")),
                      f"{fmt_s(seen('median'))} / {fmt_s(seen('last'))}",
