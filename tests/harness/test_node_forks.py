@@ -22,9 +22,9 @@ S = WorkerState
 
 PROBE = textwrap.dedent("""
     import json, os, sys, tempfile
-    print("PROBE " + json.dumps({"var": os.environ.get("NODE_PROBE"), "cwd": os.getcwd(),
-                                 "tmp": tempfile.gettempdir(), "rank": os.environ["RANK"]}),
-          flush=True)
+    line = "PROBE " + json.dumps({"var": os.environ.get("NODE_PROBE"), "cwd": os.getcwd(),
+                                   "tmp": tempfile.gettempdir(), "rank": os.environ["RANK"]})
+    os.write(1, (line + "\\n").encode())  # one write: print() under -u writes the newline apart
 """)
 
 

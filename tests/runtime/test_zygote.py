@@ -183,7 +183,9 @@ try:
     bound = "yes"
 except OSError:
     bound = "no"
-print(f"WORKER ppid={os.getppid()} ino={ino} ifaces={','.join(names)} bound={bound}", flush=True)
+# one write(2) for the whole line: both workers share the agent's stdout, and print() under
+# python -u (the workers' mode here as under torchrun) writes the text and its newline apart
+os.write(1, f"WORKER ppid={os.getppid()} ino={ino} ifaces={','.join(names)} bound={bound}\\n".encode())
 """
 
 
