@@ -22,8 +22,10 @@ a = p.parse_args()
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 restart = os.environ["TORCHELASTIC_RESTART_COUNT"]
-print(f"START rank={rank} world={world} restart={restart} group={os.environ['GROUP_RANK']} "
-      f"pid={os.getpid()}", flush=True)
+# one write(2) per line: under ``python -u`` print() writes the text and the newline
+# separately, and the ranks of a node share its agent's stdout (their lines would interleave)
+os.write(1, f"START rank={rank} world={world} restart={restart} group={os.environ['GROUP_RANK']} "
+            f"pid={os.getpid()}\n".encode())
 if rank == a.crash_rank and restart == "0":
     time.sleep(0.3)
     sys.exit(1)
@@ -36,5 +38,5 @@ while time.monotonic() < deadline:
     if world == a.finish_world and steps >= 5 and (a.until is None or os.path.exists(a.until)):
         break
     time.sleep(0.1)
-print(f"DONE rank={rank} world={world} restart={restart}", flush=True)
+os.write(1, f"DONE rank={rank} world={world} restart={restart}\n".encode())
 dist.destroy_process_group()
