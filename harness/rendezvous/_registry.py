@@ -106,9 +106,7 @@ def import_backend(backend: str) -> None:
     agent on c10d, which 128 agents on two cores feel. A backend with nothing to load
     (``static``, one registered by the user) is a no-op; an unknown name is a ``ConfigError``.
     """
-    if backend not in rendezvous_handler_registry.names():
-        raise ConfigError("rdzv_backend", backend,
-                          f"is not one of {', '.join(rendezvous_handler_registry.names())}", "--rdzv-backend")
+    rendezvous_handler_registry.creator(backend)  # an unknown name: the registry's ConfigError
     for module in _BACKEND_MODULES.get(backend, ()):
         importlib.import_module(module)
 
@@ -132,14 +130,16 @@ class RendezvousHandlerRegistry:
     def names(self) -> list[str]:
         return sorted(self._creators)
 
-    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
-        creator = self._creators.get(params.backend)
+    def creator(self, backend: str) -> HandlerCreator:
+        """The factory registered for ``backend``; an unknown name is a one-line ``ConfigError``."""
+        creator = self._creators.get(backend)
         if creator is None:
-            raise ConfigError(
-                "rdzv_backend", params.backend, f"is not one of {', '.join(self.names())}",
-                "--rdzv-backend",
-            )
-        handler = creator(params)
+            raise ConfigError("rdzv_backend", backend, f"is not one of {', '.join(self.names())}",
+                              "--rdzv-backend")
+        return creator
+
+    def create_handler(self, params: RendezvousParameters) -> RendezvousHandler:
+        handler = self.creator(params.backend)(params)
         if handler.get_backend() != params.backend and params.backend not in _ALIASES:
             raise RendezvousError(
                 f"backend {params.backend!r} created a handler for {handler.get_backend()!r}"

@@ -30,7 +30,7 @@ Fields (one round at a time):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.rendezvous._api import RendezvousStateError
@@ -60,12 +60,9 @@ class RendezvousState:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        # The fields by hand, not ``dataclasses.asdict``: that deep-copies every leaf, and
-        # every agent writes this O(N) document at each join (2.3 ms at 128 nodes; 0.24 ms written out).
-        body = {"kind": KIND, "schema": SCHEMA, "run_id": self.run_id, "seq": self.seq, "round": self.round,
-                "complete": self.complete, "closed": self.closed, "close_reason": self.close_reason,
-                "cause": self.cause, "restarts": self.restarts, "participants": self.participants,
-                "expected": self.expected, "waiting": self.waiting, "nodes": self.nodes}
+        # The fields as they are, not ``dataclasses.asdict``: that deep-copies every leaf, and
+        # every agent writes this O(N) document at each join (2.3 ms at 128 nodes; 0.24 ms without).
+        body = {"kind": KIND, "schema": SCHEMA, **{f.name: getattr(self, f.name) for f in fields(self)}}
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod

@@ -4,8 +4,11 @@ thread; ``next_rendezvous`` does all of it. Constructed and dropped, it leaks no
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
@@ -117,10 +120,6 @@ print(json.dumps({"static": sorted(static), "loaded": sorted(loaded), "unknown":
 def test_import_backend_loads_what_a_c10d_agents_first_round_would():
     """What a process that forks agents preloads: afterwards an agent's first round (its
     handler, the store, the exit barrier) imports no module of the runtime's."""
-    import json
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", IMPORT_BACKEND_PROBE], capture_output=True, text=True,
                          timeout=60, check=True)
     found = json.loads(out.stdout.splitlines()[-1])
