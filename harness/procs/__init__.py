@@ -4,7 +4,8 @@ Also the process primitives the rest of the project builds on (the simulation st
 node agents and store servers with them): children that die with their parent, signalling
 a process group, a process identity that survives pid reuse, dirs removed once the process
 named in them is gone, the cgroups a process is in, joining a network namespace, and the
-zygote server (a warm interpreter that has imported torch and forks workers).
+zygote server (a warm interpreter that has imported torch and forks workers), and the
+imports of a server that forks, kept out of its children's garbage collections.
 """
 
 from harness.procs._cgroup import OOM_REASON, cgroup_dirs, cgroup_mounts
@@ -15,6 +16,7 @@ from harness.procs._handles import (
     process_state,
     signal_process_group,
 )
+from harness.procs._heap import frozen_imports
 from harness.procs._logs import LogsSpecs, render_prefix
 from harness.procs._owned import remove_dead_owned
 from harness.procs._placement import WORKER_CGROUP_ENV, WORKER_NICE_ENV
@@ -29,6 +31,6 @@ __all__ = [
     "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
     "LogsSpecs", "ProcessContext",
     "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "cgroup_mounts", "die_with_parent",
-    "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned", "render_prefix",
-    "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
+    "frozen_imports", "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned",
+    "render_prefix", "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
 ]

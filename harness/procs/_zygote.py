@@ -21,6 +21,9 @@ pays neither, and a restart reuses the same zygote. One zygote can serve many ag
   zygote SIGKILLs that agent's workers; they also die with the zygote (PDEATHSIG), and
   the zygote with whoever started it.
 
+What the zygote imported is kept out of its workers' cyclic garbage collections
+(``harness.procs._heap``): torch's import, and before each fork whatever it imported since.
+
 The forked child runs a script (``runpy.run_path``) or module (``runpy.run_module``) as
 ``__main__``. Differences from a fresh interpreter are listed in docs/elastic-run.md.
 
@@ -34,6 +37,7 @@ a restarted worker does not import them again.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -48,6 +52,7 @@ from typing import Any, cast
 from harness.procs._cgroup import cgroup_dirs, join_cgroups
 from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
+from harness.procs._heap import frozen_imports
 from harness.procs._import_cache import ImportCache, Interpreter
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
 from harness.procs._preload import (
@@ -231,6 +236,7 @@ class _Zygote:
         env = request.get("env")
         allowed = extra_packages(env.get(PRELOAD_ENV) if isinstance(env, dict) else None)
         self.preloader.before_fork(key, bool(self.owner), allowed)
+        gc.freeze()  # what it imported since the last fork too: out of the worker's collections
         try:
             pid = os.fork()
         except OSError as e:
@@ -430,8 +436,9 @@ def serve(path: str, ready_fd: int | None = None, import_cache: str | None = Non
     listener.listen(512)  # a whole simulated cluster may connect before the first accept
     if ready_fd is not None:
         os.write(ready_fd, b"listening\n")
-    import torch  # noqa: F401  the whole point: pay for it once
-    import torch.distributed  # noqa: F401
+    with frozen_imports():
+        import torch  # noqa: F401  the whole point: pay for it once
+        import torch.distributed  # noqa: F401
 
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")

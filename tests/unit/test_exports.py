@@ -27,7 +27,7 @@ PINNED = {
         "OOM_REASON", "STACKS_ENV", "START_METHODS", "WORKER_CGROUP_ENV", "WORKER_NICE_ENV", "ZYGOTE_ENV",
         "LogsSpecs", "ProcessContext",
         "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "cgroup_mounts",
-        "die_with_parent",
+        "die_with_parent", "frozen_imports",
         "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned", "render_prefix",
         "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
     },

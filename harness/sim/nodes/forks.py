@@ -24,6 +24,9 @@ requests): ``("fork", ident, request)`` with stdin/stdout/stderr as SCM_RIGHTS â
 server answers ``("started", ident, pid)`` or ``("failed", ident, reason)``; later, for
 every node it reaped, ``("exit", ident, returncode)``. The server is single-threaded
 (forking a threaded process is unsafe); it ends when the harness closes its end.
+
+The server's imports are kept out of its nodes' cyclic garbage collections
+(``harness.procs.frozen_imports``): an agent's collections look only at what it made.
 """
 
 from __future__ import annotations
@@ -260,16 +263,17 @@ def serve(fd: int, parent: int | None) -> int:
     """The server's loop (``python -m harness.sim.nodes.forks FD --parent PID``)."""
     import selectors
 
-    from harness.procs import die_with_parent
+    from harness.procs import die_with_parent, frozen_imports
 
     if parent is not None:
         die_with_parent(parent)
-    import encodings.idna  # noqa: F401  (socket.getaddrinfo's codec for a host name: every agent's)
+    with frozen_imports():  # out of every agent's collections: they look only at what it made
+        import encodings.idna  # noqa: F401  (socket.getaddrinfo's codec for a host name: every agent's)
 
-    import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
-    from harness.rendezvous import import_backend
+        import harness.run  # noqa: F401  (the point of the server: every node finds it imported)
+        from harness.rendezvous import import_backend
 
-    import_backend("c10d")  # the simulated nodes' backend, loaded on an agent's first round
+        import_backend("c10d")  # the simulated nodes' backend, loaded on an agent's first round
 
     sock = socket.socket(fileno=fd)
     wake_read, wake_write = self_pipe()
