@@ -41,7 +41,8 @@ def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Give this test process (one per xdist worker) a private TMPDIR, so the temp-dir
-    leak check sees only what this process's tests created."""
+    leak check sees only what this process's tests created; one BLAS thread for every
+    process the suite starts."""
     global _PRIVATE_TMP, _IMPORT_CACHE
     if not hasattr(config, "workerinput") and "HARNESS_IMPORT_CACHE" not in os.environ:
         # the zygotes' import cache (harness.procs._import_cache) of this run alone, shared by
@@ -49,6 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
         # neither reads nor fills the user's ~/.cache, so a run does not depend on the last
         _IMPORT_CACHE = tempfile.mkdtemp(prefix="pytest-elastic-imports-")
         os.environ["HARNESS_IMPORT_CACHE"] = _IMPORT_CACHE
+    # numpy's OpenBLAS (torch imports numpy) starts a thread per core at import, and each
+    # spins before it sleeps: 0.24 s of CPU per `import torch` on 2 cores (1.99 -> 1.75 s,
+    # 5 alternated imports each), paid by every torchrun, spawned worker and zygote the suite
+    # starts, under its launchers and ours alike. None of the suite's work is numpy's BLAS.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     _PRIVATE_TMP = tempfile.mkdtemp(prefix="pytest-elastic-tmp-")
     os.environ["TMPDIR"] = _PRIVATE_TMP
     tempfile.tempdir = _PRIVATE_TMP
