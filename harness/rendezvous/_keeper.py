@@ -34,6 +34,7 @@ from harness.rendezvous._liveness import (
     PeerWatch,
     StoreContact,
     change_reason,
+    leaving_members,
     parse_lease,
 )
 from harness.rendezvous._state import RendezvousState, StoreKeys
@@ -91,6 +92,8 @@ class Keeper:
         self._live = LiveSockets(self._peer_died, name)
         self._running_round: int | None = None
         self._running_members: list[str] = []
+        #: (state, members, the members leaving in it): ``_leaving_locked``'s last answer
+        self._leavers: tuple[RendezvousState | None, list[str], list[str]] | None = None
         self._signaled = False
         self._stopped = threading.Event()
         self._contact: StoreContact | None = None
@@ -575,7 +578,19 @@ class Keeper:
             state=self._snapshot, running_round=self._running_round,
             running_members=self._running_members, dead=self._dead,
             live_waiting=self._live_waiting_locked(), max_nodes=self._max_nodes,
-            store_lost=self._store_lost, fenced=self._fence_reason, for_barrier=for_barrier)
+            store_lost=self._store_lost, fenced=self._fence_reason, for_barrier=for_barrier,
+            leaving=self._leaving_locked())
+
+    def _leaving_locked(self) -> list[str]:
+        """The running members leaving in the last state read, found once per state: the
+        agent asks for the verdict at every monitor tick, and a scan of 128 members was
+        22 us of its 25 (661 ticks an agent in a 128-node job). Both the state and the
+        members list are replaced, never changed in place, so identity tells a new one."""
+        state, members = self._snapshot, self._running_members
+        kept = self._leavers
+        if kept is None or kept[0] is not state or kept[1] is not members:
+            kept = self._leavers = (state, members, [] if state is None else leaving_members(state, members))
+        return kept[2]
 
     def _live_waiting_locked(self) -> list[str]:
         state = self._snapshot

@@ -17,7 +17,7 @@ from typing import Protocol
 from harness.rendezvous._state import RendezvousState
 
 __all__ = ["MONOTONIC", "Clock", "KeepAliveLease", "PeerWatch", "PeerVerdict", "StoreContact", "change_reason",
-           "parse_lease"]
+           "leaving_members", "parse_lease"]
 
 
 class Clock(Protocol):
@@ -242,13 +242,21 @@ class StoreContact:
         return self.failed()
 
 
+def leaving_members(state: RendezvousState, members: list[str]) -> list[str]:
+    """The ``members`` that announced their leave in ``state``."""
+    return [n for n in members if state.leaving(n) is not None]
+
+
 def change_reason(*, state: RendezvousState | None, running_round: int | None,
                   running_members: list[str], dead: set[str] | frozenset[str],
                   live_waiting: list[str], max_nodes: int, store_lost: str | None = None,
-                  fenced: str | None = None, for_barrier: bool = False) -> str | None:
+                  fenced: str | None = None, for_barrier: bool = False,
+                  leaving: list[str] | None = None) -> str | None:
     """Why the round this node runs is over (None: it is not). ``for_barrier``: only
     reasons that make a wait inside the round pointless (a newcomer waiting to join
-    does not: the round may still finish)."""
+    does not: the round may still finish). ``leaving``: the running members that
+    announced their leave in ``state``, where the caller keeps them (``leaving_members``);
+    else found here."""
     if store_lost is not None:
         return store_lost
     if fenced is not None:
@@ -269,7 +277,8 @@ def change_reason(*, state: RendezvousState | None, running_round: int | None,
         return "lost " + ", ".join(state.name(n) for n in lost)
     if for_barrier:
         return None
-    leaving = [n for n in running_members if state.leaving(n) is not None]
+    if leaving is None:
+        leaving = leaving_members(state, running_members)
     if leaving:  # its workers are being stopped: ours' collectives with them will break
         return ", ".join(state.name(n) for n in leaving) + " is leaving"
     if len(running_members) < max_nodes and live_waiting:

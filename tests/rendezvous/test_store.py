@@ -37,6 +37,13 @@ def exercise(client: StoreClient) -> None:
     assert client.get("k") == b"str value"
     client.multi_set(["a", "b"], [b"1", b"2"])
     assert client.multi_get(["a", "b"]) == [b"1", b"2"]
+    # an answer of many values, some empty, one larger than a chunk the client receives
+    many = {f"m{i}": (b"" if i % 7 == 0 else bytes([65 + i % 26]) * (i * 37)) for i in range(300)}
+    many["m150"] = b"x" * 200_000
+    client.multi_set(list(many), list(many.values()))
+    assert client.multi_get(list(many)) == list(many.values())
+    client.set("k", b"after")  # the connection is in step after the long answer
+    assert client.get("k") == b"after"
     client.append("a", b"+")
     assert client.get("a") == b"1+"
     assert client.delete_key("a") and not client.delete_key("a")
@@ -117,6 +124,37 @@ def test_not_a_store_is_rejected():
     threading.Thread(target=garbage, daemon=True).start()
     with pytest.raises(StoreProtocolError, match="not a TCPStore server"):
         StoreClient("127.0.0.1", listener.getsockname()[1], timeout=1)
+    listener.close()
+
+
+def test_a_byte_past_a_multi_get_answer_drops_the_connection_instead_of_reading_on():
+    """The client receives a ``multi_get``'s answer in chunks; a store that sent more than
+    the answer is out of step, and what follows would be read as the next answer."""
+    from harness.rendezvous._store import STOP_WAITING
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def out_of_step():
+        conn, _ = listener.accept()
+        hello = b""
+        while len(hello) < 10:  # VALIDATE, its magic, PING and its nonce
+            hello += conn.recv(64)
+        conn.sendall(hello[-4:])  # the nonce echoed: a store
+        conn.recv(256)  # multi_get's WAIT
+        conn.sendall(bytes([STOP_WAITING]))
+        conn.recv(256)  # the MULTI_GET
+        conn.sendall(b"".join(len(v).to_bytes(8, "little") + v for v in (b"1", b"22")) + b"!")
+        conn.recv(64)  # until the client hangs up
+        conn.close()
+
+    threading.Thread(target=out_of_step, daemon=True).start()
+    client = StoreClient("127.0.0.1", listener.getsockname()[1], timeout=5)
+    with pytest.raises(StoreProtocolError, match=r"1 byte\(s\) past the answer to multi_get"):
+        client.multi_get(["a", "b"])
+    assert not client.connected
+    client.close()
     listener.close()
 
 

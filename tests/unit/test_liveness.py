@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.rendezvous._liveness import KeepAliveLease, PeerWatch, StoreContact, change_reason, parse_lease
+from harness.rendezvous._liveness import (
+    KeepAliveLease,
+    PeerWatch,
+    StoreContact,
+    change_reason,
+    leaving_members,
+    parse_lease,
+)
 from harness.rendezvous._round import closed_state
 from harness.rendezvous._state import RendezvousState
 from harness.timer import FakeClock
@@ -191,6 +198,15 @@ def test_each_reason_in_order_of_precedence():
     assert reason(running(round=3, cause="leave")) == "round 3 began (leave)"
     assert reason(dead={"b"}) == "lost host-b"
     assert reason(live_waiting=["c"]) == "1 node(s) waiting to join"
+
+
+def test_a_leaving_member_ends_the_round_found_in_the_state_or_as_the_caller_kept_it():
+    state = running(nodes={"a": {"name": "host-a"}, "b": {"name": "host-b", "leaving": 3.0}})
+    assert leaving_members(state, ["a", "b"]) == ["b"]
+    assert reason(state) == "host-b is leaving"
+    assert reason(state, leaving=["b"]) == "host-b is leaving"
+    assert reason(state, leaving=[]) is None  # the caller's list is the word: not looked up again
+    assert reason(state, for_barrier=True, leaving=["b"]) is None  # a barrier may still finish
 
 
 def test_a_rendezvous_closed_by_a_node_that_finished_ends_no_running_round():
