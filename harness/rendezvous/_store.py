@@ -399,7 +399,7 @@ class StoreClient:
         """``count`` length-prefixed values (a ``multi_get``'s answer), received in chunks
         and cut out of them. Why: read value by value, each took two ``recv`` calls and
         four Python calls, and at 128 nodes every agent's keeper reads 127 heartbeats a
-        beat: that was most of its CPU. The store sends nothing the client did not ask
+        beat: the largest part of its CPU. The store sends nothing the client did not ask
         for, so a chunk cannot hold more than this answer; a byte past it means the stream
         is out of step, and the connection is dropped rather than read on."""
         sock = self._sock_or_raise()
