@@ -24,7 +24,12 @@ re-form and run their steps again, and the job ends. Measured, in the child:
   every process's ``smaps_rollup`` during a timed run slowed the job it measured;
 * **events/s**: events the bus carried over the job's wall time; **store ops/round**: the
   rendezvous store's requests over the job, per rendezvous round (two rounds: formation and
-  the loss).
+  the loss);
+* **CPU**: the whole run's (the child's process tree, the job's every process: a ``cpuacct``
+  cgroup of its own, where cgroup v1's ``cpuacct`` is writable; else none), and the workers'
+  share of it (each worker's own at its end, ``scale_worker.py --stamps``; the workers a
+  fault stopped are not in it): on 2 cores a 128-node job is CPU-bound, and the workers'
+  part is what gloo's mesh costs.
 
 **Where the seconds go** (the tables after the main one): for the first round (from the
 start) and the recovery (from the fault), when the median and the last node or rank passed
@@ -162,6 +167,7 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
         "result": ended - started, "total": closed - started, "lost_to_survivors": lost_to_survivors,
         "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024 if pss else None,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
+        "workers_cpu_s": sum(s["cpu"] for s in stamps if "cpu" in s),
         "phases": phases(events, stamps, started, fault, ended),
     }), flush=True)
 
@@ -248,23 +254,70 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
                   f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
 
 
+#: where the runs' CPU is counted (cgroup v1's cpuacct hierarchy; absent: not counted)
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+
+
+class RunCpu:
+    """A ``cpuacct`` cgroup for one child run: everything the child starts is counted in it
+    (the harness makes its job's cgroups under the cgroup it runs in). ``usage`` in
+    seconds, or None where the cgroup could not be made."""
+
+    def __init__(self) -> None:
+        self.path: str | None = os.path.join(CPUACCT, f"scale-bench-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.mkdir(self.path)
+        except OSError:
+            self.path = None
+
+    def enter(self) -> None:
+        """In the child, before it runs (``preexec_fn``)."""
+        if self.path is not None:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as fp:
+                fp.write(str(os.getpid()))
+
+    def usage(self) -> float | None:
+        if self.path is None:
+            return None
+        with open(os.path.join(self.path, "cpuacct.usage")) as fp:
+            return int(fp.read()) / 1e9
+
+    def remove(self) -> None:
+        """Once the child's processes are gone (a killed child's last ones take a moment)."""
+        deadline = time.monotonic() + 10
+        while self.path is not None:
+            try:
+                os.rmdir(self.path)
+                self.path = None
+            except FileNotFoundError:
+                self.path = None
+            except OSError:
+                if time.monotonic() > deadline:
+                    print(f"scale: could not remove {self.path}", file=sys.stderr)
+                    return
+                time.sleep(0.1)
+
+
 def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
               monitor_interval: float | None = None, pss: bool = False) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
+    cpu = RunCpu()
     try:
         out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
                               *([] if fault else ["--no-fault"]), *(["--pss"] if pss else []),
                               *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)])],
                              capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-                             env={**os.environ, "SCALE_STATS_DIR": stats_dir})
+                             env={**os.environ, "SCALE_STATS_DIR": stats_dir}, preexec_fn=cpu.enter)
+        used = cpu.usage()
     except subprocess.TimeoutExpired:  # the child was SIGKILLed: what its clusters held goes now
         sweep_killed_runs("scale")
         return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"no result within {timeout:g} s"}
     finally:
         shutil.rmtree(stats_dir, ignore_errors=True)
+        cpu.remove()
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line)
+            return {**json.loads(line), "job_cpu_s": used}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
 
@@ -375,11 +428,13 @@ def main() -> None:
                      f"{job_pss / nodes:.0f}" if job_pss else "-",
                      f"{med('events_per_s'):.0f}" if med("events_per_s") else "-",
                      f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
+                     fmt_s(med("job_cpu_s")), fmt_s(med("workers_cpu_s")),
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
                      str(failed)])
     print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
                  "controller PSS MB",
-                 "PSS MB / node", "events/s", "store ops / round", "torchrun total", "failed"], rows)
+                 "PSS MB / node", "events/s", "store ops / round", "job CPU", "workers' CPU", "torchrun total",
+                 "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
     print_phases(phase_rows)

@@ -5,7 +5,8 @@ the harness (``harness.report_step``), ``--step-time`` s apart; destroy, exit 0.
 began, when ``init_process_group`` returned and when the first ``all_reduce`` did
 (``time.monotonic()``, one clock for every process of the machine), so the bench can say how
 long gloo's connection mesh took apart from the rest of the start; and ``end-<rank>-<pid>.json``
-once ``destroy_process_group`` returned (when the steps ended and when the group was gone)."""
+once ``destroy_process_group`` returned (when the steps ended and when the group was gone, and
+the CPU the worker had used)."""
 import argparse
 import json
 import os
@@ -45,4 +46,5 @@ rank = dist.get_rank()
 dist.destroy_process_group()
 if opts.stamps:
     with open(os.path.join(opts.stamps, f"end-{rank}-{os.getpid()}.json"), "w") as fp:
-        json.dump({"rank": rank, "stepped": stepped, "destroyed": time.monotonic()}, fp)
+        json.dump({"rank": rank, "stepped": stepped, "destroyed": time.monotonic(),
+                   "cpu": sum(os.times()[:2])}, fp)  # this worker's CPU so far: the bench sums them
