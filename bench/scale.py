@@ -254,21 +254,24 @@ def in_a_row(size: str, jobs: int, timeout: float) -> None:
                   f"{pss[-1]:.1f} MB", f"{slope_kb:+.0f} KB"]])
 
 
-#: where the runs' CPU is counted (cgroup v1's cpuacct hierarchy; absent: not counted)
-CPUACCT = "/sys/fs/cgroup/cpuacct"
-
-
 class RunCpu:
-    """A ``cpuacct`` cgroup for one child run: everything the child starts is counted in it
-    (the harness makes its job's cgroups under the cgroup it runs in). ``usage`` in
-    seconds, or None where the cgroup could not be made."""
+    """A ``cpuacct`` cgroup for one child run, under the bench's own (cgroup v1's ``cpuacct``
+    hierarchy): everything the child starts is counted in it (the harness makes its job's
+    cgroups under the cgroup it runs in). ``usage`` in seconds, or None where the cgroup
+    could not be made."""
 
     def __init__(self) -> None:
-        self.path: str | None = os.path.join(CPUACCT, f"scale-bench-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.mkdir(self.path)
-        except OSError:
-            self.path = None
+        from harness.procs import cgroup_dirs
+
+        mine = cgroup_dirs().get("cpuacct")
+        self.path: str | None = None
+        if mine is not None:
+            path = os.path.join(mine, f"scale-bench-{os.getpid()}-{time.monotonic_ns()}")
+            try:
+                os.mkdir(path)
+                self.path = path
+            except OSError:
+                pass
 
     def enter(self) -> None:
         """In the child, before it runs (``preexec_fn``)."""
