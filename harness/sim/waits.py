@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from harness.sim.bus import EventBus
     from harness.sim.truth.job_result import JobResult
 
-__all__ = ["WaitedJob", "first_healthy_time", "in_state", "wait_for_end", "wait_for_recovery", "wait_for_state"]
+__all__ = ["WaitedJob", "first_healthy_time", "in_state", "never_fired", "wait_for_end", "wait_for_recovery",
+           "wait_for_state"]
 
 
 # -- what a wait needs of the job (``harness.sim.job.Job`` is the implementation) -------------
@@ -243,13 +244,13 @@ def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResu
         raise JobHung(_stall_report(job, stalls[0]))
     job.scheduler.fire_at_end()  # chaos's lasting faults end with the job
     if not allow_unfired:
-        unfired = _never_fired(job)
+        unfired = never_fired(job)
         if unfired:
             raise FaultNotFired(unfired)
     return job.result()
 
 
-def _never_fired(job: WaitedJob) -> list[tuple[str, str]]:
+def never_fired(job: WaitedJob) -> list[tuple[str, str]]:
     """(fault, why) of every fault of the caller's own still not fired: scheduled ones
     pending (chaos faults excepted: they may not fire), and exit-code orders no worker
     obeyed (no ``report_step`` at that step)."""

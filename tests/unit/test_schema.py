@@ -398,6 +398,24 @@ def test_a_scenarios_expectations_under_chaos_are_judged_modulo_chaos(tmp_path):
         _scenarios._check_expectations({"final_world_size": 2}, job, result, None, chaotic=False)
 
 
+def test_faults_fired_is_excused_only_when_chaos_ended_the_job_with_the_scenarios_own_pending(tmp_path, capsys):
+    """A chaos worker kill during a naive save failed the job before the scenario's node crash
+    came: ``faults_fired`` is not judged then, and the output says why. Without a pending fault
+    of the scenario's, without chaos, or with no chaos fault fired, the shortfall still fails."""
+    job, result = _chaotic_job(tmp_path)
+    pending = ["kill_node node=0 at_step=9 (rank 0 reported no step >= 9)"]
+    _scenarios._check_expectations({"faults_fired": 2}, job, result, None, chaotic=True, unfired=pending)
+    assert ("faults_fired 2 not judged under chaos: the job ended after chaos's add_node, partition and before "
+            "the scenario's kill_node node=0 at_step=9 (rank 0 reported no step >= 9) could fire") \
+        in capsys.readouterr().out
+    for chaotic, unfired in ((True, ()), (False, pending)):
+        with pytest.raises(_scenarios.ScenarioFailure, match=re.escape("1 fault(s) fired ['kill_node'], expected 2")):
+            _scenarios._check_expectations({"faults_fired": 2}, job, result, None, chaotic=chaotic, unfired=unfired)
+    quiet, result = _finished_job(tmp_path)  # a fault of its own, none of chaos's
+    with pytest.raises(_scenarios.ScenarioFailure, match=re.escape("1 fault(s) fired ['kill_node'], expected 2")):
+        _scenarios._check_expectations({"faults_fired": 2}, quiet, result, None, chaotic=True, unfired=pending)
+
+
 # -- validated at the edge ----------------------------------------------------------------
 
 

@@ -23,6 +23,10 @@ def test_a_step_trigger_armed_after_its_step_says_so(tmp_path):
         assert AtStep(step=30, rank=0).never_met(job, armed_at) == (
             "rank 0 reached step 30 before this trigger was armed (the fault before it fired late, after step "
             "49), and reported no step after")
-        assert AtStep(step=60, rank=0).never_met(job, armed_at).startswith("rank 0 reported no step >= 60")
+        # it reported steps, just none since the trigger was armed: no hint at report_step
+        assert AtStep(step=60, rank=0).never_met(job, armed_at) == (
+            "rank 0 reported no step after this trigger was armed (its last, step 49, came before)")
+        assert AtStep(step=60, rank=1).never_met(job, armed_at) == (
+            "rank 1 reported no step >= 60 — does the script call harness.report_step?")
     finally:
         writer.close()

@@ -342,6 +342,9 @@ class AtStep(Trigger):
         if before and max(before) >= self.step:  # armed late: the fault before it fired after the step
             return (f"rank {self.rank} reached step {self.step} before this trigger was armed (the fault "
                     f"before it fired late, after step {max(before)}), and reported no step after")
+        if before:  # it trains, so it reports: the job ended (or stalled) before the step came
+            return (f"rank {self.rank} reported no step after this trigger was armed (its last, step "
+                    f"{max(before)}, came before)")
         return (f"rank {self.rank} reported no step >= {self.step} — does the script call "
                 "harness.report_step?")
 
