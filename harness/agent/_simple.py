@@ -33,7 +33,7 @@ from harness.agent._decide import (
 from harness.agent._ranks import assign_worker_ranks
 from harness.errors import ElasticError, SignalException
 from harness.events import NullEventWriter
-from harness.rendezvous import RendezvousGracefulExitError
+from harness.rendezvous import RendezvousGracefulExitError, RendezvousRoundAbandonedError
 from harness.rendezvous._liveness import MONOTONIC
 from harness.states import WorkerState
 
@@ -184,12 +184,22 @@ class SimpleElasticAgent(ElasticAgent):
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         spec = worker_group.spec
         started = time.monotonic()
-        info = spec.rdzv_handler.next_rendezvous()
-        self._round = info.round
-        self._store = info.store
-        self._restarts.adopt(getattr(info, "restart_count", None))  # None: a foreign handler
-        workers = assign_worker_ranks(info.store, info.rank, info.world_size, spec,
-                                      identical=self._identical_workers)
+        while True:
+            info = spec.rdzv_handler.next_rendezvous()
+            self._round = info.round
+            self._store = info.store
+            self._restarts.adopt(getattr(info, "restart_count", None))  # None: a foreign handler
+            try:
+                workers = assign_worker_ranks(info.store, info.rank, info.world_size, spec,
+                                              identical=self._identical_workers)
+                break
+            except RendezvousRoundAbandonedError as e:
+                # A member was lost (or the store went quiet) between the round's completion
+                # and its ranks: the round is over, not the job. Its workers never started,
+                # so nothing is charged; the next round (or a closed rendezvous) decides.
+                log.info("[%s] round %d ended before its ranks were assigned (%s); re-rendezvous",
+                         spec.role, info.round, e)
+                self._events.emit("membership_change", restart_count=self.restart_count, cause="membership")
         worker_group.workers = workers
         worker_group.store = info.store
         worker_group.group_rank = info.rank

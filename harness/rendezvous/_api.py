@@ -19,6 +19,7 @@ __all__ = [
     "RendezvousConnectionError",
     "RendezvousStateError",
     "RendezvousGracefulExitError",
+    "RendezvousRoundAbandonedError",
     "RendezvousStoreInfo",
     "RendezvousInfo",
     "RendezvousHandler",
@@ -54,6 +55,12 @@ class RendezvousConnectionError(RendezvousError):
 
 class RendezvousStateError(RendezvousError):
     """The rendezvous state is corrupt or was written by something else."""
+
+
+class RendezvousRoundAbandonedError(RendezvousError):
+    """The round this node just completed ended before the node could run it: a member was
+    lost, a newer round began, or the store stopped answering while the agent waited in it
+    (for its ranks). The round is over, not the job: join the next one."""
 
 
 class RendezvousGracefulExitError(RendezvousError):

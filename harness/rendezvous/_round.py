@@ -13,8 +13,14 @@ clock (``tests/unit/test_round.py``) instead of processes and sleeps:
   were in (each node measures it on its own clock; no cross-node clock comparison).
 * **last call** — the first formation of a job (round 0) waits ``last_call_timeout``
   (torch's 30 s by default) so agents started seconds apart form one world; later
-  rounds know who to expect and wait at most ``RECOVERY_LAST_CALL`` for expected
-  nodes that are alive but slow (node-loss recovery closes as soon as all are in).
+  rounds know who to expect and wait ``RECOVERY_LAST_CALL`` for expected nodes that are
+  alive but slow (node-loss recovery closes as soon as all are in). A round that knows
+  whom to expect (every later round, and a first round told ``first_round_nodes``)
+  counts its last call from the latest join this node saw, not from when ``min_nodes``
+  were in: it closes once joins stop coming, not while they still do. Why: 128 agents
+  several times slower than usual rejoined over more than the window, every round closed
+  with a part of them, the rest went on the waiting list, and the next membership change
+  restarted everyone again: the job never trained.
 * **expiry** — dead participants/expected nodes are dropped from a forming round.
 * **restarts** — the job's restart count (``RendezvousState.restarts``) is raised only
   by a node's own writes to a *forming* round (its join, or its opening of the next
@@ -53,8 +59,9 @@ __all__ = [
     "withdrawn_state",
 ]
 
-#: the longest a round after the first waits for expected nodes that are alive but have
-#: not joined yet (a survivor slow to stop its workers); node loss itself never waits
+#: how long a round after the first waits, since the latest join, for expected nodes that
+#: are alive but have not joined yet (a survivor slow to stop its workers); node loss
+#: itself never waits
 RECOVERY_LAST_CALL = 1.0
 #: ... and for each node it expects: many survivors stop their workers and rejoin one after
 #: another on a loaded machine (64 nodes on 2 cores: the last came more than 1 s after the
@@ -83,8 +90,9 @@ class RoundRules:
     def last_call_for(self, round_: int, expecting: int = 0) -> float:
         """Round 0 is the first formation: torch's last call. Later rounds expect a known
         set of nodes (``expecting`` of them), so the last call only bounds the wait for
-        slow survivors: ``RECOVERY_LAST_CALL``, longer by ``RECOVERY_LAST_CALL_PER_NODE``
-        for each node past ten, never past the configured last call."""
+        slow survivors since the latest join: ``RECOVERY_LAST_CALL``, longer by
+        ``RECOVERY_LAST_CALL_PER_NODE`` for each node past ten, never past the configured
+        last call."""
         if round_ == 0:
             return self.last_call_timeout
         return min(self.last_call_timeout, max(RECOVERY_LAST_CALL, RECOVERY_LAST_CALL_PER_NODE * expecting))
@@ -117,7 +125,8 @@ class RoundMachine:
         self.joined_round: int | None = None
         self.last_round: int | None = None
         self.deadline = clock.now() + rules.join_timeout
-        self._last_call: tuple[int, float] | None = None
+        #: (round, participants seen, since when): the last call's start in that round
+        self._last_call: tuple[int, int, float] | None = None
         #: (round, node) -> when this node first saw ``node`` leaving that round
         self._leave_seen: dict[tuple[int, str], float] = {}
         #: the least restart count the next round this node joins must carry
@@ -151,7 +160,7 @@ class RoundMachine:
         if self._last_call is None or self._last_call[0] != state.round:
             return None
         return (self.rules.last_call_for(state.round, len(state.expected))
-                - (self._clock.now() - self._last_call[1]))
+                - (self._clock.now() - self._last_call[2]))
 
     def step(self, state: RendezvousState, dead: set[str], meta: dict[str, Any]) -> Step:
         """Decide what to do about ``state`` (just read). ``dead``: nodes this node
@@ -202,8 +211,11 @@ class RoundMachine:
         if joined < rules.min_nodes:
             self._last_call = None
             return wait
-        if self._last_call is None or self._last_call[0] != state.round:
-            self._last_call = (state.round, now)
+        mark = self._last_call
+        if mark is None or mark[0] != state.round:
+            self._last_call = (state.round, joined, now)
+        elif joined > mark[1]:  # a node joined since: a round that knows whom it expects waits on
+            self._last_call = (state.round, joined, now if self._expects_known(state) else mark[2])
         all_in = bool(state.expected) and all(e in state.participants for e in state.expected)
         if state.round == 0 and not state.expected and rules.first_round_nodes:
             all_in = joined >= rules.first_round_nodes  # every node the launcher started is in
@@ -214,6 +226,13 @@ class RoundMachine:
             complete_round(new)
             return Step("write", new)
         return Step("wait", wait_for=min(wait.wait_for, left))
+
+    def _expects_known(self, state: RendezvousState) -> bool:
+        """Whether ``state``'s round knows whom it waits for: a later round (its survivors and
+        waiting nodes), or a first round the launcher said how many nodes it started for.
+        Torch's first round does not: its last call runs from ``min_nodes``, however many
+        join after."""
+        return bool(state.expected) or (state.round == 0 and self.rules.first_round_nodes > 0)
 
     def _leavers(self, state: RendezvousState, dead: set[str],
                  now: float) -> tuple[bool, set[str]]:

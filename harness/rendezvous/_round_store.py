@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Protocol
 
-from harness.rendezvous._api import RendezvousError
+from harness.rendezvous._api import RendezvousRoundAbandonedError
 from harness.rendezvous._store import StoreClient, StoreTimeoutError
 
 __all__ = ["RoundStore"]
@@ -24,7 +24,8 @@ class RoundStore:
     """The store as one round sees it: keys live under ``.../r<round>/``, so a new round
     never reads an old round's rank assignments or exit-barrier counters, and blocking
     waits give up as soon as the round is abandoned (a participant died, the rendezvous
-    closed) instead of sitting out their full timeout."""
+    closed) instead of sitting out their full timeout: ``RendezvousRoundAbandonedError``,
+    on which the agent joins the next round (a closed rendezvous tells it so there)."""
 
     def __init__(self, client: StoreClient, prefix: str, handler: RoundWatcher,
                  round_: int, slice_s: float):
@@ -86,7 +87,7 @@ class RoundStore:
                 pass
             reason = self._handler.round_abandoned(self._round)
             if reason is not None:
-                raise RendezvousError(f"gave up waiting for {keys} in round {self._round}: {reason}")
+                raise RendezvousRoundAbandonedError(f"gave up waiting for {keys} in round {self._round}: {reason}")
 
     def get(self, key: str) -> bytes:
         self.wait([key])

@@ -15,6 +15,7 @@ import time
 
 import psutil
 
+from harness.rendezvous._store import StoreClient
 from tests.rendezvous.conftest import LOOP, c10d_args, kill_node
 from tests.rendezvous.store_proc import proxy_to, store_process
 
@@ -93,6 +94,26 @@ def test_survivors_reform_when_a_peer_goes_silent_without_rst_or_fin(nodes):
     assert any("lost " in l for l in a.lines), a.output  # declared gone, not a restart
 
 
+def wait_until_joined(port: int, run_id: str, timeout: float = 30.0) -> None:
+    """Until a node has joined the forming round of ``run_id`` in the store at ``port``: read
+    from the store itself, as the agents print nothing while they wait for peers."""
+    from harness.rendezvous._state import RendezvousState, StoreKeys
+
+    keys = StoreKeys(run_id, f"127.0.0.1:{port}")
+    client = StoreClient("127.0.0.1", port, timeout=10)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if client.check([keys.state]):
+                state = RendezvousState.from_json(client.get(keys.state), run_id, keys.endpoint)
+                if state.participants:
+                    return
+            time.sleep(0.05)
+    finally:
+        client.close()
+    raise AssertionError(f"no node joined rendezvous {run_id} within {timeout}s")
+
+
 def test_a_store_frozen_during_the_rendezvous_is_waited_out(nodes):
     """The first agent waits for its peer when the store freezes: its requests go
     unanswered (``read_timeout`` shortened here from 60 s), it is fenced, and once the
@@ -101,14 +122,14 @@ def test_a_store_frozen_during_the_rendezvous_is_waited_out(nodes):
         args = c10d_args(store.port, "2", "frozen-join",
                          "--rdzv-conf=is_host=false,read_timeout=2", "--max-restarts=0")
         a = nodes(*args, LOOP, "--finish-world=2")
-        time.sleep(3.0)  # a is in next_rendezvous, waiting for a second node
+        wait_until_joined(store.port, "frozen-join")  # a is in next_rendezvous, waiting for a second node
         store.freeze()
         a.wait_for("fenced", timeout=30)
-        time.sleep(2.5)  # longer than read_timeout: a request of a's main thread times out
+        # a request of a's main thread timed out (read_timeout) and did not end the rendezvous
+        a.wait_for("retrying", timeout=30)
         store.thaw()
         b = nodes(*args, LOOP, "--finish-world=2")
         assert [a.wait(90), b.wait(90)] == [0, 0], a.output + "\n" + b.output
-    assert "retrying" in a.output  # the unanswered request did not end the rendezvous
 
 
 def test_a_node_cut_off_from_the_store_fences_and_rejoins_as_a_new_member(nodes, tmp_path):

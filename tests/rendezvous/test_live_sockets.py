@@ -10,6 +10,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
 from harness.rendezvous._live_sockets import LiveSockets
 from tests.rendezvous.conftest import form_round, free_port
@@ -129,3 +131,41 @@ def test_a_shutdown_does_not_wait_out_the_keepers_store_wait():
     handler.shutdown()
     assert not thread.is_alive()
     assert time.monotonic() - began < 10  # its wait had up to 20 s left
+
+
+def test_a_member_lost_before_the_ranks_are_assigned_abandons_the_round_not_the_job():
+    """The survivor waits for the lost member's role (rank assignment): the wait gives up
+    with ``RendezvousRoundAbandonedError``, on which the agent joins the next round, not a
+    bare ``RendezvousError`` that ended the agent and, with it, the job."""
+    from harness.agent import WorkerSpec
+    from harness.agent._ranks import assign_worker_ranks
+    from harness.rendezvous import RendezvousRoundAbandonedError
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    first, second = (get_rendezvous_handler(RendezvousParameters("c10d", endpoint, "ranks", 2, 2, is_host=host,
+                                                                 last_call_timeout=0.1))
+                     for host in (True, False))  # the default keep-alive: the rank wait looks every 0.2 s
+    infos: dict[str, object] = {}
+    try:
+        rounds = [threading.Thread(target=lambda h=h, n=n: infos.__setitem__(n, h.next_rendezvous()))
+                  for n, h in (("first", first), ("second", second))]
+        for thread in rounds:
+            thread.start()
+        for thread in rounds:
+            thread.join(30)
+        info = infos["first"]
+        peer = second._keeper._node
+        connected_by = time.monotonic() + NEWS_WITHIN
+        while not first._keeper._live.tried(peer) and time.monotonic() < connected_by:
+            time.sleep(0.01)
+        listener = second._keeper._listener
+        assert listener is not None
+        listener.close()  # the second node dies before it wrote its role
+        spec = WorkerSpec(role="r", local_world_size=1, rdzv_handler=first, entrypoint="python")
+        # bounded here (300 s by default): a wait that did not give up times out instead
+        with pytest.raises(RendezvousRoundAbandonedError, match=f"in round {info.round}: lost "):
+            assign_worker_ranks(info.store, info.rank, info.world_size, spec, identical=False,
+                                timeout=NEWS_WITHIN)
+    finally:
+        second.shutdown()
+        first.shutdown()

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.agent import RunResult, WorkerSpec, WorkerState
 from harness.agent._simple import SimpleElasticAgent
-from harness.rendezvous import RendezvousInfo, RendezvousStoreInfo
+from harness.rendezvous import RendezvousInfo, RendezvousRoundAbandonedError, RendezvousStoreInfo
 
 S = WorkerState
 
@@ -227,3 +227,37 @@ def test_a_fresh_agent_starts_with_the_jobs_count():
     agent = ScriptedAgent(JobHandler([2]), [(S.FAILED, nothing)], max_restarts=2)
     assert agent.run().state is S.FAILED
     assert agent.log == ["start@1", "stop", "shutdown"]
+
+
+class AbandonedStore:
+    """A round's store whose waits give up: a member was lost after the round completed and
+    before its ranks were assigned (the round's ``RoundStore`` raises so)."""
+
+    def set(self, key: str, value: bytes) -> None:
+        pass
+
+    def get(self, key: str) -> bytes:
+        raise RendezvousRoundAbandonedError(f"gave up waiting for [{key!r}] in round 1: lost vm:42")
+
+
+class LosesAMemberBeforeRanks(Handler):
+    """Round 1 (world 2) loses a member before the ranks; round 2 is this node alone."""
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        info = super().next_rendezvous()
+        if self.rounds == 1:
+            info.world_size, info.store = 2, AbandonedStore()
+        return info
+
+
+def test_a_round_abandoned_before_its_ranks_were_assigned_is_followed_by_the_next():
+    """A 128-node job under load lost a member right after a round completed: every agent
+    waiting for its ranks raised "gave up waiting", ended, and the first to end closed the
+    rendezvous for the rest. The round is over, not the job: the agent joins the next,
+    starting no worker for the abandoned one and charging no restart."""
+    handler = LosesAMemberBeforeRanks()
+    agent = ScriptedAgent(handler, [(S.SUCCEEDED, nothing)])
+    assert agent.run().state is S.SUCCEEDED
+    assert agent.log == ["start@2", "shutdown"]
+    assert agent.restart_count == 0 and agent.events.kinds.count("membership_change") == 1
+    assert agent.events.kinds.count("rendezvous") == 1  # the round it ran

@@ -266,6 +266,56 @@ def test_later_rounds_wait_at_most_the_recovery_last_call_for_slow_survivors():
     assert w.rules.last_call_for(0) == 30.0 and w.rules.last_call_for(1) == RECOVERY_LAST_CALL
 
 
+def test_a_later_round_waits_while_its_expected_nodes_keep_joining():
+    """128 agents several times slower than usual rejoined over more than the window: every
+    round closed with a part of them, the rest went on the waiting list and the next change
+    restarted everyone, for ever. The window runs from the latest join: five survivors
+    coming 0.8 s apart (3.2 s in all, past the 1 s window) are all in the round."""
+    names = ["a", "b", "c", "d", "e"]
+    w = World(rules(1, 5, last_call=30.0))
+    form(w, *names)
+    w.again(*names)
+    w.step("a")  # opens round 1, expecting all five
+    assert w.state.round == 1 and not w.state.complete
+    for name in names[1:]:
+        w.clock.advance(0.8)
+        assert w.step("a").kind == "wait"  # 0.8 s since the latest join: not yet
+        w.step(name)
+    w.step("a")
+    assert w.state.complete and w.state.participants == names
+
+
+def test_a_later_round_closes_once_joins_stop_for_the_window():
+    """A survivor alive but stuck is waited for the window since the latest join, no longer."""
+    w = World(rules(1, 3, last_call=30.0))
+    form(w, "a", "b", "c")
+    w.again("a", "b")
+    w.step("a")  # opens round 1
+    assert w.step("a").kind == "wait"  # a is in: its last call starts
+    w.clock.advance(0.8)
+    w.step("b")  # b joins 0.8 s in: c is alive, and stuck
+    assert w.step("a").kind == "wait"  # a wakes on the change and sees b in
+    w.clock.advance(RECOVERY_LAST_CALL - 0.01)
+    assert w.step("a").kind == "wait" and not w.state.complete  # 1.79 s in: a 1 s window from the start is past
+    w.clock.advance(0.02)
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a", "b"]
+
+
+def test_torchs_first_round_counts_its_last_call_from_min_nodes_however_many_join_after():
+    """Without ``first_round_nodes`` the first round does not know whom it waits for: its
+    last call is torch's, from the moment ``min_nodes`` were in."""
+    w = World(rules(1, 4, last_call=2.0))
+    w.start("a", "b", "c")
+    w.step("a")
+    w.step("a")  # a is in: the last call starts
+    w.clock.advance(1.5)
+    w.step("b")
+    w.clock.advance(0.6)  # 2.1 s since a, 0.6 s since b
+    w.step("a")
+    assert w.state.complete and w.state.participants == ["a", "b"]
+
+
 def test_the_first_round_closes_the_moment_every_node_the_launcher_started_is_in():
     """64 nodes on 2 cores came over 3 s: with a 1 s last call the first round closed with 33,
     and the other 31 made a second at once. The launcher gives a last call long enough for
