@@ -94,6 +94,8 @@ class Keeper:
         self._running_members: list[str] = []
         #: (state, members, the members leaving in it): ``_leaving_locked``'s last answer
         self._leavers: tuple[RendezvousState | None, list[str], list[str]] | None = None
+        #: the state's bytes as last read, and what they parsed to (the keeper thread's own)
+        self._parsed: tuple[bytes, RendezvousState] | None = None
         self._signaled = False
         self._stopped = threading.Event()
         self._contact: StoreContact | None = None
@@ -392,7 +394,7 @@ class Keeper:
         client.add(self._keys.heartbeat(self._node), 1)
         self._answered()
         self._renew_lease(client)
-        state = self._keys.parse(client.get(self._keys.state))
+        state = self._read_state(client)
         watched = self._watched(state)
         peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
         beats = list(zip(watched, peek([self._keys.heartbeat(n) for n in watched]) if watched else [],
@@ -409,6 +411,19 @@ class Keeper:
         self._heartbeat_dead = set(verdict.dead)
         return self._take(state, began, watched, verdict)
 
+    def _read_state(self, client: Any) -> RendezvousState:
+        """The state document, parsed only when its bytes changed. Every keep-alive reads it,
+        and between two changes it is the same bytes: at 128 nodes 13-18 KB, 170-260 us to
+        parse, a quarter of a keep-alive's work. The same bytes give the same object, so
+        what is cached per state (``_leaving_locked``) holds across keep-alives too."""
+        raw = client.get(self._keys.state)
+        kept = self._parsed
+        if kept is not None and kept[0] == raw:
+            return kept[1]
+        state = self._keys.parse(raw)
+        self._parsed = (raw, state)
+        return state
+
     def _watched(self, state: RendezvousState) -> list[str]:
         """The peers this node watches: every node of ``state`` and of the round it runs."""
         return [n for n in dict.fromkeys(state.participants + state.expected + state.waiting
@@ -419,7 +434,7 @@ class Keeper:
         and judge the peers by their liveness sockets and the last keep-alive's verdict on
         their heartbeats; the state's seq."""
         began = time.monotonic()
-        state = self._keys.parse(client.get(self._keys.state))
+        state = self._read_state(client)
         self._answered()
         return self._take(state, began, self._watched(state), None)
 

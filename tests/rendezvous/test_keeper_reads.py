@@ -1,0 +1,48 @@
+"""What the keep-alive thread reads from the store: the state document is parsed again only
+when its bytes changed (every keep-alive reads it; at 128 nodes a parse is a quarter of a
+keep-alive's work)."""
+
+from __future__ import annotations
+
+import time
+
+from harness.rendezvous import RendezvousParameters, get_rendezvous_handler
+from tests.rendezvous.conftest import form_round, free_port
+
+#: generous: keep-alives come every 0.1 s; this only bounds a test that would otherwise hang
+WITHIN = 15.0
+
+
+def _beats_after(keeper, count: int) -> None:
+    """Until ``count`` more keep-alives began (each re-reads the state)."""
+    seen, began = 0, keeper._beat_began
+    deadline = time.monotonic() + WITHIN
+    while seen < count:
+        assert time.monotonic() < deadline, f"fewer than {count} keep-alives in {WITHIN}s"
+        time.sleep(0.02)
+        if keeper._beat_began != began:
+            seen, began = seen + 1, keeper._beat_began
+
+
+def test_the_same_state_bytes_are_parsed_once_and_a_change_is_read_at_once():
+    endpoint = f"127.0.0.1:{free_port()}"
+    first, second = (get_rendezvous_handler(RendezvousParameters("c10d", endpoint, "reads", 2, 2, is_host=host,
+                                                                 last_call_timeout=0.1))
+                     for host in (True, False))
+    try:
+        form_round(first, second)
+        keeper = first._keeper
+        _beats_after(keeper, 1)
+        kept = keeper.snapshot()
+        assert kept is not None and not kept.closed
+        _beats_after(keeper, 3)
+        assert keeper.snapshot() is kept  # read three times, parsed once
+        second.set_closed("done")
+        deadline = time.monotonic() + WITHIN
+        while not keeper.snapshot().closed:  # the change wakes the keeper: a fresh parse
+            assert time.monotonic() < deadline, "the keeper never read the closed state"
+            time.sleep(0.02)
+        assert keeper.snapshot() is not kept and keeper.snapshot().close_reason.startswith("done")
+    finally:
+        second.shutdown()
+        first.shutdown()
