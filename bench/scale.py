@@ -44,6 +44,12 @@ one "last" to the next is what that phase cost on the critical path.
 ``--no-fault``: the same job without its node loss (one round): start to ``JobResult`` of a
 trivial gloo job, the figure torchrun's row is (its *total*, close included, beside ours).
 
+``--idle S``: every rank sleeps S s after its first step (``scale_worker.py --idle``), and the
+bench reads the run's ``cpuacct`` every 0.1 s: the CPU per second over the window every rank
+slept is what the job costs doing nothing (the agents' monitor ticks and keep-alives, the
+store, gloo's own threads), in the table with its share per node. It grows with the job
+where the agents poll what grows with it.
+
 ``--monitor-interval S``: the agents' monitor interval (default: the cluster's, 0.1 s): what
 the agents' own polling costs the job at a size.
 
@@ -74,6 +80,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -111,7 +118,7 @@ def lose_the_last_node(job: Any, nodes: int) -> Any:
 
 
 def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | None = None,
-          pss: bool = False) -> None:
+          pss: bool = False, idle: float = 0.0) -> None:
     """One run in this fresh interpreter (with the node loss unless ``fault`` is false);
     prints one JSON line. ``pss``: sample the job's PSS (the run is then not timed: reading
     every process's ``smaps_rollup`` four times a second took 5 % of the machine's CPU at 64
@@ -131,7 +138,8 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
     tuned = {} if monitor_interval is None else {"monitor_interval": monitor_interval}
     with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0, **tuned) as cluster:
         with stdout_to(os.devnull):
-            job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir)
+            job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir,
+                                 *(["--idle", str(idle)] if idle > 0 else []))
         result = lose_the_last_node(job, nodes) if fault else job.wait(timeout=600)
         ended = time.monotonic()
         steps = job.timeline.steps()
@@ -159,6 +167,7 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
     except (OSError, ValueError, KeyError):
         served = {}
     stamps = [json.loads(Path(stamps_dir, name).read_text()) for name in os.listdir(stamps_dir)]
+    idles = [s["idle"] for s in stamps if "idle" in s]
     print(json.dumps({
         "store_ops": sum(served.values()), "store_ops_per_round": sum(served.values()) / max(len(rounds), 1),
         "served": served,
@@ -168,6 +177,8 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
         "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024 if pss else None,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
         "workers_cpu_s": sum(s["cpu"] for s in stamps if "cpu" in s),
+        # when every rank slept (``--idle``): the parent reads the job's CPU over it
+        "idle_window": [max(i[0] for i in idles), min(i[1] for i in idles)] if idles else None,
         "phases": phases(events, stamps, started, fault, ended),
     }), flush=True)
 
@@ -301,14 +312,51 @@ class RunCpu:
                 time.sleep(0.1)
 
 
+class CpuSamples:
+    """The run's CPU (``RunCpu.usage``) read every 0.1 s by a thread of the bench's, with when:
+    the rate over the window every rank slept (``--idle``) is what the job costs doing nothing
+    (agents' monitor ticks and keep-alives, the store, gloo's own threads), per second."""
+
+    def __init__(self, cpu: RunCpu):
+        self._cpu = cpu
+        self._points: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                used = self._cpu.usage()
+            except OSError:  # the cgroup is being removed
+                return
+            if used is not None:
+                self._points.append((time.monotonic(), used))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def rate(self, start: float, end: float) -> float | None:
+        """CPU-s per second between the first reading past ``start`` and the last before
+        ``end``, with 0.2 s kept off each edge (a rank waking late is not the job idle)."""
+        inside = [p for p in self._points if start + 0.2 <= p[0] <= end - 0.2]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 0.5:
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0)
+
+
 def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
-              monitor_interval: float | None = None, pss: bool = False) -> dict:
+              monitor_interval: float | None = None, pss: bool = False, idle: float = 0.0) -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     cpu = RunCpu()
+    samples = CpuSamples(cpu) if idle > 0 else None
     try:
         out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
                               *([] if fault else ["--no-fault"]), *(["--pss"] if pss else []),
-                              *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)])],
+                              *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)]),
+                              *(["--idle", str(idle)] if idle > 0 else [])],
                              capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                              env={**os.environ, "SCALE_STATS_DIR": stats_dir}, preexec_fn=cpu.enter)
         used = cpu.usage()
@@ -316,11 +364,16 @@ def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
         sweep_killed_runs("scale")
         return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"no result within {timeout:g} s"}
     finally:
+        if samples is not None:
+            samples.stop()
         shutil.rmtree(stats_dir, ignore_errors=True)
         cpu.remove()
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
-            return {**json.loads(line), "job_cpu_s": used}
+            run = json.loads(line)
+            window = run.get("idle_window")
+            return {**run, "job_cpu_s": used,
+                    "idle_cpu_per_s": samples.rate(*window) if samples is not None and window else None}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
 
@@ -352,6 +405,11 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     return {"total": time.monotonic() - started, "ok": all(a.returncode == 0 for a in agents)}
 
 
+def fmt_idle(rate: float | None, nodes: int) -> str:
+    """The job's CPU per second while every rank slept, and its share per node."""
+    return "-" if rate is None else f"{rate:.2f} ({1000 * rate / nodes:.1f} ms / node)"
+
+
 def exponent(points: list[tuple[int, float]]) -> float | None:
     """k of t ∝ N^k, least squares on (log N, log t)."""
     return slope([(math.log(n), math.log(t)) for n, t in points if t and t > 0])
@@ -374,9 +432,13 @@ def main() -> None:
     parser.add_argument("--pss", action="store_true", help=argparse.SUPPRESS)  # a child's: sample PSS
     parser.add_argument("--no-pss", action="store_true",
                         help="skip the extra, untimed run per size that measures the job's PSS")
+    parser.add_argument("--idle", type=float, default=0.0, metavar="S",
+                        help="every rank sleeps S s after its first step: the job's CPU per second then "
+                             "(what it costs doing nothing) in the table")
     opts = parser.parse_args()
     if opts.child:
-        child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval, pss=opts.pss)
+        child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval, pss=opts.pss,
+              idle=opts.idle)
         return
     if opts.child_in_a_row:
         child_in_a_row(*opts.child_in_a_row)
@@ -391,7 +453,7 @@ def main() -> None:
         for i in range(opts.runs):
             print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
             run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
-                            monitor_interval=opts.monitor_interval)
+                            monitor_interval=opts.monitor_interval, idle=opts.idle)
             print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
             runs.append(run)
         good = [r for r in runs if r.get("state")]
@@ -432,11 +494,13 @@ def main() -> None:
                      f"{med('events_per_s'):.0f}" if med("events_per_s") else "-",
                      f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
                      fmt_s(med("job_cpu_s")), fmt_s(med("workers_cpu_s")),
+                     fmt_idle(med("idle_cpu_per_s"), nodes),
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
                      str(failed)])
     print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
                  "controller PSS MB",
-                 "PSS MB / node", "events/s", "store ops / round", "job CPU", "workers' CPU", "torchrun total",
+                 "PSS MB / node", "events/s", "store ops / round", "job CPU", "workers' CPU",
+                 "idle CPU-s / s", "torchrun total",
                  "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
