@@ -43,8 +43,9 @@ for step in range(1, opts.steps + 1):
                            "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))}, fp)
     harness.report_step(step)
     if step == 1 and opts.idle > 0:  # every rank sleeps here: the job has nothing to do but its overhead
-        idle = (time.monotonic(), time.monotonic() + opts.idle)
+        idle_began = time.monotonic()
         time.sleep(opts.idle)
+        idle = (idle_began, time.monotonic())  # when it slept, as it woke (not as planned)
     time.sleep(opts.step_time)
 stepped = time.monotonic()
 rank = dist.get_rank()

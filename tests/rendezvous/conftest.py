@@ -22,13 +22,20 @@ ENV_DUMP = str(SCRIPTS / "env_dump.py")
 ALWAYS_FAIL = str(SCRIPTS / "always_fail.py")
 
 
-def form_round(*handlers) -> None:
-    """Run ``next_rendezvous`` on every handler at once (in threads), as their nodes do."""
-    rounds = [threading.Thread(target=h.next_rendezvous) for h in handlers]
+def form_round(*handlers) -> list:
+    """Run ``next_rendezvous`` on every handler at once (in threads), as their nodes do; the
+    ``RendezvousInfo`` each returned, in the handlers' order (None where one did not)."""
+    infos: list = [None] * len(handlers)
+
+    def join(i: int) -> None:
+        infos[i] = handlers[i].next_rendezvous()
+
+    rounds = [threading.Thread(target=join, args=(i,)) for i in range(len(handlers))]
     for thread in rounds:
         thread.start()
     for thread in rounds:
         thread.join(30)
+    return infos
 
 
 def free_port() -> int:

@@ -38,6 +38,15 @@ def _target(listener: socket.socket) -> str:
     return f"127.0.0.1:{listener.getsockname()[1]}"
 
 
+def _until_connected(watcher, peer) -> None:
+    """Until ``watcher``'s keeper has tried ``peer``'s liveness socket (at its first look at
+    the round), or ``NEWS_WITHIN`` passed."""
+    node = peer._keeper._node
+    connected_by = time.monotonic() + NEWS_WITHIN
+    while not watcher._keeper._live.tried(node) and time.monotonic() < connected_by:
+        time.sleep(0.01)
+
+
 def test_a_peer_whose_process_is_gone_wakes_the_agent_before_any_look():
     """The keeper looks at the store every 20 s here; the peer's liveness listener closes
     (what the kernel does when its process dies). The agent's event fd turns readable long
@@ -47,10 +56,7 @@ def test_a_peer_whose_process_is_gone_wakes_the_agent_before_any_look():
     try:
         form_round(first, second)
         assert first.membership_changed() is False
-        peer = second._keeper._node
-        connected_by = time.monotonic() + NEWS_WITHIN  # at the keeper's first look at the round
-        while not first._keeper._live.tried(peer) and time.monotonic() < connected_by:
-            time.sleep(0.01)
+        _until_connected(first, second)
         assert first._keeper.sock_dead() == set()
         news = first.event_fd()
         assert news is not None
@@ -145,19 +151,9 @@ def test_a_member_lost_before_the_ranks_are_assigned_abandons_the_round_not_the_
     first, second = (get_rendezvous_handler(RendezvousParameters("c10d", endpoint, "ranks", 2, 2, is_host=host,
                                                                  last_call_timeout=0.1))
                      for host in (True, False))  # the default keep-alive: the rank wait looks every 0.2 s
-    infos: dict[str, object] = {}
     try:
-        rounds = [threading.Thread(target=lambda h=h, n=n: infos.__setitem__(n, h.next_rendezvous()))
-                  for n, h in (("first", first), ("second", second))]
-        for thread in rounds:
-            thread.start()
-        for thread in rounds:
-            thread.join(30)
-        info = infos["first"]
-        peer = second._keeper._node
-        connected_by = time.monotonic() + NEWS_WITHIN
-        while not first._keeper._live.tried(peer) and time.monotonic() < connected_by:
-            time.sleep(0.01)
+        info, _ = form_round(first, second)
+        _until_connected(first, second)
         listener = second._keeper._listener
         assert listener is not None
         listener.close()  # the second node dies before it wrote its role
