@@ -9,7 +9,8 @@ listens, then forks N ranks (fork: no rank imports anything); each makes
 a store client, ``init_process_group("gloo")`` (every pair of ranks connects: N(N-1)/2
 connections), one ``all_reduce``, ``destroy_process_group`` and exits. Measured: the last
 fork, the last rank initialised, the last ``all_reduce`` returned, the last rank destroyed,
-every rank reaped (s from the first fork). It is the torch side of ``bench/scale.py``'s
+every rank reaped (s from the first fork), and the CPU the ranks used (beside ``bench/scale.py``'s
+workers' CPU: what gloo's mesh costs with no launcher around it). It is the torch side of ``bench/scale.py``'s
 sizes where torchrun cannot run (128 agents each importing torch do not fit in this
 machine's memory): the worker-forked-to-gloo-initialised part of a round, done by torch
 alone.
@@ -80,6 +81,7 @@ def one_run(ranks: int, store_kind: str = "ours") -> dict[str, float]:
     stamps = tempfile.mkdtemp(prefix="gloo-floor-")
     try:
         began = time.monotonic()
+        before = os.times()
         pids = []
         for rank in range(ranks):
             pid = os.fork()
@@ -101,6 +103,8 @@ def one_run(ranks: int, store_kind: str = "ours") -> dict[str, float]:
         forked = time.monotonic()
         failed = sum(os.waitpid(pid, 0)[1] != 0 for pid in pids)
         reaped = time.monotonic()
+        after = os.times()  # the ranks' CPU: they are reaped, the store is not yet
+        ranks_cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
         rows = [[float(x) for x in Path(stamps, name).read_text().split()] for name in os.listdir(stamps)]
     finally:
         store.kill()
@@ -112,7 +116,7 @@ def one_run(ranks: int, store_kind: str = "ours") -> dict[str, float]:
         return {"failed": float(failed or ranks - len(rows))}
     return {"forked": forked - began, "initialised": max(r[0] for r in rows) - began,
             "reduced": max(r[1] for r in rows) - began, "destroyed": max(r[2] for r in rows) - began,
-            "reaped": reaped - began, "failed": 0.0}
+            "reaped": reaped - began, "ranks_cpu": ranks_cpu, "failed": 0.0}
 
 
 #: set in the re-executed bench: it already runs in a network namespace of its own
@@ -154,10 +158,10 @@ def main() -> None:
             return f"{median([r[key] for r in good]):.2f} s" if good else "-"
 
         rows.append([str(ranks), med("forked"), med("initialised"), med("reduced"), med("destroyed"), med("reaped"),
-                     str(len(runs) - len(good))])
+                     med("ranks_cpu"), str(len(runs) - len(good))])
         print(f"{ranks} ranks: {runs}", file=sys.stderr, flush=True)
     print_table(["ranks", "last forked", "last initialised", "last all_reduce", "last destroyed", "all reaped",
-                 "failed"], rows)
+                 "ranks' CPU", "failed"], rows)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,15 @@ re-form and run their steps again, and the job ends. Measured, in the child:
   rendezvous store's requests over the job, per rendezvous round (two rounds: formation and
   the loss);
 * **CPU**: the whole run's (the child's process tree, the job's every process: a ``cpuacct``
-  cgroup of its own, where cgroup v1's ``cpuacct`` is writable; else none), and the workers'
-  share of it (each worker's own at its end, ``scale_worker.py --stamps``; the workers a
-  fault stopped are not in it): on 2 cores a 128-node job is CPU-bound, and the workers'
-  part is what gloo's mesh costs.
+  cgroup of its own, where cgroup v1's ``cpuacct`` is writable; else none), split into the
+  agents' (the nodes' own ``node<i>/agent`` cgroups, with the share per node), the workers'
+  (``node<i>/workers``; where there are no such cgroups, each worker's own at its end,
+  ``scale_worker.py --stamps``, which misses the workers a fault stopped) and the rest's,
+  which a second table splits by process: the controller (this process: the harness, its
+  bus, its checkers), the zygote (torch's import, every worker's fork), the rendezvous store,
+  the storage server and the node fork server. On 2 cores a 64- or 128-node job is
+  CPU-bound: its time is at least its CPU over 2, and the workers' part is what gloo's mesh
+  costs (``bench/gloo_floor.py`` measures it without a launcher).
 
 **Where the seconds go** (the tables after the main one): for the first round (from the
 start) and the recovery (from the fault), when the median and the last node or rank passed
@@ -53,6 +58,11 @@ where the agents poll what grows with it.
 ``--monitor-interval S``: the agents' monitor interval (default: the cluster's, 0.1 s): what
 the agents' own polling costs the job at a size.
 
+``--network loopback``: every node on one loopback instead of a network host of its own (the
+default where the machine can: a namespace per node on a bridge), in a network namespace of the
+run's own where it can be made (``bench/gloo_floor.py``'s docstring says why): what the
+simulated network costs a job at a size.
+
 ``--jobs-in-a-row K``: K such jobs one after another on one cluster (one interpreter), the
 controller's PSS after each: whether it grows per job (a timeline, a checker or a bus
 reader that keeps what a finished job left).
@@ -72,6 +82,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import math
 import os
@@ -118,7 +129,7 @@ def lose_the_last_node(job: Any, nodes: int) -> Any:
 
 
 def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | None = None,
-          pss: bool = False, idle: float = 0.0) -> None:
+          pss: bool = False, idle: float = 0.0, network: str = "auto") -> None:
     """One run in this fresh interpreter (with the node loss unless ``fault`` is false);
     prints one JSON line. ``pss``: sample the job's PSS (the run is then not timed: reading
     every process's ``smaps_rollup`` four times a second took 5 % of the machine's CPU at 64
@@ -136,12 +147,14 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
     if pss:
         sampler.start()
     tuned = {} if monitor_interval is None else {"monitor_interval": monitor_interval}
-    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0, **tuned) as cluster:
+    with Cluster(nnodes=f"1:{nodes}", nproc_per_node=nproc, max_restarts=0, network=network, **tuned) as cluster:
         with stdout_to(os.devnull):
             job = cluster.launch(WORKER, "--steps", str(STEPS), "--stamps", stamps_dir,
                                  *(["--idle", str(idle)] if idle > 0 else []))
         result = lose_the_last_node(job, nodes) if fault else job.wait(timeout=600)
         ended = time.monotonic()
+        parts_cpu = cpu_by_part()  # before the cluster's close removes the nodes' cgroups
+        servers_cpu = cpu_of_servers(os.getpid())
         steps = job.timeline.steps()
         rounds = job.timeline.world_sizes()
         events = job.timeline.events()
@@ -177,10 +190,60 @@ def child(nodes: int, nproc: int, fault: bool = True, monitor_interval: float | 
         "controller_pss_mb": pss_kb(me) / 1024, "job_pss_mb": sampler.peak_kb / 1024 if pss else None,
         "events": len(events), "events_per_s": len(events) / span if span else None, "rounds": rounds,
         "workers_cpu_s": sum(s["cpu"] for s in stamps if "cpu" in s),
+        "agents_cgroup_cpu_s": parts_cpu.get("agent"), "workers_cgroup_cpu_s": parts_cpu.get("workers"),
+        "servers_cpu_s": servers_cpu,
         # when every rank slept (``--idle``): the parent reads the job's CPU over it
         "idle_window": [max(i[0] for i in idles), min(i[1] for i in idles)] if idles else None,
         "phases": phases(events, stamps, started, fault, ended),
     }), flush=True)
+
+
+def cpu_by_part() -> dict[str, float]:
+    """The CPU (s) the job's agents and its workers used: the sums of the nodes' own
+    ``cpuacct`` cgroups (``node<i>/agent``, ``node<i>/workers``, which the harness makes under
+    the cgroup this process runs in), read once the job ended. Empty where there are none."""
+    from harness.procs import cgroup_dirs
+
+    mine = cgroup_dirs().get("cpuacct")
+    if mine is None:
+        return {}
+    totals: dict[str, float] = {}
+    for part in ("agent", "workers"):
+        for path in glob.glob(os.path.join(mine, "elastic_*", "node*", part, "cpuacct.usage")):
+            try:
+                with open(path) as fp:
+                    totals[part] = totals.get(part, 0.0) + int(fp.read()) / 1e9
+            except (OSError, ValueError):
+                pass
+    return totals
+
+
+#: the harness's own processes, by what their command line runs
+SERVERS = {"zygote": "harness.procs._zygote", "rendezvous store": "harness.rendezvous.store_server",
+           "storage server": "harness.sim.storage.server", "node fork server": "harness.sim.nodes.forks"}
+
+
+def cpu_of_servers(me: int) -> dict[str, float]:
+    """The CPU (s) this process (the controller: the harness, its bus, its checkers) and the
+    job's servers below it have used so far: the zygote (torch's import and every worker's
+    fork), the rendezvous store, the storage server, the node fork server (the agents are
+    its children, each counted in its own cgroup instead)."""
+    import psutil
+
+    out = {"controller": sum(os.times()[:2])}
+    for pid in process_tree([me]) - {me}:
+        try:
+            proc = psutil.Process(pid)
+            command, parent = " ".join(proc.cmdline()), proc.parent()
+            if parent is None or parent.pid != me:  # the servers are this process's children
+                continue
+            name = next((n for n, marker in SERVERS.items() if marker in command), None)
+            if name is not None:
+                times = proc.cpu_times()
+                out[name] = out.get(name, 0.0) + times.user + times.system
+        except psutil.Error:
+            continue
+    return out
 
 
 #: the milestones of a round, in the order a node passes them
@@ -348,15 +411,16 @@ class CpuSamples:
 
 
 def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
-              monitor_interval: float | None = None, pss: bool = False, idle: float = 0.0) -> dict:
+              monitor_interval: float | None = None, pss: bool = False, idle: float = 0.0,
+              network: str = "auto") -> dict:
     stats_dir = tempfile.mkdtemp(prefix="scale-")
     cpu = RunCpu()
     samples = CpuSamples(cpu) if idle > 0 else None
     try:
-        out = subprocess.run([sys.executable, __file__, "--child", str(nodes), str(nproc),
+        out = subprocess.run([*own_loopback(network), sys.executable, __file__, "--child", str(nodes), str(nproc),
                               *([] if fault else ["--no-fault"]), *(["--pss"] if pss else []),
                               *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)]),
-                              *(["--idle", str(idle)] if idle > 0 else [])],
+                              *(["--idle", str(idle)] if idle > 0 else []), "--network", network],
                              capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                              env={**os.environ, "SCALE_STATS_DIR": stats_dir}, preexec_fn=cpu.enter)
         used = cpu.usage()
@@ -372,10 +436,25 @@ def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
         if line.startswith("{"):
             run = json.loads(line)
             window = run.get("idle_window")
-            return {**run, "job_cpu_s": used,
+            agents, workers = run.get("agents_cgroup_cpu_s"), run.get("workers_cgroup_cpu_s")
+            rest = used - agents - workers if used is not None and agents is not None and workers else None
+            return {**run, "job_cpu_s": used, "agents_cpu_s": agents, "rest_cpu_s": rest,
+                    "workers_cpu_s": workers or run.get("workers_cpu_s"),
                     "idle_cpu_per_s": samples.rate(*window) if samples is not None and window else None}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
+
+
+def own_loopback(network: str) -> list[str]:
+    """The prefix that runs a ``--network loopback`` child in a network namespace of its own
+    with only its loopback up (as root, with ``unshare``): the nodes then share a loopback no
+    other process uses, and their workers' store clients' name lookups of ``127.0.0.1`` are
+    answered at once instead of by this machine's resolver (``bench/gloo_floor.py`` says why
+    that matters from 64 ranks on). Nothing for the other modes."""
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    if network != "loopback" or os.geteuid() != 0 or unshare is None or ip is None:
+        return []
+    return [unshare, "--net", "sh", "-c", f"{ip} link set lo up && exec \"$@\"", "sh"]
 
 
 def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
@@ -403,6 +482,11 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
         agent.wait()
     shutil.rmtree(tmp, ignore_errors=True)
     return {"total": time.monotonic() - started, "ok": all(a.returncode == 0 for a in agents)}
+
+
+def fmt_per_node(seconds: float | None, nodes: int) -> str:
+    """CPU seconds, and their share per node."""
+    return "-" if seconds is None else f"{seconds:.2f} s ({1000 * seconds / nodes:.0f} ms / node)"
 
 
 def fmt_idle(rate: float | None, nodes: int) -> str:
@@ -435,10 +519,13 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=0.0, metavar="S",
                         help="every rank sleeps S s after its first step: the job's CPU per second then "
                              "(what it costs doing nothing) in the table")
+    parser.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto",
+                        help="the cluster's network (default: auto, each node a host of its own where it can "
+                             "be): loopback runs every node on one loopback, what the simulated network costs")
     opts = parser.parse_args()
     if opts.child:
         child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval, pss=opts.pss,
-              idle=opts.idle)
+              idle=opts.idle, network=opts.network)
         return
     if opts.child_in_a_row:
         child_in_a_row(*opts.child_in_a_row)
@@ -446,14 +533,14 @@ def main() -> None:
     if opts.jobs_in_a_row:
         in_a_row(opts.sizes[0], opts.jobs_in_a_row, opts.timeout * opts.jobs_in_a_row)
         return
-    rows, fits, phase_rows = [], [], []
+    rows, fits, phase_rows, server_rows = [], [], [], []
     for size in opts.sizes:
         nodes, nproc = (int(x) for x in size.split("x"))
         runs = []
         for i in range(opts.runs):
             print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
             run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
-                            monitor_interval=opts.monitor_interval, idle=opts.idle)
+                            monitor_interval=opts.monitor_interval, idle=opts.idle, network=opts.network)
             print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
             runs.append(run)
         good = [r for r in runs if r.get("state")]
@@ -462,11 +549,13 @@ def main() -> None:
         if not opts.no_pss:
             print(f"{size}: PSS run (untimed) ...", file=sys.stderr, flush=True)
             sampled = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
-                                monitor_interval=opts.monitor_interval, pss=True)
+                                monitor_interval=opts.monitor_interval, pss=True, network=opts.network)
             print(f"{size}: PSS run {json.dumps(sampled)}", file=sys.stderr, flush=True)
             job_pss = sampled.get("job_pss_mb") if sampled.get("state") else None
         if good and good[-1].get("phases"):
             phase_rows.append((size, good[-1]["phases"]))
+        if good and good[-1].get("servers_cpu_s"):
+            server_rows.append((size, [r["servers_cpu_s"] for r in good if r.get("servers_cpu_s")]))
 
         def med(key: str, good: list[dict] = good) -> float | None:
             values = [r[key] for r in good if r.get(key) is not None]
@@ -493,18 +582,31 @@ def main() -> None:
                      f"{job_pss / nodes:.0f}" if job_pss else "-",
                      f"{med('events_per_s'):.0f}" if med("events_per_s") else "-",
                      f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
-                     fmt_s(med("job_cpu_s")), fmt_s(med("workers_cpu_s")),
+                     fmt_s(med("job_cpu_s")), fmt_per_node(med("agents_cpu_s"), nodes), fmt_s(med("workers_cpu_s")),
+                     fmt_s(med("rest_cpu_s")),
                      fmt_idle(med("idle_cpu_per_s"), nodes),
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
                      str(failed)])
     print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
                  "controller PSS MB",
-                 "PSS MB / node", "events/s", "store ops / round", "job CPU", "workers' CPU",
+                 "PSS MB / node", "events/s", "store ops / round", "job CPU", "agents' CPU",
+                 "workers' CPU", "the rest's CPU",
                  "idle CPU-s / s", "torchrun total",
                  "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
+    print_servers(server_rows)
     print_phases(phase_rows)
+
+
+def print_servers(server_rows: list[tuple[str, list[dict[str, float]]]]) -> None:
+    """Where *the rest's CPU* goes: the controller and each server (medians over the runs)."""
+    if not server_rows:
+        return
+    names = ["controller", *SERVERS]
+    rows = [[size, *(fmt_s(median([r.get(n, 0.0) for r in runs])) for n in names)] for size, runs in server_rows]
+    print("\nthe rest's CPU, by process (each run's, to its JobResult):")
+    print_table(["N x P", *names], rows)
 
 
 def print_phases(phase_rows: list[tuple[str, dict]]) -> None:
