@@ -39,11 +39,13 @@ def _target(listener: socket.socket) -> str:
 
 
 def _until_connected(watcher, peer) -> None:
-    """Until ``watcher``'s keeper has tried ``peer``'s liveness socket (at its first look at
-    the round), or ``NEWS_WITHIN`` passed."""
+    """Until ``watcher``'s keeper holds a connection to ``peer``'s liveness socket (made at
+    its first look at the round), or ``NEWS_WITHIN`` passed. Tried is not enough: a listener
+    closed while the connection is being made refuses it, and a peer whose connection
+    failed is judged by its heartbeat alone (which a test's live peer keeps beating)."""
     node = peer._keeper._node
     connected_by = time.monotonic() + NEWS_WITHIN
-    while not watcher._keeper._live.tried(node) and time.monotonic() < connected_by:
+    while node not in watcher._keeper._live._socks and time.monotonic() < connected_by:
         time.sleep(0.01)
 
 
