@@ -196,6 +196,20 @@ def stdout_to(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+def own_loopback_prefix() -> list[str]:
+    """The argv prefix that runs a command in a new network namespace with only its loopback
+    up (``unshare --net``, as root): its processes reach each other over a loopback no other
+    process uses, and a torch store client's lookup of the name of ``127.0.0.1`` is answered
+    at once, not by this machine's resolver (``bench/gloo_floor.py`` says why that matters
+    from 64 ranks on). Empty where it cannot be done (not root, no ``unshare`` or ``ip``)."""
+    import shutil
+
+    unshare, ip = shutil.which("unshare"), shutil.which("ip")
+    if os.geteuid() != 0 or unshare is None or ip is None:
+        return []
+    return [unshare, "--net", "sh", "-c", f"{ip} link set lo up && exec \"$@\"", "sh"]
+
+
 def free_port() -> int:
     """A loopback port nothing listens on now (probed, then closed: fine for one run's store)."""
     with socket.socket() as sock:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import free_port, median, print_table  # noqa: E402
+from _common import free_port, median, own_loopback_prefix, print_table  # noqa: E402
 
 
 def _store(port: int, kind: str) -> subprocess.Popen[bytes]:
@@ -128,14 +127,12 @@ def _reexec_in_own_network() -> None:
     module docstring says why); where that cannot be done, say so and stay."""
     if os.environ.get(_IN_OWN_NETWORK_ENV):
         return
-    unshare, ip = shutil.which("unshare"), shutil.which("ip")
-    if os.geteuid() != 0 or unshare is None or ip is None:
+    prefix = own_loopback_prefix()
+    if not prefix:
         print("gloo_floor: not root or no unshare/ip: on this machine's loopback (its resolver counts)",
               file=sys.stderr, flush=True)
         return
-    inner = f"{ip} link set lo up && exec \"$@\""
-    argv = [unshare, "--net", "sh", "-c", inner, "sh", sys.executable, *sys.argv]
-    os.execve(unshare, argv, {**os.environ, _IN_OWN_NETWORK_ENV: "1"})
+    os.execve(prefix[0], [*prefix, sys.executable, *sys.argv], {**os.environ, _IN_OWN_NETWORK_ENV: "1"})
 
 
 def main() -> None:

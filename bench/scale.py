@@ -106,6 +106,7 @@ from _common import (  # noqa: E402
     fmt_s,
     free_port,
     median,
+    own_loopback_prefix,
     print_table,
     process_tree,
     pss_kb,
@@ -417,7 +418,9 @@ def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
     cpu = RunCpu()
     samples = CpuSamples(cpu) if idle > 0 else None
     try:
-        out = subprocess.run([*own_loopback(network), sys.executable, __file__, "--child", str(nodes), str(nproc),
+        # loopback: in a network namespace of the run's own, where it can be made
+        prefix = own_loopback_prefix() if network == "loopback" else []
+        out = subprocess.run([*prefix, sys.executable, __file__, "--child", str(nodes), str(nproc),
                               *([] if fault else ["--no-fault"]), *(["--pss"] if pss else []),
                               *([] if monitor_interval is None else ["--monitor-interval", str(monitor_interval)]),
                               *(["--idle", str(idle)] if idle > 0 else []), "--network", network],
@@ -443,18 +446,6 @@ def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
                     "idle_cpu_per_s": samples.rate(*window) if samples is not None and window else None}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
-
-
-def own_loopback(network: str) -> list[str]:
-    """The prefix that runs a ``--network loopback`` child in a network namespace of its own
-    with only its loopback up (as root, with ``unshare``): the nodes then share a loopback no
-    other process uses, and their workers' store clients' name lookups of ``127.0.0.1`` are
-    answered at once instead of by this machine's resolver (``bench/gloo_floor.py`` says why
-    that matters from 64 ranks on). Nothing for the other modes."""
-    unshare, ip = shutil.which("unshare"), shutil.which("ip")
-    if network != "loopback" or os.geteuid() != 0 or unshare is None or ip is None:
-        return []
-    return [unshare, "--net", "sh", "-c", f"{ip} link set lo up && exec \"$@\"", "sh"]
 
 
 def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
