@@ -232,12 +232,9 @@ def cpu_of_servers(me: int) -> dict[str, float]:
     import psutil
 
     out = {"controller": sum(os.times()[:2])}
-    for pid in process_tree([me]) - {me}:
+    for proc in psutil.Process(me).children():  # the servers are this process's own children
         try:
-            proc = psutil.Process(pid)
-            command, parent = " ".join(proc.cmdline()), proc.parent()
-            if parent is None or parent.pid != me:  # the servers are this process's children
-                continue
+            command = " ".join(proc.cmdline())
             name = next((n for n, marker in SERVERS.items() if marker in command), None)
             if name is not None:
                 times = proc.cpu_times()
@@ -440,9 +437,9 @@ def run_child(nodes: int, nproc: int, timeout: float, fault: bool = True,
             run = json.loads(line)
             window = run.get("idle_window")
             agents, workers = run.get("agents_cgroup_cpu_s"), run.get("workers_cgroup_cpu_s")
-            rest = used - agents - workers if used is not None and agents is not None and workers else None
+            rest = used - agents - workers if None not in (used, agents, workers) else None
             return {**run, "job_cpu_s": used, "agents_cpu_s": agents, "rest_cpu_s": rest,
-                    "workers_cpu_s": workers or run.get("workers_cpu_s"),
+                    "workers_cpu_s": run.get("workers_cpu_s") if workers is None else workers,
                     "idle_cpu_per_s": samples.rate(*window) if samples is not None and window else None}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"nodes": nodes, "nproc": nproc, "state": False, "error": f"rc={out.returncode}: {tail[:200]}"}
@@ -475,14 +472,9 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     return {"total": time.monotonic() - started, "ok": all(a.returncode == 0 for a in agents)}
 
 
-def fmt_per_node(seconds: float | None, nodes: int) -> str:
-    """CPU seconds, and their share per node."""
-    return "-" if seconds is None else f"{seconds:.2f} s ({1000 * seconds / nodes:.0f} ms / node)"
-
-
-def fmt_idle(rate: float | None, nodes: int) -> str:
-    """The job's CPU per second while every rank slept, and its share per node."""
-    return "-" if rate is None else f"{rate:.2f} ({1000 * rate / nodes:.1f} ms / node)"
+def fmt_per_node(value: float | None, nodes: int, unit: str = " s", digits: int = 0) -> str:
+    """A job's CPU (``unit``: " s"; the idle rate: "", per second), and its share per node in ms."""
+    return "-" if value is None else f"{value:.2f}{unit} ({1000 * value / nodes:.{digits}f} ms / node)"
 
 
 def exponent(points: list[tuple[int, float]]) -> float | None:
@@ -575,7 +567,7 @@ def main() -> None:
                      f"{med('store_ops_per_round'):.0f}" if med("store_ops_per_round") else "-",
                      fmt_s(med("job_cpu_s")), fmt_per_node(med("agents_cpu_s"), nodes), fmt_s(med("workers_cpu_s")),
                      fmt_s(med("rest_cpu_s")),
-                     fmt_idle(med("idle_cpu_per_s"), nodes),
+                     fmt_per_node(med("idle_cpu_per_s"), nodes, unit="", digits=1),
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
                      str(failed)])
     print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
