@@ -260,8 +260,8 @@ class LocalElasticAgent(SimpleElasticAgent):
         if self._pcontext is not None:
             news = worker_group.spec.rdzv_handler.event_fd()
             fds = (self._wake_r,) if news is None else (self._wake_r, news)
-            self._pcontext.wait(timeout, extra_fds=fds)
-            drain_pipe(self._wake_r)
+            if self._wake_r in self._pcontext.wait(timeout, extra_fds=fds):
+                drain_pipe(self._wake_r)
 
     def _global_rank(self, local_rank: int) -> int:
         return self._worker_group.workers[local_rank].global_rank

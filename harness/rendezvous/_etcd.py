@@ -137,6 +137,10 @@ class _Lease:
 class EtcdStore:
     """The store API of ``StoreClient`` on etcd's v3 JSON gateway."""
 
+    #: ``peek_many`` reads a missing key as ``b""`` (``StoreClient``'s may not: torch's
+    #: classic store closes the connection), so a reader may peek at keys it never saw
+    peeks_missing_keys = True
+
     def __init__(self, host: str, port: int, prefix: str = "/harness", timeout: float = 60.0,
                  connect_timeout: float | None = None, lease_ttl: int = 2,
                  _lease: _Lease | None = None, password: str | None = None):

@@ -92,10 +92,14 @@ class Keeper:
         self._live = LiveSockets(self._peer_died, name)
         self._running_round: int | None = None
         self._running_members: list[str] = []
+        self._running_peers: frozenset[str] = frozenset()  # the same, less this node: asked each tick
         #: (state, members, the members leaving in it): ``_leaving_locked``'s last answer
         self._leavers: tuple[RendezvousState | None, list[str], list[str]] | None = None
         #: the state's bytes as last read, and what they parsed to (the keeper thread's own)
         self._parsed: tuple[bytes, RendezvousState] | None = None
+        #: the keys this keeper has read a value of: they exist from then on (nothing
+        #: deletes the state, a heartbeat or a lease), so a read of them skips the wait
+        self._present: set[str] = set()
         self._signaled = False
         self._stopped = threading.Event()
         self._contact: StoreContact | None = None
@@ -109,6 +113,7 @@ class Keeper:
         self._heartbeat_dead: set[str] = set()  # the peers the last keep-alive found silent too long
         self._leases: dict[str, float | None] = {}  # peer -> the lease it published, when last read
         self._pipe_r = self._pipe_w = -1
+        self._woken = False  # a byte was written to the pipe since the last drain
         self._listener: socket.socket | None = None
         self.live = ""  # host:port of our liveness socket, once started
         self._thread: threading.Thread | None = None
@@ -173,7 +178,13 @@ class Keeper:
         return self._pipe_r if self._pipe_r >= 0 else None
 
     def drain(self) -> None:
-        drain_pipe(self._pipe_r)
+        """Empty the event pipe. The agent asks at every monitor tick, and a read of an
+        empty pipe is a system call and an exception: it reads only after a ``signal``
+        (which writes its byte before it sets ``_woken``, so a byte is never left
+        unread for long: at worst the next tick reads it)."""
+        if self._woken:
+            self._woken = False
+            drain_pipe(self._pipe_r)
 
     @property
     def fences(self) -> int:
@@ -184,6 +195,7 @@ class Keeper:
         with self._lock:
             self._wakeup.notify_all()
         wake_pipe(self._pipe_w)
+        self._woken = True
 
     def raise_if_broken(self) -> None:
         if self._store_lost is not None:
@@ -200,6 +212,7 @@ class Keeper:
         with self._lock:
             self._running_round = state.round
             self._running_members = list(state.participants)
+            self._running_peers = frozenset(state.participants) - {self._node}
             self._snapshot = state
             self._signaled = False
         self.drain()
@@ -209,6 +222,7 @@ class Keeper:
         with self._lock:
             self._running_round = None
             self._running_members = []
+            self._running_peers = frozenset()
             self._signaled = False
         self.drain()
 
@@ -273,7 +287,7 @@ class Keeper:
         with self._lock:
             while True:
                 reason = self._change_reason_locked(for_barrier=False)
-                members = set(self._running_members) - {self._node}
+                members = self._running_peers
                 pending = self._suspects & members
                 stale = confirm and (self.snapshot_read_at < asked
                                      or any(self._heard.get(n, -1.0) < asked for n in members))
@@ -286,7 +300,7 @@ class Keeper:
         """The change is a member gone (not the store): the store can still be read."""
         with self._lock:
             return (self._store_lost is None and self._fence_reason is None
-                    and bool(self._dead & set(self._running_members)))
+                    and not self._dead.isdisjoint(self._running_members))
 
     def live_waiting(self) -> list[str]:
         with self._lock:
@@ -396,14 +410,13 @@ class Keeper:
         self._renew_lease(client)
         state = self._read_state(client)
         watched = self._watched(state)
-        peek = getattr(client, "peek_many", client.multi_get)  # etcd: no wait
-        beats = list(zip(watched, peek([self._keys.heartbeat(n) for n in watched]) if watched else [],
+        beats = list(zip(watched, self._read(client, [self._keys.heartbeat(n) for n in watched]),
                          strict=False))
         # a peer's lease matters only while its heartbeat stands still: read it then, fresh
         # (a lease a silent peer grew is read before it is judged), not each beat for all
         stalled = peers.unmoved(beats)
         if stalled:
-            fresh = peek([self._keys.lease(n) for n in stalled])
+            fresh = self._read(client, [self._keys.lease(n) for n in stalled])
             self._leases.update((n, parse_lease(v)) for n, v in zip(stalled, fresh, strict=False))
         self._answered()
         verdict = peers.observe(beats, {n: self._leases.get(n) for n in watched})
@@ -416,13 +429,30 @@ class Keeper:
         and between two changes it is the same bytes: at 128 nodes 13-18 KB, 170-260 us to
         parse, a quarter of a keep-alive's work. The same bytes give the same object, so
         what is cached per state (``_leaving_locked``) holds across keep-alives too."""
-        raw = client.get(self._keys.state)
+        raw = self._read(client, [self._keys.state])[0]
         kept = self._parsed
         if kept is not None and kept[0] == raw:
             return kept[1]
         state = self._keys.parse(raw)
         self._parsed = (raw, state)
         return state
+
+    def _read(self, client: Any, keys: list[str]) -> list[bytes]:
+        """The values of ``keys`` now. torch's ``multi_get`` first waits for every key, a
+        round trip of its own; a key this keeper has read a value of exists, so once all
+        of them have, they are peeked at: a keep-alive is four round trips, not six. A
+        key not yet seen is waited for (a peek of a missing key closes the connection of
+        torch's classic store), unless the store reads it as ``b""`` (etcd)."""
+        if not keys:
+            return []
+        peek = getattr(client, "peek_many", None)
+        if peek is not None and (getattr(client, "peeks_missing_keys", False)
+                                 or self._present.issuperset(keys)):
+            values: list[bytes] = peek(keys)
+        else:
+            values = client.multi_get(keys)
+        self._present.update(k for k, v in zip(keys, values, strict=False) if v)
+        return values
 
     def _watched(self, state: RendezvousState) -> list[str]:
         """The peers this node watches: every node of ``state`` and of the round it runs."""
@@ -575,7 +605,7 @@ class Keeper:
         dead = self.sock_dead()
         if dead:
             with self._lock:
-                self._dead |= dead & set(self._running_members)
+                self._dead |= dead.intersection(self._running_members)
 
     # -- the verdict --------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ def exercise(client: StoreClient) -> None:
     assert client.multi_get(list(many)) == list(many.values())
     client.set("k", b"after")  # the connection is in step after the long answer
     assert client.get("k") == b"after"
+    assert client.peek("k") == b"after" and client.peek_many(["k", "b"]) == [b"after", b"2"]
     client.append("a", b"+")
     assert client.get("a") == b"1+"
     assert client.delete_key("a") and not client.delete_key("a")
@@ -86,6 +87,32 @@ def test_torch_client_against_our_server():
         ours.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("server_kind", ["ours", "torch-libuv", "torch-classic"])
+def test_a_peek_at_a_missing_key(server_kind):
+    """Why a reader peeks only at keys it has read a value of: our store and torch's libuv
+    store answer a missing key with b"", torch's classic store closes the connection."""
+    if server_kind == "ours":
+        ours = StoreServer("", 0).start()
+        port, stop = ours.port, ours.stop
+    else:
+        theirs = dist.TCPStore("127.0.0.1", 0, is_master=True, use_libuv=server_kind == "torch-libuv",
+                               wait_for_workers=False)
+        port, stop = theirs.port, (lambda: None)
+    client = StoreClient("127.0.0.1", port, timeout=5)
+    try:
+        client.set("there", b"1")
+        if server_kind == "torch-classic":
+            with pytest.raises(StoreConnectionError, match="closed the connection"):
+                client.peek("missing")
+        else:
+            assert client.peek("missing") == b""
+            assert client.peek_many(["there", "missing"]) == [b"1", b""]
+            assert client.get("there") == b"1"  # still in step
+    finally:
+        client.close()
+        stop()
 
 
 def test_wait_wakes_on_set_from_another_client():
