@@ -90,9 +90,16 @@ class RoundStore:
                 raise RendezvousRoundAbandonedError(f"gave up waiting for {keys} in round {self._round}: {reason}")
 
     def get(self, key: str) -> bytes:
-        self.wait([key])
-        return self._client.get(self._k(key), timeout=self.timeout)
+        return self.multi_get([key])[0]
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Wait for ``keys`` (giving up if the round is abandoned), then read them: they
+        exist once the wait returned (a round's keys are not deleted), so they are read
+        without the client's own wait, one round trip instead of two."""
         self.wait(keys)
-        return self._client.multi_get([self._k(k) for k in keys], timeout=self.timeout)
+        full = [self._k(k) for k in keys]
+        peek = getattr(self._client, "peek_many", None)
+        if peek is None:
+            return self._client.multi_get(full, timeout=self.timeout)
+        values: list[bytes] = peek(full)
+        return values
