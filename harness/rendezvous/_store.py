@@ -412,6 +412,18 @@ class StoreClient:
                        + b"".join(self._key(k) for k in keys), "peek_many")
             return self._recv_values(len(keys), "peek_many")
 
+    def add_and_peek(self, key: str, amount: int, keys: list[str]) -> tuple[int, list[bytes]]:
+        """``add(key, amount)`` and ``peek_many(keys)`` sent together: the store reads both
+        at once and answers both in one reply. A keep-alive bumps its heartbeat and reads
+        the state and its peers' heartbeats; each request is a send whose TCP path (the
+        receiver's included) is most of a keep-alive's CPU. The keys must exist (``peek``)."""
+        with self._exchange():
+            self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount))
+                       + _U8.pack(MULTI_GET) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
+                       f"add_and_peek({key!r})")
+            total = int(_I64.unpack(self._recv(8, f"add({key!r})"))[0])
+            return total, self._recv_values(len(keys), "add_and_peek") if keys else []
+
     def _recv_values(self, count: int, what: str) -> list[bytes]:
         """``count`` length-prefixed values (a ``multi_get``'s answer), received in chunks
         and cut out of them. Why: read value by value, each took two ``recv`` calls and

@@ -60,8 +60,8 @@ def test_the_same_state_bytes_are_parsed_once_and_a_change_is_read_at_once():
 
 def test_a_keep_alive_waits_only_for_news_not_for_keys_it_has_read():
     """Each keep-alive reads the state and the peers' heartbeats; once it has read them,
-    it knows they exist and reads them without a WAIT first. What is left is one WAIT per
-    keep-alive: the one for the state's next change."""
+    it knows they exist and reads them without a WAIT first, in the request that bumps its
+    heartbeat. What is left is one WAIT per keep-alive: the one for the state's next change."""
     with _a_round_of_two("peeks") as (first, _):
         server = first._store.server
         _beats_after(first._keeper, 2)
@@ -72,3 +72,4 @@ def test_a_keep_alive_waits_only_for_news_not_for_keys_it_has_read():
         # two keepers beat: an ADD each per keep-alive, and a WAIT each for the next change
         assert served["ADD"] >= 8 and served["MULTI_GET"] >= 8, served
         assert served["WAIT"] <= served["ADD"] + 2, served  # with a wait before each read: 3 per ADD
+        assert served["GET"] <= 2, served  # the state is read with the heartbeats (one MULTI_GET)

@@ -45,6 +45,9 @@ def exercise(client: StoreClient) -> None:
     client.set("k", b"after")  # the connection is in step after the long answer
     assert client.get("k") == b"after"
     assert client.peek("k") == b"after" and client.peek_many(["k", "b"]) == [b"after", b"2"]
+    assert client.add_and_peek("n", 2, ["k", "n", "m150"]) == (5, [b"after", b"5", many["m150"]])
+    assert client.add_and_peek("n", 1, []) == (6, [])
+    assert client.get("k") == b"after"  # in step after the two answers of one send
     client.append("a", b"+")
     assert client.get("a") == b"1+"
     assert client.delete_key("a") and not client.delete_key("a")
