@@ -49,3 +49,16 @@ def test_a_cgroup_that_cannot_be_joined_is_named_and_the_worker_runs_on(tmp_path
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_zygote_leaves_a_worker_its_agent_places_where_it_forked_it():
+    """A worker whose agent names its cgroups (``HARNESS_WORKER_CGROUP``) is moved there by
+    the agent as soon as it has the pid; the zygote's own move into the agent's cgroups
+    would be undone at once, and each move waits for the kernel, one worker after another."""
+    from harness.procs._placement import WORKER_CGROUP_ENV
+    from harness.procs._zygote import _placed_by_its_agent
+
+    assert _placed_by_its_agent({WORKER_CGROUP_ENV: "/sys/fs/cgroup/cpu/n0/workers/cgroup.procs"})
+    assert not _placed_by_its_agent({WORKER_CGROUP_ENV: ""})  # the agent's own cgroups: the zygote moves it
+    assert not _placed_by_its_agent({})
+    assert not _placed_by_its_agent(None)  # a request without an environment
