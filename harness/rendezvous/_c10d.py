@@ -552,6 +552,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         ``RendezvousClosedError``) and release everything. A handler whose store could
         not be opened closes nothing; one never used opens it to close it, as torch's."""
         clean = True
+        self._keeper.stop_watching()
         if self._started is False:
             clean = False  # the store could not be opened: nothing to close there
         elif not self._left and self._keeper.store_lost is None and self.fence_reason() is not None:

@@ -156,6 +156,12 @@ class Keeper:
                                         daemon=True)
         self._thread.start()
 
+    def stop_watching(self) -> None:
+        """Stop watching the peers' liveness sockets (the job is over here): when a job
+        ends, every node closes its sockets at once, and each would hear its peers' close
+        one by one."""
+        self._live.close()
+
     def stop(self) -> None:
         """Stop the thread, close every socket and the pipe; idempotent. The thread's wait
         on the store (up to a keep-alive interval: 0.8 s at 128 nodes) is cut short, so a
@@ -617,7 +623,7 @@ class Keeper:
         """The liveness thread's news: ``node``'s process is gone. A member of the running
         round makes it over now (the agent is woken), not at the next look."""
         with self._lock:
-            if node in self._running_members:
+            if node in self._running_peers:
                 self._dead.add(node)
             self._wakeup.notify_all()
         self._maybe_signal()
@@ -631,11 +637,14 @@ class Keeper:
     # -- the verdict --------------------------------------------------------------------
 
     def _maybe_signal(self) -> None:
+        """Wake the agent once for a change to the round it runs. Once it has been woken,
+        nothing is computed: when a 128-node job ends, each agent hears up to 127 peers'
+        liveness sockets close, and each reason named every lost peer."""
         with self._lock:
+            if self._signaled:
+                return
             reason = self._change_reason_locked(for_barrier=False)
-            fire = reason is not None and not self._signaled
-            if fire:
-                self._signaled = True
+            fire = self._signaled = reason is not None
         if fire:
             self.signal()
 
