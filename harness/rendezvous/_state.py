@@ -141,33 +141,57 @@ def _str(v: Any) -> str:
 def _ids(v: Any) -> list[str]:
     if not isinstance(v, list) or len(v) > _MAX_NODES:
         raise ValueError("node list is not a list")
-    return [_str(x) for x in v]
+    for x in v:  # inline, not _str: three lists of up to N ids in every parse
+        if not isinstance(x, str) or len(x) > 4096:
+            raise ValueError(f"{x!r} is not a short string")
+    return v
+
+
+#: node records as last read and as validated (id -> both): consecutive states share all
+#: but a few, and validating 128 of them field by field was most of a parse. Read and
+#: written by any thread (single dict operations); emptied past ``_KEPT_RECORDS``
+_kept_records: dict[str, tuple[Any, dict[str, Any]]] = {}
+_KEPT_RECORDS = 4096
 
 
 def _nodes(v: Any) -> dict[str, dict[str, Any]]:
     if not isinstance(v, dict) or len(v) > _MAX_NODES:
         raise ValueError("nodes is not an object")
     out = {}
+    kept_records = _kept_records
     for k, meta in v.items():
-        if not isinstance(meta, dict):
-            raise ValueError(f"node {k!r} metadata is not an object")
-        clean: dict[str, Any] = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
-                 "live": _str(meta.get("live", ""))}
-        port = meta.get("port")
-        if port is not None:
-            if not isinstance(port, int) or not 0 < port < 65536:
-                raise ValueError(f"node {k!r} port {port!r}")
-            clean["port"] = port
-        if meta.get("finished") is True:  # closed the rendezvous after its workers succeeded
-            clean["finished"] = True
-        leaving = meta.get("leaving")
-        if leaving is not None:  # announced its leave: the grace its agent takes to stop workers
-            if isinstance(leaving, bool) or not isinstance(leaving, (int, float)) \
-                    or not 0 <= leaving <= _MAX_LEAVING_GRACE:
-                raise ValueError(f"node {k!r} leaving {leaving!r}")
-            clean["leaving"] = float(leaving)
-        out[_str(k)] = clean
+        kept = kept_records.get(k)
+        if kept is not None and kept[0] == meta:  # the same record: validated before
+            out[k] = dict(kept[1])
+            continue
+        clean = _node(k, meta)
+        if len(kept_records) >= _KEPT_RECORDS:
+            kept_records.clear()
+        kept_records[_str(k)] = (meta, clean)
+        out[k] = dict(clean)
     return out
+
+
+def _node(k: Any, meta: Any) -> dict[str, Any]:
+    """One node's record, validated field by field (what is not ours is dropped)."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"node {k!r} metadata is not an object")
+    clean: dict[str, Any] = {"name": _str(meta.get("name", k)), "addr": _str(meta.get("addr", "")),
+                             "live": _str(meta.get("live", ""))}
+    port = meta.get("port")
+    if port is not None:
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"node {k!r} port {port!r}")
+        clean["port"] = port
+    if meta.get("finished") is True:  # closed the rendezvous after its workers succeeded
+        clean["finished"] = True
+    leaving = meta.get("leaving")
+    if leaving is not None:  # announced its leave: the grace its agent takes to stop workers
+        if isinstance(leaving, bool) or not isinstance(leaving, (int, float)) \
+                or not 0 <= leaving <= _MAX_LEAVING_GRACE:
+            raise ValueError(f"node {k!r} leaving {leaving!r}")
+        clean["leaving"] = float(leaving)
+    return clean
 
 
 @dataclass(frozen=True)

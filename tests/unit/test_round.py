@@ -600,3 +600,22 @@ def test_the_first_round_last_call_defaults_to_torchs_and_is_configurable():
     params = RendezvousParameters(backend="c10d", endpoint="h:1", run_id="r", min_nodes=1,
                                   max_nodes=2, last_call_timeout="0.5")
     assert C10dSettings.from_params(params).last_call_timeout == 0.5
+
+
+def test_a_node_record_read_before_is_taken_as_validated_only_while_it_is_the_same():
+    """A parse keeps each node's record as read and as validated: the next state that has
+    the same record reuses it, a changed one is validated again, and every parse hands out
+    records of its own (a caller that changes one changes no other state)."""
+    from harness.rendezvous import RendezvousStateError
+
+    def state(port):
+        return RendezvousState(run_id="j", participants=["a"],
+                               nodes={"a": {"name": "a", "addr": "x", "live": "x:1", "port": port}})
+
+    first = RendezvousState.from_json(state(29500).to_json(), "j", "here")
+    first.nodes["a"]["name"] = "changed by a caller"
+    second = RendezvousState.from_json(state(29500).to_json(), "j", "here")
+    assert second.nodes["a"] == {"name": "a", "addr": "x", "live": "x:1", "port": 29500}
+    raw = state(29500).to_json().replace(b'"port":29500', b'"port":70000')
+    with pytest.raises(RendezvousStateError, match="port 70000"):
+        RendezvousState.from_json(raw, "j", "here")
