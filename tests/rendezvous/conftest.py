@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -48,7 +51,12 @@ class Node:
     """One agent process in its own process group; its output is collected by a thread."""
 
     def __init__(self, args: list[str], env: dict | None = None, module: str = "harness.run"):
-        full_env = {**os.environ, "LOGLEVEL": "INFO", **(env or {})}
+        #: the agent's own temp dir (its log tree goes there): a node the test SIGKILLs cannot
+        #: remove its tree, and the test removes that node's alone. In one shared dir it
+        #: removed every tree of the run id, a survivor's too, as the survivor made its next
+        #: round's dirs in it (FileNotFoundError in CI)
+        self.tmp = tempfile.mkdtemp(prefix="elastic_node_")
+        full_env = {**os.environ, "LOGLEVEL": "INFO", "TMPDIR": self.tmp, **(env or {})}
         full_env.pop("TORCHELASTIC_ERROR_FILE", None)
         self.args = args
         self.proc = subprocess.Popen([sys.executable, "-m", module, *args],
@@ -104,11 +112,16 @@ class Node:
             pass
 
     def close(self) -> None:
-        """Kill it and close its output pipe (once the reader has drained it)."""
+        """Kill it and close its output pipe (once the reader has drained it); remove its
+        temp dir unless an agent that ended on its own left a log tree there (``no_leaks``
+        then names the dir)."""
+        killed = self.proc.poll() is None
         self.kill()
         self._reader.join(5)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
+        if killed or not glob.glob(os.path.join(self.tmp, "elastic_*")):
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 @pytest.fixture
@@ -150,15 +163,9 @@ def kill_node(node: Node) -> None:
         except psutil.NoSuchProcess:
             pass
     node.proc.wait(10)
-    # a SIGKILLed agent cannot remove its log tree; the test does it for it
-    import glob
-    import shutil
-    import tempfile
-
-    run_id = next((a.split("=", 1)[1] for a in node.args if a.startswith("--rdzv-id=")), None)
-    if run_id:
-        for path in glob.glob(os.path.join(tempfile.gettempdir(), f"elastic_{run_id}_*")):
-            shutil.rmtree(path, ignore_errors=True)
+    # a SIGKILLed agent cannot remove its log tree; the test does it for it (its own alone)
+    for path in glob.glob(os.path.join(node.tmp, "elastic_*")):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
