@@ -291,9 +291,7 @@ class C10dRendezvousHandler(RendezvousHandler):
         """The state as it is now. It exists from ``_start`` on (``_create_state``), so it
         is read without torch's wait for the key: a join that retries its compare-and-set
         reads it each time, one round trip a read instead of two."""
-        client = self._client
-        peek = getattr(client, "peek_many", None)
-        raw = peek([self._keys.state])[0] if peek is not None else client.get(self._keys.state)
+        raw = self._client.peek_many([self._keys.state])[0]
         return raw, self._keys.parse(raw)
 
     def _cas(self, raw: bytes, old: RendezvousState, new: RendezvousState) -> bool:

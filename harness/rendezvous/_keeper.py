@@ -471,10 +471,8 @@ class Keeper:
         torch's classic store), unless the store reads it as ``b""`` (etcd)."""
         if not keys:
             return []
-        peek = getattr(client, "peek_many", None)
-        if peek is not None and (getattr(client, "peeks_missing_keys", False)
-                                 or self._present.issuperset(keys)):
-            values: list[bytes] = peek(keys)
+        if client.peeks_missing_keys or self._present.issuperset(keys):
+            values: list[bytes] = client.peek_many(keys)
         else:
             values = client.multi_get(keys)
         self._present.update(k for k, v in zip(keys, values, strict=False) if v)

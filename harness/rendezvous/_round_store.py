@@ -97,9 +97,4 @@ class RoundStore:
         exist once the wait returned (a round's keys are not deleted), so they are read
         without the client's own wait, one round trip instead of two."""
         self.wait(keys)
-        full = [self._k(k) for k in keys]
-        peek = getattr(self._client, "peek_many", None)
-        if peek is None:
-            return self._client.multi_get(full, timeout=self.timeout)
-        values: list[bytes] = peek(full)
-        return values
+        return self._client.peek_many([self._k(k) for k in keys])

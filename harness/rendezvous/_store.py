@@ -391,38 +391,38 @@ class StoreClient:
             return []
         with self._exchange():
             self._wait_locked(keys, _seconds(timeout, self.timeout), "multi_get")
-            self._send(_U8.pack(MULTI_GET) + _U64.pack(len(keys))
-                       + b"".join(self._key(k) for k in keys), "multi_get")
+            self._send(self._with_keys(MULTI_GET, keys), "multi_get")
             return self._recv_values(len(keys), "multi_get")
 
-    def peek(self, key: str) -> bytes:
-        """The value now, without ``get``'s wait for the key: one round trip, not two.
-        Only for a key known to exist: our store and torch's libuv store answer ``b""``
-        for a missing one, but torch's classic store closes the connection."""
-        with self._exchange():
-            self._send(_U8.pack(GET) + self._key(key), f"peek({key!r})")
-            return self._recv_bytes(f"peek({key!r})")
+    #: whether ``peek_many`` may be given a key that may be missing: not here (torch's
+    #: classic store closes the connection on one); ``EtcdStore``'s may
+    peeks_missing_keys = False
 
     def peek_many(self, keys: list[str]) -> list[bytes]:
-        """``multi_get`` without its wait, for keys known to exist (see ``peek``)."""
+        """``multi_get`` without its wait for the keys: one round trip, not two. Only for
+        keys known to exist: our store and torch's libuv store answer ``b""`` for a
+        missing one, but torch's classic store closes the connection."""
         if not keys:
             return []
         with self._exchange():
-            self._send(_U8.pack(MULTI_GET) + _U64.pack(len(keys))
-                       + b"".join(self._key(k) for k in keys), "peek_many")
+            self._send(self._with_keys(MULTI_GET, keys), "peek_many")
             return self._recv_values(len(keys), "peek_many")
 
     def add_and_peek(self, key: str, amount: int, keys: list[str]) -> tuple[int, list[bytes]]:
         """``add(key, amount)`` and ``peek_many(keys)`` sent together: the store reads both
         at once and answers both in one reply. A keep-alive bumps its heartbeat and reads
         the state and its peers' heartbeats; each request is a send whose TCP path (the
-        receiver's included) is most of a keep-alive's CPU. The keys must exist (``peek``)."""
+        receiver's included) is most of a keep-alive's CPU. The keys must exist (``peek_many``)."""
         with self._exchange():
-            self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount))
-                       + _U8.pack(MULTI_GET) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
+            self._send(_U8.pack(ADD) + self._key(key) + _I64.pack(int(amount)) + self._with_keys(MULTI_GET, keys),
                        f"add_and_peek({key!r})")
             total = int(_I64.unpack(self._recv(8, f"add({key!r})"))[0])
             return total, self._recv_values(len(keys), "add_and_peek") if keys else []
+
+    @classmethod
+    def _with_keys(cls, command: int, keys: list[str]) -> bytes:
+        """A request on a list of keys (``MULTI_GET``, ``CHECK``, ``WAIT``)."""
+        return _U8.pack(command) + _U64.pack(len(keys)) + b"".join(cls._key(k) for k in keys)
 
     def _recv_values(self, count: int, what: str) -> list[bytes]:
         """``count`` length-prefixed values (a ``multi_get``'s answer), received in chunks
@@ -454,8 +454,7 @@ class StoreClient:
 
     def check(self, keys: list[str]) -> bool:
         with self._exchange():
-            self._send(_U8.pack(CHECK) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys),
-                       "check")
+            self._send(self._with_keys(CHECK, keys), "check")
             return int(_U8.unpack(self._recv(1, "check"))[0]) == READY
 
     def wait(self, keys: Iterable[str], timeout: float | timedelta | None = None) -> None:
@@ -464,7 +463,7 @@ class StoreClient:
             self._wait_locked(keys, _seconds(timeout, self.timeout), f"wait({keys!r})")
 
     def _wait_locked(self, keys: list[str], timeout: float, what: str) -> None:
-        self._send(_U8.pack(WAIT) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys), what)
+        self._send(self._with_keys(WAIT, keys), what)
         sock = self._sock_or_raise()
         sock.settimeout(max(timeout, 1e-3))
         try:

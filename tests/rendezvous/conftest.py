@@ -52,9 +52,8 @@ class Node:
 
     def __init__(self, args: list[str], env: dict | None = None, module: str = "harness.run"):
         #: the agent's own temp dir (its log tree goes there): a node the test SIGKILLs cannot
-        #: remove its tree, and the test removes that node's alone. In one shared dir it
-        #: removed every tree of the run id, a survivor's too, as the survivor made its next
-        #: round's dirs in it (FileNotFoundError in CI)
+        #: remove its tree, and the test removes that node's alone; in a dir they all shared,
+        #: every tree of the run id would go, a survivor's too while it makes its next round's
         self.tmp = tempfile.mkdtemp(prefix="elastic_node_")
         full_env = {**os.environ, "LOGLEVEL": "INFO", "TMPDIR": self.tmp, **(env or {})}
         full_env.pop("TORCHELASTIC_ERROR_FILE", None)
