@@ -256,12 +256,20 @@ class LocalElasticAgent(SimpleElasticAgent):
 
     # -- watch -------------------------------------------------------------------------
 
-    def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> None:
-        if self._pcontext is not None:
-            news = worker_group.spec.rdzv_handler.event_fd()
-            fds = (self._wake_r,) if news is None else (self._wake_r, news)
-            if self._wake_r in self._pcontext.wait(timeout, extra_fds=fds):
-                drain_pipe(self._wake_r)
+    def _wait_for_change(self, worker_group: WorkerGroup, timeout: float) -> bool:
+        if self._pcontext is None:
+            return True
+        news = worker_group.spec.rdzv_handler.event_fd()
+        fds = (self._wake_r,) if news is None else (self._wake_r, news)
+        woken = self._pcontext.wait(timeout, extra_fds=fds)
+        if self._wake_r in woken.fds:
+            drain_pipe(self._wake_r)
+        return not woken.quiet
+
+    def _polls_nothing(self) -> bool:
+        # a worker's exit wakes the wait (its fd), the watchdog writes the wake pipe;
+        # only a stuck worker's D state has nothing to wake it: it is looked for each tick
+        return self._d_timeout is None and self._watchdog_error is None
 
     def _global_rank(self, local_rank: int) -> int:
         return self._worker_group.workers[local_rank].global_rank

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, BinaryIO
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 from harness.errors import ERROR_FILE_ENV, ProcessFailure
 from harness.procs._cgroup import OOM_REASON, OomLedger
@@ -26,12 +26,25 @@ from harness.procs._tee import TeePump, TeeSink
 if TYPE_CHECKING:
     from harness.procs._zygote_client import Zygote
 
-__all__ = ["RunProcsResult", "ProcessContext", "START_METHODS"]
+__all__ = ["RunProcsResult", "ProcessContext", "START_METHODS", "Wakeup"]
 
 log = logging.getLogger(__name__)
 
 START_METHODS = ("spawn", "fork", "forkserver", "zygote")
 _KILL_WAIT = 5.0  # after SIGKILL: how long to wait for the kernel before giving up
+
+
+class Wakeup(NamedTuple):
+    """Why ``ProcessContext.wait`` returned: which of the caller's fds are readable, and
+    whether a worker exited. Neither: the timeout passed with nothing new, and a caller
+    whose last look found everything well need not look again (nothing it polls moved)."""
+
+    fds: frozenset[int]
+    worker_exited: bool
+
+    @property
+    def quiet(self) -> bool:
+        return not self.fds and not self.worker_exited
 
 
 @dataclass
@@ -153,19 +166,21 @@ class ProcessContext:
     def pids(self) -> dict[int, int]:
         return {rank: proc.pid for rank, proc in self.procs.items()}
 
-    def wait(self, timeout: float, extra_fds: tuple[int, ...] = ()) -> frozenset[int]:
+    def wait(self, timeout: float, extra_fds: tuple[int, ...] = ()) -> Wakeup:
         """Block until some worker exits, an ``extra_fds`` turns readable, or ``timeout``
-        passes; the ``extra_fds`` that are readable (all of them, unwaited, when no worker
-        is left to watch: the caller looks at everything then).
+        passes; which of ``extra_fds`` are readable, and whether a worker exited (with no
+        worker left to watch: at once, every extra fd named, unwaited: the caller looks
+        at everything then).
 
         The extra fds stay registered from one wait to the next while they are the same:
         the agent waits ten times a second, and registering and unregistering them each
         time was four of an idle wait's six system calls."""
         self._watch_extra(extra_fds)
         if len(self._selector.get_map()) <= len(self._extra):
-            return frozenset(extra_fds)
+            return Wakeup(frozenset(extra_fds), True)
         events = self._selector.select(timeout=max(0.0, timeout))
-        return frozenset(key.fd for key, _ in events if key.data is None)
+        fds = frozenset(key.fd for key, _ in events if key.data is None)
+        return Wakeup(fds, len(fds) < len(events))
 
     def _watch_extra(self, fds: tuple[int, ...]) -> None:
         if fds == self._extra:

@@ -169,7 +169,7 @@ CLUSTER_OPTIONS: tuple[Key, ...] = (
         runtime_rule(MAX_RESTARTS_RULE)),
     Key("rdzv_backend", "c10d", "rendezvous backend (etcd needs the etcd binary)",
         one_of("c10d", "etcd", "etcd-v2")),
-    Key("monitor_interval", DEFAULT_MONITOR_INTERVAL, "seconds between the agent's health checks of its workers",
+    Key("monitor_interval", DEFAULT_MONITOR_INTERVAL, "seconds between the agent's looks at its workers (an exit wakes it at once)",
         runtime_rule(MONITOR_INTERVAL_RULE)),
     Key("start_method", "zygote", "how workers start (zygote: forked from a warm process)",
         one_of(*START_METHODS)),

@@ -1,6 +1,7 @@
 """``ProcessContext.wait``: what the agent's monitor loop blocks in, ten times a second. It
 wakes for a worker's exit or for news on the caller's own fds, says which of those fds
-are readable, and keeps them registered from one wait to the next."""
+are readable and whether a worker exited, and keeps the fds registered from one wait to
+the next."""
 
 from __future__ import annotations
 
@@ -27,19 +28,21 @@ def test_wait_names_the_readable_fds_and_keeps_watching_them(tmp_path):
     first, second = self_pipe(), self_pipe()
     try:
         pc.start()
-        assert pc.wait(0.05, (first[0],)) == frozenset()  # nothing: the timeout
+        woken = pc.wait(0.05, (first[0],))
+        assert woken == (frozenset(), False) and woken.quiet  # nothing: the timeout
         wake_pipe(first[1])
-        assert pc.wait(WITHIN, (first[0],)) == {first[0]}
-        assert pc.wait(0.0, (first[0],)) == {first[0]}  # not drained: still readable
+        woken = pc.wait(WITHIN, (first[0],))
+        assert woken == ({first[0]}, False) and not woken.quiet
+        assert pc.wait(0.0, (first[0],)).fds == {first[0]}  # not drained: still readable
         drain_pipe(first[0])
         began = time.monotonic()
-        assert pc.wait(0.2, (first[0],)) == frozenset()
+        assert pc.wait(0.2, (first[0],)).quiet
         assert time.monotonic() - began >= 0.15  # it waited: a drained pipe does not spin
         # another fd in its place: the first is no longer watched
         wake_pipe(first[1])
-        assert pc.wait(0.05, (second[0],)) == frozenset()
+        assert pc.wait(0.05, (second[0],)).quiet
         wake_pipe(second[1])
-        assert pc.wait(WITHIN, (first[0], second[0])) == {first[0], second[0]}
+        assert pc.wait(WITHIN, (first[0], second[0])).fds == {first[0], second[0]}
     finally:
         pc.close(signal.SIGKILL, grace=0)
         for pipe in (first, second):
@@ -54,12 +57,13 @@ def test_a_worker_exit_wakes_the_wait_and_with_none_left_it_returns_at_once(tmp_
         [proc] = pc.procs.values()
         os.kill(proc.pid, signal.SIGKILL)
         began = time.monotonic()
-        assert pc.wait(WITHIN, (news[0],)) == frozenset()  # woken by the exit, not by news
+        woken = pc.wait(WITHIN, (news[0],))
+        assert woken == (frozenset(), True)  # woken by the exit, not by news
         assert time.monotonic() - began < WITHIN
         result = pc.poll()
         assert result is not None and result.is_failed()
         # no worker left to watch: it returns at once, with every fd of the caller's to look at
-        assert pc.wait(WITHIN, (news[0],)) == {news[0]}
+        assert pc.wait(WITHIN, (news[0],)) == ({news[0]}, True)
     finally:
         pc.close(signal.SIGKILL, grace=0)
         close_pipe(*news)

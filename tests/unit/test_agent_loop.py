@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.agent import RunResult, WorkerSpec, WorkerState
-from harness.agent._simple import SimpleElasticAgent
+from harness.agent._simple import SETTLED_WAIT, SimpleElasticAgent
 from harness.rendezvous import RendezvousInfo, RendezvousRoundAbandonedError, RendezvousStoreInfo
 
 S = WorkerState
@@ -102,8 +102,8 @@ class ScriptedAgent(SimpleElasticAgent):
     def _shutdown(self, death_sig: signal.Signals = signal.SIGTERM) -> None:
         self.log.append("shutdown")
 
-    def _wait_for_change(self, worker_group: Any, timeout: float) -> None:
-        pass
+    def _wait_for_change(self, worker_group: Any, timeout: float) -> bool:
+        return True
 
 
 def test_fenced_agent_stops_workers_waits_then_rejoins_without_a_restart():
@@ -183,6 +183,76 @@ def test_healthy_ticks_do_nothing_until_success():
     assert agent.run().state is S.SUCCEEDED  # success wins even when fenced at the end
     assert agent.log == ["start@1", "shutdown"]
     assert "fenced" not in agent.events.kinds
+
+
+class QuietAgent(ScriptedAgent):
+    """Waits scripted too: each wait says whether something woke it (a worker's exit, the
+    rendezvous's news) or the interval passed with nothing new; it polls nothing else."""
+
+    def __init__(self, handler: Handler, script: list[Step], wakes: list[bool]):
+        super().__init__(handler, script)
+        self.wakes = iter(wakes)
+        self.looks = 0
+        self.timeouts: list[float] = []
+
+    def _wait_for_change(self, worker_group: Any, timeout: float) -> bool:
+        self.timeouts.append(timeout)
+        return next(self.wakes)
+
+    def _polls_nothing(self) -> bool:
+        return True
+
+    def _monitor_workers(self, worker_group: Any) -> RunResult:
+        self.looks += 1
+        return super()._monitor_workers(worker_group)
+
+
+def test_a_quiet_wait_after_a_healthy_look_looks_again_only_when_woken():
+    handler = Handler()
+    agent = QuietAgent(handler, [(S.HEALTHY, nothing), (S.HEALTHY, nothing), (S.SUCCEEDED, nothing)],
+                       wakes=[False, False, False, True, False, True])
+    assert agent.run().state is S.SUCCEEDED
+    # the first look (nothing seen yet), then only at the two wakes: three quiet waits skipped
+    assert agent.looks == 3
+    assert handler.confirms == [False, False]  # the rendezvous was asked at each look alone
+    # it waits the monitor interval until a look found the workers healthy, then longer
+    interval = agent.get_worker_group().spec.monitor_interval
+    assert agent.timeouts == [interval, SETTLED_WAIT, SETTLED_WAIT, SETTLED_WAIT, SETTLED_WAIT, SETTLED_WAIT]
+
+
+def test_an_agent_that_polls_looks_at_every_tick():
+    handler = Handler()
+    agent = ScriptedAgent(handler, [(S.HEALTHY, nothing)] * 3 + [(S.SUCCEEDED, nothing)])
+    agent.run()
+    assert handler.confirms == [False, False, False]  # ScriptedAgent cannot tell a quiet wait
+
+
+def test_after_a_fence_the_next_tick_looks_quiet_or_not():
+    handler = Handler()
+    agent = QuietAgent(handler, [(S.HEALTHY, fence), (S.HEALTHY, nothing), (S.SUCCEEDED, nothing)],
+                       wakes=[False, False, False, True])
+    assert agent.run().state is S.SUCCEEDED
+    # the fence (found by a healthy look) is acted on at once; the quiet wait after the
+    # workers' restart follows no healthy look, so it looks
+    assert agent.log == ["start@1", "stop", "start@2", "shutdown"]
+    assert agent.looks == 3
+
+
+def test_a_fence_begun_between_looks_ends_a_quiet_tick():
+    handler = Handler()
+
+    class FencedWhileQuiet(QuietAgent):
+        def _wait_for_change(self, worker_group: Any, timeout: float) -> bool:
+            woke = next(self.wakes)
+            if self.looks == 1 and not woke:
+                fence(handler)  # the keeper's lease ran out while the agent slept
+            return woke
+
+    agent = FencedWhileQuiet(handler, [(S.HEALTHY, nothing), (S.HEALTHY, nothing), (S.SUCCEEDED, nothing)],
+                             wakes=[True, False, False, False])
+    assert agent.run().state is S.SUCCEEDED
+    assert agent.log == ["start@1", "stop", "start@2", "shutdown"]
+    assert "fenced" in agent.events.kinds
 
 
 class JobHandler(Handler):
