@@ -226,7 +226,7 @@ def wait_for_end(job: WaitedJob, timeout: float, allow_unfired: bool) -> JobResu
             return True
         now = time.monotonic()
         hang = find_hang(job.timeline, running, now, job.cluster.config.exit_barrier_timeout + GRACE_S,
-                         {n: job.worker_pids(n).values() for n in running})
+                         lambda n: job.worker_pids(n).values())
         if hang is not None:
             hangs.append(hang)
             return True

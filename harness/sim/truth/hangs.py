@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,32 +174,39 @@ def training_over(timeline: Timeline) -> float | None:
 
 
 def find_hang(timeline: Timeline, running: Iterable[int], now: float, bound: float,
-              alive: Mapping[int, Iterable[int]] | None = None) -> Hang | None:
+              alive: Callable[[int], Iterable[int]] | None = None) -> Hang | None:
     """The first node in ``running`` still going ``bound`` seconds after another node's
-    workers all succeeded, or (``alive``: node -> its live worker pids) with a worker still
+    workers all succeeded, or (``alive``: a node's live worker pids) with a worker still
     alive ``bound`` seconds after a worker of its own round exited 0; None when there is
-    none (yet)."""
+    none (yet).
+
+    The job's wait asks at each node's exit, so the cost is kept linear in the nodes: a
+    node is judged by the earliest success of another node (the earliest two are enough),
+    and ``alive`` (which reads each worker's ``/proc``) is asked only once some round has
+    a worker that exited 0 longer than ``bound`` ago."""
     running = list(running)
-    succeeded: dict[Any, dict[str, Any]] = {}
+    succeeded: dict[Any, dict[str, Any]] = {}  # node -> its first SUCCEEDED
     for event in timeline.events("state"):
         if event.get("state") == WorkerState.SUCCEEDED.value:
             succeeded.setdefault(event["node"], event)
-    for node in running:
-        others = [e for n, e in succeeded.items() if n != node]
-        if others:
-            first = min(others, key=lambda e: e["mono"])
-            if now - first["mono"] > bound:
+    earliest = sorted(succeeded.values(), key=lambda e: e["mono"])[:2]  # stable: ties keep event order
+    if earliest and now - earliest[0]["mono"] > bound:
+        for node in running:
+            first = next((e for e in earliest if e["node"] != node), None)
+            if first is not None and now - first["mono"] > bound:
                 return Hang(node, f"node {first['node']}'s workers all", first["mono"],
                             first.get("round"), now - first["mono"])
-    if not alive:
+    if alive is None:
         return None
     rounds = {e.get("worker_pid"): e.get("round") for e in timeline.events("worker_start")}
     done: dict[Any, dict[str, Any]] = {}  # round -> its first worker that exited 0
     for event in timeline.events("worker_exit"):
         if event.get("exitcode") == 0:
             done.setdefault(event.get("round", rounds.get(event.get("worker_pid"))), event)
+    if not any(now - ended["mono"] > bound for ended in done.values()):
+        return None
     for node in running:
-        for pid in alive.get(node, ()):
+        for pid in alive(node):
             ended = done.get(rounds.get(pid))
             if ended is not None and ended.get("worker_pid") != pid and now - ended["mono"] > bound:
                 return Hang(node, f"rank {ended.get('rank')} (pid {ended.get('worker_pid')})",
