@@ -101,6 +101,7 @@ class Keeper:
         #: deletes the state, a heartbeat or a lease), so a read of them skips the wait
         self._present: set[str] = set()
         self._last_watched: list[str] = []  # the peers the last look watched (the next keep-alive reads them)
+        self._beat_keys: tuple[list[str], list[str]] | None = None  # those peers, the keys a keep-alive reads
         self._signaled = False
         self._stopped = threading.Event()
         self._contact: StoreContact | None = None
@@ -427,7 +428,7 @@ class Keeper:
             fresh = self._read(client, [self._keys.lease(n) for n in stalled])
             self._leases.update((n, parse_lease(v)) for n, v in zip(stalled, fresh, strict=False))
         self._answered()
-        verdict = peers.observe(beats, {n: self._leases.get(n) for n in watched})
+        verdict = peers.observe(beats, self._leases)
         self._longest = peers.longest
         self._heartbeat_dead = set(verdict.dead)
         return self._take(state, began, watched, verdict)
@@ -438,7 +439,10 @@ class Keeper:
         once every key has been read before), else one after the other. The state, and
         the heartbeats read by peer (a peer the state adds is read by the caller)."""
         guess = self._last_watched
-        keys = [self._keys.state, *(self._keys.heartbeat(n) for n in guess)]
+        kept = self._beat_keys
+        if kept is None or kept[0] != guess:  # the same peers from one beat to the next, most often
+            kept = self._beat_keys = (guess, [self._keys.state, *(self._keys.heartbeat(n) for n in guess)])
+        keys = kept[1]
         both = getattr(client, "add_and_peek", None)
         if both is not None and self._present.issuperset(keys):
             values: list[bytes] = both(self._keys.heartbeat(self._node), 1, keys)[1]

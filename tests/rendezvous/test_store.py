@@ -47,6 +47,12 @@ def exercise(client: StoreClient) -> None:
     assert client.peek_many(["k"]) == [b"after"] and client.peek_many(["k", "b"]) == [b"after", b"2"]
     assert client.add_and_peek("n", 2, ["k", "n", "m150"]) == (5, [b"after", b"5", many["m150"]])
     assert client.add_and_peek("n", 1, []) == (6, [])
+    # a list of keys asked for again is sent as encoded last time; changed in place, afresh
+    keys = ["k", "b"]
+    assert client.peek_many(keys) == [b"after", b"2"] and client.peek_many(keys) == [b"after", b"2"]
+    keys[1] = "n"
+    assert client.peek_many(keys) == [b"after", b"6"]
+    assert client.multi_get(keys) == [b"after", b"6"]  # another command on the same keys
     assert client.get("k") == b"after"  # in step after the two answers of one send
     client.append("a", b"+")
     assert client.get("a") == b"1+"
