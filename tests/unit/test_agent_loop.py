@@ -212,8 +212,9 @@ def test_a_quiet_wait_after_a_healthy_look_looks_again_only_when_woken():
     agent = QuietAgent(handler, [(S.HEALTHY, nothing), (S.HEALTHY, nothing), (S.SUCCEEDED, nothing)],
                        wakes=[False, False, False, True, False, True])
     assert agent.run().state is S.SUCCEEDED
-    # the first look (nothing seen yet), then only at the two wakes: three quiet waits skipped
-    assert agent.looks == 3
+    # the first look (nothing seen yet), then only at the two wakes: three quiet waits
+    # skipped (a loop that looked at each would have succeeded at the third wait)
+    assert agent.looks == 3 and len(agent.timeouts) == 6
     assert handler.confirms == [False, False]  # the rendezvous was asked at each look alone
     # it waits the monitor interval until a look found the workers healthy, then longer
     interval = agent.get_worker_group().spec.monitor_interval
