@@ -101,7 +101,8 @@ def get_args_parser() -> argparse.ArgumentParser:
     _flag(parser, "standalone", action=_CheckEnv, help="Single node: c10d on localhost:0.")
     _flag(parser, "max-restarts", type=int, default=0, help="Worker group restarts before failing.")
     _flag(parser, "monitor-interval", type=float, default=DEFAULT_MONITOR_INTERVAL,
-          help="Upper bound (s) between checks; exits are seen at once.")
+          help="Seconds between the agent's looks at its workers (once they are healthy: "
+               "max(this, 1)); exits and membership news are seen at once.")
     _flag(parser, "start-method", type=str, default="spawn", choices=START_METHOD_CHOICES,
           help="How callables/scripts are started; 'zygote' forks from a warm torch interpreter.")
     _flag(parser, "event-log-handler", type=str, default="null")
