@@ -157,18 +157,17 @@ class PeerWatch:
         starved = now - self._previous > self.starvation_gap
         self._previous = now
         dead, suspects, advanced = set(), set(), set()
-        timeout, interval, seen = self.timeout, self.interval, self._seen
+        timeout, seen = self.timeout, self._seen
         leases = leases or {}
         longest = timeout
-        suspect_after = 2.5 * interval
+        suspect_after = 2.5 * self.interval
         for node, value in counters:  # inline: 127 peers a beat at 128 nodes
             old = seen.get(node)
             if old is None or old[0] != value or starved:
                 if old is not None and old[0] != value and value != b"":
                     advanced.add(node)
                 seen[node] = old = (value, now)
-            lease = leases.get(node)
-            bound = timeout if lease is None or lease + interval <= timeout else lease + interval
+            bound = self.bound(leases.get(node))
             if bound > longest:
                 longest = bound
             age = now - old[1]

@@ -146,7 +146,7 @@ class StoreClient:
         self._midway = False  # a request went out and its whole answer has not come in
         self._sock: socket.socket | None = None
         self._pings = True  # the handshake's probe: PING (False: GETNUMKEYS, for torch 2.4's servers)
-        self._encoded: tuple[int, list[str], bytes] | None = None  # the last request on a list of keys
+        self._encoded: dict[int, tuple[list[str], bytes]] = {}  # command -> its last request's keys, bytes
         # the first connect's bound may be tighter than the later ones' (a leave's renewal)
         self._sock = self._connect(self._connect_timeout if connect_within is None else connect_within)
 
@@ -421,15 +421,16 @@ class StoreClient:
             return total, self._recv_values(len(keys), "add_and_peek") if keys else []
 
     def _with_keys(self, command: int, keys: list[str]) -> bytes:
-        """A request on a list of keys (``MULTI_GET``, ``CHECK``, ``WAIT``). The last one is
-        kept: a keep-alive reads the same 129 keys each beat at 128 nodes, and encoding them
-        was a fifth of its Python. A list equal to the last one's (its strings are most
-        often the same objects: a quick compare) reuses its bytes."""
-        kept = self._encoded
-        if kept is not None and kept[0] == command and kept[1] == keys:
-            return kept[2]
+        """A request on a list of keys (``MULTI_GET``, ``CHECK``, ``WAIT``). The last one of
+        each command is kept: a keep-alive reads the same 129 keys each beat at 128 nodes
+        (and waits for the state's next change between two beats), and encoding them was a
+        fifth of its Python. A list equal to the last one's (its strings are most often the
+        same objects: a quick compare) reuses its bytes."""
+        kept = self._encoded.get(command)
+        if kept is not None and kept[0] == keys:
+            return kept[1]
         request = _U8.pack(command) + _U64.pack(len(keys)) + b"".join(self._key(k) for k in keys)
-        self._encoded = (command, list(keys), request)
+        self._encoded[command] = (list(keys), request)
         return request
 
     def _recv_values(self, count: int, what: str) -> list[bytes]:

@@ -76,6 +76,27 @@ def test_our_client_against_torch_server(libuv):
         del server
 
 
+def test_a_list_of_keys_asked_for_at_each_beat_is_encoded_once(monkeypatch):
+    """A keep-alive reads the same keys every beat and waits for the state's next change
+    between two beats: the wait must not make the next beat encode its keys again."""
+    server = StoreServer("", 0).start()
+    client = StoreClient("127.0.0.1", server.port, timeout=5)
+    try:
+        keys = [f"hb/{i}" for i in range(20)]
+        client.multi_set(keys, [b"1"] * len(keys))
+        encoded: list[str] = []
+        key = StoreClient._key
+        monkeypatch.setattr(StoreClient, "_key", staticmethod(lambda k: encoded.append(k) or key(k)))
+        for _ in range(3):
+            client.add_and_peek("me", 1, keys)
+            with pytest.raises(StoreTimeoutError):
+                client.wait(["seq/next"], 0.01)
+        assert encoded.count("hb/0") == 1 and encoded.count("seq/next") == 1
+    finally:
+        client.close()
+        server.stop()
+
+
 def test_torch_client_against_our_server():
     server = StoreServer("", 0).start()
     try:
