@@ -13,7 +13,12 @@ pays neither, and a restart reuses the same zygote. One zygote can serve many ag
   agent in another namespace joins it (``setns``) before any of its code runs;
 * a worker runs in its agent's cgroups, as a child of the agent would (a CPU quota or a
   memory limit put on a node's agent covers its workers): the zygote moves each child it
-  forks into the cgroups of the agent that asked, before it replies ``spawned``;
+  forks into the cgroups of the agent that asked, before it replies ``spawned``. A worker
+  whose agent names cgroups of the workers' own (``HARNESS_WORKER_CGROUP``, a simulated
+  node's) moves itself there before any of its code runs, so none of it runs outside its
+  node's limits and share of the CPU, however long its agent takes to see it started;
+* a zygote shared by many agents (the simulation's) may run ahead of them
+  (``harness.procs._priority``): it forks for every node, one fork after another;
 * the zygote is the workers' parent: it reaps them (sweeping each process group with
   SIGKILL *before* the reap, while the group id cannot be reused) and reports every exit
   code to the agent that asked for the worker;
@@ -54,7 +59,7 @@ from harness.procs._exit import exit_like_python
 from harness.procs._handles import signal_process_group
 from harness.procs._heap import frozen_imports
 from harness.procs._import_cache import ImportCache, Interpreter
-from harness.procs._placement import worker_cgroup_files
+from harness.procs._placement import place_worker, worker_cgroup_files, worker_nice
 from harness.procs._prctl import join_netns, same_netns, set_pdeathsig
 from harness.procs._preload import (
     PRELOAD_ENV,
@@ -65,6 +70,7 @@ from harness.procs._preload import (
     share_imports,
     target_key,
 )
+from harness.procs._priority import Ahead, run_ahead
 from harness.selfpipe import drain_pipe, self_pipe
 
 __all__ = ["serve", "ZYGOTE_ENV", "MAX_MESSAGE"]
@@ -104,8 +110,9 @@ def make_socket() -> socket.socket:
 
 
 class _Zygote:
-    def __init__(self, listener: socket.socket, path: str, preloader: Preloader):
+    def __init__(self, listener: socket.socket, path: str, preloader: Preloader, ahead: Ahead | None = None):
         self.listener = listener
+        self.ahead = ahead or Ahead()  # what this server raised of its CPU priority
         self.path = path
         self.preloader = preloader  # what workers imported, imported here while idle
         self.selector = selectors.DefaultSelector()
@@ -238,6 +245,9 @@ class _Zygote:
         allowed = extra_packages(env.get(PRELOAD_ENV) if isinstance(env, dict) else None)
         self.preloader.before_fork(key, bool(self.owner), allowed)
         gc.freeze()  # what it imported since the last fork too: out of the worker's collections
+        placed = _placed_by_its_agent(env)
+        if not placed:
+            self.ahead.lower_group()  # the child stays in this session's group
         try:
             pid = os.fork()
         except OSError as e:
@@ -251,7 +261,7 @@ class _Zygote:
             os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
         except OSError:
             pass
-        if not _placed_by_its_agent(env):
+        if not placed:
             self.join_agent_cgroups(conn, pid, fds)
         for fd in fds:
             os.close(fd)
@@ -275,7 +285,11 @@ class _Zygote:
                       key: str | None) -> None:
         code = 1
         try:
+            self.ahead.child_starts()
             os.setpgid(0, 0)
+            env = request.get("env")
+            if _placed_by_its_agent(env):  # the agent moves it too, once it has its pid: a no-op then
+                place_worker(os.getpid(), worker_nice(env), worker_cgroup_files(env))
             set_pdeathsig(signal.SIGKILL)
             if netns is not None:  # before anything of the worker's runs or opens a socket
                 try:
@@ -432,14 +446,16 @@ def _system_exit_code(e: SystemExit) -> int:
 # entry
 
 
-def serve(path: str, ready_fd: int | None = None, import_cache: str | None = None) -> None:
+def serve(path: str, ready_fd: int | None = None, import_cache: str | None = None,
+          ahead: bool = False) -> None:
     """Listen on ``path``, import torch, then serve forever (dies with its parent).
 
     It listens *before* the import (and says ``listening``, then ``ready``, on
     ``ready_fd``): agents may connect and ask for workers at once, their requests wait in
     the backlog, so the ~1 s torch import overlaps the agents' own start and rendezvous
     instead of preceding them. ``import_cache``: the directory where what workers import is
-    kept across processes (``harness.procs._import_cache``; None: not kept)."""
+    kept across processes (``harness.procs._import_cache``; None: not kept). ``ahead``: run
+    ahead of the agents it serves (``harness.procs._priority``), once torch is imported."""
     set_pdeathsig(signal.SIGKILL)
     listener = make_socket()
     listener.bind(path)
@@ -451,11 +467,12 @@ def serve(path: str, ready_fd: int | None = None, import_cache: str | None = Non
         import torch  # noqa: F401  the whole point: pay for it once
         import torch.distributed  # noqa: F401
 
+    raised = run_ahead() if ahead else None
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
     cache = ImportCache(import_cache, Interpreter.current(), module_name) if import_cache else None
-    _Zygote(listener, path, Preloader(cache)).run()
+    _Zygote(listener, path, Preloader(cache), raised).run()
 
 
 if __name__ == "__main__":

@@ -48,9 +48,11 @@ def python_target(argv: list[str]) -> tuple[str, list[str], bool] | None:
 class ZygoteServerProcess:
     """A private zygote process, started by (and dying with) this process. What its workers
     import is kept in the import cache named by ``$HARNESS_IMPORT_CACHE`` (read here, once:
-    ``harness.procs._import_cache``), so the next process's zygote preloads it."""
+    ``harness.procs._import_cache``), so the next process's zygote preloads it. ``ahead``:
+    it runs ahead of the agents it serves (``harness.procs._priority``): for a zygote
+    that forks the workers of many nodes."""
 
-    def __init__(self) -> None:
+    def __init__(self, ahead: bool = False) -> None:
         # a path (reachable from every network namespace, unlike an abstract name) in a
         # directory only we can enter; it carries our pid so a later starter can remove it
         # if we are SIGKILLed before close()
@@ -68,8 +70,8 @@ class ZygoteServerProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-c",
              "import sys; from harness.procs._zygote import serve; "
-             "serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] or None)",
-             self.path, str(write_fd), self.import_cache or ""],
+             "serve(sys.argv[1], int(sys.argv[2]), sys.argv[3] or None, sys.argv[4] == '1')",
+             self.path, str(write_fd), self.import_cache or "", "1" if ahead else "0"],
             pass_fds=(write_fd,), start_new_session=True, stdin=subprocess.DEVNULL,
             preexec_fn=lambda: die_with_parent(parent), env={**os.environ, "TMPDIR": self.tmpdir},
         )

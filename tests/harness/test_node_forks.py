@@ -14,6 +14,7 @@ import textwrap
 import psutil
 
 from harness import Cluster, WarmPool, WorkerState
+from harness.procs._priority import AHEAD_STEPS
 from harness.sim.nodes.forks import ForkedNode
 from tests.conftest import SCRIPTS, survivors
 
@@ -38,10 +39,14 @@ def test_nodes_are_forked_sessions_of_the_pool_server(capfd):
         job.wait_for_state(S.HEALTHY, timeout=30)
         server = cluster.pool.node_server()
         assert server is not None
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
         for node in job.nodes.values():
             assert isinstance(node.popen, ForkedNode)
             assert psutil.Process(node.pid).ppid() == server.process.pid
             assert os.getpgid(node.pid) == node.pid and os.getsid(node.pid) == node.pid
+            assert psutil.Process(node.pid).nice() == ours  # the server runs ahead, its nodes do not
+        if os.geteuid() == 0:  # where a priority may be raised, the servers shared by all nodes are
+            assert psutil.Process(server.process.pid).nice() == ours - AHEAD_STEPS
         job.kill_node(1)
         exits = [e for e in job.timeline.events("node_exit") if e["target_node"] == 1]
         assert exits and exits[-1]["signal"] == signal.SIGKILL, exits

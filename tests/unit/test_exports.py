@@ -29,7 +29,7 @@ PINNED = {
         "RunProcsResult", "Std", "ZygoteError", "ZygoteServerProcess", "cgroup_dirs", "cgroup_mounts",
         "die_with_parent", "frozen_imports",
         "is_same_process", "join_netns", "process_start_time", "process_state", "remove_dead_owned", "render_prefix",
-        "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
+        "run_ahead", "same_netns", "set_pdeathsig", "share_imports", "signal_process_group",
     },
     "harness.events": {"EVENTS_ENV", "NODE_ENV", "WAKE_ENV", "EventWriter", "NullEventWriter",
                        "event_writer_from_env", "node_key"},

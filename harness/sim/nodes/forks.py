@@ -263,7 +263,7 @@ def serve(fd: int, parent: int | None) -> int:
     """The server's loop (``python -m harness.sim.nodes.forks FD --parent PID``)."""
     import selectors
 
-    from harness.procs import die_with_parent, frozen_imports
+    from harness.procs import die_with_parent, frozen_imports, run_ahead
 
     if parent is not None:
         die_with_parent(parent)
@@ -275,6 +275,7 @@ def serve(fd: int, parent: int | None) -> int:
 
         import_backend("c10d")  # the simulated nodes' backend, loaded on an agent's first round
 
+    ahead = run_ahead()  # it forks every node, one after another: the nodes' own work
     sock = socket.socket(fileno=fd)
     wake_read, wake_write = self_pipe()
     signal.set_wakeup_fd(wake_write)
@@ -298,6 +299,7 @@ def serve(fd: int, parent: int | None) -> int:
                 try:
                     pid = os.fork()
                     if pid == 0:
+                        ahead.child_starts()  # and its own session leaves the server's group
                         _become_node(request, fds, me, [sock, wake_read, wake_write, selector])
                 except OSError as e:
                     sock.send(pickle.dumps(("failed", ident, str(e))))

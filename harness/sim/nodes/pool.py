@@ -21,6 +21,10 @@ sessions a test starts (``pytester``) join the test process's zygote that way: e
 otherwise import torch again for a job of a few seconds. The owner's zygote serves them as
 it serves its own agents (one zygote serves many, ``harness.procs._zygote``); the joining
 pool never starts, stops or restarts it.
+
+The zygote runs ahead of the nodes it serves (``harness.procs._priority``, where the machine
+lets it raise a priority): it forks for every node of a job, one node after another, work a
+real cluster's nodes each do on their own cores.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class WarmPool:
         if self._server is None or self._server.process.poll() is not None:
             if self._server is not None:
                 self._server.close()  # a dead one's socket dir and ready pipe
-            self._server = ZygoteServerProcess()
+            self._server = ZygoteServerProcess(ahead=True)
 
     def node_server(self) -> NodeForkServer | None:
         """The node fork server, started on first use (returns at once); None where it
