@@ -20,6 +20,9 @@ A child must not inherit the raise. ``Ahead.child_starts`` puts a forked child's
 back at once, and a child leaves the raised session's group by leaving the root cgroup: a
 simulated node's workers move into their node's cgroup before any of their code runs. A
 server whose child would stay in the group lowers the group again (``Ahead.lower_group``).
+Nor may the server's own work that no node waits for: the zygote steps back
+(``Ahead.step_back``) while it imports between jobs what its workers imported, a second or
+more of CPU that would otherwise run ahead of the next job's starting nodes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ _AUTOGROUP = "/proc/self/autogroup"
 class Ahead:
     """What ``run_ahead`` raised, and what to put back."""
 
+    #: how many nice steps it was raised by
+    steps: int = 0
     #: the process's nice value before the raise (None: not raised)
     nice: int | None = None
     #: the session group's nice value before the raise (None: not raised)
@@ -48,10 +53,7 @@ class Ahead:
         """In a child just forked: its nice value back to what the server's was, before the
         child runs anything of its own."""
         if self.nice is not None:
-            try:
-                os.setpriority(os.PRIO_PROCESS, 0, self.nice)
-            except OSError:
-                pass
+            _set_nice(self.nice)
 
     def lower_group(self) -> None:
         """The session's group back to its value, for good: a child that stays in it (one
@@ -59,21 +61,42 @@ class Ahead:
         if self.group_nice is not None and _write_group_nice(self.group_nice):
             self.group_nice = None
 
+    def step_back(self) -> None:
+        """Back to the values it had, until ``step_up``: for work of the server's own that
+        no node waits for (the zygote's imports between jobs), which must not run ahead of
+        the nodes. A thread started now starts at the value it had too."""
+        if self.nice is not None:
+            _set_nice(self.nice)
+        if self.group_nice is not None:
+            _write_group_nice(self.group_nice)
+
+    def step_up(self) -> None:
+        """Ahead again, after ``step_back``."""
+        if self.nice is not None:
+            _set_nice(max(-20, self.nice - self.steps))
+        if self.group_nice is not None:
+            _write_group_nice(max(-20, self.group_nice - self.steps))
+
 
 def run_ahead(steps: int = AHEAD_STEPS) -> Ahead:
     """Raise this process (its calling thread) and its session's scheduling group by
     ``steps`` nice steps, each where the machine lets it; what was raised."""
-    ahead = Ahead()
-    try:
-        before = os.getpriority(os.PRIO_PROCESS, 0)
-        os.setpriority(os.PRIO_PROCESS, 0, max(-20, before - steps))
+    ahead = Ahead(steps)
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if _set_nice(max(-20, before - steps)):
         ahead.nice = before
-    except OSError:  # no CAP_SYS_NICE
-        pass
     group = _read_group_nice()
     if group is not None and _write_group_nice(max(-20, group - steps)):
         ahead.group_nice = group
     return ahead
+
+
+def _set_nice(value: int) -> bool:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, value)
+        return True
+    except OSError:  # no CAP_SYS_NICE (to lower it)
+        return False
 
 
 def _read_group_nice() -> int | None:

@@ -130,6 +130,7 @@ class _Zygote:
         while True:
             ready = self.selector.select(self.preloader.idle_timeout(bool(self.owner)))
             if not ready:
+                self.ahead.step_back()  # the preload thread starts behind the nodes, as it runs
                 self.preloader.start(bool(self.owner))
             # new connections first: a worker's last ``learn`` (sent as its target returns) is
             # queued before its exit, and must be read before the exit is reported -- the agent
@@ -243,6 +244,7 @@ class _Zygote:
         # alive, import first what this target's workers imported before
         env = request.get("env")
         allowed = extra_packages(env.get(PRELOAD_ENV) if isinstance(env, dict) else None)
+        self.ahead.step_up()  # a node waits for what follows: the imports for its worker too
         self.preloader.before_fork(key, bool(self.owner), allowed)
         gc.freeze()  # what it imported since the last fork too: out of the worker's collections
         placed = _placed_by_its_agent(env)

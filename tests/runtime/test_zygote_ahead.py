@@ -131,3 +131,32 @@ def test_a_child_starts_at_the_servers_own_priority():
                          start_new_session=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["-5", "0"]
+
+
+@needs_root
+def test_a_server_steps_back_for_work_no_node_waits_for_and_up_again():
+    """The zygote's imports between jobs run in a thread it starts stepped back: behind the
+    next job's nodes, not ahead of them."""
+    code = ("import os, threading; from harness.procs import run_ahead\n"
+            "def group():\n"
+            "    path = '/proc/self/autogroup'\n"
+            "    return open(path).read().split()[-1] if os.path.exists(path) else '-'\n"
+            "before, group_before = os.getpriority(os.PRIO_PROCESS, 0), group()\n"
+            "ahead = run_ahead(5)\n"
+            "raised = (os.getpriority(os.PRIO_PROCESS, 0), group())\n"
+            "ahead.step_back()\n"
+            "seen = []\n"
+            "t = threading.Thread(target=lambda: seen.append(os.getpriority(os.PRIO_PROCESS, 0)))\n"
+            "t.start(); t.join()\n"
+            "back = (os.getpriority(os.PRIO_PROCESS, 0), group())\n"
+            "ahead.step_up()\n"
+            "print(before, group_before, *raised, seen[0], *back, os.getpriority(os.PRIO_PROCESS, 0), group())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         start_new_session=True)
+    assert out.returncode == 0, out.stderr
+    before, group, raised, raised_group, thread, back, back_group, up, up_group = out.stdout.split()
+    assert int(raised) == int(before) - 5 and int(thread) == int(before) and int(back) == int(before)
+    assert int(up) == int(raised)
+    if group != "-":
+        assert int(raised_group) == int(group) - 5 and int(back_group) == int(group)
+        assert int(up_group) == int(raised_group)
