@@ -105,7 +105,7 @@ from harness.rendezvous._round import (
     withdrawn_state,
 )
 from harness.rendezvous._round_store import RoundStore
-from harness.rendezvous._state import RendezvousState, StoreKeys
+from harness.rendezvous._state import RendezvousState, StoreKeys, joining_line, parse_joining
 from harness.rendezvous._store import (
     DEFAULT_PORT,
     StoreConnectionError,
@@ -435,12 +435,17 @@ class C10dRendezvousHandler(RendezvousHandler):
         machine.begin()
         self._await_store(machine.deadline)
         known = None  # the state as the last compare-and-set's answer gave it
+        asked: tuple[int, bytes] | None = None  # the round this call asked to join, and its line
         while True:
             self._keeper.raise_if_broken()
             try:
                 raw, state = self._read(known)
                 known = None
-                step = machine.step(state, self._keeper.dead_now(), self._meta())
+                meta, joining = self._meta(), None
+                if not (state.closed or state.complete or self._node in state.participants):
+                    asked = self._ask_to_join(state.round, meta, asked)
+                    joining = parse_joining(self._client.peek_many([self._keys.joining(state.round)])[0])
+                step = machine.step(state, self._keeper.dead_now(), meta, joining)
                 if step.kind == "write":
                     assert step.state is not None
                     _, known = self._cas(raw, state, step.state)
@@ -466,6 +471,17 @@ class C10dRendezvousHandler(RendezvousHandler):
                     f"node(s) joined, --nnodes needs {self._params.min_nodes}")
 
     # -- fencing ------------------------------------------------------------------------
+
+    def _ask_to_join(self, round_: int, meta: dict[str, Any], asked: tuple[int, bytes] | None) -> tuple[int, bytes]:
+        """Put this node on forming round ``round_``'s joining list (once, and again if
+        what it would publish changed since ``asked``): whoever writes the state next takes
+        it in (``RoundMachine.step``). The key exists once this node appended to it, so it
+        is read without a wait."""
+        line = joining_line(self._node, meta, self._machine.owed)
+        if asked != (round_, line):
+            self._client.append(self._keys.joining(round_), line)
+            self._machine.asked(round_)
+        return round_, line
 
     def fence_reason(self) -> str | None:
         """Why this node is fenced (cut off from the store for the keep-alive bound: its

@@ -35,7 +35,7 @@ from typing import Any
 
 from harness.rendezvous._api import RendezvousStateError
 
-__all__ = ["RendezvousState", "SCHEMA", "KIND", "StoreKeys"]
+__all__ = ["RendezvousState", "SCHEMA", "KIND", "StoreKeys", "Joining", "joining_line", "parse_joining"]
 
 SCHEMA = 2  # 2: ``restarts`` (an agent of schema 1 would drop it, resetting the count)
 KIND = "harness.rendezvous"
@@ -229,6 +229,39 @@ class StoreKeys:
         """The prefix of round ``round_``'s own keys (rank assignment, exit barrier)."""
         return f"{self.prefix}r{round_}/"
 
+    def joining(self, round_: int) -> str:
+        """The nodes that asked to join round ``round_`` while it formed, one line each
+        (``joining_line``), appended: whoever writes the state next takes them all in."""
+        return f"{self.prefix}r{round_}/joining"
+
     def parse(self, raw: bytes) -> RendezvousState:
         """The state read under ``state``; raises ``RendezvousStateError`` if not ours."""
         return RendezvousState.from_json(raw, self.run_id, f"key {self.state!r} of store {self.endpoint}")
+
+
+#: a node that asked to join a forming round: what it would have written for itself
+#: (its record, and the least restart count it owes the round)
+Joining = tuple[dict[str, Any], int]
+
+
+def joining_line(node: str, meta: dict[str, Any], owed: int) -> bytes:
+    """``node``'s line in a round's joining list (``StoreKeys.joining``)."""
+    return json.dumps({"id": node, "meta": meta, "owed": owed}, separators=(",", ":")).encode() + b"\n"
+
+
+def parse_joining(raw: bytes) -> dict[str, Joining]:
+    """The nodes a joining list names, in the order they first asked; a node's last line
+    stands. A line that is not ours (not JSON, a field of the wrong kind) is skipped: its
+    writer, if it is a node of the job, still joins by writing the state itself."""
+    out: dict[str, Joining] = {}
+    for line in raw.split(b"\n"):
+        if not line:
+            continue
+        try:
+            body = json.loads(line.decode("utf-8"))
+            node, owed = _str(body["id"]), _int(body["owed"])
+            meta = _node(node, body["meta"])
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            continue
+        out[node] = (meta, owed)
+    return out
