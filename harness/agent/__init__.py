@@ -18,6 +18,7 @@ from harness.agent._health import HealthCheckServer, create_healthcheck_server
 from harness.agent._local import (
     TORCHELASTIC_HEALTH_CHECK_PORT,
     TORCHELASTIC_TIMER_FILE,
+    WORKER_IDENTICAL_ENV,
     LocalElasticAgent,
 )
 from harness.agent._simple import SimpleElasticAgent
@@ -47,6 +48,7 @@ __all__ = [
     "SimpleElasticAgent",
     "TORCHELASTIC_HEALTH_CHECK_PORT",
     "TORCHELASTIC_TIMER_FILE",
+    "WORKER_IDENTICAL_ENV",
     "Worker",
     "WorkerGroup",
     "WorkerSpec",

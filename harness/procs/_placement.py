@@ -40,13 +40,14 @@ def worker_nice(environ: dict[str, str] | os._Environ[str] | None = None) -> int
     return max(0, min(19, value))
 
 
-def lower_priority(pid: int, increment: int) -> None:
-    """Raise the nice value of every thread of ``pid`` by ``increment`` (relative to the
-    agent's own, so a user who niced the agent keeps their order). A process that is
-    already gone is left alone."""
+def lower_priority(pid: int, increment: int, base: int | None = None) -> None:
+    """Set the nice value of every thread of ``pid`` to ``base`` + ``increment``: relative to
+    the agent's own (``base``; None: the caller's, the agent calling), so a user who niced
+    the agent keeps their order, and the same value whoever sets it, however often. A
+    process that is already gone is left alone."""
     if increment <= 0:
         return
-    target = min(19, os.getpriority(os.PRIO_PROCESS, 0) + increment)
+    target = min(19, (os.getpriority(os.PRIO_PROCESS, 0) if base is None else base) + increment)
     try:
         tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
@@ -64,10 +65,11 @@ def worker_cgroup_files(environ: dict[str, str] | os._Environ[str] | None = None
     return [path for path in raw.split(os.pathsep) if path]
 
 
-def place_worker(pid: int, nice: int, cgroup_files: list[str]) -> list[str]:
+def place_worker(pid: int, nice: int, cgroup_files: list[str], base: int | None = None) -> list[str]:
     """Put a just-started worker where the agent's environment says: its cgroups first
-    (before it starts threads of its own), then its priority. The problems, one line each
-    (a cgroup it could not join: the worker runs on in the agent's)."""
+    (before it starts threads of its own), then its priority (``base``: the agent's nice
+    value, where the caller is not the agent). The problems, one line each (a cgroup it
+    could not join: the worker runs on in the agent's)."""
     problems = []
     for path in cgroup_files:
         try:
@@ -75,5 +77,5 @@ def place_worker(pid: int, nice: int, cgroup_files: list[str]) -> list[str]:
                 fp.write(str(pid))
         except OSError as e:
             problems.append(f"cannot move worker {pid} into {os.path.dirname(path)}: {e.strerror}")
-    lower_priority(pid, nice)
+    lower_priority(pid, nice, base)
     return problems

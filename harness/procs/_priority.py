@@ -16,9 +16,10 @@ counts; in a cgroup (a container), only its own does. ``run_ahead`` raises both.
 priority needs root or ``CAP_SYS_NICE``: without it nothing changes, and the server runs as
 any other process.
 
-A child must not inherit the raise. ``Ahead.child_starts`` puts a forked child's nice value
-back at once, and a child leaves the raised session's group by leaving the root cgroup: a
-simulated node's workers move into their node's cgroup before any of their code runs. A
+A child must not inherit the raise. The server forks at its own nice value
+(``Ahead.before_fork``, ``after_fork``), and a child leaves the raised session's group by
+leaving the root cgroup: a simulated node's workers move into their node's cgroup before
+any of their code runs. A
 server whose child would stay in the group lowers the group again (``Ahead.lower_group``).
 Nor may the server's own work that no node waits for: the zygote steps back
 (``Ahead.step_back``) while it imports between jobs what its workers imported, a second or
@@ -49,11 +50,18 @@ class Ahead:
     #: the session group's nice value before the raise (None: not raised)
     group_nice: int | None = None
 
-    def child_starts(self) -> None:
-        """In a child just forked: its nice value back to what the server's was, before the
-        child runs anything of its own."""
+    def before_fork(self) -> None:
+        """The server's own nice value back to what it was, so that the child it forks next
+        is born with it: a child that set its own back after its birth could undo a value its
+        agent set meanwhile (a worker the agent had put behind it, back at the agent's
+        priority). ``after_fork`` raises it again."""
         if self.nice is not None:
             _set_nice(self.nice)
+
+    def after_fork(self) -> None:
+        """In the server, once it forked: ahead again."""
+        if self.nice is not None:
+            _set_nice(max(-20, self.nice - self.steps))
 
     def lower_group(self) -> None:
         """The session's group back to its value, for good: a child that stays in it (one

@@ -250,15 +250,19 @@ class _Zygote:
         placed = _placed_by_its_agent(env)
         if not placed:
             self.ahead.lower_group()  # the child stays in this session's group
+        agent_nice = self.agent_nice(conn) if placed else None
+        self.ahead.before_fork()
         try:
             pid = os.fork()
         except OSError as e:
+            self.ahead.after_fork()
             for fd in fds:
                 os.close(fd)
             send_message(conn, {"op": "error", "id": request["id"], "message": f"fork failed: {e}"})
             return
         if pid == 0:
-            self.become_worker(request, fds, self.netns.get(conn), key)  # never returns
+            self.become_worker(request, fds, self.netns.get(conn), key, agent_nice)  # never returns
+        self.ahead.after_fork()
         try:
             os.setpgid(pid, pid)  # also done in the child: whichever runs first wins
         except OSError:
@@ -283,15 +287,27 @@ class _Zygote:
             except OSError:
                 pass
 
+    def agent_nice(self, conn: socket.socket) -> int | None:
+        """The nice value of the agent on ``conn`` (None: unknown, gone): its workers' is
+        relative to it."""
+        agent = self.agents.get(conn)
+        try:
+            return None if agent is None else os.getpriority(os.PRIO_PROCESS, agent)
+        except OSError:
+            return None
+
     def become_worker(self, request: dict[str, Any], fds: list[int], netns: int | None,
-                      key: str | None) -> None:
+                      key: str | None, agent_nice: int | None = None) -> None:
         code = 1
         try:
-            self.ahead.child_starts()
             os.setpgid(0, 0)
             env = request.get("env")
-            if _placed_by_its_agent(env):  # the agent moves it too, once it has its pid: a no-op then
-                place_worker(os.getpid(), worker_nice(env), worker_cgroup_files(env))
+            if _placed_by_its_agent(env):
+                # the agent moves it too once it has its pid, to the same cgroups and the same
+                # nice value (both relative to the agent's): whichever comes second changes nothing
+                # (the agent's nice value unknown: its own call alone sets the worker's)
+                place_worker(os.getpid(), 0 if agent_nice is None else worker_nice(env),
+                             worker_cgroup_files(env), agent_nice)
             set_pdeathsig(signal.SIGKILL)
             if netns is not None:  # before anything of the worker's runs or opens a socket
                 try:

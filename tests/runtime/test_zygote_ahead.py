@@ -116,21 +116,22 @@ def test_without_cap_sys_nice_nothing_is_raised():
 
 
 @needs_root
-def test_a_child_starts_at_the_servers_own_priority():
+def test_a_child_is_born_at_the_servers_own_priority_and_the_server_stays_ahead():
     code = ("import os; from harness.procs import run_ahead\n"
             "before = os.getpriority(os.PRIO_PROCESS, 0)\n"
             "ahead = run_ahead(5)\n"
             "raised = os.getpriority(os.PRIO_PROCESS, 0)\n"
+            "ahead.before_fork()\n"
             "pid = os.fork()\n"
             "if pid == 0:\n"
-            "    ahead.child_starts()\n"
             "    os._exit(0 if os.getpriority(os.PRIO_PROCESS, 0) == before else 1)\n"
+            "ahead.after_fork()\n"
             "_, status = os.waitpid(pid, 0)\n"
-            "print(raised - before, os.waitstatus_to_exitcode(status))\n")
+            "print(raised - before, os.waitstatus_to_exitcode(status), os.getpriority(os.PRIO_PROCESS, 0) - before)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          start_new_session=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["-5", "0"]
+    assert out.stdout.split() == ["-5", "0", "-5"]
 
 
 @needs_root

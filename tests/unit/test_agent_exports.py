@@ -14,6 +14,7 @@ PINNED = {
     "AgentEvent", "DEFAULT_MAX_RESTARTS", "DEFAULT_MONITOR_INTERVAL", "DEFAULT_ROLE", "ElasticAgent",
     "HealthCheckServer", "LocalElasticAgent", "MAX_MONITOR_INTERVAL", "MAX_RESTARTS_RULE", "MONITOR_INTERVAL_RULE",
     "RunResult", "SettingRule", "SimpleElasticAgent", "TORCHELASTIC_HEALTH_CHECK_PORT", "TORCHELASTIC_TIMER_FILE",
+    "WORKER_IDENTICAL_ENV",
     "Worker", "WorkerGroup", "WorkerSpec", "WorkerState", "create_healthcheck_server",
 }
 

@@ -39,6 +39,25 @@ def test_every_thread_of_the_worker_is_niced_relative_to_the_agent():
         child.communicate()
 
 
+def test_a_worker_placed_twice_relative_to_its_agent_is_niced_once():
+    """The worker places itself as it starts (``harness.procs._zygote``), its agent places it
+    once it has its pid, in either order: relative to the agent's nice value both times,
+    the second changes nothing. Relative to the worker's own, the second added the increment
+    again (nice 19 where 10 was asked)."""
+    child = subprocess.Popen([sys.executable, "-c", _THREADS], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        lower_priority(child.pid, 5, base=mine)
+        lower_priority(child.pid, 5, base=mine)
+        lower_priority(child.pid, 5)  # the agent's own call: relative to the caller
+        tids = [int(t) for t in os.listdir(f"/proc/{child.pid}/task")]
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in tids} == {min(19, mine + 5)}
+    finally:
+        child.kill()
+        child.communicate()
+
+
 def test_a_cgroup_that_cannot_be_joined_is_named_and_the_worker_runs_on(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

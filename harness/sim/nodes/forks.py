@@ -296,10 +296,10 @@ def serve(fd: int, parent: int | None) -> int:
                 if not data:
                     return 0
                 _, ident, request = pickle.loads(data)
+                ahead.before_fork()  # the node is born at the server's own priority
                 try:
                     pid = os.fork()
-                    if pid == 0:
-                        ahead.child_starts()  # and its own session leaves the server's group
+                    if pid == 0:  # its own session leaves the server's group
                         _become_node(request, fds, me, [sock, wake_read, wake_write, selector])
                 except OSError as e:
                     sock.send(pickle.dumps(("failed", ident, str(e))))
@@ -307,6 +307,7 @@ def serve(fd: int, parent: int | None) -> int:
                     idents[pid] = ident
                     sock.send(pickle.dumps(("started", ident, pid)))
                 finally:
+                    ahead.after_fork()
                     for received in fds:
                         os.close(received)
             else:

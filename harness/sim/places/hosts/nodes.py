@@ -71,7 +71,7 @@ from harness.agent import RunResult
 from harness.errors import ProcessFailure
 from harness.events import EVENTS_ENV, NODE_ENV, WAKE_ENV, EventWriter
 from harness.hosts import ClockOffset, EventRelay, HostError, HostSpec, SshHost, measure_offset
-from harness.procs import STACKS_ENV, WORKER_NICE_ENV
+from harness.procs import STACKS_ENV
 from harness.rendezvous import SECRET_FILE_ENV
 from harness.sim.errors import NetworkError
 from harness.sim.nodes.gpus import VISIBLE_ENV
@@ -79,7 +79,7 @@ from harness.sim.nodes.main import SAME_PYTHON, WORKER_TMPDIR_ENV
 from harness.sim.nodes.process import NodeProcess, job_secret_env
 from harness.sim.nodes.rendezvous_store import StoreBridge, StoreSite
 from harness.sim.nodes.scheduler import NodeScheduler, NoScheduler
-from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, WORKER_NICE, fill_placeholders, launch_fields
+from harness.sim.nodes.start import NODE_DISK_ENV, SHARED_DIR_ENV, fill_placeholders, launch_fields, node_defaults
 from harness.sim.places.hosts.cgroups import HostCgroups
 from harness.sim.places.hosts.disks import HostDisks
 from harness.sim.places.hosts.network import HostNetwork
@@ -651,9 +651,7 @@ class RemoteNodes:
             env[VISIBLE_ENV] = ",".join(gpus)
         if settings.golden:
             env[DIGEST_ENV] = "1"
-        if settings.nproc_per_node > 1:
-            env.setdefault("OMP_NUM_THREADS", "1")
-        env.setdefault(WORKER_NICE_ENV, str(WORKER_NICE))
+        node_defaults(env, settings.nproc_per_node)
 
         entry = job.entrypoint
         assert isinstance(entry, str)  # launch refuses a callable with hosts
