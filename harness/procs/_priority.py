@@ -19,8 +19,8 @@ any other process.
 A child must not inherit the raise. The server forks at its own nice value
 (``Ahead.before_fork``, ``after_fork``), and a child leaves the raised session's group by
 leaving the root cgroup: a simulated node's workers move into their node's cgroup before
-any of their code runs. A
-server whose child would stay in the group lowers the group again (``Ahead.lower_group``).
+any of their code runs. A server whose child would stay in the group lowers the group
+again (``Ahead.lower_group``).
 Nor may the server's own work that no node waits for: the zygote steps back
 (``Ahead.step_back``) while it imports between jobs what its workers imported, a second or
 more of CPU that would otherwise run ahead of the next job's starting nodes.
@@ -49,6 +49,11 @@ class Ahead:
     nice: int | None = None
     #: the session group's nice value before the raise (None: not raised)
     group_nice: int | None = None
+    #: stepped back (``step_back``) and not up again yet
+    back: bool = False
+
+    def _raised(self, value: int) -> int:
+        return max(-20, value - self.steps)
 
     def before_fork(self) -> None:
         """The server's own nice value back to what it was, so that the child it forks next
@@ -61,7 +66,7 @@ class Ahead:
     def after_fork(self) -> None:
         """In the server, once it forked: ahead again."""
         if self.nice is not None:
-            _set_nice(max(-20, self.nice - self.steps))
+            _set_nice(self._raised(self.nice))
 
     def lower_group(self) -> None:
         """The session's group back to its value, for good: a child that stays in it (one
@@ -73,17 +78,20 @@ class Ahead:
         """Back to the values it had, until ``step_up``: for work of the server's own that
         no node waits for (the zygote's imports between jobs), which must not run ahead of
         the nodes. A thread started now starts at the value it had too."""
-        if self.nice is not None:
-            _set_nice(self.nice)
+        self.before_fork()
         if self.group_nice is not None:
             _write_group_nice(self.group_nice)
+        self.back = True
 
     def step_up(self) -> None:
-        """Ahead again, after ``step_back``."""
-        if self.nice is not None:
-            _set_nice(max(-20, self.nice - self.steps))
+        """Ahead again, after ``step_back`` (nothing to do otherwise: the zygote calls it
+        before every fork)."""
+        if not self.back:
+            return
+        self.after_fork()
         if self.group_nice is not None:
-            _write_group_nice(max(-20, self.group_nice - self.steps))
+            _write_group_nice(self._raised(self.group_nice))
+        self.back = False
 
 
 def run_ahead(steps: int = AHEAD_STEPS) -> Ahead:
@@ -91,10 +99,10 @@ def run_ahead(steps: int = AHEAD_STEPS) -> Ahead:
     ``steps`` nice steps, each where the machine lets it; what was raised."""
     ahead = Ahead(steps)
     before = os.getpriority(os.PRIO_PROCESS, 0)
-    if _set_nice(max(-20, before - steps)):
+    if _set_nice(ahead._raised(before)):
         ahead.nice = before
     group = _read_group_nice()
-    if group is not None and _write_group_nice(max(-20, group - steps)):
+    if group is not None and _write_group_nice(ahead._raised(group)):
         ahead.group_nice = group
     return ahead
 

@@ -48,6 +48,15 @@ def _run(zygote: Zygote, script: str, env: dict[str, str], out_path: str) -> str
     return _read(out_path)
 
 
+def _in_a_session_of_its_own(code: str, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a fresh interpreter (after ``prefix``) in a session of its own: its own
+    scheduling group, as a server the harness starts; it must succeed."""
+    out = subprocess.run([*(prefix or []), sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, start_new_session=True)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 needs_root = pytest.mark.skipif(not _may_raise(), reason="raising a priority needs root (CAP_SYS_NICE)")
 
 
@@ -109,9 +118,7 @@ def test_without_cap_sys_nice_nothing_is_raised():
             "ahead = run_ahead()\n"
             "after = open('/proc/self/autogroup').read() if group else ''\n"
             "print(ahead.nice, ahead.group_nice, os.getpriority(os.PRIO_PROCESS, 0) == before, after == group)\n")
-    out = subprocess.run([setpriv, "--inh-caps=-sys_nice", "--bounding-set=-sys_nice", sys.executable, "-c", code],
-                         capture_output=True, text=True, timeout=60, start_new_session=True)
-    assert out.returncode == 0, out.stderr
+    out = _in_a_session_of_its_own(code, [setpriv, "--inh-caps=-sys_nice", "--bounding-set=-sys_nice"])
     assert out.stdout.split() == ["None", "None", "True", "True"]
 
 
@@ -128,9 +135,7 @@ def test_a_child_is_born_at_the_servers_own_priority_and_the_server_stays_ahead(
             "ahead.after_fork()\n"
             "_, status = os.waitpid(pid, 0)\n"
             "print(raised - before, os.waitstatus_to_exitcode(status), os.getpriority(os.PRIO_PROCESS, 0) - before)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         start_new_session=True)
-    assert out.returncode == 0, out.stderr
+    out = _in_a_session_of_its_own(code)
     assert out.stdout.split() == ["-5", "0", "-5"]
 
 
@@ -152,9 +157,7 @@ def test_a_server_steps_back_for_work_no_node_waits_for_and_up_again():
             "back = (os.getpriority(os.PRIO_PROCESS, 0), group())\n"
             "ahead.step_up()\n"
             "print(before, group_before, *raised, seen[0], *back, os.getpriority(os.PRIO_PROCESS, 0), group())\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         start_new_session=True)
-    assert out.returncode == 0, out.stderr
+    out = _in_a_session_of_its_own(code)
     before, group, raised, raised_group, thread, back, back_group, up, up_group = out.stdout.split()
     assert int(raised) == int(before) - 5 and int(thread) == int(before) and int(back) == int(before)
     assert int(up) == int(raised)
