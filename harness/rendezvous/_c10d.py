@@ -275,6 +275,8 @@ class C10dRendezvousHandler(RendezvousHandler):
 
     def _meta(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": self._name, "addr": self._addr, "live": self._keeper.live}
+        if self._keeper.fences:
+            meta["fences"] = self._keeper.fences
         if self._reservation is not None:
             meta["port"] = self._reservation.port
         return meta
@@ -347,13 +349,17 @@ class C10dRendezvousHandler(RendezvousHandler):
         node first may already have stopped the workers ours were talking to. Then it
         also waits, at most ``heartbeat_timeout``, for a keep-alive that read the store
         after this call began: the change that caused the failure is in the store by
-        then, so it is found and not charged as a restart."""
+        then, so it is found and not charged as a restart; and a peer that fenced for a
+        moment (its workers stopped, its heartbeat moved on before its rejoin) is found by
+        the count its lease key carries (``Keeper.peers_fenced``)."""
         self._keeper.drain()
         if self._keeper.running_round is None:
             return False
         reason = self._keeper.wait_for_verdict(confirm)
         if reason is not None and self._keeper.lost_a_member_only() and self._closed_by_a_finished_node():
             return False
+        if reason is None and confirm:
+            reason = self._keeper.peers_fenced(self._client.peek_many)
         if reason is not None:
             log.info("rendezvous %s: membership changed: %s", self._run_id, reason)
         return reason is not None

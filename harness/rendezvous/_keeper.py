@@ -22,10 +22,11 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.rendezvous._api import RendezvousConnectionError, RendezvousStateError
+from harness.rendezvous._api import RendezvousConnectionError, RendezvousError, RendezvousStateError
 from harness.rendezvous._live_sockets import LiveSockets
 from harness.rendezvous._liveness import (
     Clock,
@@ -34,7 +35,9 @@ from harness.rendezvous._liveness import (
     PeerWatch,
     StoreContact,
     change_reason,
+    lease_text,
     leaving_members,
+    parse_fences,
     parse_lease,
 )
 from harness.rendezvous._state import RendezvousState, StoreKeys
@@ -107,6 +110,9 @@ class Keeper:
         self._contact: StoreContact | None = None
         self._lease: KeepAliveLease | None = None  # this node's, grown from its own gaps
         self._published = 0.0  # the lease its peers last read from the store
+        self._fences_published = 0  # the fences its lease key counts (``lease_text``)
+        #: each peer of the running round -> the fences its record counted when it joined
+        self._round_fences: dict[str, int] = {}
         self._longest = settings.heartbeat_timeout  # the longest silence a peer may have now
         #: peer -> a moment (monotonic) it was alive after: the start of the keep-alive before
         #: the one that last saw its heartbeat move (it moved after that one read it)
@@ -149,7 +155,7 @@ class Keeper:
 
     def publish_lease(self, client: Any) -> None:
         """Write this node's lease before it joins (its peers read it with its heartbeat)."""
-        client.set(self._keys.lease(self._node), f"{self._published:.3f}")
+        client.set(self._keys.lease(self._node), lease_text(self._published, 0))
 
     def run(self) -> None:
         """Start the keep-alive thread (after ``start()`` and the state's creation)."""
@@ -221,6 +227,7 @@ class Keeper:
             self._running_round = state.round
             self._running_members = list(state.participants)
             self._running_peers = frozenset(state.participants) - {self._node}
+            self._round_fences = {n: state.fences(n) for n in self._running_peers}
             self._snapshot = state
             self._signaled = False
         self.drain()
@@ -231,6 +238,7 @@ class Keeper:
             self._running_round = None
             self._running_members = []
             self._running_peers = frozenset()
+            self._round_fences = {}
             self._signaled = False
         self.drain()
 
@@ -304,6 +312,32 @@ class Keeper:
                     return reason
                 self._wakeup.wait(remaining)
 
+    def peers_fenced(self, read: Callable[[list[str]], list[bytes]]) -> str | None:
+        """Which peers of the running round fenced after it formed (their workers
+        stopped), by the counts their lease keys carry (``read``: the values of keys, on
+        the caller's connection); None if none did, or the keys could not be read.
+
+        Why not wait for their rejoin: a peer fenced for a moment (packets lost, then the
+        store answered again) stops its workers, ours fail, and its heartbeat moves on
+        before its rejoin reaches the state; ``wait_for_verdict`` then finds every peer
+        alive and nothing changed, and the failure its fence caused would be charged as a
+        restart. Its count is written before its first heartbeat after the fence."""
+        with self._lock:
+            joined = dict(self._round_fences)
+            state = self._snapshot
+        if not joined:
+            return None
+        peers = sorted(joined)
+        try:
+            values = read([self._keys.lease(n) for n in peers])
+        except (StoreConnectionError, StoreTimeoutError, RendezvousError):
+            return None
+        fenced = [n for n, raw in zip(peers, values, strict=False) if parse_fences(raw) > joined[n]]
+        if not fenced:
+            return None
+        names = ", ".join(n if state is None else state.name(n) for n in fenced)
+        return f"{names} fenced (cut off from the store) after the round began"
+
     def lost_a_member_only(self) -> bool:
         """The change is a member gone (not the store): the store can still be read."""
         with self._lock:
@@ -351,6 +385,7 @@ class Keeper:
                         break
                 try:
                     client.set_timeout(self._op_timeout())
+                    self._publish_fences(client)
                     # a keep-alive every interval; a change of the state between two only
                     # re-reads the state: a round that N nodes join changes it N times, and a
                     # keep-alive on each change read every peer's heartbeat (N^3 reads a round)
@@ -566,12 +601,21 @@ class Keeper:
             return  # never fences: nothing to publish
         new = lease.seconds
         if abs(new - self._published) > 0.1 * self._published:
-            client.set(self._keys.lease(self._node), f"{new:.3f}")
+            client.set(self._keys.lease(self._node), lease_text(new, self._fences_published))
             self._published = new
             if new > contact.bound:
                 log.info("rendezvous %s: this node's lease is now %.2fs (its keep-alive gaps grew)",
                          self._keys.run_id, new)
         contact.bound = min(new, self._published)
+
+    def _publish_fences(self, client: Any) -> None:
+        """After a fence, before anything else this node writes: its lease key with the
+        new count (``peers_fenced`` says why). Idempotent, so a write whose answer was
+        lost is simply made again."""
+        fences = self.fences
+        if fences != self._fences_published and not self._store.hosting:
+            client.set(self._keys.lease(self._node), lease_text(self._published, fences))
+            self._fences_published = fences
 
     def _answered(self) -> None:
         assert self._contact is not None

@@ -17,7 +17,7 @@ from typing import Protocol
 from harness.rendezvous._state import RendezvousState
 
 __all__ = ["MONOTONIC", "Clock", "KeepAliveLease", "PeerWatch", "PeerVerdict", "StoreContact", "change_reason",
-           "leaving_members", "parse_lease"]
+           "lease_text", "leaving_members", "parse_fences", "parse_lease"]
 
 
 class Clock(Protocol):
@@ -105,14 +105,40 @@ class KeepAliveLease:
         return min(self.cap, max(self.base, self.margin * self._decayed(self._clock.now())))
 
 
-def parse_lease(raw: bytes) -> float | None:
-    """A peer's published lease (ASCII seconds); None for a missing or garbled value (the
-    peer is then judged by the configured bound)."""
+def lease_text(seconds: float, fences: int) -> str:
+    """What a node publishes under its lease key: the lease in seconds, then how many
+    times it has fenced, once it has. The count is written the moment the store answers
+    again, before the node's next heartbeat: a peer whose workers failed because this
+    node's stopped reads it and learns of the fence even when it hears this node's
+    heartbeat before this node's rejoin (``Keeper.peers_fenced``)."""
+    return f"{seconds:.3f}" if fences == 0 else f"{seconds:.3f} {fences}"
+
+
+def _fields(raw: bytes) -> list[str]:
     try:
-        value = float(raw.decode("ascii")) if raw else None
-    except (UnicodeDecodeError, ValueError):
+        return raw.decode("ascii").split() if raw else []
+    except UnicodeDecodeError:
+        return []
+
+
+def parse_lease(raw: bytes) -> float | None:
+    """A peer's published lease (ASCII seconds, ``lease_text``); None for a missing or
+    garbled value (the peer is then judged by the configured bound)."""
+    fields = _fields(raw)
+    try:
+        value = float(fields[0]) if fields else None
+    except ValueError:
         return None
     return value if value is not None and 0 < value < 1e6 else None
+
+
+def parse_fences(raw: bytes) -> int:
+    """How many times a peer has fenced, by its lease key (``lease_text``); 0 for a
+    missing or garbled count (a fence then shows as its rejoin, later)."""
+    fields = _fields(raw)
+    if len(fields) != 2 or not fields[1].isdigit():
+        return 0
+    return int(fields[1])
 
 
 class PeerWatch:

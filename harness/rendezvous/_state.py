@@ -24,7 +24,8 @@ Fields (one round at a time):
     nodes         node id -> {"name", "addr", "port", "live"} metadata; ``finished`` once
                   it closed the job after its workers succeeded; ``leaving`` (seconds: the
                   grace its agent takes to stop its workers) once it announced a graceful
-                  leave and until it withdraws (``_round.leaving_state``)
+                  leave and until it withdraws (``_round.leaving_state``); ``fences``: how
+                  many times it had fenced when it joined (absent: none)
 """
 
 from __future__ import annotations
@@ -116,6 +117,10 @@ class RendezvousState:
         grace = self.nodes.get(node, {}).get("leaving")
         return None if grace is None else float(grace)
 
+    def fences(self, node: str) -> int:
+        """How many times ``node`` had fenced when it joined (0 unless its record says)."""
+        return int(self.nodes.get(node, {}).get("fences", 0))
+
     def name(self, node: str) -> str:
         return str(self.nodes.get(node, {}).get("name", node))
 
@@ -183,6 +188,9 @@ def _node(k: Any, meta: Any) -> dict[str, Any]:
         if not isinstance(port, int) or not 0 < port < 65536:
             raise ValueError(f"node {k!r} port {port!r}")
         clean["port"] = port
+    fences = meta.get("fences")
+    if fences is not None:  # the fences its lease key counted when it joined
+        clean["fences"] = _int(fences)
     if meta.get("finished") is True:  # closed the rendezvous after its workers succeeded
         clean["finished"] = True
     leaving = meta.get("leaving")
@@ -217,8 +225,8 @@ class StoreKeys:
 
     def lease(self, node: str) -> str:
         """``node``'s lease in seconds (ASCII): how long it may stay silent before it fences
-        itself (``_liveness.KeepAliveLease``); set before it joins, so a peer's read of it
-        never waits."""
+        itself (``_liveness.KeepAliveLease``), then how many times it has fenced
+        (``_liveness.lease_text``); set before it joins, so a peer's read of it never waits."""
         return f"{self.prefix}lease/{node}"
 
     def seq(self, seq: int) -> str:

@@ -205,7 +205,7 @@ class StoreClient:
                     sock.sendall(opening + _U8.pack(GETNUMKEYS))
                     self._recv_on(sock, 8, "the handshake")
                     echo = nonce
-            except StoreAuthError:
+            except (StoreAuthError, StoreTimeoutError):  # not ours, or no answer in time
                 sock.close()
                 raise
             except (OSError, StoreConnectionError) as e:

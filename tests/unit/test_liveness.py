@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from harness.rendezvous._api import RendezvousStateError
 from harness.rendezvous._liveness import (
     KeepAliveLease,
     PeerWatch,
     StoreContact,
     change_reason,
+    lease_text,
     leaving_members,
+    parse_fences,
     parse_lease,
 )
 from harness.rendezvous._round import closed_state
-from harness.rendezvous._state import RendezvousState
+from harness.rendezvous._state import RendezvousState, StoreKeys
 from harness.timer import FakeClock
 
 INTERVAL, TIMEOUT = 0.1, 0.8
@@ -352,6 +355,28 @@ def test_the_lease_never_passes_its_cap():
                                            (b"-1", None), (b"\xff", None), (b"1e9", None)])
 def test_a_published_lease_is_read_or_ignored(raw, expected):
     assert parse_lease(raw) == expected
+
+
+@pytest.mark.parametrize("seconds, fences, text", [(0.7, 0, "0.700"), (1.25, 3, "1.250 3")])
+def test_a_lease_key_carries_the_fence_count_once_there_is_one(seconds, fences, text):
+    assert lease_text(seconds, fences) == text
+    raw = text.encode()
+    assert (parse_lease(raw), parse_fences(raw)) == (pytest.approx(seconds), fences)
+
+
+@pytest.mark.parametrize("raw", [b"", b"0.700", b"0.700 x", b"0.700 -1", b"0.700 1 2", b"\xff 1"])
+def test_a_fence_count_missing_or_garbled_reads_as_none(raw):
+    assert parse_fences(raw) == 0
+
+
+def test_a_node_record_keeps_its_fence_count_and_refuses_a_bad_one():
+    keys = StoreKeys("r", "host:1")
+    state = RendezvousState(run_id="r", nodes={"a": {"name": "a", "fences": 2}, "b": {"name": "b"}})
+    parsed = keys.parse(state.to_json())
+    assert (parsed.fences("a"), parsed.fences("b")) == (2, 0)
+    bad = RendezvousState(run_id="r", nodes={"a": {"name": "a", "fences": -1}})
+    with pytest.raises(RendezvousStateError, match="-1 is not a non-negative int"):
+        keys.parse(bad.to_json())
 
 
 def test_a_peer_that_published_a_longer_lease_is_given_it():
