@@ -55,6 +55,11 @@ slept is what the job costs doing nothing (the agents' monitor ticks and keep-al
 store, gloo's own threads), in the table with its share per node. It grows with the job
 where the agents poll what grows with it.
 
+``--gloo-lazy``: every worker, ours and torchrun's, runs with torch's
+``TORCH_GLOO_LAZY_INIT=1``: gloo connects a pair of ranks when a collective first uses it,
+instead of every pair at ``init_process_group`` (an ``all_reduce`` uses a rank's ring
+neighbours), so the N² mesh is gone from the round.
+
 ``--monitor-interval S``: the agents' monitor interval (default: the cluster's, 0.1 s): what
 the agents' own polling costs the job at a size.
 
@@ -118,6 +123,8 @@ from _common import (  # noqa: E402
 WORKER = str(HERE / "scripts" / "scale_worker.py")
 DEFAULT_SIZES = ["8x1", "16x1", "32x1", "64x1", "128x1", "16x4"]
 STEPS = 4
+#: torch's switch for gloo's lazy connections (``--gloo-lazy``)
+GLOO_LAZY_ENV = "TORCH_GLOO_LAZY_INIT"
 KILL_AT = 2
 
 
@@ -505,7 +512,12 @@ def main() -> None:
     parser.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto",
                         help="the cluster's network (default: auto, each node a host of its own where it can "
                              "be): loopback runs every node on one loopback, what the simulated network costs")
+    parser.add_argument("--gloo-lazy", action="store_true",
+                        help="every worker (ours and torchrun's) connects gloo's pairs when a collective "
+                             "first uses them (torch's TORCH_GLOO_LAZY_INIT=1), not all at init")
     opts = parser.parse_args()
+    if opts.gloo_lazy:
+        os.environ[GLOO_LAZY_ENV] = "1"  # the children inherit it, and so do their workers
     if opts.child:
         child(*opts.child, fault=not opts.no_fault, monitor_interval=opts.monitor_interval, pss=opts.pss,
               idle=opts.idle, network=opts.network)
