@@ -359,10 +359,21 @@ class C10dRendezvousHandler(RendezvousHandler):
         if reason is not None and self._keeper.lost_a_member_only() and self._closed_by_a_finished_node():
             return False
         if reason is None and confirm:
-            reason = self._keeper.peers_fenced(self._client.peek_many)
+            reason = self._keeper.peers_fenced(self._peek_apart)
         if reason is not None:
             log.info("rendezvous %s: membership changed: %s", self._run_id, reason)
         return reason is not None
+
+    def _peek_apart(self, keys: list[str]) -> list[bytes]:
+        """``keys``' values on a connection of their own, within ``heartbeat_timeout``: the
+        agent's loop waits on the read, and the main connection must stay in step whatever
+        happens to it (a read that timed out there would leave it to fail the next request)."""
+        client = self._store.connect(self._settings.heartbeat_timeout)
+        try:
+            values: list[bytes] = client.peek_many(keys)
+            return values
+        finally:
+            client.close()
 
     def _closed_by_a_finished_node(self) -> bool:
         """Whether the store says a node whose workers succeeded closed the rendezvous:

@@ -314,8 +314,8 @@ class Keeper:
 
     def peers_fenced(self, read: Callable[[list[str]], list[bytes]]) -> str | None:
         """Which peers of the running round fenced after it formed (their workers
-        stopped), by the counts their lease keys carry (``read``: the values of keys, on
-        the caller's connection); None if none did, or the keys could not be read.
+        stopped), by the counts their lease keys carry (``read``: the values of keys, on a
+        connection of the caller's); None if none did, or the keys could not be read.
 
         Why not wait for their rejoin: a peer fenced for a moment (packets lost, then the
         store answered again) stops its workers, ours fail, and its heartbeat moves on
@@ -330,7 +330,7 @@ class Keeper:
         peers = sorted(joined)
         try:
             values = read([self._keys.lease(n) for n in peers])
-        except (StoreConnectionError, StoreTimeoutError, RendezvousError):
+        except (NoAnswer, StoreConnectionError, StoreTimeoutError, RendezvousError):
             return None
         fenced = [n for n, raw in zip(peers, values, strict=False) if parse_fences(raw) > joined[n]]
         if not fenced:
