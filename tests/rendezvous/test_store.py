@@ -167,6 +167,27 @@ def test_unreachable_store_is_a_clear_bounded_error():
         StoreClient("127.0.0.1", port, timeout=0.3)
 
 
+def _open_sockets() -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+               for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+def test_a_store_that_does_not_answer_the_handshake_is_a_timeout_and_leaves_no_socket_open():
+    """A store frozen mid-connect (its kernel completes the TCP handshake, nothing reads):
+    the client's handshake times out, and the socket it made is closed before it says so
+    (a keeper retrying every keep-alive would otherwise pile them up)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()  # never accepts, never answers
+    try:
+        before = _open_sockets()
+        with pytest.raises(StoreTimeoutError, match="no answer to the handshake"):
+            StoreClient("127.0.0.1", listener.getsockname()[1], timeout=0.2, connect_timeout=0.2)
+        assert _open_sockets() == before
+    finally:
+        listener.close()
+
+
 def test_not_a_store_is_rejected():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
