@@ -155,7 +155,7 @@ class Keeper:
 
     def publish_lease(self, client: Any) -> None:
         """Write this node's lease before it joins (its peers read it with its heartbeat)."""
-        client.set(self._keys.lease(self._node), lease_text(self._published, 0))
+        self._write_lease(client, self._published, self._fences_published)
 
     def run(self) -> None:
         """Start the keep-alive thread (after ``start()`` and the state's creation)."""
@@ -327,10 +327,10 @@ class Keeper:
             state = self._snapshot
         if not joined:
             return None
-        peers = sorted(joined)
+        peers = list(joined)
         try:
             values = read([self._keys.lease(n) for n in peers])
-        except (NoAnswer, StoreConnectionError, StoreTimeoutError, RendezvousError):
+        except (NoAnswer, RendezvousError):  # the store's errors are rendezvous errors too
             return None
         fenced = [n for n, raw in zip(peers, values, strict=False) if parse_fences(raw) > joined[n]]
         if not fenced:
@@ -601,7 +601,7 @@ class Keeper:
             return  # never fences: nothing to publish
         new = lease.seconds
         if abs(new - self._published) > 0.1 * self._published:
-            client.set(self._keys.lease(self._node), lease_text(new, self._fences_published))
+            self._write_lease(client, new, self._fences_published)
             self._published = new
             if new > contact.bound:
                 log.info("rendezvous %s: this node's lease is now %.2fs (its keep-alive gaps grew)",
@@ -612,10 +612,14 @@ class Keeper:
         """After a fence, before anything else this node writes: its lease key with the
         new count (``peers_fenced`` says why). Idempotent, so a write whose answer was
         lost is simply made again."""
-        fences = self.fences
-        if fences != self._fences_published and not self._store.hosting:
-            client.set(self._keys.lease(self._node), lease_text(self._published, fences))
+        fences = self.fences  # a node that hosts the store never fences: always 0 there
+        if fences != self._fences_published:
+            self._write_lease(client, self._published, fences)
             self._fences_published = fences
+
+    def _write_lease(self, client: Any, seconds: float, fences: int) -> None:
+        """This node's lease key: ``seconds``, and the fences it has had (``lease_text``)."""
+        client.set(self._keys.lease(self._node), lease_text(seconds, fences))
 
     def _answered(self) -> None:
         assert self._contact is not None
