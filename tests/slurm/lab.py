@@ -129,6 +129,17 @@ class SlurmLab:
         done = self.run("sinfo", "-h", "-N", "-o", "%N %t")
         return dict(line.split() for line in done.stdout.splitlines() if len(line.split()) == 2)
 
+    def state_of(self, name: str, wanted: tuple[str, ...], timeout: float = 10.0) -> str | None:
+        """Node ``name``'s state once ``sinfo`` says one of ``wanted``, or its last state after
+        ``timeout``: a fault is on the timeline as it begins, before Slurm carries it out, and
+        a node released at a close passes through ``comp`` before ``idle``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.node_states().get(name)
+            if state in wanted or time.monotonic() >= deadline:
+                return state
+            time.sleep(0.05)
+
     def wait_idle(self, timeout: float = _READY_S) -> None:
         """Until every node is idle (registered and free)."""
         deadline = time.monotonic() + timeout

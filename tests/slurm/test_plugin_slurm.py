@@ -133,4 +133,4 @@ def test_chaos_on_slurm_draws_the_schedulers_own_faults_where_the_file_lets_it(s
         properties = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
         assert f'"kind":"{kind}"' in properties["elastic_schedule"], properties
     assert slurm_lab.run("squeue", "--noheader", "--format=%i").stdout.split() == []
-    assert set(slurm_lab.node_states().values()) == {"idle"}, slurm_lab.node_states()
+    slurm_lab.wait_idle(timeout=10)  # every node back in service (a released node passes through comp)
