@@ -31,6 +31,7 @@ from harness.errors import ConfigError
 from harness.procs import join_netns
 from harness.sim.errors import NetworkError, NetworkUnavailable
 from harness.sim.net.names import NETNS_DIR, delete_namespaces, namespace_prefix, sweep_dead_owners
+from harness.sim.net.netlink import HostSetup, configure_hosts, mac_bytes
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
 from harness.sim.net.rules import (
@@ -245,9 +246,10 @@ class Network:
 
     def _add_hosts(self, hosts: Sequence[tuple[str, str]], switch: bool = False) -> None:
         """Namespaces, one veth each (``eth0`` inside, ``p<host>`` on the bridge), addresses;
-        with ``switch``, the switch namespace and its bridge first. Few ``ip`` processes
-        (one for all namespaces, one for the switch, one per host, those in parallel):
-        starting them is most of the cost.
+        with ``switch``, the switch namespace and its bridge first. Two ``ip`` processes (one
+        for all namespaces, one for the switch); each namespace's own settings are made from
+        here, over netlink (``harness.sim.net.netlink``): an ``ip`` process per namespace
+        was most of the build's cost.
 
         Every host knows every other host's MAC address from the start (permanent neighbour
         entries; MACs derived from the addresses): no ARP ever. On 2 loaded cores ARP
@@ -265,22 +267,15 @@ class Network:
             f"link add p{h} type veth peer name {WIRE} address {_mac(a)} netns {self._prefix}{h}\n"
             f"link set p{h} addrgenmode none\nlink set p{h} master {_BRIDGE}\nlink set p{h} up\n"
             for h, a in hosts))
-        prefix_len = NETNS_RANGE.prefixlen
-        everyone = dict(self._hosts)
-        scripts = {h: (f"link set lo up\naddr add {addr}/{prefix_len} dev {WIRE}\n"
-                       f"link set {WIRE} addrgenmode none\nlink set {WIRE} up\n"
-                       + _neighbours(everyone, but=h)) for h, addr in hosts}
-        scripts.update({h: _neighbours(dict(hosts)) for h in known})
-        procs = [(h, subprocess.Popen(
-            ["ip", "-n", self._prefix + h, "-batch", "-"], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)) for h in scripts]
-        failures = []
-        for host, proc in procs:  # all configure at once
-            _, err = proc.communicate(scripts[host])
-            if proc.returncode != 0:
-                failures.append(f"{host}: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
-        if failures:
-            raise NetworkError(f"configuring namespaces failed: {'; '.join(failures)}")
+        everyone = [(addr, mac_bytes(_mac(addr))) for _, addr in self._hosts]
+        new = [(addr, mac_bytes(_mac(addr))) for _, addr in hosts]
+        setups = [HostSetup(self._fds[h], WIRE, addr, NETNS_RANGE.prefixlen,
+                            [(a, mac) for a, mac in everyone if a != addr]) for h, addr in hosts]
+        setups += [HostSetup(self._fds[h], WIRE, neighbours=new) for h in known]
+        try:
+            configure_hosts(setups)
+        except OSError as e:
+            raise NetworkError(f"configuring namespaces failed: {e}") from None
 
     def _ip(self, host: str, script: str) -> None:
         _check(subprocess.run(["ip", "-n", self._prefix + host, "-batch", "-"], input=script,
@@ -433,12 +428,6 @@ class Network:
 def _mac(address: str) -> str:
     """A host's MAC: locally administered (02:00) followed by its IPv4 address."""
     return "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
-
-
-def _neighbours(hosts: dict[str, str], but: str | None = None) -> str:
-    """``ip -batch`` lines that make every host of ``hosts`` (but one) a permanent neighbour."""
-    return "".join(f"neigh replace {addr} lladdr {_mac(addr)} dev {WIRE} nud permanent\n"
-                   for host, addr in hosts.items() if host != but)
 
 
 def _change(kind: str, node: int | None, **params: Any) -> NetworkChange:
