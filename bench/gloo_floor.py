@@ -34,6 +34,7 @@ once. ``--host-network``: stay on this machine's loopback (and measure its resol
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -143,12 +144,18 @@ def main() -> None:
                         help="the ranks' store: the harness's (default), or torch's TCPStore")
     parser.add_argument("--host-network", action="store_true",
                         help="run on this machine's loopback, not in a network namespace of its own")
+    parser.add_argument("--json", action="store_true",
+                        help="each run as one JSON line on stdout ({ranks, run}), no table (bench/scale.py --floor)")
     opts = parser.parse_args()
     if not opts.host_network:
         _reexec_in_own_network()
     rows = []
     for ranks in opts.sizes:
         runs = [one_run(ranks, opts.store) for _ in range(opts.runs)]
+        if opts.json:
+            for run in runs:
+                print(json.dumps({"ranks": ranks, "run": run}), flush=True)
+            continue
         good = [r for r in runs if not r["failed"]]
 
         def med(key: str, good: list[dict[str, float]] = good) -> str:
@@ -157,8 +164,9 @@ def main() -> None:
         rows.append([str(ranks), med("forked"), med("initialised"), med("reduced"), med("destroyed"), med("reaped"),
                      med("ranks_cpu"), str(len(runs) - len(good))])
         print(f"{ranks} ranks: {runs}", file=sys.stderr, flush=True)
-    print_table(["ranks", "last forked", "last initialised", "last all_reduce", "last destroyed", "all reaped",
-                 "ranks' CPU", "failed"], rows)
+    if not opts.json:
+        print_table(["ranks", "last forked", "last initialised", "last all_reduce", "last destroyed", "all reaped",
+                     "ranks' CPU", "failed"], rows)
 
 
 if __name__ == "__main__":

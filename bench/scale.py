@@ -79,6 +79,15 @@ beside ours' *result* (which includes a node loss and its recovery, unless ``--n
 then both are the same job) and *total*. Its agents each import
 torch (~220 MB), so it stops where the machine's memory does.
 
+``--floor``: after each of our runs, torch alone at the same number of ranks
+(``bench/gloo_floor.py``: N ranks forked from one torch process, gloo's mesh, one
+``all_reduce``, ``destroy_process_group``, every rank reaped; no launcher, agent or
+rendezvous), alternated with ours. The table gets torch's time (from its first fork: its import,
+some 1 s, is in ours), and ours less it: what the
+harness adds on top of gloo's N² mesh, with its own growth exponent. Where torch alone grows
+faster than the job (its mesh: N(N-1)/2 connections at init, as many to close at the end),
+that difference says whether what is ours does too.
+
 The growth exponent k of t ∝ N^k is fitted over the N x 1 sizes (least squares on logs).
 Progress goes to stderr, the table to stdout.
 """
@@ -479,6 +488,22 @@ def torchrun(nodes: int, nproc: int, timeout: float) -> dict:
     return {"total": time.monotonic() - started, "ok": all(a.returncode == 0 for a in agents)}
 
 
+def torch_alone(ranks: int, timeout: float) -> dict:
+    """``bench/gloo_floor.py`` at ``ranks`` ranks, one run in a fresh interpreter: its
+    milestones (s from the first fork), or ``{"error": ...}``."""
+    try:
+        out = subprocess.run([sys.executable, str(HERE / "gloo_floor.py"), "--sizes", str(ranks), "--runs", "1",
+                              "--json"], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"no result within {timeout:g} s"}
+    for line in reversed(out.stdout.splitlines()):
+        if line.startswith("{"):
+            run: dict = json.loads(line)["run"]
+            return run if not run.get("failed") else {"error": f"{run['failed']:.0f} rank(s) failed"}
+    tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"rc={out.returncode}: {tail[:200]}"}
+
+
 def fmt_per_node(value: float | None, nodes: int, unit: str = " s", digits: int = 0) -> str:
     """A job's CPU (``unit``: " s"; the idle rate: "", per second), and its share per node in ms."""
     return "-" if value is None else f"{value:.2f}{unit} ({1000 * value / nodes:.{digits}f} ms / node)"
@@ -512,6 +537,9 @@ def main() -> None:
     parser.add_argument("--network", choices=["auto", "netns", "loopback"], default="auto",
                         help="the cluster's network (default: auto, each node a host of its own where it can "
                              "be): loopback runs every node on one loopback, what the simulated network costs")
+    parser.add_argument("--floor", action="store_true",
+                        help="after each run, torch alone at the same ranks (bench/gloo_floor.py), "
+                             "and ours less it in the table")
     parser.add_argument("--gloo-lazy", action="store_true",
                         help="every worker (ours and torchrun's) connects gloo's pairs when a collective "
                              "first uses them (torch's TORCH_GLOO_LAZY_INIT=1), not all at init")
@@ -529,15 +557,21 @@ def main() -> None:
         in_a_row(opts.sizes[0], opts.jobs_in_a_row, opts.timeout * opts.jobs_in_a_row)
         return
     rows, fits, phase_rows, server_rows = [], [], [], []
+    floor_fits: list[tuple[int, float]] = []
+    added_fits: list[tuple[int, float]] = []
     for size in opts.sizes:
         nodes, nproc = (int(x) for x in size.split("x"))
-        runs = []
+        runs, floors = [], []
         for i in range(opts.runs):
             print(f"{size}: run {i + 1}/{opts.runs} ...", file=sys.stderr, flush=True)
             run = run_child(nodes, nproc, opts.timeout, fault=not opts.no_fault,
                             monitor_interval=opts.monitor_interval, idle=opts.idle, network=opts.network)
             print(f"{size}: {json.dumps(run)}", file=sys.stderr, flush=True)
             runs.append(run)
+            if opts.floor:
+                floor = torch_alone(nodes * nproc, opts.timeout)
+                print(f"{size}: torch alone {json.dumps(floor)}", file=sys.stderr, flush=True)
+                floors.append(floor)
         good = [r for r in runs if r.get("state")]
         failed = len(runs) - len(good)
         job_pss = None
@@ -570,6 +604,12 @@ def main() -> None:
             print(f"{size}: torchrun {json.dumps(theirs)}", file=sys.stderr, flush=True)
         if nproc == 1 and med("result") is not None:
             fits.append((nodes, med("result")))
+        floor_s = median([f["reaped"] for f in floors if f.get("reaped")]) if any(
+            f.get("reaped") for f in floors) else None
+        added = med("result") - floor_s if floor_s is not None and med("result") is not None else None
+        if nproc == 1 and floor_s is not None and added is not None:
+            floor_fits.append((nodes, floor_s))
+            added_fits.append((nodes, added))
         rows.append([size, fmt_s(med("first_step")), fmt_s(med("result")), fmt_s(med("total")),
                      fmt_s(med("lost_to_survivors")),
                      f"{fmt_s(seen('median'))} / {fmt_s(seen('last'))}",
@@ -581,15 +621,21 @@ def main() -> None:
                      fmt_s(med("rest_cpu_s")),
                      fmt_per_node(med("idle_cpu_per_s"), nodes, unit="", digits=1),
                      (fmt_s(theirs["total"]) + ("" if theirs["ok"] else " (failed)")) if theirs else "-",
+                     *([fmt_s(floor_s), fmt_s(added)] if opts.floor else []),
                      str(failed)])
     print_table(["N x P", "first step", "result", "total", "lost → survivors", "change seen (median / last)",
                  "controller PSS MB",
                  "PSS MB / node", "events/s", "store ops / round", "job CPU", "agents' CPU",
                  "workers' CPU", "the rest's CPU",
                  "idle CPU-s / s", "torchrun total",
+                 *(["torch alone", "ours less torch alone"] if opts.floor else []),
                  "failed"], rows)
     k = exponent(fits)
     print(f"\nresult time ∝ N^{k:.2f} over {[n for n, _ in fits]}" if k is not None else "")
+    for what, points in (("torch alone", floor_fits), ("ours less torch alone", added_fits)):
+        k = exponent(points)
+        if k is not None:
+            print(f"{what} ∝ N^{k:.2f} over {[n for n, _ in points]}")
     print_servers(server_rows)
     print_phases(phase_rows)
 

@@ -35,7 +35,12 @@ steps = 0
 while time.monotonic() < deadline:
     dist.all_reduce(t)
     steps += 1
-    if world == a.finish_world and steps >= 5 and (a.until is None or os.path.exists(a.until)):
+    # the ranks finish together: each looks at FILE at its own moment, and a rank that saw
+    # it and left would break the all_reduce of one that looked just before it appeared
+    ready = torch.tensor([world == a.finish_world and steps >= 5 and (a.until is None or os.path.exists(a.until))],
+                         dtype=torch.float32)
+    dist.all_reduce(ready, op=dist.ReduceOp.MIN)
+    if ready.item() == 1.0:
         break
     time.sleep(0.1)
 os.write(1, f"DONE rank={rank} world={world} restart={restart}\n".encode())
