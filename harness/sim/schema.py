@@ -265,9 +265,11 @@ EXPECT_KEYS: tuple[Key, ...] = (
         "at most", number(0, strict=True), example=10.0),
     Key("straggler_node", None, "while a node was slowed (slow_node), the step rates name this node's rank "
         "the straggler (it waited most for a CPU)", integer(0), example=1),
-    Key("min_slowdown", None, "the job's step time while a node was slowed, over its step time before, "
-        "at least (on a loaded machine scaled down by the share of time the ranks already waited for a "
-        "CPU before: 1 + (min_slowdown - 1) x (1 - waited))", number(0, strict=True), example=1.5),
+    Key("min_slowdown", None, "the job's mean step time while a node was slowed, over its median step "
+        "time before, at least (on a loaded machine scaled down by the share of time the ranks already "
+        "waited for a CPU before: 1 + (min_slowdown - 1) x (1 - waited), and never past half way to the "
+        "slowdown the quota forces: the slowed ranks' CPU per step over what the quota gives in a step)",
+        number(0, strict=True), example=1.5),
     Key("oom_kills", None, "workers the kernel's OOM killer took (worker_exit reason oom), exactly",
         integer(0), example=1),
 )

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from types import SimpleNamespace
 
 import pytest
 
 from harness.sim.truth.timeline import Timeline
-from harness.sim.truth.training import rank_rates, rates_report, rates_summary, slow_windows, straggler
+from harness.sim.truth.training import rank_rates, rates_report, rates_summary, slow_windows, step_cpu, straggler
 from pytest_elastic import _scenarios
 
 
@@ -119,3 +120,72 @@ def test_a_quota_below_what_the_ranks_ran_before_is_not_judged():
     assert why is not None and "ran on at most 14% of a CPU" in why
     assert _scenarios.quota_cannot_bite(fault, quiet) is None
     assert _scenarios.quota_cannot_bite(fault, rank_rates([step(0.0, 0, 1), step(1.0, 0, 1)])) is None  # not reported
+
+
+def test_a_steps_cpu_is_the_median_growth_of_cpu_run():
+    """A first step's warm-up (DDP's first buckets) is not what a step costs."""
+    events = [step(t, 1, 11, run=run) for t, run in ((0.0, 0.0), (0.1, 0.05), (0.2, 0.054), (0.3, 0.058),
+                                                      (0.4, 0.062))]
+    assert step_cpu(events, 1) == pytest.approx(0.004)
+    assert step_cpu(events, 1, until=0.25) == pytest.approx(0.027)  # two steps: their mean is their median
+    assert step_cpu(events, 0) is None  # no such rank
+    assert step_cpu([step(0.0, 1, 11), step(0.1, 1, 11)], 1) is None  # no cpu_run reported
+
+
+def test_a_quota_spent_in_bursts_slows_the_job_by_its_mean_step():
+    """A 10 % quota on a rank whose step needs 4 ms of CPU: each 100 ms period it runs two
+    steps at full speed and waits out the rest of the period in the third. Their median
+    is the full-speed step (1x); the job's pace is their mean (3.3x)."""
+    before = [0.01] * 10
+    slowed = [0.01, 0.01, 0.08] * 5
+    assert _scenarios.slowdown_of(before, slowed) == pytest.approx(0.1 / 3 / 0.01)
+    assert statistics.median(slowed) / statistics.median(before) == 1.0  # what the median said
+
+
+def test_the_quota_headroom_judges_whether_a_slowdown_can_be_asked():
+    """The slowed node's steps took 4.3 ms of CPU; a 10 % quota gives 0.73 ms in a 7.3 ms
+    step (5.9x: the quota must slow the job), 5 ms in a 50 ms one (0.86x: it cannot)."""
+    fault = {"fault": "slow_node", "target_node": 1, "cpu": 0.1}
+    quiet = _scenarios.quota_headroom(fault, [0.0043], [0.0073] * 5)
+    loaded = _scenarios.quota_headroom(fault, [None, 0.0043], [0.05] * 5)
+    assert quiet == pytest.approx(5.89, abs=0.01) and loaded == pytest.approx(0.86)
+    assert _scenarios.quota_cannot_bite(fault, {}, quiet) is None
+    why = _scenarios.quota_cannot_bite(fault, {}, loaded)
+    assert why is not None and "took 0.86x the CPU the quota gives" in why
+    assert _scenarios.quota_headroom(fault, [None], [0.05]) is None  # no cpu_run: the rates decide
+    assert _scenarios.quota_headroom({"fault": "slow_node"}, [0.004], [0.05]) is None  # no quota
+    # the floor never asks more than half way to what the quota forces
+    assert _scenarios.slowdown_floor(1.5, {}, 1.6) == (pytest.approx(1.3), 0.0)
+    assert _scenarios.slowdown_floor(1.5, {}, quiet) == (1.5, 0.0)
+
+
+def _bursting_straggler(path, cpu_per_step: float) -> SimpleNamespace:
+    """Node 1 (rank 1) slowed to cpu=0.1 from 1.0 s: steps every 10 ms before, each taking
+    ``cpu_per_step`` of CPU, and during the window two fast steps and one that waits out
+    the quota's period, again and again (3.3x the pace)."""
+    events = [{"kind": "worker_start", "node": node, "rank": node, "worker_pid": 10 + node, "mono": 0.0}
+              for node in (0, 1)]
+    times = [i * 0.01 for i in range(101)]
+    for gap in [0.01, 0.01, 0.08] * 6:
+        times.append(times[-1] + gap)
+    events += [step(t, rank, 10 + rank, wait=0.0, run=cpu_per_step * i) for i, t in enumerate(times)
+               for rank in (0, 1)]
+    events += [{"kind": "fault", "fault": "slow_node", "target_node": 1, "cpu": 0.1, "mono": 1.0, "node": "harness"},
+               {"kind": "heal", "healed": ["slow_node"], "target_node": 1, "mono": times[-1], "node": "harness"}]
+    path.write_text("".join(json.dumps(e) + "\n" for e in sorted(events, key=lambda e: e["mono"])))
+    return SimpleNamespace(timeline=Timeline(str(path)))
+
+
+def test_a_straggler_whose_quota_bursts_passes_its_min_slowdown(tmp_path):
+    """The main job's straggler, as it ran: ``min_slowdown = 1.5`` holds (3.3x), where the
+    median step (1.0x) went red. A floor is never more than half way to what the quota
+    forces: steps of 4 ms of CPU under a quota of 1 ms a 10 ms step must go 4x slower, so
+    ``min_slowdown = 4`` asks 2.5x; steps of 9 ms (9x) are held to the full 4x."""
+    result = SimpleNamespace(state=None)
+    needs_4x = _bursting_straggler(tmp_path / "a.jsonl", 0.004)
+    _scenarios._check_expectations({"min_slowdown": 1.5}, needs_4x, result, None, chaotic=False)
+    _scenarios._check_expectations({"min_slowdown": 4.0}, needs_4x, result, None, chaotic=False)
+    needs_9x = _bursting_straggler(tmp_path / "b.jsonl", 0.009)
+    with pytest.raises(_scenarios.ScenarioFailure,
+                       match=re.escape("step time grew 3.33x while node 1 was slowed, expected at least 4.0x")):
+        _scenarios._check_expectations({"min_slowdown": 4.0}, needs_9x, result, None, chaotic=False)

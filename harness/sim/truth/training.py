@@ -40,14 +40,15 @@ a neighbour, waits for the CPU while the others wait in the collective, asleep.
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
 __all__ = ["LOST_CATEGORIES", "FaultCost", "Goodput", "RankRate", "TrainingIndex", "annotate_steps", "fault_cost",
-           "goodput", "rank_rates", "rates_report", "rates_summary", "round_of", "slow_windows", "step_times",
-           "straggler"]
+           "goodput", "rank_rates", "rates_report", "rates_summary", "round_of", "slow_windows", "step_cpu",
+           "step_times", "straggler"]
 
 #: the keys of ``FaultRecord.lost``, always all present
 LOST_CATEGORIES = ("detection", "recovery", "startup", "wasted")
@@ -315,6 +316,19 @@ def step_times(steps: Iterable[Event], since: float | None = None, until: float 
     their median is the job's step time, untouched by a warm-up step or a restart's gap."""
     return [_mono(b) - _mono(a) for found in _by_worker(steps, since, until).values()
             for a, b in zip(found, found[1:], strict=False)]
+
+
+def step_cpu(steps: Iterable[Event], rank: int, since: float | None = None,
+             until: float | None = None) -> float | None:
+    """The CPU one step of ``rank`` takes, in seconds: the median, over its steps within
+    [since, until], of how much its ``cpu_run`` grew from one step to the next (a median: a
+    first step's warm-up, DDP's first buckets, would weigh in a mean). None where the rank
+    reports no ``cpu_run``."""
+    grown = [float(b["cpu_run"]) - float(a["cpu_run"])
+             for (each, _), found in _by_worker(steps, since, until).items() if each == rank
+             for a, b in zip(found, found[1:], strict=False)
+             if isinstance(a.get("cpu_run"), (int, float)) and isinstance(b.get("cpu_run"), (int, float))]
+    return statistics.median(grown) if grown else None
 
 
 def rank_rates(steps: Iterable[Event], since: float | None = None,
