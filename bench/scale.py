@@ -604,9 +604,10 @@ def main() -> None:
             print(f"{size}: torchrun {json.dumps(theirs)}", file=sys.stderr, flush=True)
         if nproc == 1 and med("result") is not None:
             fits.append((nodes, med("result")))
-        floor_s = median([f["reaped"] for f in floors if f.get("reaped")]) if any(
-            f.get("reaped") for f in floors) else None
-        added = med("result") - floor_s if floor_s is not None and med("result") is not None else None
+        reaped = [f["reaped"] for f in floors if f.get("reaped")]
+        floor_s = median(reaped) if reaped else None
+        result = med("result")
+        added = result - floor_s if floor_s is not None and result is not None else None
         if nproc == 1 and floor_s is not None and added is not None:
             floor_fits.append((nodes, floor_s))
             added_fits.append((nodes, added))

@@ -535,8 +535,9 @@ def slowdown_of(before: Sequence[float], slowed: Sequence[float]) -> float:
     over the median before. A mean, not a median: a CPU quota is spent in bursts (each
     100 ms period, the node runs until its share is used up, then waits out the period), so
     of three steps two may run at full speed and the third wait out the rest of the period.
-    Their median said 1.2x where the job's pace had dropped 4x (the main job's straggler, in
-    one run of ten on a busy machine); the mean is the pace. Before, the median: a first
+    Their median said 1.4-1.8x where the mean, the job's pace, said 5-7x (the main job's
+    straggler; in one of two runs of ``bench/flake.py`` on a busy machine the median said
+    1.19x and went red). Before, the median: a first
     step's warm-up is not the job's pace."""
     return statistics.mean(slowed) / statistics.median(before)
 

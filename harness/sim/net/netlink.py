@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from harness.procs import join_netns
 
-__all__ = ["HostSetup", "configure_hosts", "mac_bytes"]
+__all__ = ["HostSetup", "configure_hosts"]
 
 _NETLINK_ROUTE = 0
 _RTM_NEWLINK = 16
@@ -72,11 +72,6 @@ class HostSetup:
     neighbours: Sequence[tuple[str, bytes]] = field(default_factory=list)  # (IPv4, MAC)
 
 
-def mac_bytes(mac: str) -> bytes:
-    """``"02:00:c6:12:01:01"`` as its six bytes."""
-    return bytes(int(part, 16) for part in mac.split(":"))
-
-
 def configure_hosts(hosts: Sequence[HostSetup]) -> None:
     """Configure every host of ``hosts``, each from inside its namespace (one thread that
     joins them in turn); the first refusal raised as ``OSError``."""
@@ -118,7 +113,7 @@ def _attr(kind: int, data: bytes) -> bytes:
 
 
 class _Requests:
-    """Requests for one namespace, sent in one write and acknowledged one by one."""
+    """Requests for one namespace, sent ``_WRITE`` at a time, each acknowledged."""
 
     def __init__(self) -> None:
         self._messages: list[bytes] = []
@@ -158,7 +153,8 @@ class _Requests:
         for start in range(0, len(self._messages), _WRITE):
             end = min(start + _WRITE, len(self._messages))
             sock.sendall(b"".join(self._messages[start:end]))
-            refused = self._acknowledged(sock, set(range(start + 1, end + 1))) or refused
+            answered = self._acknowledged(sock, set(range(start + 1, end + 1)))
+            refused = refused or answered
         if refused is not None:
             raise refused
 

@@ -31,7 +31,7 @@ from harness.errors import ConfigError
 from harness.procs import join_netns
 from harness.sim.errors import NetworkError, NetworkUnavailable
 from harness.sim.net.names import NETNS_DIR, delete_namespaces, namespace_prefix, sweep_dead_owners
-from harness.sim.net.netlink import HostSetup, configure_hosts, mac_bytes
+from harness.sim.net.netlink import HostSetup, configure_hosts
 from harness.sim.net.nft import Nft, open_nft
 from harness.sim.net.probe import netns_missing, resolve_mode
 from harness.sim.net.rules import (
@@ -267,8 +267,8 @@ class Network:
             f"link add p{h} type veth peer name {WIRE} address {_mac(a)} netns {self._prefix}{h}\n"
             f"link set p{h} addrgenmode none\nlink set p{h} master {_BRIDGE}\nlink set p{h} up\n"
             for h, a in hosts))
-        everyone = [(addr, mac_bytes(_mac(addr))) for _, addr in self._hosts]
-        new = [(addr, mac_bytes(_mac(addr))) for _, addr in hosts]
+        everyone = [(addr, _mac_bytes(addr)) for _, addr in self._hosts]
+        new = [(addr, _mac_bytes(addr)) for _, addr in hosts]
         setups = [HostSetup(self._fds[h], WIRE, addr, NETNS_RANGE.prefixlen,
                             [(a, mac) for a, mac in everyone if a != addr]) for h, addr in hosts]
         setups += [HostSetup(self._fds[h], WIRE, neighbours=new) for h in known]
@@ -425,9 +425,14 @@ class Network:
         return f"<Network {self.mode}{where} {state}>"
 
 
-def _mac(address: str) -> str:
+def _mac_bytes(address: str) -> bytes:
     """A host's MAC: locally administered (02:00) followed by its IPv4 address."""
-    return "02:00:" + ":".join(f"{int(octet):02x}" for octet in address.split("."))
+    return bytes((2, 0)) + ipaddress.IPv4Address(address).packed
+
+
+def _mac(address: str) -> str:
+    """``_mac_bytes`` as ``ip`` writes it (``02:00:c6:12:01:01``)."""
+    return ":".join(f"{octet:02x}" for octet in _mac_bytes(address))
 
 
 def _change(kind: str, node: int | None, **params: Any) -> NetworkChange:
